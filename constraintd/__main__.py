@@ -1,0 +1,5 @@
+import sys
+
+from constraintd.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the `constraintd` command line; one module each, with `add_arguments` and `run`."""

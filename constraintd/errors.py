@@ -1,0 +1,110 @@
+"""Every error constraintd raises on purpose.
+
+    ConstraintdError                 (base; never raised itself)
+    ├── InputError                   bad input from a caller           -> INVALID_ARGUMENT
+    │   ├── GrammarError             a GBNF text llama.cpp refuses (line, column, the text around it)
+    │   ├── SchemaError              a JSON schema or request refused (JSON pointer of the node)
+    │   ├── VocabError               a vocabulary that cannot be read or used
+    │   └── TokenError               a token id outside the vocabulary
+    ├── NotFoundError                an unknown session or vocabulary  -> NOT_FOUND
+    ├── LimitError                   a configured limit reached        -> RESOURCE_EXHAUSTED
+    ├── DeadlineError                work that ran past its time limit -> DEADLINE_EXCEEDED
+    └── UnavailableError             the service cannot answer now     -> UNAVAILABLE
+
+Each class names the gRPC status it maps to as a string, so the engine (which never imports grpc)
+and the server (which maps the name to `grpc.StatusCode` in one place) agree. Anything raised that is
+not a `ConstraintdError` is a bug: the server answers INTERNAL and logs the traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConstraintdError",
+    "DeadlineError",
+    "GrammarError",
+    "InputError",
+    "LimitError",
+    "NotFoundError",
+    "SchemaError",
+    "TokenError",
+    "UnavailableError",
+    "VocabError",
+]
+
+
+class ConstraintdError(Exception):
+    """Base of every expected error; `status` is the gRPC status code name it maps to."""
+
+    status = "UNKNOWN"
+
+
+class InputError(ConstraintdError):
+    """The caller sent something that cannot be used."""
+
+    status = "INVALID_ARGUMENT"
+
+
+class GrammarError(InputError):
+    """A GBNF grammar refused, with where.
+
+    Attributes:
+        reason: what is wrong, in llama.cpp's words where llama.cpp has them.
+        line: 1-based line of the offending spot (0 when the error is not at one spot).
+        column: 1-based column, counted in characters.
+        excerpt: the text around the spot.
+    """
+
+    def __init__(self, reason: str, *, line: int = 0, column: int = 0, excerpt: str = "") -> None:
+        self.reason = reason
+        self.line = line
+        self.column = column
+        self.excerpt = excerpt
+        where = f" at line {line}, column {column}" if line else ""
+        near = f": {excerpt!r}" if excerpt else ""
+        super().__init__(f"{reason}{where}{near}")
+
+
+class SchemaError(InputError):
+    """A JSON schema (or a request carrying one) refused, with the JSON pointer of the node.
+
+    Attributes:
+        reason: what is wrong, in llama.cpp's words where llama.cpp has them.
+        pointer: JSON pointer of the offending node, `#` for the root.
+    """
+
+    def __init__(self, reason: str, *, pointer: str = "#") -> None:
+        self.reason = reason
+        self.pointer = pointer
+        super().__init__(f"{reason} (at {pointer})")
+
+
+class VocabError(InputError):
+    """A vocabulary that cannot be read or used."""
+
+
+class TokenError(InputError):
+    """A token id outside the vocabulary."""
+
+
+class NotFoundError(ConstraintdError):
+    """An unknown (or expired) session or vocabulary."""
+
+    status = "NOT_FOUND"
+
+
+class LimitError(ConstraintdError):
+    """A configured limit was reached (sessions, sizes, stacks)."""
+
+    status = "RESOURCE_EXHAUSTED"
+
+
+class DeadlineError(ConstraintdError):
+    """Work ran past its time limit (a compile, a conversion)."""
+
+    status = "DEADLINE_EXCEEDED"
+
+
+class UnavailableError(ConstraintdError):
+    """The service cannot answer now (shutting down)."""
+
+    status = "UNAVAILABLE"
