@@ -103,6 +103,7 @@ _SPACE_NL: Final = re.compile(r"(?:[ \t\r\n]++|#[^\r\n\0]*+)*+")
 _SPACE: Final = re.compile(r"(?:[ \t]++|#[^\r\n\0]*+)*+")
 _NAME: Final = re.compile(r"[a-zA-Z0-9-]+")
 _INT: Final = re.compile(r"[0-9]+")
+_PLAIN: Final = re.compile(r'[^"\\\0]+')  # literal chars that stand for themselves
 
 # `*`, `+`, `?` as {min,max} (None: no maximum).
 _OPERATORS: Final[Mapping[str, tuple[int, int | None]]] = {"*": (0, None), "+": (1, None), "?": (0, 1)}
@@ -166,7 +167,7 @@ class _Parser:
         return self.symbol_ids.setdefault(name, len(self.symbol_ids))
 
     def generate_symbol_id(self, base_name: str) -> int:
-        # As llama.cpp: the name may already exist (a rule written `root_1`); it is then re-pointed.
+        # Always a new name: `_` is not a word char, so no rule written in a grammar is called `root_1`.
         next_id = len(self.symbol_ids)
         self.symbol_ids[f"{base_name}_{next_id}"] = next_id
         return next_id
@@ -188,18 +189,13 @@ class _Parser:
     def check_defined(self) -> None:
         # llama.cpp's validation at the end of parse(): every rule slot filled, every reference defined.
         rules = self.rules
-        names: dict[int, str] | None = None
-        for rule in rules:
-            if rule is None:
-                raise self.error("undefined")
+        for rule_id, rule in enumerate(rules):
+            if rule is None:  # a name referenced only by a rule defined again without it
+                raise self.error("undefined", self.first_ref.get(rule_id, -1))
             for kind, value in rule:
                 if kind == GreType.RULE_REF and (value >= len(rules) or rules[value] is None):
-                    if names is None:
-                        names = {}
-                        for name in sorted(self.symbol_ids):  # std::map order; first name wins
-                            names.setdefault(self.symbol_ids[name], name)
-                    if value in names:
-                        raise self.error("undefined_name", self.first_ref.get(value, -1), name=names[value])
+                    name = next(name for name, symbol in self.symbol_ids.items() if symbol == value)
+                    raise self.error("undefined_name", self.first_ref.get(value, -1), name=name)
 
     def parse_rule(self, start: int) -> int:
         src = self.src
@@ -269,6 +265,10 @@ class _Parser:
                 frame.last = len(rule)
                 frame.n_prev = 1
                 while src[pos] != '"':
+                    if (plain := _PLAIN.match(src, pos)) is not None:  # a run without escapes, at once
+                        rule.extend([(GreType.CHAR, ord(char)) for char in plain.group()])
+                        pos = plain.end()
+                        continue
                     if src[pos] == "\0":
                         raise self.error("end", pos)
                     char, pos = self.parse_char(pos)

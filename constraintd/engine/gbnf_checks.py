@@ -95,8 +95,8 @@ _LINE_BREAK: Final = re.compile(r"\r\n?|\n")
 _EXCERPT_REACH: Final = 30  # characters of context on each side of an error
 
 
-def grammar_error(key: str, text: str = "", pos: int = -1, **fields: object) -> GrammarError:
-    """The `GrammarError` with reason `ERRORS[key]`, at character offset `pos` of `text` (-1: no spot).
+def grammar_error(key: str, source: str = "", pos: int = -1, /, **fields: object) -> GrammarError:
+    """The `GrammarError` with reason `ERRORS[key]`, at character offset `pos` of `source` (-1: no spot).
 
     Lines end at "\\n", "\\r\\n" or a lone "\\r", as llama.cpp ends rules; the excerpt is the part of that
     line around the spot.
@@ -105,12 +105,12 @@ def grammar_error(key: str, text: str = "", pos: int = -1, **fields: object) -> 
     if pos < 0:
         return GrammarError(reason)
     line, line_start = 1, 0
-    for line_break in _LINE_BREAK.finditer(text, 0, pos):
+    for line_break in _LINE_BREAK.finditer(source, 0, pos):
         line += 1
         line_start = line_break.end()
-    line_end = _LINE_BREAK.search(text, pos)
-    end = line_end.start() if line_end else len(text)
-    excerpt = text[max(line_start, pos - _EXCERPT_REACH) : min(end, pos + _EXCERPT_REACH)]
+    line_end = _LINE_BREAK.search(source, pos)
+    end = line_end.start() if line_end else len(source)
+    excerpt = source[max(line_start, pos - _EXCERPT_REACH) : min(end, pos + _EXCERPT_REACH)]
     return GrammarError(reason, line=line, column=pos - line_start + 1, excerpt=excerpt)
 
 

@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from constraintd.engine.gbnf import (
+    CHAR_ESCAPES,
+    ERRORS,
+    HEX_ESCAPES,
+    MAX_NESTING,
+    MAX_REPEATED_ELEMENTS,
     GreType,
+    ParsedGrammar,
+    check_grammar,
+    format_gbnf,
     parse_gbnf,
 )
 from constraintd.errors import GrammarError
@@ -89,3 +98,384 @@ def test_llama_cpp_parsing_vectors(vector: ParserVector) -> None:
 def test_llama_cpp_failure_vectors(grammar: str) -> None:
     with pytest.raises(GrammarError):
         parse_gbnf(grammar)
+
+
+@dataclass(frozen=True)
+class BuildCase:
+    """A grammar tests/test-grammar-integration.cpp builds with `root`: must it build (and parse)?"""
+
+    grammar: str
+    root: str
+    builds: bool
+    parses: bool | None  # None: the C++ test does not say
+
+
+def integration_build_cases() -> list[BuildCase]:
+    """The grammars of the `test_failure_*` and custom-root checks of tests/test-grammar-integration.cpp."""
+    source = _source("test-grammar-integration.cpp")
+    cases = []
+    functions = r"\nstatic void test_(?:failure_\w+|custom_root_symbol_check)\(\) \{\n(.*?)\n\}\n"
+    for body in re.findall(functions, source, re.S):
+        strings = dict(re.findall(r"std::string (\w+)\s*=\s*" + _RAW + ";", body, re.S))
+        for name in re.findall(r"assert\(test_build_grammar_fails\((\w+)\)\);", body):
+            cases.append(BuildCase(strings[name], "root", builds=False, parses=None))
+        for result, name, root in re.findall(r"(\w+) = build_grammar_with_root\((\w+), \"(\w+)\"\);", body):
+            builds = f"assert({result} != nullptr);" in body
+            assert builds or f"assert({result} == nullptr);" in body
+            cases.append(BuildCase(strings[name], root, builds=builds, parses=None))
+        for name in re.findall(r"parsed_grammar\.parse\((\w+)\.c_str\(\)\);", body):
+            parses = "assert(!parsed_grammar.rules.empty());" in body
+            assert parses or "assert(parsed_grammar.rules.empty());" in body
+            no_root = (
+                'assert(parsed_grammar.symbol_ids.find("root") == parsed_grammar.symbol_ids.end());' in body
+            )
+            assert not parses or no_root
+            cases.append(BuildCase(strings[name], "root", builds=False, parses=parses))
+    return cases
+
+
+def integration_grammars() -> list[str]:
+    """The grammar of every `test_grammar(...)` call of tests/test-grammar-integration.cpp (all build)."""
+    source = _source("test-grammar-integration.cpp")
+    calls = re.findall(r'\btest_grammar\(\s*"(?:[^"\\]|\\.)*",\s*(?://[^\n]*\s*)*' + _RAW, source, re.S)
+    assert len(calls) == len(re.findall(r"\btest_grammar\(\s*\"", source))
+    return calls
+
+
+def reference_grammars() -> list[Path]:
+    return sorted(reference.require(reference.llama_cpp_dir() / "grammars").glob("*.gbnf"))
+
+
+BUILD_CASES = integration_build_cases()
+INTEGRATION_GRAMMARS = integration_grammars()
+GRAMMAR_FILES = reference_grammars()
+
+
+def test_read_llama_cpp_integration_cases() -> None:
+    # 9 build cases (4 left recursion, missing root, missing reference, 3 custom roots) and
+    # 14 `test_grammar` grammars in the pinned llama.cpp; 8 grammars/*.gbnf
+    assert len(BUILD_CASES) > 0 and len(INTEGRATION_GRAMMARS) > 0 and len(GRAMMAR_FILES) > 0
+    assert any(case.builds for case in BUILD_CASES) and not all(case.builds for case in BUILD_CASES)
+
+
+def builds(text: str, root: str = "root") -> bool:
+    try:
+        check_grammar(parse_gbnf(text), root)
+    except GrammarError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("case", BUILD_CASES, ids=[f"build{i}" for i in range(len(BUILD_CASES))])
+def test_llama_cpp_build_cases(case: BuildCase) -> None:
+    if case.parses is not None:
+        try:
+            parse_gbnf(case.grammar)
+        except GrammarError:
+            assert not case.parses
+        else:
+            assert case.parses
+    assert builds(case.grammar, case.root) == case.builds
+
+
+@pytest.mark.parametrize(
+    "grammar", INTEGRATION_GRAMMARS, ids=[f"grammar{i}" for i in range(len(INTEGRATION_GRAMMARS))]
+)
+def test_llama_cpp_integration_grammars_build(grammar: str) -> None:
+    assert builds(grammar)
+
+
+@pytest.mark.parametrize("path", GRAMMAR_FILES, ids=[path.stem for path in GRAMMAR_FILES])
+def test_llama_cpp_grammar_files_build(path: Path) -> None:
+    parsed = parse_gbnf(path.read_text(encoding="utf-8"))
+    assert check_grammar(parsed) == parsed.symbol_ids["root"]
+
+
+# --- refusals: llama.cpp's message, and where -------------------------------------------------------------
+
+_DEEP = MAX_NESTING + 1
+_LONG = 3000  # a literal this long repeated 2000 times is more than MAX_REPEATED_ELEMENTS elements
+
+# (message key, grammar, message fields, line, column); hand-written, columns counted by hand.
+REFUSALS: list[tuple[str, str, dict[str, object], int, int]] = [
+    ("hex", 'root ::= "\\x4"', {"size": 2}, 1, 13),
+    ("hex", "root ::= [\\u12G4]", {"size": 4}, 1, 13),
+    ("hex", 'root ::= "\\U0001F60"', {"size": 8}, 1, 13),
+    ("name", 'root ::= "a"\n| "b"', {}, 2, 1),
+    ("integer", "root ::= <[]>", {}, 1, 12),
+    ("escape", 'root ::= "\\q"', {}, 1, 11),
+    ("escape", 'root ::= "\\', {}, 1, 11),
+    ("end", 'root ::= "abc', {}, 1, 14),
+    ("end", "root ::= [abc", {}, 1, 14),
+    ("end", "root ::= [a-", {}, 1, 13),
+    ("token_open", 'root ::= !"a"', {}, 1, 11),
+    ("token_id_too_big", "root ::= <[4294967296]>", {}, 1, 12),
+    ("token_id_range", "root ::= <[18446744073709551616]>", {}, 1, 12),
+    ("token_bracket", "root ::= <[12>", {}, 1, 14),
+    ("token_close", "root ::= <[12]", {}, 1, 15),
+    ("no_vocab", "root ::= <think>", {}, 1, 10),
+    ("repeat_what", "root ::= *", {}, 1, 10),
+    ("repeat_what", 'root ::= "a" | ?', {}, 1, 16),
+    ("repeat_what", 'root ::= "a"{0}{2}', {}, 1, 16),
+    ("repeat_rules", 'root ::= ("a"{0,50}){0,50}', {}, 1, 21),
+    ("group_close", 'root ::= ("a"', {}, 1, 14),
+    ("group_close", 'root ::= ("a"]', {}, 1, 14),
+    ("repeat_int", 'root ::= "a"{,}', {}, 1, 14),
+    ("repeat_close", 'root ::= "a"{1,2', {}, 1, 17),
+    ("repeat_comma", 'root ::= "a"{1 2}', {}, 1, 16),
+    ("repeat_range", 'root ::= "a"{18446744073709551616}', {}, 1, 14),
+    ("repeat_range", 'root ::= "a"{1,' + "9" * 5000 + "}", {}, 1, 16),
+    ("repeat_many", 'root ::= "a"{2001}', {}, 1, 13),
+    ("assign", 'root = "a"', {}, 1, 6),
+    ("assign", 'root\n::= "a"', {}, 1, 5),
+    ("newline", 'root ::= "a")', {}, 1, 13),
+    ("newline", 'x ::= "a"\r\nroot ::= "b" ]', {}, 2, 14),
+    ("undefined", 'a ::= b\nc ::= "y"\na ::= "x"', {}, 1, 7),
+    ("undefined_name", 'root ::= "a" foo', {"name": "foo"}, 1, 14),
+    ("undefined_name", 'root ::= ("a" | foo)*\r\n', {"name": "foo"}, 1, 17),
+    ("repeat_reversed", 'root ::= "a"{3,2}', {"min": 3, "max": 2}, 1, 13),
+    ("repeat_reversed", 'root ::= "a"{1,0}', {"min": 1, "max": 0}, 1, 13),
+    ("nesting", "root ::= " + "(" * _DEEP + '"a"' + ")" * _DEEP, {}, 1, 10 + MAX_NESTING),
+    ("too_large", 'root ::= "' + "a" * _LONG + '"{2000}', {}, 1, 12 + _LONG),
+]
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "fields", "line", "column"),
+    REFUSALS,
+    ids=[f"{case[0]}{i}" for i, case in enumerate(REFUSALS)],
+)
+def test_refusal_reason_and_place(
+    key: str, text: str, fields: dict[str, object], line: int, column: int
+) -> None:
+    with pytest.raises(GrammarError) as refused:
+        parse_gbnf(text)
+    assert (refused.value.reason, refused.value.line, refused.value.column) == (
+        ERRORS[key].format(**fields),
+        line,
+        column,
+    )
+    assert refused.value.excerpt and refused.value.excerpt in text.splitlines()[line - 1]
+
+
+# (message key, grammar, root, message fields): refused by check_grammar, at no one spot.
+CHECK_REFUSALS: list[tuple[str, str, str, dict[str, object]]] = [
+    ("no_rules", "", "root", {}),
+    ("no_rules", "  # only a comment\r\n\n", "root", {}),
+    ("no_root", 'rot ::= "a"', "root", {"root": "root"}),
+    ("no_root", 'root ::= "a"', "Root", {"root": "Root"}),
+    ("no_root", 'root ::= b\nroot ::= "a"', "b", {"root": "b"}),  # `b` is a name without a rule
+    ("left_recursion", "root ::= root", "root", {"index": 0}),
+    ("left_recursion", 'root ::= "" root', "root", {"index": 0}),
+    ("left_recursion", 'a ::= "x"\nroot ::= b\nb ::= c\nc ::= b "y"', "root", {"index": 1}),
+    ("left_recursion", 'root ::= e* root "x"\ne ::= "e"', "root", {"index": 0}),
+    ("left_recursion", 'root ::= ("x" | ) root', "root", {"index": 0}),
+]
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "root", "fields"),
+    CHECK_REFUSALS,
+    ids=[f"{case[0]}{i}" for i, case in enumerate(CHECK_REFUSALS)],
+)
+def test_check_refusal_reason(key: str, text: str, root: str, fields: dict[str, object]) -> None:
+    parsed = parse_gbnf(text)
+    with pytest.raises(GrammarError) as refused:
+        check_grammar(parsed, root)
+    assert (refused.value.reason, refused.value.line) == (ERRORS[key].format(**fields), 0)
+
+
+def test_left_recursion_seen_only_through_rules_with_an_empty_alternate() -> None:
+    # llama.cpp looks through a rule that has an empty alternate, not through one that is only
+    # nullable by way of other rules; so it does not refuse this grammar (it cannot run it either).
+    text = 'root ::= x root "c" | "a"\nx ::= y\ny ::= "" | "b"'
+    assert check_grammar(parse_gbnf(text)) == 0
+    assert not builds('root ::= x root "c" | "a"\nx ::= "" | "b"')
+
+
+def test_invalid_token_reason() -> None:
+    with pytest.raises(GrammarError) as refused:
+        parse_gbnf("root ::= <think> <nope>", token_id={"<think>": 7}.get)
+    assert (refused.value.reason, refused.value.column) == (ERRORS["invalid_token"].format(text="<nope>"), 18)
+
+
+def test_token_terminals() -> None:
+    texts: list[str] = []
+
+    def token_id(text: str) -> int:
+        texts.append(text)
+        return len(texts)
+
+    parsed = parse_gbnf("root ::= <think> !<[5]> <[4294967295]> !<a\nb>", token_id=token_id)
+    assert texts == ["<think>", "<a\nb>"]  # the whole terminal, brackets included
+    assert parsed.rules[0] == (
+        (GreType.TOKEN, 1),
+        (GreType.TOKEN_NOT, 5),
+        (GreType.TOKEN, 4294967295),
+        (GreType.TOKEN_NOT, 2),
+        (GreType.END, 0),
+    )
+
+
+def test_every_refusal_message_is_exercised() -> None:
+    exercised = {case[0] for case in REFUSALS} | {case[0] for case in CHECK_REFUSALS} | {"invalid_token"}
+    exercised |= {"bad_reference", "malformed", "end_inside", "char_modifier", "unknown_element"}  # below
+    assert exercised == set(ERRORS)
+
+
+@pytest.mark.parametrize(
+    ("key", "rules", "fields"),
+    [
+        ("malformed", ((),), {"rule": 0}),
+        ("malformed", (((GreType.CHAR, 97),),), {"rule": 0}),
+        ("end_inside", (((GreType.END, 0), (GreType.END, 0)),), {"rule": 0, "index": 0}),
+        (
+            "char_modifier",
+            (((GreType.CHAR_ALT, 97), (GreType.END, 0)),),
+            {"kind": "CHAR_ALT", "rule": 0, "index": 0},
+        ),
+        (
+            "char_modifier",
+            (((GreType.RULE_REF, 0), (GreType.CHAR_RNG_UPPER, 97), (GreType.END, 0)),),
+            {"kind": "CHAR_RNG_UPPER", "rule": 0, "index": 1},
+        ),
+        ("bad_reference", (((GreType.RULE_REF, 1), (GreType.END, 0)),), {"rule": 0, "ref": 1}),
+        ("unknown_element", (((10, 0), (GreType.END, 0)),), {"kind": 10, "rule": 0, "index": 0}),
+    ],
+    ids=["empty", "no-end", "end-inside", "alt-first", "range-after-ref", "undefined-ref", "unknown-type"],
+)
+def test_check_refuses_malformed_hand_built_grammars(
+    key: str, rules: tuple[tuple[tuple[int, int], ...], ...], fields: dict[str, object]
+) -> None:
+    with pytest.raises(GrammarError) as refused:
+        check_grammar(ParsedGrammar(symbol_ids={"root": 0}, rules=rules))
+    assert refused.value.reason == ERRORS[key].format(**fields)
+
+
+# --- what the parser builds -------------------------------------------------------------------------------
+
+
+def _parse_char_cases() -> dict[str, int | str]:
+    # llama.cpp's parse_char, read from its source: escape char -> code point, or -> "hex<n>".
+    source = reference.require(reference.llama_cpp_dir() / "src" / "llama-grammar.cpp").read_text()
+    body = source[source.index("parse_char(const char * src) {") :]
+    body = body[: body.index("\n}\n")]
+    table: dict[str, int | str] = {}
+    pending: list[str] = []
+    for case, action in re.findall(r"case '(\\?.)':\s*(return [^;]*;)?", body):
+        pending.append(case.encode().decode("unicode_escape"))
+        if action:
+            hex_size = re.search(r"parse_hex\(src \+ 2, (\d)\)", action)
+            char = re.search(r"make_pair\('(\\?.)'", action)
+            for escape in pending:
+                if hex_size:
+                    table[escape] = f"hex{hex_size.group(1)}"
+                else:
+                    table[escape] = ord(char.group(1).encode().decode("unicode_escape") if char else escape)
+            pending = []
+    return table
+
+
+def test_escape_tables_are_llama_cpp_parse_char() -> None:
+    ours = {**CHAR_ESCAPES, **{escape: f"hex{size}" for escape, size in HEX_ESCAPES.items()}}
+    assert ours == _parse_char_cases()
+
+
+@pytest.mark.parametrize(
+    ("escape", "code_point"),
+    [
+        *CHAR_ESCAPES.items(),
+        ("x41", 0x41),
+        ("xfF", 0xFF),
+        ("u00e9", 0xE9),
+        ("uFFFF", 0xFFFF),
+        ("U0001F600", 0x1F600),
+        ("UFFFFFFFF", 0xFFFFFFFF),
+    ],
+    ids=lambda value: repr(value),
+)
+def test_escapes(escape: str, code_point: int) -> None:
+    parsed = parse_gbnf(f'root ::= "\\{escape}" [\\{escape}]')
+    assert parsed.rules[0] == ((GreType.CHAR, code_point), (GreType.CHAR, code_point), (GreType.END, 0))
+
+
+def test_non_ascii_text_is_read_by_code_point() -> None:
+    parsed = parse_gbnf('root ::= "é😀" [α-ω] [^\U0010ffff]')
+    assert [value for _, value in parsed.rules[0][:-1]] == [0xE9, 0x1F600, 0x3B1, 0x3C9, 0x10FFFF]
+
+
+@pytest.mark.parametrize(
+    ("text", "same_as"),
+    [
+        ('root ::= "a" | b\r\nb ::= "b"\r\n', 'root ::= "a" | b\nb ::= "b"\n'),
+        ('root ::= "a" | b\rb ::= "b"', 'root ::= "a" | b\nb ::= "b"'),
+        ('root ::= "a" # comment | b\n# another\nb ::= "b" # at the end', 'root ::= "a"\nb ::= "b"'),
+        ('root ::= (\n  "a"\n  | b # c\n)\nb ::= "b"', 'root ::= ("a" | b)\nb ::= "b"'),
+        ('root ::= "a"\0 garbage ::= \\', 'root ::= "a"'),
+        ('\t root ::=\n\n "a"\t', 'root ::= "a"'),
+        ('root ::= "a" "b"\nroot ::= "c"', 'root ::= "c"'),
+    ],
+    ids=["crlf", "lone-cr", "comments", "newlines-in-groups", "nul-ends-text", "spaces", "redefined"],
+)
+def test_same_rules(text: str, same_as: str) -> None:
+    assert parse_gbnf(text) == parse_gbnf(same_as)
+
+
+def test_repetition_of_a_repetition_and_empty_items() -> None:
+    # `S**` repeats the generated reference; `{0}` removes S; `[]` and `""` produce no element.
+    assert parse_gbnf('root ::= "a"**').rules == (
+        ((GreType.RULE_REF, 2), (GreType.END, 0)),
+        ((GreType.CHAR, 97), (GreType.RULE_REF, 1), (GreType.ALT, 0), (GreType.END, 0)),
+        ((GreType.RULE_REF, 1), (GreType.RULE_REF, 2), (GreType.ALT, 0), (GreType.END, 0)),
+    )
+    assert parse_gbnf('root ::= "x" "a"{0} [] "" [^]').rules == (((GreType.CHAR, 120), (GreType.END, 0)),)
+
+
+def test_repetition_maximum_past_the_threshold_means_no_maximum() -> None:
+    assert parse_gbnf('root ::= "a"{2,2001}') == parse_gbnf('root ::= "a"{2,}')
+
+
+def test_char_class_dashes() -> None:
+    rule = parse_gbnf("root ::= [-a-c-]").rules[0]
+    assert rule == (
+        (GreType.CHAR, 45),
+        (GreType.CHAR_ALT, 97),
+        (GreType.CHAR_RNG_UPPER, 99),
+        (GreType.CHAR_ALT, 45),
+        (GreType.END, 0),
+    )
+
+
+def test_rule_names_are_llama_cpp_word_chars() -> None:
+    assert parse_gbnf('root ::= a-1 9\na-1 ::= "x"\n9 ::= "y"').symbol_ids == {"root": 0, "a-1": 1, "9": 2}
+    for text in ('root ::= "a"\nroot_1 ::= "b"', 'röot ::= "a"', "root ::= ä"):
+        with pytest.raises(GrammarError):
+            parse_gbnf(text)
+
+
+def test_nesting_up_to_the_limit() -> None:
+    parsed = parse_gbnf("root ::= " + "(" * MAX_NESTING + '"a"' + ")" * MAX_NESTING)
+    assert len(parsed.rules) == MAX_NESTING + 1
+    assert check_grammar(parsed) == 0
+
+
+def test_hostile_sizes_are_refused_or_parsed_without_recursion() -> None:
+    # Far past Python's recursion limit (1,000 frames); the work is linear in the text.
+    with pytest.raises(GrammarError):
+        parse_gbnf("root ::= " + "(" * 200_000)
+    with pytest.raises(GrammarError):
+        parse_gbnf('root ::= "a"{2000}\n' * (MAX_REPEATED_ELEMENTS // 1999 + 1))
+    long = parse_gbnf('root ::= "' + "ab" * 50_000 + '" x\nx ::= ' + " | ".join(["[a-z]"] * 10_000))
+    assert len(long.rules[0]) == 100_002
+    chain = "".join(f"r{i} ::= r{i + 1} | r{i + 1} \n" for i in range(10_000)) + 'r10000 ::= "z"\nroot ::= r0'
+    assert check_grammar(parse_gbnf(chain)) == 10_001
+
+
+def test_format_gbnf_is_llama_cpp_print_grammar() -> None:
+    parsed = parse_gbnf('root ::= ("a" | [^b-d\\n] .)* <[7]> !<[8]> x\nx ::= [é]')
+    assert format_gbnf(parsed) == (
+        "root ::= root_2 <[7]> !<[8]> x \n"
+        "root_1 ::= [a] | [^b-d<U+000A>.] \n"  # llama.cpp closes a class only before a non-char
+        "root_2 ::= root_1 root_2 | \n"
+        "x ::= [<U+00E9>] \n"
+    )
