@@ -3,8 +3,8 @@
 # machines that reach Debian's package archive but no container registry.
 #
 # What the image has, and why it can stand in for the standard base:
-# - Debian 12 (bookworm), the release the standard slim image is built on, with `apt` (mmdebstrap's `apt`
-#   variant: the Essential set plus apt, as in `debian:bookworm-slim`);
+# - Debian 12 (bookworm), the release the standard slim image is built on, with the packages of priority
+#   required (mmdebstrap's `minbase` variant, as `debian:bookworm-slim` has them);
 # - CPython 3.11 from Debian (`python3`, `python` through python-is-python3) and `python3-venv`, so
 #   `python3 -m venv` brings pip, as the standard image's interpreter does;
 # - ca-certificates, LANG=C.UTF-8 and `python3` as the default command, as in the standard image.
@@ -35,7 +35,7 @@ trap 'rm -rf "$workdir"' EXIT
 
 # Documentation, manual pages and translations are not needed in a service image; dpkg never unpacks them.
 mmdebstrap \
-  --variant=apt \
+  --variant=minbase \
   --include=python3,python3-venv,python-is-python3,ca-certificates \
   --dpkgopt='path-exclude=/usr/share/man/*' \
   --dpkgopt='path-exclude=/usr/share/doc/*' \
