@@ -1,0 +1,259 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RegisterVocabRequest(_message.Message):
+    __slots__ = ("pieces", "gguf_path")
+    PIECES_FIELD_NUMBER: _ClassVar[int]
+    GGUF_PATH_FIELD_NUMBER: _ClassVar[int]
+    pieces: PieceList
+    gguf_path: str
+    def __init__(self, pieces: _Optional[_Union[PieceList, _Mapping]] = ..., gguf_path: _Optional[str] = ...) -> None: ...
+
+class PieceList(_message.Message):
+    __slots__ = ("pieces", "eog", "token_texts", "token_attrs", "tokenizer")
+    PIECES_FIELD_NUMBER: _ClassVar[int]
+    EOG_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_TEXTS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ATTRS_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FIELD_NUMBER: _ClassVar[int]
+    pieces: _containers.RepeatedScalarFieldContainer[bytes]
+    eog: _containers.RepeatedScalarFieldContainer[int]
+    token_texts: _containers.RepeatedScalarFieldContainer[str]
+    token_attrs: _containers.RepeatedScalarFieldContainer[int]
+    tokenizer: Tokenizer
+    def __init__(self, pieces: _Optional[_Iterable[bytes]] = ..., eog: _Optional[_Iterable[int]] = ..., token_texts: _Optional[_Iterable[str]] = ..., token_attrs: _Optional[_Iterable[int]] = ..., tokenizer: _Optional[_Union[Tokenizer, _Mapping]] = ...) -> None: ...
+
+class Tokenizer(_message.Message):
+    __slots__ = ("model", "add_space_prefix", "escape_whitespaces")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ADD_SPACE_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    ESCAPE_WHITESPACES_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    add_space_prefix: bool
+    escape_whitespaces: bool
+    def __init__(self, model: _Optional[str] = ..., add_space_prefix: _Optional[bool] = ..., escape_whitespaces: _Optional[bool] = ...) -> None: ...
+
+class RegisterVocabReply(_message.Message):
+    __slots__ = ("vocab_id", "size", "content_hash")
+    VOCAB_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    vocab_id: str
+    size: int
+    content_hash: str
+    def __init__(self, vocab_id: _Optional[str] = ..., size: _Optional[int] = ..., content_hash: _Optional[str] = ...) -> None: ...
+
+class CreateSessionRequest(_message.Message):
+    __slots__ = ("vocab_id", "gbnf", "json_schema", "json_object", "openai_request", "ollama_request", "options", "replay")
+    VOCAB_ID_FIELD_NUMBER: _ClassVar[int]
+    GBNF_FIELD_NUMBER: _ClassVar[int]
+    JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    JSON_OBJECT_FIELD_NUMBER: _ClassVar[int]
+    OPENAI_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    OLLAMA_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_FIELD_NUMBER: _ClassVar[int]
+    vocab_id: str
+    gbnf: Gbnf
+    json_schema: str
+    json_object: JsonObject
+    openai_request: str
+    ollama_request: str
+    options: SessionOptions
+    replay: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, vocab_id: _Optional[str] = ..., gbnf: _Optional[_Union[Gbnf, _Mapping]] = ..., json_schema: _Optional[str] = ..., json_object: _Optional[_Union[JsonObject, _Mapping]] = ..., openai_request: _Optional[str] = ..., ollama_request: _Optional[str] = ..., options: _Optional[_Union[SessionOptions, _Mapping]] = ..., replay: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Gbnf(_message.Message):
+    __slots__ = ("text", "root")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    ROOT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    root: str
+    def __init__(self, text: _Optional[str] = ..., root: _Optional[str] = ...) -> None: ...
+
+class JsonObject(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SessionOptions(_message.Message):
+    __slots__ = ("trigger_patterns", "trigger_tokens", "prefill", "ttl_seconds")
+    TRIGGER_PATTERNS_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    trigger_patterns: _containers.RepeatedScalarFieldContainer[str]
+    trigger_tokens: _containers.RepeatedScalarFieldContainer[int]
+    prefill: bytes
+    ttl_seconds: int
+    def __init__(self, trigger_patterns: _Optional[_Iterable[str]] = ..., trigger_tokens: _Optional[_Iterable[int]] = ..., prefill: _Optional[bytes] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class SessionState(_message.Message):
+    __slots__ = ("complete", "position")
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    complete: bool
+    position: int
+    def __init__(self, complete: _Optional[bool] = ..., position: _Optional[int] = ...) -> None: ...
+
+class CreateSessionReply(_message.Message):
+    __slots__ = ("session_id", "warnings", "state", "vocab_size")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    state: SessionState
+    vocab_size: int
+    def __init__(self, session_id: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ..., vocab_size: _Optional[int] = ...) -> None: ...
+
+class Mask(_message.Message):
+    __slots__ = ("words", "vocab_size", "allowed")
+    WORDS_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    words: bytes
+    vocab_size: int
+    allowed: int
+    def __init__(self, words: _Optional[bytes] = ..., vocab_size: _Optional[int] = ..., allowed: _Optional[int] = ...) -> None: ...
+
+class AcceptRequest(_message.Message):
+    __slots__ = ("session_id", "token", "mask_on_reject", "position")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MASK_ON_REJECT_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    token: int
+    mask_on_reject: bool
+    position: int
+    def __init__(self, session_id: _Optional[str] = ..., token: _Optional[int] = ..., mask_on_reject: _Optional[bool] = ..., position: _Optional[int] = ...) -> None: ...
+
+class AcceptReply(_message.Message):
+    __slots__ = ("accepted", "state", "mask")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MASK_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    state: SessionState
+    mask: Mask
+    def __init__(self, accepted: _Optional[bool] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ..., mask: _Optional[_Union[Mask, _Mapping]] = ...) -> None: ...
+
+class AllowsRequest(_message.Message):
+    __slots__ = ("session_id", "tokens")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, session_id: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AllowsReply(_message.Message):
+    __slots__ = ("allowed", "state")
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    allowed: _containers.RepeatedScalarFieldContainer[bool]
+    state: SessionState
+    def __init__(self, allowed: _Optional[_Iterable[bool]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ...) -> None: ...
+
+class MaskRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class MaskReply(_message.Message):
+    __slots__ = ("mask", "state")
+    MASK_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    mask: Mask
+    state: SessionState
+    def __init__(self, mask: _Optional[_Union[Mask, _Mapping]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ...) -> None: ...
+
+class RollbackRequest(_message.Message):
+    __slots__ = ("session_id", "count", "position")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    count: int
+    position: int
+    def __init__(self, session_id: _Optional[str] = ..., count: _Optional[int] = ..., position: _Optional[int] = ...) -> None: ...
+
+class RollbackReply(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: SessionState
+    def __init__(self, state: _Optional[_Union[SessionState, _Mapping]] = ...) -> None: ...
+
+class ForkRequest(_message.Message):
+    __slots__ = ("session_id", "position")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    position: int
+    def __init__(self, session_id: _Optional[str] = ..., position: _Optional[int] = ...) -> None: ...
+
+class ForkReply(_message.Message):
+    __slots__ = ("session_id", "state")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    state: SessionState
+    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ...) -> None: ...
+
+class CloseRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class CloseReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StepRequest(_message.Message):
+    __slots__ = ("ops",)
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    ops: _containers.RepeatedCompositeFieldContainer[StepOp]
+    def __init__(self, ops: _Optional[_Iterable[_Union[StepOp, _Mapping]]] = ...) -> None: ...
+
+class StepOp(_message.Message):
+    __slots__ = ("accept", "mask", "allows")
+    ACCEPT_FIELD_NUMBER: _ClassVar[int]
+    MASK_FIELD_NUMBER: _ClassVar[int]
+    ALLOWS_FIELD_NUMBER: _ClassVar[int]
+    accept: AcceptRequest
+    mask: MaskRequest
+    allows: AllowsRequest
+    def __init__(self, accept: _Optional[_Union[AcceptRequest, _Mapping]] = ..., mask: _Optional[_Union[MaskRequest, _Mapping]] = ..., allows: _Optional[_Union[AllowsRequest, _Mapping]] = ...) -> None: ...
+
+class StepReply(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[StepResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ...) -> None: ...
+
+class StepResult(_message.Message):
+    __slots__ = ("accept", "mask", "allows", "error")
+    ACCEPT_FIELD_NUMBER: _ClassVar[int]
+    MASK_FIELD_NUMBER: _ClassVar[int]
+    ALLOWS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    accept: AcceptReply
+    mask: MaskReply
+    allows: AllowsReply
+    error: Error
+    def __init__(self, accept: _Optional[_Union[AcceptReply, _Mapping]] = ..., mask: _Optional[_Union[MaskReply, _Mapping]] = ..., allows: _Optional[_Union[AllowsReply, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
+class Error(_message.Message):
+    __slots__ = ("status", "message")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    status: str
+    message: str
+    def __init__(self, status: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
