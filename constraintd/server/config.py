@@ -1,0 +1,103 @@
+# What a constraintd server is told at startup: where to listen, how to secure it, and its limits.
+#
+# Invariants:
+# - Configuration is a value: frozen, built once (by `constraintd serve` or a test) and passed explicitly to
+#   every part that needs it; nothing reads the environment or module globals after startup.
+# - Every limit a caller can reach has a name here and a clear error when reached (LimitError for sizes and
+#   counts, DeadlineError for time); `Limits()` holds defaults fit for a sidecar beside one model server.
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Limits", "LogFormat", "ServerConfig", "TlsFiles"]
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The bounds a server keeps, whatever its callers send.
+
+    Attributes:
+        max_sessions: open sessions at once; CreateSession and Fork beyond it fail with RESOURCE_EXHAUSTED.
+        max_vocabs: registered vocabularies at once.
+        max_vocab_size: tokens in one vocabulary.
+        max_grammar_bytes: size of a GBNF text, a JSON schema or a request body (UTF-8 bytes).
+        max_prefill_bytes: size of a session's prefill text.
+        max_stacks: parse stacks one session may hold (llama.cpp's grammars can blow up; this keeps one
+            session from taking the process down); an accept that would exceed it fails.
+        max_message_bytes: a gRPC message, either way (a 262k-token vocabulary's pieces are about 3 MiB).
+        max_step_ops: operations in one Step message.
+        max_grammars: compiled grammars kept in the shared cache (least recently used are dropped; sessions
+            keep using theirs).
+        default_ttl: seconds a session may stay idle when its creator did not say.
+        max_ttl: the longest idle time a creator may ask for.
+        compile_timeout: seconds a compile (conversion, grammar, vocabulary) may take before the caller
+            gets DEADLINE_EXCEEDED.
+        mask_timeout: seconds a whole-vocabulary mask may take (the first one of a grammar state is the
+            slow one).
+    """
+
+    max_sessions: int = 10_000
+    max_vocabs: int = 16
+    max_vocab_size: int = 1 << 20
+    max_grammar_bytes: int = 1 * MIB
+    max_prefill_bytes: int = 64 * 1024
+    max_stacks: int = 10_000
+    max_message_bytes: int = 64 * MIB
+    max_step_ops: int = 4096
+    max_grammars: int = 256
+    default_ttl: float = 600.0
+    max_ttl: float = 24 * 3600.0
+    compile_timeout: float = 60.0
+    mask_timeout: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """PEM files for TLS; with `client_ca`, clients must present a certificate it signed (mTLS)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+
+class LogFormat(enum.Enum):
+    JSON = "json"
+    TEXT = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Everything a server needs to start.
+
+    Attributes:
+        listen: addresses to serve on: `unix:///path/to.sock`, `host:port` (port 0 picks a free one).
+        tls: certificate files; None serves plaintext (fit for a Unix socket shared with one pod).
+        bearer_token: when set, every call except health checks must carry `authorization: Bearer <token>`.
+        metrics_listen: `host:port` for Prometheus text metrics over HTTP (`GET /metrics`); None: off.
+        gguf_dirs: directories RegisterVocab may read GGUF files from; empty means any path the process
+            can read (a sidecar's own files).
+        workers: threads that run compiles off the event loop.
+        mask_workers: threads that compute whole-vocabulary masks off the event loop.
+        shutdown_grace: seconds in-flight calls get to finish after a shutdown begins.
+        reclaim_interval: seconds between sweeps of idle sessions.
+        use_uvloop: run on uvloop when it is installed.
+        log_format: structured JSON lines, or plain text for a terminal.
+        limits: the bounds above.
+    """
+
+    listen: tuple[str, ...] = ("127.0.0.1:50051",)
+    tls: TlsFiles | None = None
+    bearer_token: str | None = None
+    metrics_listen: str | None = None
+    gguf_dirs: tuple[Path, ...] = ()
+    workers: int = 2
+    mask_workers: int = 2
+    shutdown_grace: float = 10.0
+    reclaim_interval: float = 30.0
+    use_uvloop: bool = True
+    log_format: LogFormat = LogFormat.JSON
+    limits: Limits = field(default_factory=Limits)

@@ -1,0 +1,78 @@
+"""The worker pool (constraintd/server/workers.py): off the event loop, time-limited, never blocking exit."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from constraintd.errors import DeadlineError, UnavailableError
+from constraintd.server.workers import WorkerPool
+
+
+@pytest.mark.asyncio
+async def test_work_runs_in_a_worker_thread_and_returns_its_result() -> None:
+    pool = WorkerPool(2, time_limit=30.0)
+    try:
+        name = await pool.run(lambda: threading.current_thread().name)
+        assert name.startswith("constraintd-worker-")
+        assert threading.current_thread().name != name
+        with pytest.raises(ZeroDivisionError):
+            await pool.run(lambda: 1 // 0)
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.asyncio
+async def test_the_event_loop_keeps_running_while_work_runs() -> None:
+    pool = WorkerPool(1, time_limit=30.0)
+    release = threading.Event()
+    try:
+        job = asyncio.create_task(pool.run(lambda: release.wait(30.0)))
+        for _ in range(5):  # the loop answers other tasks while the worker is busy
+            await asyncio.sleep(0)
+        assert not job.done()
+        release.set()
+        assert await job is True
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.asyncio
+async def test_work_past_the_time_limit_is_a_deadline_error_and_runs_on() -> None:
+    pool = WorkerPool(1, time_limit=0.05)
+    release = threading.Event()
+    finished = threading.Event()
+
+    def slow() -> None:
+        release.wait(30.0)
+        finished.set()
+
+    try:
+        with pytest.raises(DeadlineError, match=r"compiling ran past its time limit of 0\.05 s"):
+            await pool.run(slow, what="compiling")
+        assert not finished.is_set()
+        release.set()
+        assert await asyncio.to_thread(finished.wait, 30.0)
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.asyncio
+async def test_a_shut_down_pool_takes_no_work() -> None:
+    pool = WorkerPool(1, time_limit=1.0)
+    pool.shutdown()
+    with pytest.raises(UnavailableError):
+        await pool.run(lambda: None)
+
+
+def test_workers_are_daemon_threads() -> None:
+    pool = WorkerPool(3, time_limit=1.0, name="probe")
+    try:
+        names = [t for t in threading.enumerate() if t.name.startswith("probe-")]
+        assert len(names) == 3 and all(t.daemon for t in names)
+    finally:
+        pool.shutdown()
+    with pytest.raises(ValueError, match="at least one thread"):
+        WorkerPool(0, time_limit=1.0)
