@@ -171,43 +171,71 @@ def _scan_literal(text: str, pos: int) -> tuple[_Step, int]:
 
 
 class _AnswerScanner:
-    """The lenient PEG above as a resumable state machine over a growing text."""
+    """The lenient PEG above as a resumable state machine over a growing text.
 
-    __slots__ = ("_cut", "_expect", "_fenced", "_key", "_phase", "_pos", "_stack", "_text", "_value_end",
-                 "_value_start")
+    Positions are relative to `_text`, which holds the text from absolute offset `_base` on; a stream
+    drops what it no longer needs (`forget_before`), so each piece costs time in its own length.
+    """
+
+    __slots__ = ("_base", "_cut", "_expect", "_fenced", "_key", "_phase", "_pos", "_stack", "_text",
+                 "_value_end", "_value_start")
 
     def __init__(self) -> None:
         self._text = ""
+        self._base = 0
         self._pos = 0
         self._phase = _Phase.LEAD
         self._fenced = False
         self._expect = _Expect.VALUE
         self._key = False  # the open string is an object key
         self._stack: list[str] = []  # the open containers, "{" or "["
-        self._value_start = -1
-        self._value_end = -1
-        self._cut = -1  # where an open string's content stops (a cut escape), -1: at the end of the text
+        self._value_start: int | None = None
+        self._value_end: int | None = None
+        self._cut: int | None = None  # where an open string's content stops (a cut escape); None: at the end
 
     def feed(self, piece: str) -> None:
         self._text += piece
         while self._phase is not _Phase.FAILED and self._PHASES[self._phase](self):
             pass
 
-    @property
-    def text(self) -> str:
-        return self._text
+    def state(self) -> AnswerState:
+        if self._phase is _Phase.FAILED:
+            return AnswerState.INVALID
+        complete = self._phase is _Phase.END or (self._phase is _Phase.TRAIL and not self._fenced)
+        return AnswerState.COMPLETE if complete else AnswerState.OPEN
+
+    def content_bounds(self) -> tuple[int, int] | None:
+        """The absolute start and end of the content; None when there is none (invalid, or not begun)."""
+        if self._phase is _Phase.FAILED or self._value_start is None:
+            return None
+        if self._value_end is not None:
+            end = self._value_end
+        else:
+            end = self._cut if self._cut is not None else len(self._text)
+        return self._value_start + self._base, end + self._base
+
+    def slice(self, start: int, end: int) -> str:
+        """The text between two absolute offsets (not before what was forgotten)."""
+        return self._text[start - self._base : end - self._base]
+
+    def forget_before(self, offset: int) -> None:
+        """Drop the text before an absolute offset, keeping all the scan still needs."""
+        drop = min(offset - self._base, self._pos)
+        if drop <= 0:
+            return
+        self._text = self._text[drop:]
+        self._base += drop
+        self._pos -= drop
+        if self._value_start is not None:
+            self._value_start -= drop
+        if self._value_end is not None:
+            self._value_end -= drop
+        if self._cut is not None:
+            self._cut -= drop
 
     def answer(self) -> JsonAnswer:
-        if self._phase is _Phase.FAILED:
-            return JsonAnswer("", AnswerState.INVALID)
-        if self._value_start < 0:
-            content = ""
-        elif self._value_end >= 0:
-            content = self._text[self._value_start : self._value_end]
-        else:
-            content = self._text[self._value_start : self._cut if self._cut >= 0 else len(self._text)]
-        complete = self._phase is _Phase.END or (self._phase is _Phase.TRAIL and not self._fenced)
-        return JsonAnswer(content, AnswerState.COMPLETE if complete else AnswerState.OPEN)
+        bounds = self.content_bounds()
+        return JsonAnswer(self.slice(*bounds) if bounds else "", self.state())
 
     # Each phase step returns True when it moved on to another phase (run the next step), False when it
     # needs more text or failed.
@@ -249,7 +277,7 @@ class _AnswerScanner:
                 return False
             if step is _Step.FAIL:
                 return self._fail()
-            if self._value_end >= 0:
+            if self._value_end is not None:
                 self._phase = _Phase.TRAIL
                 return True
 
@@ -340,9 +368,9 @@ class _AnswerScanner:
         step, end = _scan_string(self._text, self._pos)
         self._pos = end
         if step is _Step.MORE:
-            self._cut = end if end < len(self._text) else -1
+            self._cut = end if end < len(self._text) else None
         elif step is _Step.DONE:
-            self._cut = -1
+            self._cut = None
             if self._key:
                 self._expect = _Expect.OBJECT_COLON
             else:
@@ -455,37 +483,46 @@ class ContentStream:
 
     `push` appends the next piece of generated text and returns only what it added to the content.
     While the text has no content (an opening fence, an answer that cannot parse) nothing is added, as
-    llama-server skips a chunk whose parse is empty. Does no I/O; not thread-safe.
+    llama-server skips a chunk whose parse is empty. Each push costs time in the piece's length (and the
+    unfinished token's), not the answer's. Does no I/O; not thread-safe.
     """
 
-    __slots__ = ("_content", "_scanner")
+    __slots__ = ("_emitted", "_end", "_pieces", "_scanner")
 
     def __init__(self) -> None:
         self._scanner = _AnswerScanner()
-        self._content = ""
+        self._pieces: list[str] = []  # the raw text pushed
+        self._emitted: list[str] = []  # the growth returned
+        self._end: int | None = None  # absolute offset where the content streamed so far ends
 
     def push(self, piece: str) -> str:
         """Append `piece` to the answer; return the growth of the content (often "")."""
+        self._pieces.append(piece)
         self._scanner.feed(piece)
-        content = self._scanner.answer().content
-        if not content:
+        bounds = self._scanner.content_bounds()
+        if bounds is None or bounds[0] == bounds[1]:
             return ""
-        # The content only grows (module contract), so the growth is what follows the last content.
-        growth = content[len(self._content) :]
-        self._content = content
+        start, end = bounds
+        # The content only grows (module contract): what is new lies past where the last growth ended.
+        emitted_end = start if self._end is None else self._end
+        growth = self._scanner.slice(emitted_end, end) if end > emitted_end else ""
+        self._end = max(emitted_end, end)
+        self._scanner.forget_before(self._end)
+        if growth:
+            self._emitted.append(growth)
         return growth
 
     @property
     def content(self) -> str:
         """The content streamed so far (the concatenation of every growth returned)."""
-        return self._content
+        return "".join(self._emitted)
 
     @property
     def text(self) -> str:
         """The raw answer text pushed so far."""
-        return self._scanner.text
+        return "".join(self._pieces)
 
     @property
     def state(self) -> AnswerState:
         """Whether the answer so far is open, complete or invalid."""
-        return self._scanner.answer().state
+        return self._scanner.state()

@@ -181,7 +181,7 @@ _JSON_VALUES = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     value=_JSON_VALUES,
     indent=st.sampled_from([None, 0, 2]),
