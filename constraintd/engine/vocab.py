@@ -43,7 +43,8 @@ class TokenAttr(enum.IntFlag):
 
 # The tokens llama.cpp's tokenizer matches by their text before running the model's tokenizer
 # (`cache_special_tokens`: control, user-defined and unknown tokens).
-_SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
+_SPECIAL = int(TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN)
+_LSTRIP, _RSTRIP = int(TokenAttr.LSTRIP), int(TokenAttr.RSTRIP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +131,7 @@ class Vocab:
         "_plain_by_piece",
         "_plain_by_text",
         "_rules",
-        "_special_ids",
+        "_specials",
         "_texts",
     )
 
@@ -182,7 +183,7 @@ class Vocab:
         self._rules = tokenizer
         self._hash: str | None = None
         self._piece_lengths: npt.NDArray[np.int32] | None = None
-        self._special_ids: tuple[tuple[bytes, int, int], ...] | None = None
+        self._specials: _SpecialTokens | None = None
         self._plain_by_piece: dict[bytes, int] | None = None
         self._plain_by_text: dict[str, int] | None = None
 
@@ -279,45 +280,36 @@ class Vocab:
         return self._hash
 
     def token_for_text(self, text: str) -> int | None:
-        """The single token a grammar's `<text>` terminal names, or None if the text is not one token.
+        """The single token llama.cpp's tokenizer makes of `text`, or None if it makes zero or several.
 
-        llama.cpp tokenizes the whole terminal, brackets included (`<|im_end|>`), with special tokens
-        parsed, and requires exactly one token. Pass that text; the text between the brackets is taken
-        too (it cannot hold `>`, so the two forms never collide) and gets its brackets back.
+        This is how llama.cpp's GBNF parser resolves a `<...>` terminal: it tokenizes the whole terminal,
+        brackets included (`<|im_end|>`), with special tokens parsed and no BOS/EOS, and requires exactly
+        one token. So pass the terminal as written, brackets and all.
 
         Special tokens (control, user-defined, unknown) are found exactly as llama.cpp's tokenizer splits
-        text around them, longest text first. Text left between or around them must be one plain token:
-        that is decided by spelling the text as the tokenizer would (SentencePiece's space prefix and
-        U+2581 spaces, byte-level BPE's byte image, ...) and looking the spelling up among the token
-        texts. This is where it approximates llama.cpp: it does not run the tokenizer itself, so for a text
-        that is a token but that the tokenizer would split (a BPE pre-tokenizer boundary, a merge order
-        that never builds the token, WordPiece or Unigram normalisation) it returns that token where
-        llama.cpp would refuse the terminal. Special tokens with the same byte length that overlap in the
-        text are tried in id order (llama.cpp's order among them is unspecified).
-
-        Does not check that a text is well-formed GBNF.
+        text around them, longest text first, LSTRIP / RSTRIP tokens eating the whitespace beside them.
+        A text that is not one special token must be one plain token: that is decided by spelling the
+        text as the tokenizer would (SentencePiece's space prefix and U+2581 spaces, byte-level BPE's
+        byte image, WordPiece's word mark) and looking the spelling up among the token texts; for RWKV,
+        and for vocabularies built from a list without a tokenizer, among the pieces. This is where it
+        approximates llama.cpp: the tokenizer itself is not run, so for a text whose spelling is a token
+        but which the tokenizer would split (a BPE pre-tokenizer boundary, a merge order that never builds
+        the token, WordPiece or Unigram normalisation) it returns that token where llama.cpp makes several,
+        and a text the tokenizer turns into one token some other way (a single byte-fallback token) is
+        missed. Special tokens with the same byte length that overlap in the text are tried in id order
+        (llama.cpp's order among them is unspecified).
         """
-        if not text.endswith(">"):
-            text = f"<{text}>"
-        data = text.encode("utf-8", "surrogateescape")
-        fragments = _split_special(data, self._special_table())
+        if not text:
+            return None  # llama.cpp makes no token of it
+        if self._specials is None:
+            self._specials = _SpecialTokens(self._texts or (), self._attrs or ())
+        fragments = self._specials.split(text.encode("utf-8", "surrogateescape"))
         if len(fragments) != 1:
             return None
         fragment = fragments[0]
         if isinstance(fragment, int):
             return fragment
         return self._plain_token(fragment)
-
-    def _special_table(self) -> tuple[tuple[bytes, int, int], ...]:
-        if self._special_ids is None:
-            specials: list[tuple[bytes, int, int]] = []
-            if self._texts is not None and self._attrs is not None:
-                for token, (text, attr) in enumerate(zip(self._texts, self._attrs, strict=True)):
-                    if attr & _SPECIAL and text:
-                        specials.append((text.encode("utf-8", "surrogateescape"), token, attr))
-            specials.sort(key=lambda entry: -len(entry[0]))
-            self._special_ids = tuple(specials)
-        return self._special_ids
 
     def _plain_token(self, data: bytes) -> int | None:
         rules = self._rules
@@ -340,35 +332,57 @@ class Vocab:
 Fragment = bytes | int  # raw text still to tokenize, or a special token found in it
 
 
-def _split_special(data: bytes, specials: Sequence[tuple[bytes, int, int]]) -> list[Fragment]:
-    # llama.cpp's tokenizer_st_partition with parse_special: each special token in turn (longest first)
-    # cuts every raw fragment around its occurrences; LSTRIP / RSTRIP tokens eat the whitespace beside them.
-    fragments: list[Fragment] = [data]
-    for text, token, attr in specials:
-        if not any(isinstance(f, bytes) and text in f for f in fragments):
-            continue
-        cut: list[Fragment] = []
-        for fragment in fragments:
-            if isinstance(fragment, int) or text not in fragment:
-                cut.append(fragment)
-                continue
-            rest = fragment
-            while True:
-                at = rest.find(text)
-                if at < 0:
-                    if rest:
-                        cut.append(rest)
-                    break
-                left, rest = rest[:at], rest[at + len(text) :]
-                if attr & TokenAttr.LSTRIP:
-                    left = left.rstrip(_C_SPACE)
-                if left:
-                    cut.append(left)
-                cut.append(token)
-                if attr & TokenAttr.RSTRIP:
-                    rest = rest.lstrip(_C_SPACE)
-        fragments = cut
-    return fragments
+class _SpecialTokens:
+    """llama.cpp's `cache_special_tokens` and the split of text around them (`tokenizer_st_partition`)."""
+
+    __slots__ = ("by_length",)
+
+    def __init__(self, texts: Sequence[str], attrs: Sequence[int]) -> None:
+        tables: dict[int, dict[bytes, tuple[int, int]]] = {}
+        for token, (text, attr) in enumerate(zip(texts, attrs, strict=True)):
+            if attr & _SPECIAL and text:
+                data = text.encode("utf-8", "surrogateescape")
+                tables.setdefault(len(data), {}).setdefault(data, (token, attr))
+        # llama.cpp tries them longest first
+        self.by_length = sorted(tables.items(), reverse=True)
+
+    def split(self, data: bytes) -> list[Fragment]:
+        """Cut `data` around the special tokens in it, as llama.cpp's tokenizer does with parse_special."""
+        fragments: list[Fragment] = [data]
+        for text, token, attr in self._found_in(data):
+            cut: list[Fragment] = []
+            for fragment in fragments:
+                if isinstance(fragment, int) or text not in fragment:
+                    cut.append(fragment)
+                    continue
+                rest = fragment
+                while (at := rest.find(text)) >= 0:
+                    left, rest = rest[:at], rest[at + len(text) :]
+                    if attr & _LSTRIP:
+                        left = left.rstrip(_C_SPACE)
+                    if left:
+                        cut.append(left)
+                    cut.append(token)
+                    if attr & _RSTRIP:
+                        rest = rest.lstrip(_C_SPACE)
+                if rest:
+                    cut.append(rest)
+            fragments = cut
+        return fragments
+
+    def _found_in(self, data: bytes) -> list[tuple[bytes, int, int]]:
+        # Only a special token occurring in `data` can cut one of its fragments. Looking up every
+        # substring of each length costs len(data) x (distinct lengths) dictionary probes, instead of a
+        # search for each of the thousands of special tokens some vocabularies have.
+        found: list[tuple[bytes, int, int]] = []
+        for length, table in self.by_length:
+            here = {
+                data[i : i + length]: table[data[i : i + length]]
+                for i in range(len(data) - length + 1)
+                if data[i : i + length] in table
+            }
+            found.extend(sorted(((text, *entry) for text, entry in here.items()), key=lambda e: e[1]))
+        return found
 
 
 _C_SPACE = b" \t\n\v\f\r"  # C's isspace in the "C" locale
