@@ -284,7 +284,7 @@ def probe(args: argparse.Namespace) -> str:
         ProbeFailed: anything else, with the exit status for it.
     """
     sock, authority = _connect(args.addr, args.timeout)
-    tls = args.tls or args.tls_ca is not None
+    tls = args.tls or args.tls_no_verify or args.tls_ca is not None or args.tls_cert is not None
     try:
         if tls:
             context = ssl.create_default_context(cafile=args.tls_ca)
@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--addr", required=True, help="unix:///path/to.sock or host:port")
     parser.add_argument("--service", default="", help="the service to ask about; empty: the whole server")
     parser.add_argument("--timeout", type=float, default=2.0, help="seconds for connect and answer")
-    parser.add_argument("--tls", action="store_true", help="use TLS (implied by --tls-ca)")
+    parser.add_argument("--tls", action="store_true", help="use TLS (implied by the other --tls options)")
     parser.add_argument("--tls-ca", help="PEM file of the CA that signed the server's certificate")
     parser.add_argument("--tls-cert", help="client certificate (PEM) for mutual TLS")
     parser.add_argument("--tls-key", help="client key (PEM) for mutual TLS")

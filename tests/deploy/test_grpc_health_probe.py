@@ -78,7 +78,7 @@ CASES = [
     ("unix", ["--service", "no.such.Service"], 3, "NOT_FOUND"),
     ("tls", ["--tls-ca", "{ca}", "--tls-server-name", "constraintd.test"], 0, "status: SERVING"),
     ("tls", ["--tls"], 2, "TLS handshake"),  # the self-signed certificate is not trusted
-    ("tls", ["--tls", "--tls-no-verify"], 0, "status: SERVING"),
+    ("tls", ["--tls-no-verify"], 0, "status: SERVING"),
     ("tcp", ["--tls-ca", "{ca}"], 2, "TLS handshake"),  # a plaintext port
 ]
 
