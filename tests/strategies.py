@@ -2,7 +2,8 @@
 
 The grammars use a tiny alphabet so that random texts often match: ASCII letters a-c, "é" (2 bytes),
 "中" (3 bytes) and "😀" (4 bytes), so partial UTF-8 sequences across tokens are common. Left-recursive
-draws are for the caller to skip (they raise GrammarError when compiled).
+draws are for the caller to skip (they raise GrammarError when compiled). Token terminals name
+tokens 1 and 2.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ _ATOMS = st.sampled_from(
         "r3",
         '("a" | "b" r2)',
         '("" | "c")',
+        "<[1]>",
+        "!<[2]>",
     ]
 )
 _QUANTIFIERS = st.sampled_from(["", "", "", "*", "+", "?", "{2}", "{0,2}", "{1,}"])
