@@ -1,0 +1,57 @@
+# The packed token mask: the layout of XGrammar, llguidance and vLLM, and the bytes on the wire.
+#
+# Invariants:
+# - ceil(n_tokens / 32) int32 words; token j is bit j % 32 of word j // 32; 1 = allowed; bits past
+#   n_tokens are 0. Word values are those of the little-endian 32-bit words (sent as `<i4`).
+# - Nothing here knows grammars: these are conversions between bools, words and logits.
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from constraintd.errors import InputError
+
+__all__ = ["allowed_tokens", "apply_mask", "mask_words", "pack_mask", "unpack_mask"]
+
+
+def mask_words(n_tokens: int) -> int:
+    """How many 32-bit words a mask over `n_tokens` tokens has."""
+    return (n_tokens + 31) // 32
+
+
+def pack_mask(allowed: npt.ArrayLike) -> npt.NDArray[np.int32]:
+    """Pack one bool per token into mask words."""
+    bits = np.asarray(allowed, dtype=np.bool_).reshape(-1)
+    padded = np.zeros(mask_words(bits.size) * 32, dtype=np.bool_)
+    padded[: bits.size] = bits
+    return np.packbits(padded, bitorder="little").view("<u4").astype(np.int32)
+
+
+def unpack_mask(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.bool_]:
+    """One bool per token from mask words.
+
+    Raises:
+        InputError: the words are fewer than `n_tokens` needs.
+    """
+    packed = np.asarray(words, dtype=np.int32).reshape(-1)
+    if packed.size < mask_words(n_tokens):
+        raise InputError(f"{packed.size} mask words cannot hold {n_tokens} tokens")
+    bits = np.unpackbits(packed.astype("<i4").view(np.uint8), bitorder="little")
+    return bits[:n_tokens].astype(np.bool_)
+
+
+def allowed_tokens(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.int64]:
+    """The ids of the allowed tokens, ascending."""
+    return np.flatnonzero(unpack_mask(words, n_tokens))
+
+
+def apply_mask(logits: npt.NDArray[np.floating], words: npt.ArrayLike) -> None:
+    """Set, in place, the logit of every token the mask forbids to -inf (as llama.cpp's grammar sampler does).
+
+    `logits` holds one value per token (its length is the vocabulary size); does not touch allowed logits.
+
+    Raises:
+        InputError: the words are fewer than the logits need.
+    """
+    allowed = unpack_mask(words, logits.shape[-1])
+    logits[..., ~allowed] = -np.inf

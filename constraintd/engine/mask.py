@@ -1,0 +1,197 @@
+# The whole-vocabulary mask: every token llama_grammar_apply_impl leaves finite, from one grammar state.
+#
+# Contract:
+# - `compute_mask(state, partial, vocab, limit)` returns, for a grammar that is not awaiting a trigger, the
+#   packed mask (bitmask.py's layout) of exactly the tokens llama.cpp's apply allows from the stack set
+#   `state` (None: no stacks) after a piece left `partial` unfinished: end-of-generation tokens when
+#   the empty stack is among the stacks; never a NEVER token; otherwise the tokens some stack takes whole
+#   (llama_grammar_reject_candidates), an unfinished last sequence judged by match_partial_char.
+# - No Python loop over tokens. The tokens are walked column by column (decoded_vocab.py): all tokens
+#   that share a state at column j are moved on at once with numpy, through the state's code-point
+#   intervals (`State.segments`); Python runs once per (state, column), plus once per interval the first
+#   time a state meets it. Token-topped stacks decide the tokens they meet by id.
+# - `MaskCache` keeps finished masks keyed by (state, partial): states are interned, so a grammar state
+#   seen before costs a dict lookup. Masks handed out are read-only.
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from constraintd.engine.bitmask import pack_mask
+from constraintd.engine.decoded_vocab import (
+    END_OF_GENERATION,
+    ColumnTable,
+    DecodedVocab,
+    decode_partial,
+)
+from constraintd.engine.stacks import TOKEN
+from constraintd.engine.states import State
+from constraintd.engine.utf8 import PartialUtf8
+
+__all__ = ["MaskCache", "compute_allowed", "compute_mask"]
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+_DEAD: Final = 0
+
+
+class MaskCache:
+    """Finished masks of one grammar, least recently used dropped first."""
+
+    __slots__ = ("_masks", "max_entries")
+
+    def __init__(self, max_entries: int = 512) -> None:
+        self.max_entries = max_entries
+        self._masks: OrderedDict[tuple[State | None, PartialUtf8], npt.NDArray[np.int32]] = OrderedDict()
+
+    def get(self, state: State | None, partial: PartialUtf8) -> npt.NDArray[np.int32] | None:
+        key = (state, partial)
+        mask = self._masks.get(key)
+        if mask is not None:
+            with contextlib.suppress(KeyError):  # dropped meanwhile by another thread
+                self._masks.move_to_end(key)
+        return mask
+
+    def put(self, state: State | None, partial: PartialUtf8, mask: npt.NDArray[np.int32]) -> None:
+        self._masks[(state, partial)] = mask
+        while len(self._masks) > self.max_entries:
+            try:
+                self._masks.popitem(last=False)
+            except KeyError:
+                break
+
+
+def compute_mask(
+    state: State | None, partial: PartialUtf8, vocab: DecodedVocab, limit: int
+) -> npt.NDArray[np.int32]:
+    """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only).
+
+    Raises:
+        LimitError: a state met inside a token has more than `limit` stacks.
+    """
+    mask = pack_mask(compute_allowed(state, partial, vocab, limit))
+    mask.flags.writeable = False
+    return mask
+
+
+def compute_allowed(state: State | None, partial: PartialUtf8, vocab: DecodedVocab, limit: int) -> BoolArray:
+    """One bool per token: what `compute_mask` packs."""
+    allowed = np.zeros(vocab.n_tokens, dtype=np.bool_)
+    if state is None:
+        return allowed
+    if state.has_empty:
+        allowed[vocab.kinds == END_OF_GENERATION] = True
+    if partial[1] <= 0:
+        table = vocab.fresh_table()
+        rows = _walk(table, table.columns, state, limit)
+        allowed[table.ids[rows]] = True
+        return allowed
+    value, n_remain = partial
+    after = vocab.partial_table(n_remain)
+    # pieces too short to finish the sequence: only their unfinished end is judged
+    if after.short_ids.size:
+        values = (value << (6 * after.short_lengths)) | after.short_bits
+        codes = (values << 2) | (n_remain - after.short_lengths)
+        verdict = {code: state.partial_ok(decode_partial(code)) for code in np.unique(codes).tolist()}
+        keep = np.array([verdict[code] for code in codes.tolist()], dtype=np.bool_)
+        allowed[after.short_ids[keep]] = True
+    # the others finish it with their first bytes: column 0 is the finished code point
+    table = after.long
+    if table.ids.size:
+        first = (value << (6 * n_remain)) | after.long_bits
+        rows = _walk(table, (first, *table.columns[1:]), state, limit)
+        allowed[table.ids[rows]] = True
+    return allowed
+
+
+def _walk(table: ColumnTable, columns: tuple[IntArray, ...], start: State, limit: int) -> IntArray:
+    # rows of `table` allowed from `start`; `columns` are the table's, possibly with column 0 replaced
+    allowed = np.zeros(table.ids.size, dtype=np.bool_)
+    states: list[State | None] = [None, start]
+    local: dict[State | None, int] = {None: _DEAD, start: 1}
+    next_ids: dict[int, IntArray] = {}
+
+    def local_id(state: State | None) -> int:
+        found = local.get(state)
+        if found is None:
+            found = local[state] = len(states)
+            states.append(state)
+        return found
+
+    def segment_map(index: int) -> tuple[IntArray, IntArray]:
+        state = states[index]
+        assert state is not None
+        bounds, after = state.segments(limit)
+        ids = next_ids.get(index)
+        if ids is None:
+            ids = next_ids[index] = np.array([local_id(s) for s in after], dtype=np.int64)
+        return bounds, ids
+
+    count_from = table.count_from
+    # rows without a single code point only end in an unfinished sequence
+    no_code_points = np.arange(count_from[0] if count_from else 0, table.ids.size, dtype=np.int64)
+    _judge_ends(table, no_code_points, np.ones(no_code_points.size, dtype=np.int64), states, allowed)
+    rows = np.arange(count_from[0] if count_from else 0, dtype=np.int64)
+    at = np.ones(rows.size, dtype=np.int64)
+    for j, column in enumerate(columns):
+        if rows.size == 0:
+            break
+        present = at[:1] if at.min() == at.max() else np.unique(at)
+        for index in present.tolist():
+            state = states[index]
+            if state is not None and state.token_tops:
+                _judge_token_tops(table, state, rows[at == index], allowed)
+        code_points = column[rows]
+        if present.size == 1:
+            bounds, ids = segment_map(int(present[0]))
+            at = ids[np.searchsorted(bounds, code_points, side="right")]
+        else:
+            moved = np.empty_like(at)
+            for index in present.tolist():
+                where = at == index
+                bounds, ids = segment_map(index)
+                moved[where] = ids[np.searchsorted(bounds, code_points[where], side="right")]
+            at = moved
+        alive = at != _DEAD
+        rows, at = rows[alive], at[alive]
+        # rows are in table order, so the ones whose code points end here are a suffix
+        split = int(np.searchsorted(rows, count_from[j + 1] if j + 1 < len(count_from) else 0))
+        if split < rows.size:
+            _judge_ends(table, rows[split:], at[split:], states, allowed)
+            rows, at = rows[:split], at[:split]
+    return np.flatnonzero(allowed)
+
+
+def _judge_token_tops(table: ColumnTable, state: State, rows: IntArray, allowed: BoolArray) -> None:
+    # rows reaching a token-topped stack with code points left: decided by token id alone
+    ids = table.ids[rows]
+    for kind, value, _ in state.token_tops:
+        if kind == TOKEN:
+            allowed[rows[ids == value]] = True
+        else:
+            allowed[rows[ids != value]] = True
+
+
+def _judge_ends(
+    table: ColumnTable, rows: IntArray, at: IntArray, states: list[State | None], allowed: BoolArray
+) -> None:
+    # rows whose code points all matched: allowed unless they end in an unfinished sequence that no char
+    # class on top could still match
+    if rows.size == 0:
+        return
+    partials = table.partials[rows]
+    whole = partials == 0
+    allowed[rows[whole]] = True
+    if whole.all():
+        return
+    rows, at, partials = rows[~whole], at[~whole], partials[~whole]
+    pairs, inverse = np.unique(np.stack((at, partials)), axis=1, return_inverse=True)
+    verdicts = []
+    for index, code in zip(pairs[0].tolist(), pairs[1].tolist(), strict=True):
+        state = states[index]
+        verdicts.append(state is not None and state.partial_ok(decode_partial(code)))
+    allowed[rows[np.array(verdicts, dtype=np.bool_)[inverse.reshape(-1)]]] = True

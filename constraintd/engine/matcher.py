@@ -1,0 +1,286 @@
+# The cursor over a compiled grammar: one generation's state, cheap to fork, roll back and replay.
+#
+# Contract (DESIGN.md, fixed points):
+# - State is the stack set (an interned `State`), the unfinished UTF-8 sequence, the lazy trigger wait
+#   (its buffer) and the trail of snapshots that `rollback` pops. Everything else is the `Grammar`'s.
+# - `allows(t)` is True exactly when llama_grammar_apply_impl leaves t finite; `mask()` packs `allows`
+#   over the vocabulary; neither changes anything.
+# - `accept(t)` is llama_grammar_accept_impl on a token `allows` allows: it returns False, and changes
+#   nothing, for a token `allows` refuses (llama.cpp would accept some of those blindly: an invalid UTF-8
+#   piece, a piece whose unfinished end cannot match; the sampler never gives it one) and for one whose
+#   acceptance leaves no stack (llama.cpp throws and the server aborts: a token terminal after characters
+#   inside one token, or a lazy grammar's replay the grammar refuses).
+# - An end-of-generation token is accepted when the grammar is complete and changes no stacks, as in
+#   llama.cpp. A lazy grammar allows and accepts every token while it waits.
+# - A stack set above `max_stacks` raises LimitError and leaves the matcher as it was.
+from __future__ import annotations
+
+import operator
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from constraintd.engine.bitmask import pack_mask
+from constraintd.engine.decoded_vocab import END_OF_GENERATION, NEVER
+from constraintd.engine.grammar import Grammar
+from constraintd.engine.lazy import BufferedToken
+from constraintd.engine.mask import compute_mask
+from constraintd.engine.stacks import StackSet
+from constraintd.engine.states import State
+from constraintd.engine.utf8 import FRESH, INVALID, PartialUtf8, decode_utf8
+from constraintd.errors import InputError, LimitError, TokenError
+
+__all__ = ["Matcher"]
+
+_BYTES: Final = -1  # trail entry of an accept_bytes call
+# (state, partial, awaiting trigger, tokens buffered) before one accept, and what was accepted
+_Snapshot = tuple[State, PartialUtf8, bool, int, int]
+
+
+class Matcher:
+    """The state of one generation over a `Grammar`: allows / accept / mask, fork and rollback."""
+
+    __slots__ = ("_awaiting", "_buffer", "_buffered", "_partial", "_state", "_trail", "grammar", "max_stacks")
+
+    def __init__(self, grammar: Grammar, *, max_stacks: int = 10_000) -> None:
+        """Start at the beginning of `grammar`.
+
+        Raises:
+            LimitError: the grammar starts with more than `max_stacks` stacks.
+        """
+        self.grammar = grammar
+        self.max_stacks = max_stacks
+        self._trail: list[_Snapshot] = []
+        self._buffer = bytearray()
+        self._buffered: list[BufferedToken] = []
+        self._start()
+
+    def _start(self) -> None:
+        initial = self.grammar.initial
+        assert initial is not None  # every alternate of the root advances to at least one stack
+        if len(initial.stacks) > self.max_stacks:
+            raise LimitError(f"the grammar starts with {len(initial.stacks)} stacks, above {self.max_stacks}")
+        self._state: State = initial
+        self._partial: PartialUtf8 = FRESH
+        self._awaiting: bool = self.grammar.lazy
+
+    # -- questions (never change the state) --------------------------------------------------------
+
+    @property
+    def history(self) -> tuple[int, ...]:
+        """The accepted tokens, in order (bytes given to `accept_bytes` are not tokens and not listed)."""
+        return tuple(entry[4] for entry in self._trail if entry[4] != _BYTES)
+
+    @property
+    def stacks(self) -> StackSet:
+        """The current stack set (grammar positions, bottom first); for inspection."""
+        return self._state.stacks
+
+    @property
+    def awaiting_trigger(self) -> bool:
+        """Whether a lazy grammar still waits for its trigger."""
+        return self._awaiting
+
+    def is_complete(self) -> bool:
+        """Whether the grammar may end here: an empty stack is among the stacks, so end-of-generation
+        tokens are allowed (also while a lazy grammar waits, when every token is)."""
+        return self._awaiting or self._state.has_empty
+
+    def allows(self, token: int) -> bool:
+        """Whether llama.cpp's grammar sampler would leave `token`'s logit finite now. Changes nothing.
+
+        Raises:
+            TokenError: `token` is outside the vocabulary.
+            LimitError: deciding it meets more than `max_stacks` stacks.
+        """
+        token = self._check(token)
+        if self._awaiting:
+            return True
+        kind = self.grammar.decoded.kinds[token]
+        if kind == END_OF_GENERATION:
+            return self._state.has_empty
+        if kind == NEVER:
+            return False
+        code_points, partial = self.grammar.decoded.decode(token, self._partial)
+        if partial == INVALID:
+            return False
+        return self._state.walk(token, code_points, partial, self.max_stacks)[0]
+
+    def mask(self) -> npt.NDArray[np.int32]:
+        """The packed mask of every token `allows` allows (read-only; copy it to change it). Changes nothing.
+
+        Raises:
+            LimitError: a token meets more than `max_stacks` stacks.
+        """
+        grammar = self.grammar
+        if self._awaiting:
+            return _all_allowed(grammar.n_vocab)
+        mask = grammar.masks.get(self._state, self._partial)
+        if mask is None:
+            mask = compute_mask(self._state, self._partial, grammar.decoded, self.max_stacks)
+            grammar.masks.put(self._state, self._partial, mask)
+        return mask
+
+    def fill_mask(self, out: npt.NDArray[np.int32]) -> None:
+        """Write `mask()` into `out` (int32, `ceil(n_vocab / 32)` words or more; extra words get 0).
+
+        Raises:
+            InputError: `out` is too small.
+        """
+        mask = self.mask()
+        if out.shape[-1] < mask.size:
+            raise InputError(f"a mask needs {mask.size} words, the buffer has {out.shape[-1]}")
+        out[..., : mask.size] = mask
+        out[..., mask.size :] = 0
+
+    # -- moves ----------------------------------------------------------------------------------
+
+    def accept(self, token: int) -> bool:
+        """Advance past `token` if the grammar allows it.
+
+        Returns:
+            True when accepted; False when rejected, with the state exactly as before.
+
+        Raises:
+            TokenError: `token` is outside the vocabulary.
+            LimitError: the stacks would exceed `max_stacks` (nothing changes).
+        """
+        token = self._check(token)
+        if self._awaiting:
+            return self._accept_awaiting(token)
+        state = self._state
+        kind = self.grammar.decoded.kinds[token]
+        if kind == END_OF_GENERATION:
+            if not state.has_empty:
+                return False
+            self._push(token)
+            return True
+        if kind == NEVER:
+            return False
+        code_points, partial = self.grammar.decoded.decode(token, self._partial)
+        if partial == INVALID:
+            return False
+        allowed, char_after = state.walk(token, code_points, partial, self.max_stacks)
+        if not allowed:
+            return False
+        after = state.accepted(token, code_points, self.max_stacks, char_after=char_after)
+        if after is None:
+            return False
+        self._push(token)
+        self._state, self._partial = after, partial
+        return True
+
+    def accept_bytes(self, data: bytes) -> bool:
+        """Advance past text that is not a token (a prefill): llama_grammar_accept_str.
+
+        As llama.cpp: an unfinished last UTF-8 sequence is kept for what follows; bytes that are not
+        UTF-8 make the whole of `data` count for nothing (and still succeed); token terminals take none
+        of it. A lazy grammar's wait is neither ended nor fed.
+
+        Returns:
+            True when accepted; False (state unchanged) when no stack takes the text, where llama.cpp throws.
+
+        Raises:
+            LimitError: the stacks would exceed `max_stacks` (nothing changes).
+        """
+        code_points, partial = decode_utf8(bytes(data), self._partial)
+        state: State | None = self._state
+        for code_point in code_points:
+            assert state is not None
+            state = state.step(code_point, self.max_stacks)
+            if state is None:
+                return False
+        assert state is not None
+        self._push(_BYTES)
+        self._state, self._partial = state, (FRESH if partial == INVALID else partial)
+        return True
+
+    def _accept_awaiting(self, token: int) -> bool:
+        piece = self.grammar.vocab.pieces[token]
+        triggers = self.grammar.triggers
+        entry: BufferedToken | None = None
+        if token in triggers.tokens:
+            replay: list[tuple[int, bytes]] | None = [(token, piece)]
+        else:
+            start = len(self._buffer)
+            entry = (token, start, start + len(piece))
+            replay = triggers.replay(bytes(self._buffer) + piece, [*self._buffered, entry])
+        state: State | None = self._state
+        partial = self._partial
+        for replayed, replayed_piece in replay or ():
+            assert state is not None
+            code_points, partial = decode_utf8(replayed_piece, partial)
+            state = state.accepted(replayed, code_points, self.max_stacks)
+            if state is None:
+                return False  # llama.cpp throws: the grammar refuses the text that triggered it
+            partial = FRESH if partial == INVALID else partial
+        self._push(token)
+        if entry is not None:
+            self._buffered.append(entry)
+            self._buffer += piece
+        if replay is not None:
+            assert state is not None
+            self._state, self._partial, self._awaiting = state, partial, False
+        return True
+
+    # -- history --------------------------------------------------------------------------------
+
+    def fork(self) -> Matcher:
+        """An independent copy: the same grammar, state and history."""
+        twin = Matcher.__new__(Matcher)
+        twin.grammar = self.grammar
+        twin.max_stacks = self.max_stacks
+        twin._state, twin._partial, twin._awaiting = self._state, self._partial, self._awaiting
+        twin._trail = list(self._trail)
+        twin._buffer = bytearray(self._buffer)
+        twin._buffered = list(self._buffered)
+        return twin
+
+    def rollback(self, n: int) -> None:
+        """Undo the last `n` successful `accept` / `accept_bytes` calls.
+
+        Raises:
+            InputError: `n` is negative or more than were made.
+        """
+        if not 0 <= n <= len(self._trail):
+            raise InputError(f"cannot roll back {n} steps: {len(self._trail)} were taken")
+        if n == 0:
+            return
+        state, partial, awaiting, buffered, _ = self._trail[-n]
+        del self._trail[-n:]
+        self._state, self._partial, self._awaiting = state, partial, awaiting
+        del self._buffered[buffered:]
+        del self._buffer[self._buffered[-1][2] if self._buffered else 0 :]
+
+    def reset(self) -> None:
+        """Back to the start of the grammar, with an empty history."""
+        self._trail.clear()
+        self._buffer.clear()
+        self._buffered.clear()
+        self._start()
+
+    def _push(self, token: int) -> None:
+        self._trail.append((self._state, self._partial, self._awaiting, len(self._buffered), token))
+
+    def _check(self, token: int) -> int:
+        token = operator.index(token)
+        if not 0 <= token < self.grammar.n_vocab:
+            raise TokenError(f"token {token} is outside the vocabulary of {self.grammar.n_vocab}")
+        return token
+
+    def __repr__(self) -> str:
+        waiting = ", awaiting trigger" if self._awaiting else ""
+        return f"<Matcher {len(self._state.stacks)} stacks, {len(self._trail)} steps{waiting}>"
+
+
+_ALL_ALLOWED: dict[int, npt.NDArray[np.int32]] = {}
+
+
+def _all_allowed(n_tokens: int) -> npt.NDArray[np.int32]:
+    mask = _ALL_ALLOWED.get(n_tokens)
+    if mask is None:
+        mask = pack_mask(np.ones(n_tokens, dtype=np.bool_))
+        mask.flags.writeable = False
+        _ALL_ALLOWED[n_tokens] = mask
+    return mask

@@ -1,0 +1,243 @@
+"""Matcher: allows / accept / mask agree; a rejected accept changes nothing; fork, rollback, reset, limits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, TokenError, Vocab, unpack_mask
+from constraintd.engine.stacks import accept_token
+from constraintd.errors import InputError
+from tests.strategies import grammars, texts, vocabs
+
+BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
+
+
+def byte_tokens(text: str) -> list[int]:
+    return list(text.encode())
+
+
+def compile_or_skip(text: str, vocab: Vocab) -> Grammar:
+    try:
+        return Grammar.from_gbnf(text, vocab)
+    except GrammarError:
+        assume(False)
+        raise
+
+
+def snapshot(matcher: Matcher) -> tuple[object, ...]:
+    return (matcher.stacks, matcher.history, matcher.is_complete(), matcher.mask().tobytes())
+
+
+def test_accept_and_complete() -> None:
+    matcher = Matcher(Grammar.from_gbnf('root ::= "ab" [0-9]+\n', BYTES))
+    assert not matcher.is_complete()
+    for token in byte_tokens("ab1"):
+        assert matcher.accept(token)
+    assert matcher.is_complete()
+    assert matcher.allows(ord("2"))
+    assert matcher.history == tuple(byte_tokens("ab1"))
+
+
+def test_end_of_generation_is_allowed_exactly_when_complete_and_changes_no_stacks() -> None:
+    matcher = Matcher(Grammar.from_gbnf('root ::= "a" "b"?\n', BYTES))
+    assert not matcher.allows(0)
+    assert not matcher.accept(0)
+    assert matcher.accept(ord("a"))
+    assert matcher.allows(0)
+    stacks = matcher.stacks
+    assert matcher.accept(0)
+    assert matcher.stacks == stacks
+    assert matcher.allows(ord("b"))  # as in llama.cpp, accepting it ends nothing
+    assert matcher.history == (ord("a"), 0)
+
+
+def test_a_rejected_accept_changes_nothing() -> None:
+    matcher = Matcher(Grammar.from_gbnf('root ::= "a" "中"\n', BYTES))
+    assert matcher.accept(ord("a"))
+    assert matcher.accept(0xE4)  # the first byte of 中
+    before = snapshot(matcher)
+    for token in (ord("a"), 0xE5, 0x80, 0):  # wrong char, wrong lead, invalid, end
+        assert not matcher.accept(token)
+        assert snapshot(matcher) == before
+
+
+def test_empty_and_nul_pieces_are_never_allowed() -> None:
+    vocab = Vocab([b"</s>", b"", b"\x00a", b"a", b"a\x00b"], eog_ids=[0])
+    matcher = Matcher(Grammar.from_gbnf("root ::= [^b]*\n", vocab))
+    assert unpack_mask(matcher.mask(), 5).tolist() == [True, False, False, True, True]
+    assert not matcher.accept(1) and not matcher.accept(2)
+    assert matcher.accept(4)  # the piece ends at its NUL: "a"
+
+
+def test_token_ids_outside_the_vocabulary_are_token_errors() -> None:
+    matcher = Matcher(Grammar.from_gbnf('root ::= "a"\n', BYTES))
+    for bad in (-1, 256, 10**9):
+        with pytest.raises(TokenError):
+            matcher.allows(bad)
+        with pytest.raises(TokenError):
+            matcher.accept(bad)
+
+
+def test_token_terminals() -> None:
+    vocab = Vocab([b"</s>", b"<think>", b"</think>", b"a", b"b"], eog_ids=[0])
+    grammar = Grammar.from_gbnf("root ::= <[1]> (!<[2]>)* <[2]> [ab]\n", vocab)
+    matcher = Matcher(grammar)
+    assert unpack_mask(matcher.mask(), 5).tolist() == [False, True, False, False, False]
+    assert matcher.accept(1)
+    assert unpack_mask(matcher.mask(), 5).tolist() == [False, True, True, True, True]
+    assert matcher.accept(3) and matcher.accept(1) and matcher.accept(2)
+    assert unpack_mask(matcher.mask(), 5).tolist() == [False, False, False, True, True]
+
+
+def test_a_token_terminal_inside_a_token_is_allowed_but_not_accepted_as_llama_cpp() -> None:
+    # llama.cpp's apply lets "ab" through (the terminal is decided by id), its accept then throws
+    vocab = Vocab([b"</s>", b"ab", b"a"], eog_ids=[0])
+    matcher = Matcher(Grammar.from_gbnf('root ::= "a" <[1]>\n', vocab))
+    assert matcher.allows(1)
+    before = snapshot(matcher)
+    assert not matcher.accept(1)
+    assert snapshot(matcher) == before
+
+
+def test_accept_bytes_is_a_prefill() -> None:
+    matcher = Matcher(Grammar.from_gbnf('root ::= "{" [a-z]* "}"\n', BYTES))
+    assert matcher.accept_bytes(b"{ab")
+    assert not matcher.accept_bytes(b"{")
+    assert matcher.accept_bytes(b"c}")
+    assert matcher.is_complete()
+    assert matcher.history == ()
+    matcher.rollback(1)
+    assert not matcher.is_complete()
+
+
+def test_accept_bytes_keeps_a_partial_sequence() -> None:
+    matcher = Matcher(Grammar.from_gbnf('root ::= "中"\n', BYTES))
+    assert matcher.accept_bytes("中".encode()[:1])
+    assert not matcher.allows(ord("a"))
+    assert matcher.allows("中".encode()[1])
+    assert matcher.accept_bytes("中".encode()[1:])
+    assert matcher.is_complete()
+
+
+def test_fork_is_independent() -> None:
+    matcher = Matcher(Grammar.from_gbnf("root ::= [a-z]+\n", BYTES))
+    matcher.accept(ord("a"))
+    twin = matcher.fork()
+    twin.accept(ord("b"))
+    assert matcher.history == (ord("a"),)
+    assert twin.history == (ord("a"), ord("b"))
+
+
+def test_rollback_and_reset() -> None:
+    matcher = Matcher(Grammar.from_gbnf('root ::= "ab" | "ac"\n', BYTES))
+    start = snapshot(matcher)
+    matcher.accept(ord("a"))
+    middle = snapshot(matcher)
+    matcher.accept(ord("b"))
+    matcher.rollback(1)
+    assert snapshot(matcher) == middle
+    assert matcher.accept(ord("c"))
+    matcher.rollback(2)
+    assert snapshot(matcher) == start
+    with pytest.raises(InputError):
+        matcher.rollback(1)
+    matcher.accept(ord("a"))
+    matcher.reset()
+    assert snapshot(matcher) == start
+
+
+def test_max_stacks() -> None:
+    # 4 stacks at the start, 6 after "a"
+    grammar = Grammar.from_gbnf('root ::= x*\nx ::= "a" | "a" "b"? | "a" "c"?\n', BYTES)
+    matcher = Matcher(grammar, max_stacks=4)
+    before = (matcher.stacks, matcher.history)
+    with pytest.raises(LimitError):
+        matcher.accept(ord("a"))
+    assert (matcher.stacks, matcher.history) == before
+    with pytest.raises(LimitError):
+        matcher.mask()  # a token meets the same stacks
+    assert Matcher(grammar, max_stacks=6).accept(ord("a"))
+    with pytest.raises(LimitError):
+        Matcher(grammar, max_stacks=3)
+
+
+def test_fill_mask() -> None:
+    matcher = Matcher(Grammar.from_gbnf('root ::= "a"\n', BYTES))
+    out = np.full(10, -1, dtype=np.int32)
+    matcher.fill_mask(out)
+    assert out[:8].tolist() == matcher.mask().tolist()
+    assert out[8:].tolist() == [0, 0]
+    with pytest.raises(InputError):
+        matcher.fill_mask(np.zeros(3, dtype=np.int32))
+
+
+def test_masks_are_read_only() -> None:
+    mask = Matcher(Grammar.from_gbnf('root ::= "a"\n', BYTES)).mask()
+    with pytest.raises(ValueError, match="read-only"):
+        mask[0] = 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(grammars(), vocabs(), st.lists(st.integers(0, 10**6), max_size=6))
+def test_mask_allows_and_accept_agree(text: str, vocab: Vocab, choices: list[int]) -> None:
+    grammar = compile_or_skip(text, vocab)
+    matcher = Matcher(grammar)
+    for choice in choices:
+        mask = unpack_mask(matcher.mask(), len(vocab))
+        before = snapshot(matcher)
+        for token in range(len(vocab)):
+            assert matcher.allows(token) == mask[token]
+            twin = matcher.fork()
+            accepted = twin.accept(token)
+            if not mask[token]:
+                assert not accepted
+                assert snapshot(twin) == before
+            elif accepted != mask[token]:
+                # only where llama.cpp's accept throws after its apply allowed the token
+                assert not accept_token(
+                    grammar.rules, matcher.stacks, matcher._partial, token, vocab.pieces[token]
+                )[0]
+        assert snapshot(matcher) == before
+        allowed = np.flatnonzero(mask)
+        if allowed.size == 0:
+            return
+        token = int(allowed[choice % allowed.size])
+        if not matcher.accept(token):
+            return
+
+
+@settings(max_examples=60, deadline=None)
+@given(grammars(), vocabs(), st.lists(st.integers(0, 10**6), min_size=1, max_size=8))
+def test_rollback_restores_the_mask(text: str, vocab: Vocab, choices: list[int]) -> None:
+    matcher = Matcher(compile_or_skip(text, vocab))
+    trail = [snapshot(matcher)]
+    for choice in choices:
+        allowed = np.flatnonzero(unpack_mask(matcher.mask(), len(vocab)))
+        if allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
+            break
+        trail.append(snapshot(matcher))
+    steps = len(trail) - 1
+    for n in range(steps, -1, -1):
+        twin = matcher.fork()
+        twin.rollback(n)
+        assert snapshot(twin) == trail[steps - n]
+
+
+@settings(max_examples=60, deadline=None)
+@given(grammars(), texts(max_size=8))
+def test_every_prefix_of_an_accepted_text_stays_alive(text: str, sample: str) -> None:
+    matcher = Matcher(compile_or_skip(text, BYTES))
+    tokens = byte_tokens(sample)
+    accepted = 0
+    for token in tokens:
+        if not matcher.accept(token):
+            break
+        accepted += 1
+    assume(accepted == len(tokens) and matcher.is_complete())
+    replay = Matcher(matcher.grammar)
+    for token in tokens:
+        assert unpack_mask(replay.mask(), len(BYTES))[token]
+        assert replay.accept(token)
