@@ -22,7 +22,7 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.vocab import BYTE_LEVEL_IMAGE, TokenAttr, TokenizerRules
+from constraintd.engine.token_lookup import BYTE_LEVEL_IMAGE, TokenAttr, TokenizerRules
 from constraintd.errors import VocabError
 
 __all__ = ["PIECE_DECODERS"]

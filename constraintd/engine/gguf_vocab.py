@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from constraintd.engine.gguf_file import GgufType, GgufValue, read_gguf_metadata
 from constraintd.engine.gguf_pieces import PIECE_DECODERS
-from constraintd.engine.vocab import TokenAttr, TokenizerRules
+from constraintd.engine.token_lookup import TokenAttr, TokenizerRules
 from constraintd.errors import VocabError
 
 __all__ = ["GgufVocabContent", "read_gguf_vocab"]

@@ -122,20 +122,25 @@ def test_token_for_text_finds_every_special_token_as_llama_cpp(
 
 @pytest.mark.oracle
 def test_token_for_text_on_normal_tokens(loaded: Loaded, oracle_report: OracleReport) -> None:
-    # A sample of normal tokens, each written as its piece: what a grammar author would put between
-    # the brackets of a terminal. Where the plain-text lookup approximates the tokenizer (see
-    # Vocab.token_for_text), the disagreements are counted in the report rather than failed.
+    # A sample of normal tokens, each written as its piece: what a grammar author would put in a
+    # terminal. The plain-text lookup does not run the tokenizer (see Vocab.token_for_text): it may name
+    # a token where llama.cpp makes several (counted in the report), but where llama.cpp makes exactly
+    # one token it must name that one.
     attrs = loaded.ours.token_attrs
     assert attrs is not None
     normal = [t for t in range(len(attrs)) if attrs[t] & int(TokenAttr.NORMAL) and not attrs[t] & SPECIAL]
     sample = normal[:: max(1, len(normal) // NORMAL_SAMPLE)]
-    same = total = 0
+    texts = []
     for token in sample:
         try:
-            text = loaded.ours.piece(token).decode("utf-8")
+            texts.append(loaded.ours.piece(token).decode("utf-8"))
         except UnicodeDecodeError:
             continue  # a grammar's text is UTF-8; a partial character is no terminal
-        total += 1
-        same += loaded.ours.token_for_text(text) == llama_single_token(loaded.llama, text)
-    oracle_report.add("token_for_text normal", loaded.name, identical=same, total=total)
-    assert total > 0
+    results = [
+        (text, loaded.ours.token_for_text(text), llama_single_token(loaded.llama, text)) for text in texts
+    ]
+    same = sum(ours == theirs for _, ours, theirs in results)
+    oracle_report.add("token_for_text normal", loaded.name, identical=same, total=len(results))
+    missed = [r for r in results if r[2] is not None and r[1] != r[2]]
+    assert not missed, missed[:10]
+    assert results
