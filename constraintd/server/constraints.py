@@ -1,0 +1,132 @@
+# What a session is asked to follow, and how each kind of ask becomes one GBNF grammar.
+#
+# Invariants:
+# - A `Constraint` is a value that says everything a compile depends on except the vocabulary; its key
+#   (with the vocabulary's hash) addresses the compiled grammar in the registry.
+# - Turning a constraint into GBNF is the engine's work (the JSON-schema converter, JSON mode, request
+#   resolution); this module only picks the engine function for the kind, from one table, and carries the
+#   conversion's warnings along. It does no I/O and imports no grpc.
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from constraintd.engine import requests
+from constraintd.engine.json_schema import convert_json_schema
+from constraintd.errors import InputError, LimitError
+
+__all__ = ["Constraint", "ConstraintKind", "ResolvedGrammar", "resolve"]
+
+
+class ConstraintKind(enum.Enum):
+    GBNF = "gbnf"
+    JSON_SCHEMA = "json_schema"
+    JSON_OBJECT = "json_object"
+    OPENAI_REQUEST = "openai_request"
+    OLLAMA_REQUEST = "ollama_request"
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """One constraint as a client asked for it.
+
+    Attributes:
+        kind: what `text` is.
+        text: the GBNF text, the JSON schema, or the request body (JSON text); empty for JSON mode.
+        root: the GBNF start symbol (GBNF only).
+        trigger_patterns: lazy-grammar patterns (llama.cpp's grammar_trigger_patterns).
+        trigger_tokens: lazy-grammar trigger tokens.
+    """
+
+    kind: ConstraintKind
+    text: str = ""
+    root: str = "root"
+    trigger_patterns: tuple[str, ...] = ()
+    trigger_tokens: tuple[int, ...] = ()
+
+    def key(self, vocab_hash: str) -> str:
+        """Content hash of this constraint over the vocabulary with `vocab_hash`."""
+        digest = hashlib.sha256(b"constraintd constraint 1")
+        parts = (self.kind.value, self.text, self.root, *self.trigger_patterns, vocab_hash)
+        for part in parts:
+            data = part.encode("utf-8", "surrogatepass")
+            digest.update(len(data).to_bytes(8, "little"))
+            digest.update(data)
+        digest.update(len(self.trigger_patterns).to_bytes(8, "little"))
+        for token in self.trigger_tokens:
+            digest.update(token.to_bytes(8, "little", signed=True))
+        return digest.hexdigest()
+
+    def check_size(self, max_bytes: int) -> None:
+        """Raises LimitError when the text is larger than `max_bytes` (UTF-8)."""
+        size = len(self.text.encode("utf-8", "surrogatepass"))
+        if size > max_bytes:
+            raise LimitError(f"the {self.kind.value} is {size} bytes, over the limit of {max_bytes}")
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedGrammar:
+    """A constraint as one GBNF grammar, ready to compile over a vocabulary."""
+
+    gbnf: str
+    root: str = "root"
+    trigger_patterns: tuple[str, ...] = ()
+    trigger_tokens: tuple[int, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def _gbnf(constraint: Constraint) -> ResolvedGrammar:
+    return ResolvedGrammar(
+        constraint.text, constraint.root, constraint.trigger_patterns, constraint.trigger_tokens
+    )
+
+
+def _json_schema(constraint: Constraint) -> ResolvedGrammar:
+    conversion = convert_json_schema(constraint.text)
+    return ResolvedGrammar(
+        conversion.grammar,
+        "root",
+        constraint.trigger_patterns,
+        constraint.trigger_tokens,
+        tuple(conversion.warnings),
+    )
+
+
+def _json_object(constraint: Constraint) -> ResolvedGrammar:
+    return ResolvedGrammar(
+        requests.json_object_grammar(), "root", constraint.trigger_patterns, constraint.trigger_tokens
+    )
+
+
+def _request(constraint: Constraint) -> ResolvedGrammar:
+    resolved = requests.resolve_request(constraint.text)
+    if resolved.gbnf is None:
+        raise InputError(f"the {constraint.kind.value} asks for free text: there is no constraint to hold")
+    return ResolvedGrammar(
+        resolved.gbnf,
+        resolved.root,
+        constraint.trigger_patterns,
+        constraint.trigger_tokens,
+        resolved.warnings,
+    )
+
+
+_RESOLVERS: dict[ConstraintKind, Callable[[Constraint], ResolvedGrammar]] = {
+    ConstraintKind.GBNF: _gbnf,
+    ConstraintKind.JSON_SCHEMA: _json_schema,
+    ConstraintKind.JSON_OBJECT: _json_object,
+    ConstraintKind.OPENAI_REQUEST: _request,
+    ConstraintKind.OLLAMA_REQUEST: _request,
+}
+
+
+def resolve(constraint: Constraint) -> ResolvedGrammar:
+    """The GBNF grammar (with root, triggers and warnings) a constraint stands for.
+
+    Raises:
+        SchemaError: a JSON schema or a request body the engine refuses (with its JSON pointer).
+        InputError: a request body that is not JSON or asks for nothing this service can constrain.
+    """
+    return _RESOLVERS[constraint.kind](constraint)

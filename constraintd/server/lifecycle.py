@@ -1,0 +1,239 @@
+# The service process's life as named steps: startup, serve, shutdown.
+#
+# Invariants:
+# - All state lives in one `Service` object passed around explicitly (no module globals): registry,
+#   session store, worker pool, metrics, the grpc.aio server, health.
+# - startup: bind every address (failing startup if one cannot be bound), start the server, start the
+#   metrics endpoint and the idle-session sweep, then report SERVING.
+# - shutdown, in this order: health NOT_SERVING; stop opening sessions; `server.stop(grace)` (in-flight
+#   calls get `grace` seconds, new calls are refused); stop the sweep, the workers and the metrics
+#   endpoint; release every session.
+# - The first SIGTERM or SIGINT begins the shutdown; a second one exits the process at once.
+# - The event loop comes from a loop factory: uvloop when installed and wanted, asyncio's otherwise.
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+
+import grpc
+from grpc_health.v1.health import SERVICE_NAME as HEALTH_SERVICE_NAME
+from grpc_reflection.v1alpha import reflection
+
+from constraintd.errors import UnavailableError
+from constraintd.server.config import ServerConfig
+from constraintd.server.health import SERVICE_NAME, Health
+from constraintd.server.logs import fields
+from constraintd.server.metrics import Metrics, MetricsServer
+from constraintd.server.operations import Operations
+from constraintd.server.registry import Registry
+from constraintd.server.security import BearerTokenInterceptor, server_credentials
+from constraintd.server.servicer import ConstraintdServicer
+from constraintd.server.sessions import SessionStore
+from constraintd.server.workers import WorkerPool
+from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
+
+__all__ = ["EXIT_FORCED", "Service", "ServiceState", "loop_factory", "run"]
+
+log = logging.getLogger("constraintd.server")
+
+EXIT_FORCED = 3
+
+
+class ServiceState(enum.Enum):
+    CREATED = "created"
+    STARTING = "starting"
+    SERVING = "serving"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+def _force_exit() -> None:
+    log.warning("second signal: exiting at once")
+    os._exit(EXIT_FORCED)
+
+
+class Service:
+    """One constraintd server: its state and its three steps."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        force_exit: Callable[[], None] = _force_exit,
+    ) -> None:
+        self.config = config
+        self.state = ServiceState.CREATED
+        limits = config.limits
+        self.registry = Registry(limits, gguf_dirs=config.gguf_dirs)
+        self.store = SessionStore(limits, clock=clock)
+        self.operations = Operations(self.registry, self.store, limits)
+        self.metrics = Metrics(
+            sessions_open=lambda: len(self.store),
+            vocabs=lambda: self.registry.vocab_count,
+            grammars=lambda: self.registry.grammar_count,
+        )
+        self.health = Health()
+        self.addresses: list[str] = []
+        self.metrics_port: int | None = None
+        self._force_exit = force_exit
+        self._stop_requested = asyncio.Event()
+        self._server: grpc.aio.Server | None = None
+        self._workers: list[WorkerPool] = []
+        self._metrics_server: MetricsServer | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def startup(self) -> None:
+        """Binds, starts serving, reports SERVING.
+
+        Raises:
+            UnavailableError: an address cannot be bound.
+            OSError: a TLS file cannot be read.
+        """
+        config = self.config
+        self.state = ServiceState.STARTING
+        await self.health.starting()
+        compile_workers = WorkerPool(
+            config.workers, time_limit=config.limits.compile_timeout, name="constraintd-compile"
+        )
+        mask_workers = WorkerPool(
+            config.mask_workers, time_limit=config.limits.mask_timeout, name="constraintd-mask"
+        )
+        self._workers = [compile_workers, mask_workers]
+        interceptors = [BearerTokenInterceptor(config.bearer_token)] if config.bearer_token else []
+        size = config.limits.max_message_bytes
+        server = grpc.aio.server(
+            interceptors=interceptors,
+            options=[
+                ("grpc.max_receive_message_length", size),
+                ("grpc.max_send_message_length", size),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        servicer = ConstraintdServicer(
+            self.operations, compile_workers=compile_workers, mask_workers=mask_workers, metrics=self.metrics
+        )
+        pb_grpc.add_ConstraintdServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+        self.health.add_to(server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, HEALTH_SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        credentials = server_credentials(config.tls) if config.tls is not None else None
+        self.addresses = [self._bind(server, address, credentials) for address in config.listen]
+        self._server = server
+        await server.start()
+        if config.metrics_listen is not None:
+            host, _, port = config.metrics_listen.rpartition(":")
+            self._metrics_server = MetricsServer(self.metrics)
+            self.metrics_port = await self._metrics_server.start(host or "127.0.0.1", int(port))
+        self._sweeper = asyncio.create_task(self._sweep(), name="constraintd-sweep")
+        await self.health.serving()
+        self.state = ServiceState.SERVING
+        log.info(
+            "serving",
+            extra=fields(
+                addresses=self.addresses,
+                metrics_port=self.metrics_port,
+                tls=config.tls is not None,
+                token=config.bearer_token is not None,
+            ),
+        )
+
+    async def serve(self) -> None:
+        """Waits for a shutdown request (`request_shutdown`, a signal), then shuts down."""
+        await self._stop_requested.wait()
+        await self.shutdown()
+
+    def request_shutdown(self) -> None:
+        """Begins the shutdown; called a second time, exits the process at once."""
+        if self._stop_requested.is_set():
+            self._force_exit()
+            return
+        log.info("shutdown requested")
+        self._stop_requested.set()
+
+    async def shutdown(self) -> None:
+        """NOT_SERVING, stop opening sessions, drain calls for the grace period, release everything."""
+        if self.state in (ServiceState.STOPPING, ServiceState.STOPPED):
+            return
+        self.state = ServiceState.STOPPING
+        await self.health.not_serving()
+        self.store.stop_opening()
+        if self._server is not None:
+            await self._server.stop(self.config.shutdown_grace)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        for pool in self._workers:
+            pool.shutdown()
+        if self._metrics_server is not None:
+            await self._metrics_server.close()
+        released = self.store.release_all()
+        self.state = ServiceState.STOPPED
+        log.info("stopped", extra=fields(sessions_released=released))
+
+    def _bind(self, server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> str:
+        try:
+            if credentials is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, credentials)
+        except RuntimeError as exc:
+            raise UnavailableError(f"cannot listen on {address}: {exc}") from None
+        if address.startswith("unix:"):
+            return address
+        host = address.rpartition(":")[0]
+        return f"{host}:{port}"
+
+    def reclaim_idle(self) -> int:
+        """Removes the sessions past their idle deadline (the periodic sweep); returns how many."""
+        reclaimed = self.store.reclaim()
+        if reclaimed:
+            self.metrics.sessions_reclaimed.inc(by=reclaimed)
+            log.info("idle sessions reclaimed", extra=fields(count=reclaimed, open=len(self.store)))
+        return reclaimed
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.reclaim_interval)
+            self.reclaim_idle()
+
+
+def loop_factory(use_uvloop: bool) -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop's event loop when it is installed and wanted, asyncio's default otherwise."""
+    if use_uvloop:
+        try:
+            import uvloop
+        except ImportError:
+            log.info("uvloop is not installed; using asyncio's event loop")
+        else:
+            factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+            return factory
+    return asyncio.new_event_loop
+
+
+async def _main(service: Service) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, service.request_shutdown)
+    try:
+        await service.startup()
+        await service.serve()
+    finally:
+        await service.shutdown()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def run(config: ServerConfig) -> int:
+    """Runs a service until a signal stops it; the process's exit code (0 after a clean shutdown)."""
+    with asyncio.Runner(loop_factory=loop_factory(config.use_uvloop)) as runner:
+        runner.run(_main(Service(config)))
+    return 0

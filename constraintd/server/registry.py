@@ -1,0 +1,211 @@
+# The registry: vocabularies and compiled grammars, content-addressed and shared by every session.
+#
+# Invariants:
+# - A vocabulary's id is its content hash: registering the same content twice (from pieces or from a GGUF
+#   file) gives the same id and the same `Vocab` object. A GGUF file is read once per (path, size, mtime).
+# - A compiled grammar is keyed by everything that decides it (the constraint's kind, text, root,
+#   triggers, and the vocabulary's hash); one key is compiled once even when many callers ask at the same
+#   time (they wait for the first), and the result is shared. The cache is bounded (least recently used
+#   dropped); a session keeps its own reference, so dropping never harms a running session.
+# - Every method is safe to call from worker threads and the event loop at once (one lock guards the maps;
+#   the slow work runs outside it). The registry never imports grpc or asyncio: the in-process client
+#   transport uses it as it is.
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from constraintd.engine.grammar import Grammar
+from constraintd.engine.vocab import TokenizerRules, Vocab
+from constraintd.errors import LimitError, NotFoundError, VocabError
+from constraintd.server.config import Limits
+from constraintd.server.constraints import Constraint, resolve
+
+__all__ = ["CompiledConstraint", "Registry"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledConstraint:
+    """A constraint made ready for sessions: its compiled grammar and what its conversion warned about."""
+
+    grammar: Grammar
+    warnings: tuple[str, ...]
+
+
+class _Once(Generic[K, V]):
+    """Keys being computed right now: the first caller computes, the others wait for its result."""
+
+    def __init__(self) -> None:
+        self._pending: dict[K, Future[V]] = {}
+
+    def run(self, lock: threading.Lock, key: K, compute: Callable[[], V]) -> V:
+        with lock:
+            pending = self._pending.get(key)
+            owner = pending is None
+            if pending is None:
+                pending = self._pending[key] = Future()
+        if not owner:
+            return pending.result()
+        try:
+            value = compute()
+        except BaseException as exc:
+            pending.set_exception(exc)
+            raise
+        else:
+            pending.set_result(value)
+            return value
+        finally:
+            with lock:
+                del self._pending[key]
+
+
+class Registry:
+    """Vocabularies by content hash, and the shared cache of compiled grammars."""
+
+    def __init__(self, limits: Limits, *, gguf_dirs: Sequence[Path] = ()) -> None:
+        self._limits = limits
+        self._gguf_dirs = tuple(Path(d).resolve() for d in gguf_dirs)
+        self._lock = threading.Lock()
+        self._vocabs: dict[str, Vocab] = {}
+        self._gguf_hashes: dict[tuple[str, int, int], str] = {}
+        self._grammars: OrderedDict[str, CompiledConstraint] = OrderedDict()
+        self._loading: _Once[tuple[str, int, int], Vocab] = _Once()
+        self._compiling: _Once[str, CompiledConstraint] = _Once()
+
+    @property
+    def vocab_count(self) -> int:
+        return len(self._vocabs)
+
+    @property
+    def grammar_count(self) -> int:
+        return len(self._grammars)
+
+    def vocab(self, vocab_id: str) -> Vocab:
+        """The registered vocabulary with this id.
+
+        Raises:
+            NotFoundError: no vocabulary has this id (never registered, or the server restarted).
+        """
+        try:
+            return self._vocabs[vocab_id]
+        except KeyError:
+            raise NotFoundError(f"unknown vocabulary {vocab_id!r}: register it first") from None
+
+    def register_pieces(
+        self,
+        pieces: Sequence[bytes],
+        eog_ids: Sequence[int],
+        *,
+        token_texts: Sequence[str] | None = None,
+        token_attrs: Sequence[int] | None = None,
+        tokenizer: TokenizerRules | None = None,
+    ) -> Vocab:
+        """Registers a vocabulary given token by token; slow for a large one (run it off the event loop).
+
+        Raises:
+            LimitError: too many tokens, or too many vocabularies registered.
+            VocabError: the pieces do not make a vocabulary.
+        """
+        self._check_size(len(pieces))
+        vocab = Vocab(pieces, eog_ids, token_texts=token_texts, token_attrs=token_attrs, tokenizer=tokenizer)
+        return self._keep(vocab)
+
+    def register_gguf(self, path: str) -> Vocab:
+        """Registers the vocabulary of a GGUF file readable by this process (read once per file version).
+
+        Raises:
+            VocabError: the path is outside the allowed directories, missing, or not a GGUF vocabulary.
+            LimitError: too many tokens, or too many vocabularies registered.
+        """
+        resolved = self._allowed_path(path)
+        try:
+            stat = resolved.stat()
+        except OSError as exc:
+            raise VocabError(f"cannot read GGUF file {path!r}: {exc.strerror}") from None
+        key = (str(resolved), stat.st_size, stat.st_mtime_ns)
+        known = self._gguf_hashes.get(key)
+        if known is not None and known in self._vocabs:
+            return self._vocabs[known]
+
+        def load() -> Vocab:
+            vocab = Vocab.from_gguf(resolved)
+            self._check_size(len(vocab))
+            kept = self._keep(vocab)
+            with self._lock:
+                self._gguf_hashes[key] = kept.content_hash
+            return kept
+
+        return self._loading.run(self._lock, key, load)
+
+    def cached(self, constraint: Constraint, vocab: Vocab) -> CompiledConstraint | None:
+        """The compiled constraint if it is in the cache already; never compiles."""
+        key = constraint.key(vocab.content_hash)
+        with self._lock:
+            found = self._grammars.get(key)
+            if found is not None:
+                self._grammars.move_to_end(key)
+            return found
+
+    def compile(self, constraint: Constraint, vocab: Vocab) -> CompiledConstraint:
+        """The compiled constraint, from the cache or compiled now (slow: run it off the event loop).
+
+        Raises:
+            GrammarError, SchemaError: the constraint does not compile (with where).
+            InputError: a trigger token outside the vocabulary.
+        """
+        key = constraint.key(vocab.content_hash)
+        found = self.cached(constraint, vocab)
+        if found is not None:
+            return found
+
+        def build() -> CompiledConstraint:
+            resolved = resolve(constraint)
+            grammar = Grammar.from_gbnf(
+                resolved.gbnf,
+                vocab,
+                root=resolved.root,
+                trigger_patterns=resolved.trigger_patterns,
+                trigger_tokens=resolved.trigger_tokens,
+            )
+            compiled = CompiledConstraint(grammar, resolved.warnings)
+            with self._lock:
+                self._grammars[key] = compiled
+                while len(self._grammars) > self._limits.max_grammars:
+                    self._grammars.popitem(last=False)
+            return compiled
+
+        return self._compiling.run(self._lock, key, build)
+
+    def _keep(self, vocab: Vocab) -> Vocab:
+        key = vocab.content_hash
+        with self._lock:
+            known = self._vocabs.get(key)
+            if known is not None:
+                return known
+            if len(self._vocabs) >= self._limits.max_vocabs:
+                raise LimitError(f"{len(self._vocabs)} vocabularies registered, the limit")
+            self._vocabs[key] = vocab
+            return vocab
+
+    def _check_size(self, size: int) -> None:
+        if size > self._limits.max_vocab_size:
+            raise LimitError(
+                f"a vocabulary of {size} tokens is over the limit of {self._limits.max_vocab_size}"
+            )
+
+    def _allowed_path(self, path: str) -> Path:
+        resolved = Path(os.path.expanduser(path)).resolve()
+        if self._gguf_dirs and not any(resolved.is_relative_to(d) for d in self._gguf_dirs):
+            raise VocabError(
+                f"GGUF file {path!r} is outside the directories this server reads vocabularies from"
+            )
+        return resolved

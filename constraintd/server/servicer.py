@@ -1,0 +1,169 @@
+# The gRPC servicer of constraintd.v1.Constraintd: it translates, it does not decide.
+#
+# Invariants:
+# - Each method hands its request to `Operations` (which decodes, calls the engine, encodes) and returns
+#   the reply; the slow parts run in worker threads, with a time limit, so the event loop keeps answering
+#   everyone else: RegisterVocab and a CreateSession whose constraint is not compiled yet in the compile
+#   pool, and every whole-vocabulary mask (Mask, a rejected Accept that asks for one, Step's) in the mask
+#   pool, computed on a fork of the session's matcher so the session itself is never touched off the loop.
+# - Errors become gRPC statuses in exactly one function, `status_of`: a `ConstraintdError` maps to the
+#   status its class names, with its message; anything else is a bug, answered INTERNAL with no details
+#   and logged with its traceback.
+# - Every answer (and every Step message) is counted and timed in the metrics, by method and status.
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeAlias, TypeVar
+
+import grpc
+
+from constraintd.errors import ConstraintdError
+from constraintd.server.logs import fields
+from constraintd.server.metrics import Metrics
+from constraintd.server.operations import Operations, OwedMask, pay
+from constraintd.server.workers import WorkerPool
+from constraintd.v1 import constraintd_pb2 as pb
+from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
+
+__all__ = ["ConstraintdServicer", "status_of"]
+
+log = logging.getLogger("constraintd.server")
+
+Request = TypeVar("Request")
+Reply = TypeVar("Reply")
+T = TypeVar("T")
+Context: TypeAlias = "grpc.aio.ServicerContext"
+Method = Callable[[Any, Request, Context], Awaitable[Reply]]
+
+
+def status_of(error: Exception) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status (code and message) a failed call answers with. The only such mapping."""
+    if isinstance(error, ConstraintdError):
+        code = getattr(grpc.StatusCode, error.status, grpc.StatusCode.UNKNOWN)
+        return code, str(error)
+    return grpc.StatusCode.INTERNAL, "internal error (logged by the server)"
+
+
+def _answered(method: Method[Request, Reply]) -> Method[Request, Reply]:
+    """Counts, times and translates the errors of one unary method."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def answer(self: ConstraintdServicer, request: Request, context: Context) -> Reply:
+        started = time.perf_counter()
+        try:
+            reply = await method(self, request, context)
+        except Exception as error:
+            code = await self.abort(name, error, context)
+            raise AssertionError(f"abort returned for {code}") from error  # abort always raises
+        self.metrics.rpcs.inc(name, "OK")
+        self.metrics.rpc_seconds.observe(time.perf_counter() - started, name)
+        return reply
+
+    return answer
+
+
+class ConstraintdServicer(pb_grpc.ConstraintdServicer):
+    """constraintd.v1.Constraintd over one `Operations`."""
+
+    def __init__(
+        self,
+        operations: Operations,
+        *,
+        compile_workers: WorkerPool,
+        mask_workers: WorkerPool,
+        metrics: Metrics,
+    ) -> None:
+        self.operations = operations
+        self.compile_workers = compile_workers
+        self.mask_workers = mask_workers
+        self.metrics = metrics
+
+    async def abort(self, method: str, error: Exception, context: Context) -> grpc.StatusCode:
+        code, message = status_of(error)
+        self.metrics.rpcs.inc(method, code.name)
+        if code is grpc.StatusCode.INTERNAL:
+            log.error("internal error", exc_info=error, extra=fields(method=method))
+        await context.abort(code, message)
+        return code
+
+    async def _off_loop(self, work: Callable[[], T], what: str) -> T:
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            result = await self.compile_workers.run(work, what=what)
+            outcome = "ok"
+            return result
+        finally:
+            self.metrics.compile_seconds.observe(time.perf_counter() - started, outcome)
+
+    @_answered
+    async def RegisterVocab(
+        self, request: pb.RegisterVocabRequest, context: Context
+    ) -> pb.RegisterVocabReply:
+        reply = await self._off_loop(
+            lambda: self.operations.register_vocab(request), "loading the vocabulary"
+        )
+        log.info("vocabulary registered", extra=fields(vocab_id=reply.vocab_id, size=reply.size))
+        return reply
+
+    @_answered
+    async def CreateSession(
+        self, request: pb.CreateSessionRequest, context: Context
+    ) -> pb.CreateSessionReply:
+        plan = self.operations.plan_session(request)
+        compiled = plan.compiled
+        if compiled is None:
+            compiled = await self._off_loop(lambda: self.operations.compile(plan), "compiling the constraint")
+        return self.operations.open_session(plan, compiled)
+
+    async def _pay(self, owed: list[OwedMask]) -> None:
+        if owed:
+            await self.mask_workers.run(lambda: pay(owed), what="computing the mask")
+
+    @_answered
+    async def Accept(self, request: pb.AcceptRequest, context: Context) -> pb.AcceptReply:
+        reply, owed = self.operations.accept_owing(request)
+        await self._pay(owed)
+        return reply
+
+    @_answered
+    async def Allows(self, request: pb.AllowsRequest, context: Context) -> pb.AllowsReply:
+        return self.operations.allows(request)
+
+    @_answered
+    async def Mask(self, request: pb.MaskRequest, context: Context) -> pb.MaskReply:
+        reply, owed = self.operations.mask_owing(request)
+        await self._pay(owed)
+        return reply
+
+    @_answered
+    async def Rollback(self, request: pb.RollbackRequest, context: Context) -> pb.RollbackReply:
+        return self.operations.rollback(request)
+
+    @_answered
+    async def Fork(self, request: pb.ForkRequest, context: Context) -> pb.ForkReply:
+        return self.operations.fork(request)
+
+    @_answered
+    async def Close(self, request: pb.CloseRequest, context: Context) -> pb.CloseReply:
+        return self.operations.close(request)
+
+    async def Step(
+        self, requests: AsyncIterator[pb.StepRequest], context: Context
+    ) -> AsyncIterator[pb.StepReply]:
+        try:
+            async for request in requests:
+                started = time.perf_counter()
+                for op in request.ops:
+                    self.metrics.step_ops.inc(op.WhichOneof("op") or "none")
+                reply, owed = self.operations.step_owing(request)
+                await self._pay(owed)
+                self.metrics.rpcs.inc("Step", "OK")
+                self.metrics.rpc_seconds.observe(time.perf_counter() - started, "Step")
+                yield reply
+        except Exception as error:
+            await self.abort("Step", error, context)

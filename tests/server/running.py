@@ -1,0 +1,186 @@
+"""Real constraintd servers for tests and benchmarks: in this event loop, in a thread, or in a subprocess.
+
+Readiness is never waited for with sleeps: an in-process server is ready when `Service.startup` returns;
+a subprocess is ready when a health check that waits for the channel (wait_for_ready) answers SERVING.
+Unix socket paths are kept short (a socket path has a ~100 byte limit), under a fresh directory in /tmp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from constraintd.server.config import LogFormat, ServerConfig
+from constraintd.server.lifecycle import Service
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A small vocabulary with the shapes grammars care about: single characters, multi-character pieces,
+# an end-of-generation token, an empty piece and a NUL-led piece (never allowed), a multi-byte character
+# split over two tokens.
+TINY_PIECES: tuple[bytes, ...] = (
+    b"{",
+    b"}",
+    b'"',
+    b"a",
+    b"b",
+    b":",
+    b",",
+    b" ",
+    b"1",
+    b"2",
+    b"ab",
+    b'{"',
+    b'":',
+    b"</s>",
+    b"",
+    b"\x00x",
+    b"true",
+    b"null",
+    b"\xc3",
+    b"\xa9",
+)
+TINY_EOG = (13,)
+EOS = 13
+AB_PLUS = 'root ::= "a" "b"+'
+
+
+@contextlib.contextmanager
+def socket_dir() -> Iterator[Path]:
+    """A short-lived directory with a short path, for Unix sockets."""
+    path = Path(tempfile.mkdtemp(prefix="cd-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def server_config(directory: Path, **changes: object) -> ServerConfig:
+    """A server on a Unix socket in `directory` and on a free loopback TCP port, metrics on another."""
+    base = ServerConfig(
+        listen=(f"unix://{directory}/constraintd.sock", "127.0.0.1:0"),
+        metrics_listen="127.0.0.1:0",
+        use_uvloop=False,
+        log_format=LogFormat.TEXT,
+        shutdown_grace=2.0,
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def running_service(
+    config: ServerConfig, *, clock: Callable[[], float] | None = None
+) -> AsyncIterator[Service]:
+    """A started service in this event loop, shut down on exit."""
+    service = Service(config, clock=clock) if clock is not None else Service(config)
+    await service.startup()
+    try:
+        yield service
+    finally:
+        await service.shutdown()
+
+
+class ServerThread:
+    """A service on its own event loop in a thread, for blocking clients in the test's thread."""
+
+    def __init__(self, config: ServerConfig, *, clock: Callable[[], float] | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.service: Service | None = None
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="test-server", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self.service = Service(self.config, clock=self.clock) if self.clock else Service(self.config)
+            self._loop.run_until_complete(self.service.startup())
+        except BaseException as exc:  # reported to the test thread by start()
+            self._failure = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+
+    def start(self) -> Service:
+        self._thread.start()
+        self._ready.wait()
+        if self._failure is not None:
+            raise self._failure
+        assert self.service is not None
+        return self.service
+
+    def stop(self) -> None:
+        if self.service is not None and self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(self.service.shutdown(), self._loop).result()
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+
+def wait_serving(target: str, *, timeout: float = 60.0) -> None:
+    """Blocks until the server at `target` answers a health check with SERVING."""
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        request = health_pb2.HealthCheckRequest(service="")
+        for reply in stub.Watch(request, timeout=timeout, wait_for_ready=True):
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+        raise RuntimeError(f"the server at {target} never reported SERVING")
+
+
+class ServerProcess:
+    """`constraintd serve` in a subprocess, on one Unix socket; its log goes to a file beside the socket."""
+
+    def __init__(self, socket: Path, *extra: str) -> None:
+        self.socket = socket
+        self.target = f"unix://{socket}"
+        self.args = [sys.executable, "-m", "constraintd", "serve", "--listen", self.target]
+        self.args += ["--log-format", "text", "--no-uvloop", *extra]
+        self.log = socket.with_suffix(".log")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def launch(self) -> ServerProcess:
+        """Starts the process and returns at once (a client's calls wait for it to be ready)."""
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log
+            )
+        return self
+
+    def start(self) -> ServerProcess:
+        """Starts the process and returns once it serves."""
+        self.launch()
+        wait_serving(self.target)
+        return self
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def wait(self, timeout: float = 60.0) -> tuple[int, str]:
+        """Waits for the process to end; its exit code and everything it logged."""
+        assert self.process is not None
+        code = self.process.wait(timeout=timeout)
+        return code, self.log.read_text(errors="replace")

@@ -1,0 +1,134 @@
+"""The registry (constraintd/server/registry.py): content-addressed vocabularies, shared compiled grammars."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+
+import pytest
+
+from constraintd.errors import GrammarError, LimitError, NotFoundError, SchemaError, VocabError
+from constraintd.server.config import Limits
+from constraintd.server.constraints import Constraint, ConstraintKind
+from constraintd.server.registry import Registry
+from tests import reference
+from tests.server.running import AB_PLUS, TINY_EOG, TINY_PIECES
+
+
+def registry_with(**limits: int) -> Registry:
+    return Registry(dataclasses.replace(Limits(), **limits))  # type: ignore[arg-type]
+
+
+def test_the_same_content_gets_the_same_vocabulary() -> None:
+    registry = Registry(Limits())
+    first = registry.register_pieces(TINY_PIECES, TINY_EOG)
+    again = registry.register_pieces(list(TINY_PIECES), list(TINY_EOG))
+    assert again is first
+    assert registry.vocab(first.content_hash) is first
+    other = registry.register_pieces(TINY_PIECES, (0,))
+    assert other.content_hash != first.content_hash
+    assert registry.vocab_count == 2
+
+
+def test_an_unknown_vocabulary_is_not_found() -> None:
+    with pytest.raises(NotFoundError, match="unknown vocabulary 'nope': register it first"):
+        Registry(Limits()).vocab("nope")
+
+
+def test_vocabulary_limits() -> None:
+    registry = registry_with(max_vocabs=1, max_vocab_size=len(TINY_PIECES))
+    registry.register_pieces(TINY_PIECES, TINY_EOG)
+    with pytest.raises(LimitError, match="1 vocabularies registered, the limit"):
+        registry.register_pieces(TINY_PIECES, ())
+    with pytest.raises(LimitError, match=f"a vocabulary of {len(TINY_PIECES) + 1} tokens is over the limit"):
+        registry.register_pieces((*TINY_PIECES, b"x"), ())
+
+
+def test_a_gguf_file_is_read_once_and_addressed_by_content(tmp_path: Path) -> None:
+    source = reference.require(reference.vocab_path("llama-spm"))
+    registry = Registry(Limits())
+    vocab = registry.register_gguf(str(source))
+    assert len(vocab) == 32000
+    assert registry.register_gguf(str(source)) is vocab
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes(source.read_bytes())
+    assert registry.register_gguf(str(copy)) is vocab  # another file, the same content
+
+
+def test_gguf_paths_are_confined_to_the_configured_directories(tmp_path: Path) -> None:
+    registry = Registry(Limits(), gguf_dirs=[tmp_path])
+    with pytest.raises(VocabError, match="outside the directories"):
+        registry.register_gguf(str(reference.vocab_path("llama-spm")))
+    with pytest.raises(VocabError, match="outside the directories"):
+        registry.register_gguf(str(tmp_path / ".." / "elsewhere.gguf"))
+    with pytest.raises(VocabError, match="cannot read GGUF file"):
+        registry.register_gguf(str(tmp_path / "missing.gguf"))
+    (tmp_path / "junk.gguf").write_bytes(b"not a gguf")
+    with pytest.raises(VocabError):
+        registry.register_gguf(str(tmp_path / "junk.gguf"))
+
+
+def test_a_compiled_grammar_is_shared_by_key() -> None:
+    registry = Registry(Limits())
+    vocab = registry.register_pieces(TINY_PIECES, TINY_EOG)
+    constraint = Constraint(ConstraintKind.GBNF, AB_PLUS)
+    assert registry.cached(constraint, vocab) is None
+    compiled = registry.compile(constraint, vocab)
+    assert registry.compile(Constraint(ConstraintKind.GBNF, AB_PLUS), vocab) is compiled
+    assert registry.cached(constraint, vocab) is compiled
+    lazy = registry.compile(dataclasses.replace(constraint, trigger_tokens=(3,)), vocab)
+    assert lazy is not compiled and lazy.grammar.lazy
+
+
+def test_concurrent_compiles_of_one_key_compile_once() -> None:
+    registry = Registry(Limits())
+    vocab = registry.register_pieces(TINY_PIECES, TINY_EOG)
+    constraint = Constraint(ConstraintKind.JSON_OBJECT)
+    results: list[object] = []
+    barrier = threading.Barrier(4)
+
+    def compile_one() -> None:
+        barrier.wait()
+        results.append(registry.compile(constraint, vocab))
+
+    threads = [threading.Thread(target=compile_one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 4 and all(r is results[0] for r in results)
+    assert registry.grammar_count == 1
+
+
+def test_the_grammar_cache_is_bounded() -> None:
+    registry = registry_with(max_grammars=2)
+    vocab = registry.register_pieces(TINY_PIECES, TINY_EOG)
+    grammars = [Constraint(ConstraintKind.GBNF, f'root ::= "{c}"') for c in "ab1"]
+    first = registry.compile(grammars[0], vocab)
+    for constraint in grammars[1:]:
+        registry.compile(constraint, vocab)
+    assert registry.grammar_count == 2
+    assert registry.cached(grammars[0], vocab) is None  # the least recently used went
+    assert first.grammar.vocab is vocab  # and still works for whoever holds it
+
+
+@pytest.mark.parametrize(
+    ("constraint", "error", "message"),
+    [
+        (Constraint(ConstraintKind.GBNF, 'root ::= "a'), GrammarError, "line 1"),
+        (Constraint(ConstraintKind.GBNF, 'start ::= "a"'), GrammarError, "root"),
+        (Constraint(ConstraintKind.GBNF, 'start ::= "a"', root="begin"), GrammarError, "begin"),
+        (Constraint(ConstraintKind.JSON_SCHEMA, "{not json"), SchemaError, "invalid JSON"),
+        (Constraint(ConstraintKind.OPENAI_REQUEST, "[]"), SchemaError, "a request must be a JSON object"),
+    ],
+    ids=["unterminated-literal", "no-root", "no-such-root", "schema-not-json", "request-not-object"],
+)
+def test_refused_constraints_raise_the_engine_error(
+    constraint: Constraint, error: type[Exception], message: str
+) -> None:
+    registry = Registry(Limits())
+    vocab = registry.register_pieces(TINY_PIECES, TINY_EOG)
+    with pytest.raises(error, match=message):
+        registry.compile(constraint, vocab)
+    assert registry.grammar_count == 0

@@ -1,0 +1,595 @@
+"""Every RPC of constraintd.v1.Constraintd over a real grpc.aio server (Unix socket and TCP), and every
+error path with its status and message (constraintd/server/servicer.py, operations.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import random
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+import pytest_asyncio
+
+from constraintd.engine.grammar import Grammar
+from constraintd.engine.matcher import Matcher
+from constraintd.engine.vocab import Vocab
+from constraintd.errors import ConstraintdError, GrammarError, NotFoundError
+from constraintd.server.config import Limits
+from constraintd.server.lifecycle import Service
+from constraintd.server.servicer import status_of
+from constraintd.v1 import constraintd_pb2 as pb
+from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
+from tests import reference
+from tests.server.running import (
+    AB_PLUS,
+    EOS,
+    TINY_EOG,
+    TINY_PIECES,
+    running_service,
+    server_config,
+    socket_dir,
+)
+
+A, B, AB, C_ACUTE_1, C_ACUTE_2 = 3, 4, 10, 18, 19
+Stub = Any  # the generated stub is untyped
+
+
+def tiny_registration() -> pb.RegisterVocabRequest:
+    return pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=TINY_PIECES, eog=TINY_EOG))
+
+
+def engine_mask(grammar: str, tokens: Sequence[int] = ()) -> np.ndarray:
+    matcher = Matcher(Grammar.from_gbnf(grammar, Vocab(TINY_PIECES, TINY_EOG)))
+    for token in tokens:
+        assert matcher.accept(token)
+    return np.asarray(matcher.mask())
+
+
+def words(mask: pb.Mask) -> np.ndarray:
+    return np.frombuffer(mask.words, dtype="<i4").astype(np.int32)
+
+
+@pytest_asyncio.fixture
+async def service() -> AsyncIterator[Service]:
+    with socket_dir() as directory:
+        async with running_service(server_config(directory)) as running:
+            yield running
+
+
+@pytest_asyncio.fixture(params=["unix", "tcp"])
+async def stub(service: Service, request: pytest.FixtureRequest) -> AsyncIterator[Stub]:
+    address = service.addresses[0 if request.param == "unix" else 1]
+    async with grpc.aio.insecure_channel(address) as channel:
+        yield pb_grpc.ConstraintdStub(channel)
+
+
+async def tiny_session(stub: Stub, grammar: str = AB_PLUS, **fields: Any) -> tuple[str, str]:
+    vocab = await stub.RegisterVocab(tiny_registration())
+    reply = await stub.CreateSession(
+        pb.CreateSessionRequest(vocab_id=vocab.vocab_id, gbnf=pb.Gbnf(text=grammar), **fields)
+    )
+    return vocab.vocab_id, reply.session_id
+
+
+async def status_and_message(call: Any) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call
+    return caught.value.code(), caught.value.details() or ""
+
+
+# -- the RPCs --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_register_vocab_is_idempotent_and_content_addressed(stub: Stub) -> None:
+    first = await stub.RegisterVocab(tiny_registration())
+    again = await stub.RegisterVocab(tiny_registration())
+    assert first == again
+    assert first.size == len(TINY_PIECES)
+    assert first.content_hash == Vocab(TINY_PIECES, TINY_EOG).content_hash == first.vocab_id
+
+
+@pytest.mark.asyncio
+async def test_register_vocab_from_a_gguf_path_equals_sending_its_pieces(stub: Stub) -> None:
+    path = reference.require(reference.vocab_path("llama-spm"))
+    by_path = await stub.RegisterVocab(pb.RegisterVocabRequest(gguf_path=str(path)))
+    vocab = Vocab.from_gguf(path)
+    assert by_path.size == 32000 and by_path.content_hash == vocab.content_hash
+    rules = vocab.tokenizer
+    assert rules is not None and vocab.token_texts is not None and vocab.token_attrs is not None
+    listed = pb.PieceList(
+        pieces=vocab.pieces,
+        eog=sorted(vocab.eog_ids),
+        token_texts=vocab.token_texts,
+        token_attrs=vocab.token_attrs,
+        tokenizer=pb.Tokenizer(
+            model=rules.model,
+            add_space_prefix=rules.add_space_prefix,
+            escape_whitespaces=rules.escape_whitespaces,
+        ),
+    )
+    by_pieces = await stub.RegisterVocab(pb.RegisterVocabRequest(pieces=listed))
+    assert by_pieces == by_path
+
+
+@pytest.mark.asyncio
+async def test_accept_allows_and_mask(stub: Stub) -> None:
+    _, session = await tiny_session(stub)
+    start = await stub.Mask(pb.MaskRequest(session_id=session))
+    assert np.array_equal(words(start.mask), engine_mask(AB_PLUS))
+    assert start.mask.vocab_size == len(TINY_PIECES) and start.mask.allowed == 2  # "a" and "ab"
+    assert start.state == pb.SessionState(complete=False, position=0)
+    allows = await stub.Allows(pb.AllowsRequest(session_id=session, tokens=[A, B, AB, EOS]))
+    assert list(allows.allowed) == [True, False, True, False]
+
+    rejected = await stub.Accept(pb.AcceptRequest(session_id=session, token=B))
+    assert not rejected.accepted and not rejected.HasField("mask")
+    with_mask = await stub.Accept(pb.AcceptRequest(session_id=session, token=B, mask_on_reject=True))
+    assert not with_mask.accepted and np.array_equal(words(with_mask.mask), engine_mask(AB_PLUS))
+    accepted = await stub.Accept(pb.AcceptRequest(session_id=session, token=AB, mask_on_reject=True))
+    assert accepted.accepted and not accepted.HasField("mask")
+    assert accepted.state == pb.SessionState(complete=True, position=1)
+    after = await stub.Mask(pb.MaskRequest(session_id=session))
+    assert np.array_equal(words(after.mask), engine_mask(AB_PLUS, [AB]))
+    eos = await stub.Accept(pb.AcceptRequest(session_id=session, token=EOS, position=1))
+    assert eos.accepted and eos.state.position == 2
+
+
+@pytest.mark.asyncio
+async def test_rollback_and_fork(stub: Stub) -> None:
+    _, session = await tiny_session(stub)
+    for token in (A, B, B):
+        assert (await stub.Accept(pb.AcceptRequest(session_id=session, token=token))).accepted
+    fork = await stub.Fork(pb.ForkRequest(session_id=session, position=3))
+    assert fork.session_id != session and fork.state == pb.SessionState(complete=True, position=3)
+    rolled = await stub.Rollback(pb.RollbackRequest(session_id=session, count=2, position=3))
+    assert rolled.state == pb.SessionState(complete=False, position=1)
+    # the fork went its own way
+    assert (await stub.Accept(pb.AcceptRequest(session_id=fork.session_id, token=EOS))).accepted
+    assert (await stub.Mask(pb.MaskRequest(session_id=session))).state.position == 1
+
+
+@pytest.mark.asyncio
+async def test_close_ends_a_session(stub: Stub) -> None:
+    _, session = await tiny_session(stub)
+    await stub.Close(pb.CloseRequest(session_id=session))
+    code, message = await status_and_message(stub.Mask(pb.MaskRequest(session_id=session)))
+    assert code is grpc.StatusCode.NOT_FOUND and "no open session" in message
+
+
+@pytest.mark.asyncio
+async def test_prefill_and_replay_at_creation(stub: Stub) -> None:
+    options = pb.SessionOptions(prefill=b"a")
+    _, session = await tiny_session(stub, options=options, replay=[B])
+    mask = await stub.Mask(pb.MaskRequest(session_id=session))
+    assert mask.state == pb.SessionState(complete=True, position=1)
+    assert np.array_equal(words(mask.mask), engine_mask(AB_PLUS, [A, B]))
+
+
+CONSTRAINTS = {
+    "gbnf": {"gbnf": pb.Gbnf(text='start ::= "{" "}"', root="start")},
+    "json_schema": {"json_schema": json.dumps({"type": "string", "pattern": "x"})},
+    "json_object": {"json_object": pb.JsonObject()},
+    "openai": {"openai_request": json.dumps({"messages": [], "response_format": {"type": "json_object"}})},
+    "ollama": {"ollama_request": json.dumps({"messages": [], "format": {"type": "string", "pattern": "x"}})},
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", list(CONSTRAINTS), ids=list(CONSTRAINTS))
+async def test_every_kind_of_constraint_opens_a_session(stub: Stub, kind: str) -> None:
+    vocab = await stub.RegisterVocab(tiny_registration())
+    reply = await stub.CreateSession(pb.CreateSessionRequest(vocab_id=vocab.vocab_id, **CONSTRAINTS[kind]))
+    assert reply.vocab_size == len(TINY_PIECES) and not reply.state.complete
+    mask = await stub.Mask(pb.MaskRequest(session_id=reply.session_id))
+    first = '"' if kind in ("json_schema", "ollama") else "{"
+    assert mask.mask.allowed >= 1
+    assert (
+        await stub.Allows(
+            pb.AllowsRequest(session_id=reply.session_id, tokens=[TINY_PIECES.index(first.encode())])
+        )
+    ).allowed[0]
+    if kind in ("json_schema", "ollama"):
+        assert list(reply.warnings) == [
+            "pattern x is not supported (not anchored with '^' and '$'), accepting any string"
+        ]
+
+
+@pytest.mark.asyncio
+async def test_a_lazy_grammar_waits_for_its_trigger(stub: Stub) -> None:
+    _, session = await tiny_session(
+        stub, grammar='root ::= "1" "2"', options=pb.SessionOptions(trigger_tokens=[8])
+    )
+    assert (await stub.Mask(pb.MaskRequest(session_id=session))).mask.allowed == len(TINY_PIECES)
+    assert (await stub.Accept(pb.AcceptRequest(session_id=session, token=A))).accepted
+    assert (await stub.Accept(pb.AcceptRequest(session_id=session, token=8))).accepted
+    assert list((await stub.Allows(pb.AllowsRequest(session_id=session, tokens=[A, 9]))).allowed) == [
+        False,
+        True,
+    ]
+
+
+@pytest.mark.asyncio
+async def test_step_answers_a_batch_in_order_with_errors_in_place(stub: Stub) -> None:
+    _, first = await tiny_session(stub)
+    _, second = await tiny_session(stub)
+    call = stub.Step()
+    await call.write(
+        pb.StepRequest(
+            ops=[
+                pb.StepOp(accept=pb.AcceptRequest(session_id=first, token=A, position=0)),
+                pb.StepOp(accept=pb.AcceptRequest(session_id=second, token=B, mask_on_reject=True)),
+                pb.StepOp(mask=pb.MaskRequest(session_id=first)),
+                pb.StepOp(allows=pb.AllowsRequest(session_id=second, tokens=[A, B])),
+                pb.StepOp(accept=pb.AcceptRequest(session_id="nope", token=A)),
+                pb.StepOp(accept=pb.AcceptRequest(session_id=first, token=B, position=0)),
+                pb.StepOp(),
+            ]
+        )
+    )
+    reply = await call.read()
+    kinds = [r.WhichOneof("result") for r in reply.results]
+    assert kinds == ["accept", "accept", "mask", "allows", "error", "error", "error"]
+    assert reply.results[0].accept.accepted
+    assert not reply.results[1].accept.accepted
+    assert np.array_equal(words(reply.results[1].accept.mask), engine_mask(AB_PLUS))
+    assert np.array_equal(words(reply.results[2].mask.mask), engine_mask(AB_PLUS, [A]))
+    assert list(reply.results[3].allows.allowed) == [True, False]
+    assert reply.results[4].error.status == "NOT_FOUND"
+    assert reply.results[5].error == pb.Error(
+        status="ABORTED", message=f"session {first} has accepted 1 tokens, not 0"
+    )
+    assert reply.results[6].error.status == "INVALID_ARGUMENT"
+    # the stream goes on
+    await call.write(pb.StepRequest(ops=[pb.StepOp(accept=pb.AcceptRequest(session_id=first, token=B))]))
+    assert (await call.read()).results[0].accept.state == pb.SessionState(complete=True, position=2)
+    await call.done_writing()
+    assert await call.read() is grpc.aio.EOF
+    assert await call.code() is grpc.StatusCode.OK
+
+
+@pytest.mark.asyncio
+async def test_a_mask_later_in_a_batch_sees_the_accepts_before_it(stub: Stub) -> None:
+    _, session = await tiny_session(stub)
+    call = stub.Step()
+    await call.write(
+        pb.StepRequest(
+            ops=[
+                pb.StepOp(mask=pb.MaskRequest(session_id=session)),
+                pb.StepOp(accept=pb.AcceptRequest(session_id=session, token=A)),
+                pb.StepOp(mask=pb.MaskRequest(session_id=session)),
+            ]
+        )
+    )
+    reply = await call.read()
+    assert np.array_equal(words(reply.results[0].mask.mask), engine_mask(AB_PLUS))
+    assert np.array_equal(words(reply.results[2].mask.mask), engine_mask(AB_PLUS, [A]))
+    call.cancel()
+
+
+# -- errors ----------------------------------------------------------------------------------------------
+
+UNKNOWN = "not-a-session"
+LONG_GRAMMAR = 'root ::= "' + "a" * 200 + '"'
+
+# name -> (request builder (vocab id, session id) -> (method, request), status, text the message holds)
+ERRORS: dict[str, tuple[Any, grpc.StatusCode, str]] = {
+    "vocab-without-source": (
+        lambda v, s: ("RegisterVocab", pb.RegisterVocabRequest()),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "RegisterVocab needs `pieces` or `gguf_path`",
+    ),
+    "vocab-empty": (
+        lambda v, s: ("RegisterVocab", pb.RegisterVocabRequest(pieces=pb.PieceList())),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "at least one token",
+    ),
+    "vocab-eog-outside": (
+        lambda v, s: ("RegisterVocab", pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=[b"a"], eog=[5]))),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "outside the vocabulary",
+    ),
+    "vocab-missing-file": (
+        lambda v, s: ("RegisterVocab", pb.RegisterVocabRequest(gguf_path="/nonexistent.gguf")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "cannot read GGUF file",
+    ),
+    "vocab-too-large": (
+        lambda v, s: ("RegisterVocab", pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=[b"x"] * 100))),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "a vocabulary of 100 tokens is over the limit of 64",
+    ),
+    "session-without-constraint": (
+        lambda v, s: ("CreateSession", pb.CreateSessionRequest(vocab_id=v)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "CreateSession needs a constraint",
+    ),
+    "session-unknown-vocab": (
+        lambda v, s: ("CreateSession", pb.CreateSessionRequest(vocab_id="x", gbnf=pb.Gbnf(text=AB_PLUS))),
+        grpc.StatusCode.NOT_FOUND,
+        "unknown vocabulary 'x'",
+    ),
+    "session-bad-gbnf": (
+        lambda v, s: (
+            "CreateSession",
+            pb.CreateSessionRequest(vocab_id=v, gbnf=pb.Gbnf(text='root ::= "a" |\nfoo ::= [')),
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "at line 2, column",
+    ),
+    "session-undefined-rule": (
+        lambda v, s: (
+            "CreateSession",
+            pb.CreateSessionRequest(vocab_id=v, gbnf=pb.Gbnf(text="root ::= missing")),
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "missing",
+    ),
+    "session-bad-schema": (
+        lambda v, s: (
+            "CreateSession",
+            pb.CreateSessionRequest(
+                vocab_id=v, json_schema='{"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}'
+            ),
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "#/properties/a",
+    ),
+    "session-free-text-request": (
+        lambda v, s: (
+            "CreateSession",
+            pb.CreateSessionRequest(vocab_id=v, openai_request='{"messages": []}'),
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "asks for free text",
+    ),
+    "session-conflicting-request": (
+        lambda v, s: (
+            "CreateSession",
+            pb.CreateSessionRequest(
+                vocab_id=v, openai_request='{"grammar": "root ::= \\"a\\"", "json_schema": {}}'
+            ),
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Cannot use both json_schema and grammar (at #/grammar)",
+    ),
+    "session-grammar-too-large": (
+        lambda v, s: ("CreateSession", pb.CreateSessionRequest(vocab_id=v, gbnf=pb.Gbnf(text=LONG_GRAMMAR))),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "the gbnf is 211 bytes, over the limit of 128",
+    ),
+    "session-prefill-rejected": (
+        lambda v, s: (
+            "CreateSession",
+            pb.CreateSessionRequest(
+                vocab_id=v, gbnf=pb.Gbnf(text=AB_PLUS), options=pb.SessionOptions(prefill=b"b")
+            ),
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "the grammar rejects the prefill b'b'",
+    ),
+    "session-replay-rejected": (
+        lambda v, s: (
+            "CreateSession",
+            pb.CreateSessionRequest(vocab_id=v, gbnf=pb.Gbnf(text=AB_PLUS), replay=[A, A]),
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "the grammar rejects replayed token 3 at position 1",
+    ),
+    "session-bad-trigger-pattern": (
+        lambda v, s: (
+            "CreateSession",
+            pb.CreateSessionRequest(
+                vocab_id=v, gbnf=pb.Gbnf(text=AB_PLUS), options=pb.SessionOptions(trigger_patterns=["("])
+            ),
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "invalid trigger pattern '('",
+    ),
+    "session-trigger-token-outside": (
+        lambda v, s: (
+            "CreateSession",
+            pb.CreateSessionRequest(
+                vocab_id=v, gbnf=pb.Gbnf(text=AB_PLUS), options=pb.SessionOptions(trigger_tokens=[3, 20])
+            ),
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "trigger token 20 is outside the vocabulary of 20",
+    ),
+    "accept-unknown-session": (
+        lambda v, s: ("Accept", pb.AcceptRequest(session_id=UNKNOWN, token=A)),
+        grpc.StatusCode.NOT_FOUND,
+        f"no open session '{UNKNOWN}'",
+    ),
+    "accept-token-outside": (
+        lambda v, s: ("Accept", pb.AcceptRequest(session_id=s, token=20)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "token 20 is outside the vocabulary of 20",
+    ),
+    "accept-negative-token": (
+        lambda v, s: ("Accept", pb.AcceptRequest(session_id=s, token=-1)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "token -1 is outside the vocabulary",
+    ),
+    "accept-wrong-position": (
+        lambda v, s: ("Accept", pb.AcceptRequest(session_id=s, token=A, position=4)),
+        grpc.StatusCode.ABORTED,
+        "has accepted 0 tokens, not 4",
+    ),
+    "allows-token-outside": (
+        lambda v, s: ("Allows", pb.AllowsRequest(session_id=s, tokens=[A, 99])),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "token 99 is outside",
+    ),
+    "mask-unknown-session": (
+        lambda v, s: ("Mask", pb.MaskRequest(session_id=UNKNOWN)),
+        grpc.StatusCode.NOT_FOUND,
+        "no open session",
+    ),
+    "rollback-too-far": (
+        lambda v, s: ("Rollback", pb.RollbackRequest(session_id=s, count=1)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "cannot roll back 1 tokens",
+    ),
+    "rollback-wrong-position": (
+        lambda v, s: ("Rollback", pb.RollbackRequest(session_id=s, count=0, position=2)),
+        grpc.StatusCode.ABORTED,
+        "not 2",
+    ),
+    "fork-unknown-session": (
+        lambda v, s: ("Fork", pb.ForkRequest(session_id=UNKNOWN)),
+        grpc.StatusCode.NOT_FOUND,
+        "no open session",
+    ),
+    "close-unknown-session": (
+        lambda v, s: ("Close", pb.CloseRequest(session_id=UNKNOWN)),
+        grpc.StatusCode.NOT_FOUND,
+        "no open session",
+    ),
+}
+
+
+@pytest_asyncio.fixture
+async def limited() -> AsyncIterator[Stub]:
+    limits = dataclasses.replace(Limits(), max_vocab_size=64, max_grammar_bytes=128, max_sessions=3)
+    with socket_dir() as directory:
+        async with (
+            running_service(server_config(directory, limits=limits)) as running,
+            grpc.aio.insecure_channel(running.addresses[0]) as channel,
+        ):
+            yield pb_grpc.ConstraintdStub(channel)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("case", list(ERRORS), ids=list(ERRORS))
+async def test_each_error_has_its_status_and_says_what(limited: Stub, case: str) -> None:
+    build, status, text = ERRORS[case]
+    vocab_id, session_id = await tiny_session(limited)
+    method, request = build(vocab_id, session_id)
+    code, message = await status_and_message(getattr(limited, method)(request))
+    assert code is status
+    assert text in message
+
+
+@pytest.mark.asyncio
+async def test_the_session_limit_is_resource_exhausted(limited: Stub) -> None:
+    vocab_id, session_id = await tiny_session(limited)
+    await tiny_session(limited)
+    await limited.Fork(pb.ForkRequest(session_id=session_id))
+    request = pb.CreateSessionRequest(vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS))
+    code, message = await status_and_message(limited.CreateSession(request))
+    assert (code, message) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "3 sessions are open, the limit")
+
+
+@pytest.mark.asyncio
+async def test_too_many_step_operations_end_the_stream() -> None:
+    limits = dataclasses.replace(Limits(), max_step_ops=2)
+    with socket_dir() as directory:
+        async with (
+            running_service(server_config(directory, limits=limits)) as running,
+            grpc.aio.insecure_channel(running.addresses[0]) as channel,
+        ):
+            stub = pb_grpc.ConstraintdStub(channel)
+            _, session = await tiny_session(stub)
+            call = stub.Step()
+            await call.write(pb.StepRequest(ops=[pb.StepOp(mask=pb.MaskRequest(session_id=session))] * 3))
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call.read()
+            assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "a Step message of 3 operations is over the limit of 2" in (caught.value.details() or "")
+
+
+@pytest.mark.asyncio
+async def test_a_compile_past_its_time_limit_is_deadline_exceeded() -> None:
+    limits = dataclasses.replace(Limits(), compile_timeout=0.0)
+    with socket_dir() as directory:
+        async with (
+            running_service(server_config(directory, limits=limits)) as running,
+            grpc.aio.insecure_channel(running.addresses[0]) as channel,
+        ):
+            stub = pb_grpc.ConstraintdStub(channel)
+            code, message = await status_and_message(stub.RegisterVocab(tiny_registration()))
+            assert code is grpc.StatusCode.DEADLINE_EXCEEDED
+            assert message == "loading the vocabulary ran past its time limit of 0 s"
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (GrammarError("bad", line=1, column=2), grpc.StatusCode.INVALID_ARGUMENT),
+        (NotFoundError("gone"), grpc.StatusCode.NOT_FOUND),
+        (ConstraintdError("base"), grpc.StatusCode.UNKNOWN),
+        (KeyError("bug"), grpc.StatusCode.INTERNAL),
+    ],
+    ids=["grammar", "not-found", "base", "bug"],
+)
+def test_status_of_maps_each_error_by_its_class(error: Exception, code: grpc.StatusCode) -> None:
+    mapped, message = status_of(error)
+    assert mapped is code
+    assert message == (
+        str(error) if isinstance(error, ConstraintdError) else "internal error (logged by the server)"
+    )
+
+
+# -- many sessions, and parity with the engine -------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_many_concurrent_sessions_each_keep_their_own_state(stub: Stub) -> None:
+    vocab = await stub.RegisterVocab(tiny_registration())
+    count = 200
+
+    async def generation(seed: int) -> list[bool]:
+        reply = await stub.CreateSession(
+            pb.CreateSessionRequest(vocab_id=vocab.vocab_id, gbnf=pb.Gbnf(text=AB_PLUS))
+        )
+        session = reply.session_id
+        length = 1 + seed % 7
+        results = [(await stub.Accept(pb.AcceptRequest(session_id=session, token=A))).accepted]
+        for _ in range(length):
+            results.append((await stub.Accept(pb.AcceptRequest(session_id=session, token=B))).accepted)
+        mask = await stub.Mask(pb.MaskRequest(session_id=session))
+        assert mask.state.position == length + 1
+        assert np.array_equal(words(mask.mask), engine_mask(AB_PLUS, [A] + [B] * length))
+        await stub.Close(pb.CloseRequest(session_id=session))
+        return results
+
+    outcomes = await asyncio.gather(*(generation(seed) for seed in range(count)))
+    assert all(all(results) for results in outcomes)
+
+
+@pytest.mark.asyncio
+async def test_masks_over_a_real_vocabulary_equal_the_engines(stub: Stub) -> None:
+    """A seeded walk through a JSON-schema grammar over llama.cpp's llama-spm vocabulary (32,000 tokens):
+    40 steps, each drawing a token from the server's mask; every mask equals the engine's own."""
+    path = reference.require(reference.vocab_path("llama-spm"))
+    schema = json.dumps(
+        {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+            "required": ["name", "age"],
+        }
+    )
+    vocab = await stub.RegisterVocab(pb.RegisterVocabRequest(gguf_path=str(path)))
+    session = (
+        await stub.CreateSession(pb.CreateSessionRequest(vocab_id=vocab.vocab_id, json_schema=schema))
+    ).session_id
+    from constraintd.engine.json_schema import convert_json_schema
+
+    local = Matcher(Grammar.from_gbnf(convert_json_schema(schema).grammar, Vocab.from_gguf(path)))
+    rng = random.Random(1234)
+    for _ in range(40):
+        reply = await stub.Mask(pb.MaskRequest(session_id=session))
+        mask = words(reply.mask)
+        assert np.array_equal(mask, local.mask())
+        allowed = np.flatnonzero(np.unpackbits(mask.astype("<i4").view(np.uint8), bitorder="little"))
+        if allowed.size == 0 or reply.state.complete:
+            break
+        token = int(rng.choice(list(allowed)))
+        assert (await stub.Accept(pb.AcceptRequest(session_id=session, token=token))).accepted
+        assert local.accept(token)
