@@ -1,0 +1,137 @@
+"""Serve the constraintd gRPC service (sessions, masks, health, reflection, metrics).
+
+Examples:
+    constraintd serve --listen unix:///run/constraintd.sock
+    constraintd serve --listen unix:///run/constraintd.sock --listen 127.0.0.1:50051 --metrics 127.0.0.1:9464
+    constraintd serve --listen 0.0.0.0:50051 --tls-cert server.pem --tls-key server.key --tls-client-ca ca.pem
+
+SIGTERM or SIGINT begins a graceful shutdown (health NOT_SERVING, in-flight calls get --grace seconds);
+a second signal exits at once. The bearer token, if any, is read from the file --token-file names, or
+from the CONSTRAINTD_TOKEN environment variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from pathlib import Path
+
+from constraintd.errors import ConstraintdError
+from constraintd.server.config import Limits, LogFormat, ServerConfig, TlsFiles
+from constraintd.server.lifecycle import run as run_service
+from constraintd.server.logs import configure
+
+TOKEN_ENVIRONMENT = "CONSTRAINTD_TOKEN"
+
+# Limits settable from the command line: option -> (Limits field, type, help)
+_LIMIT_OPTIONS: dict[str, tuple[str, type, str]] = {
+    "--max-sessions": ("max_sessions", int, "open sessions at once"),
+    "--max-vocabs": ("max_vocabs", int, "registered vocabularies"),
+    "--max-vocab-size": ("max_vocab_size", int, "tokens in one vocabulary"),
+    "--max-grammar-bytes": ("max_grammar_bytes", int, "size of a grammar, schema or request body"),
+    "--max-stacks": ("max_stacks", int, "parse stacks one session may hold"),
+    "--max-message-bytes": ("max_message_bytes", int, "size of one gRPC message"),
+    "--max-step-ops": ("max_step_ops", int, "operations in one Step message"),
+    "--max-grammars": ("max_grammars", int, "compiled grammars kept in the shared cache"),
+    "--session-ttl": ("default_ttl", float, "seconds a session may stay idle unless its creator says"),
+    "--max-session-ttl": ("max_ttl", float, "the longest idle time a creator may ask for"),
+    "--compile-timeout": ("compile_timeout", float, "seconds a compile may take"),
+    "--mask-timeout": ("mask_timeout", float, "seconds a whole-vocabulary mask may take"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--listen",
+        action="append",
+        metavar="ADDRESS",
+        help="unix:///path or host:port; repeat for several (default 127.0.0.1:50051)",
+    )
+    parser.add_argument("--tls-cert", type=Path, help="server certificate (PEM); enables TLS")
+    parser.add_argument("--tls-key", type=Path, help="server private key (PEM)")
+    parser.add_argument(
+        "--tls-client-ca", type=Path, help="CA (PEM) client certificates must chain to (mTLS)"
+    )
+    parser.add_argument("--token-file", type=Path, help="file holding the bearer token callers must send")
+    parser.add_argument(
+        "--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics"
+    )
+    parser.add_argument(
+        "--gguf-dir",
+        action="append",
+        type=Path,
+        default=[],
+        help="a directory RegisterVocab may read GGUF files from (default: any readable path)",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="threads that compile off the event loop")
+    parser.add_argument(
+        "--mask-workers", type=int, default=2, help="threads that compute masks off the event loop"
+    )
+    parser.add_argument("--grace", type=float, default=10.0, help="seconds in-flight calls get at shutdown")
+    parser.add_argument(
+        "--no-uvloop", action="store_true", help="use asyncio's event loop even if uvloop is there"
+    )
+    parser.add_argument("--log-format", choices=[f.value for f in LogFormat], default=LogFormat.JSON.value)
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    limits = parser.add_argument_group("limits")
+    defaults = Limits()
+    for option, (name, kind, text) in _LIMIT_OPTIONS.items():
+        limits.add_argument(
+            option, type=kind, default=getattr(defaults, name), help=f"{text} (default %(default)s)"
+        )
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.token_file is not None:
+        return str(args.token_file.read_text(encoding="utf-8").strip()) or None
+    return os.environ.get(TOKEN_ENVIRONMENT) or None
+
+
+def config_from(args: argparse.Namespace) -> ServerConfig:
+    """The server configuration the parsed arguments describe.
+
+    Raises:
+        ValueError: a TLS certificate without its key (or the other way round).
+    """
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ValueError("--tls-cert and --tls-key go together")
+    if args.tls_client_ca is not None and args.tls_cert is None:
+        raise ValueError("--tls-client-ca needs --tls-cert and --tls-key")
+    tls = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert is not None else None
+    limits = dataclasses.replace(
+        Limits(),
+        **{
+            name: getattr(args, option[2:].replace("-", "_"))
+            for option, (name, _, _) in _LIMIT_OPTIONS.items()
+        },
+    )
+    return ServerConfig(
+        listen=tuple(args.listen or ("127.0.0.1:50051",)),
+        tls=tls,
+        bearer_token=_token(args),
+        metrics_listen=args.metrics,
+        gguf_dirs=tuple(args.gguf_dir),
+        workers=args.workers,
+        mask_workers=args.mask_workers,
+        shutdown_grace=args.grace,
+        use_uvloop=not args.no_uvloop,
+        log_format=LogFormat(args.log_format),
+        limits=limits,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = config_from(args)
+    except (ValueError, OSError) as exc:
+        print(f"constraintd serve: {exc}", file=sys.stderr)
+        return 2
+    configure(config.log_format, getattr(logging, args.log_level))
+    try:
+        return run_service(config)
+    except (ConstraintdError, OSError) as exc:
+        logging.getLogger("constraintd.server").error("cannot serve: %s", exc)
+        return 1

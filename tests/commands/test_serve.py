@@ -1,0 +1,138 @@
+"""`constraintd serve` (constraintd/commands/serve.py): its arguments become the server's configuration.
+(The running process, its signals and its shutdown are tested in tests/server/test_lifecycle.py.)"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+import pytest
+
+from constraintd.cli import build_parser, main
+from constraintd.commands.serve import TOKEN_ENVIRONMENT, config_from
+from constraintd.server.config import Limits, LogFormat, ServerConfig, TlsFiles
+
+
+def parse(*argv: str) -> ServerConfig:
+    return config_from(build_parser().parse_args(["serve", *argv]))
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TOKEN_ENVIRONMENT, raising=False)
+    config = parse()
+    assert config == ServerConfig()
+
+
+def test_every_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TOKEN_ENVIRONMENT, raising=False)
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    config = parse(
+        "--listen",
+        "unix:///run/c.sock",
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        "c.pem",
+        "--tls-key",
+        "c.key",
+        "--tls-client-ca",
+        "ca.pem",
+        "--token-file",
+        str(token),
+        "--metrics",
+        "127.0.0.1:9464",
+        "--gguf-dir",
+        "/models",
+        "--workers",
+        "3",
+        "--mask-workers",
+        "4",
+        "--grace",
+        "2.5",
+        "--no-uvloop",
+        "--log-format",
+        "text",
+        "--max-sessions",
+        "7",
+        "--max-vocabs",
+        "2",
+        "--max-vocab-size",
+        "100",
+        "--max-grammar-bytes",
+        "1000",
+        "--max-stacks",
+        "50",
+        "--max-message-bytes",
+        "4096",
+        "--max-step-ops",
+        "8",
+        "--max-grammars",
+        "9",
+        "--session-ttl",
+        "11",
+        "--max-session-ttl",
+        "12",
+        "--compile-timeout",
+        "13",
+        "--mask-timeout",
+        "14",
+    )
+    assert config == ServerConfig(
+        listen=("unix:///run/c.sock", "127.0.0.1:0"),
+        tls=TlsFiles(Path("c.pem"), Path("c.key"), Path("ca.pem")),
+        bearer_token="s3cret",
+        metrics_listen="127.0.0.1:9464",
+        gguf_dirs=(Path("/models"),),
+        workers=3,
+        mask_workers=4,
+        shutdown_grace=2.5,
+        use_uvloop=False,
+        log_format=LogFormat.TEXT,
+        limits=Limits(
+            max_sessions=7,
+            max_vocabs=2,
+            max_vocab_size=100,
+            max_grammar_bytes=1000,
+            max_stacks=50,
+            max_message_bytes=4096,
+            max_step_ops=8,
+            max_grammars=9,
+            default_ttl=11.0,
+            max_ttl=12.0,
+            compile_timeout=13.0,
+            mask_timeout=14.0,
+        ),
+    )
+
+
+def test_the_token_may_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TOKEN_ENVIRONMENT, "from-env")
+    assert parse().bearer_token == "from-env"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
+        (["--tls-key", "c.key"], "--tls-cert and --tls-key go together"),
+        (["--tls-client-ca", "ca.pem"], "--tls-client-ca needs --tls-cert and --tls-key"),
+    ],
+    ids=["cert-without-key", "key-without-cert", "ca-without-tls"],
+)
+def test_inconsistent_tls_options_are_a_usage_error(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_address_that_cannot_be_bound_exits_with_1(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logger = logging.getLogger("constraintd")  # the command configures it; give it back afterwards
+    for name in ("handlers", "propagate", "level"):
+        monkeypatch.setattr(logger, name, copy.copy(getattr(logger, name)))
+    assert main(["serve", "--listen", "unix:///nonexistent/dir/s.sock", "--log-format", "text"]) == 1
+    assert "cannot serve: cannot listen on unix:///nonexistent/dir/s.sock" in capsys.readouterr().err
