@@ -1,0 +1,36 @@
+"""Clients of constraintd: `Client` (blocking) and `AsyncClient` (asyncio), remote or in-process.
+
+    from clients import Client
+
+    client = Client("unix:///run/constraintd.sock")       # or Client("local"): the engine in this process
+    vocab = client.register_vocab(gguf="/models/model.gguf")
+    with client.session(vocab, json_schema={"type": "object"}) as session:
+        mask = session.accept_or_mask(token)               # None: accepted; else the packed mask
+        if mask is not None:
+            apply_mask(logits, mask)                       # -inf where forbidden; sample again
+
+A session keeps the tokens it accepted, so when the server loses it (restart, expiry) the client
+rebuilds it by replay and goes on; calls retry while the server is unavailable.
+"""
+
+from clients.async_client import AsyncClient, AsyncSession
+from clients.base import ClientTls
+from clients.client import Client, Session
+from clients.flows import Policy, StepOutcome, VocabHandle
+from clients.masks import apply_mask, count_allowed, unpack_mask
+from clients.status import ServiceError
+
+__all__ = [
+    "AsyncClient",
+    "AsyncSession",
+    "Client",
+    "ClientTls",
+    "Policy",
+    "ServiceError",
+    "Session",
+    "StepOutcome",
+    "VocabHandle",
+    "apply_mask",
+    "count_allowed",
+    "unpack_mask",
+]

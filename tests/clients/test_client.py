@@ -1,0 +1,242 @@
+"""The blocking client (clients/client.py) in-process and over a real server (Unix socket, TCP), including
+transparent recovery when sessions expire and when the server is killed and restarted mid-generation."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clients import Client, ClientTls, Policy, ServiceError, Session
+from constraintd.engine.grammar import Grammar
+from constraintd.engine.matcher import Matcher
+from constraintd.engine.vocab import Vocab
+from constraintd.errors import GrammarError, InputError, NotFoundError, SchemaError
+from constraintd.server.config import Limits, TlsFiles
+from tests import reference
+from tests.clients.generation import SCHEMA, generate
+from tests.server.running import (
+    AB_PLUS,
+    EOS,
+    TINY_EOG,
+    TINY_PIECES,
+    ServerProcess,
+    ServerThread,
+    server_config,
+    socket_dir,
+)
+from tests.server.test_lifecycle import make_certificates
+
+A, B, AB = 3, 4, 10
+POLICY = Policy(timeout=30.0, setup_timeout=60.0)
+
+
+def engine_mask(tokens: list[int]) -> np.ndarray:
+    matcher = Matcher(Grammar.from_gbnf(AB_PLUS, Vocab(TINY_PIECES, TINY_EOG)))
+    for token in tokens:
+        assert matcher.accept(token)
+    return np.asarray(matcher.mask())
+
+
+@pytest.fixture(params=["local", "unix", "tcp"])
+def client(request: pytest.FixtureRequest) -> Iterator[Client]:
+    if request.param == "local":
+        with Client("local", policy=POLICY) as local:
+            yield local
+        return
+    with socket_dir() as directory:
+        server = ServerThread(server_config(directory))
+        service = server.start()
+        try:
+            with Client(service.addresses[0 if request.param == "unix" else 1], policy=POLICY) as remote:
+                yield remote
+        finally:
+            server.stop()
+
+
+def test_every_session_call(client: Client) -> None:
+    vocab = client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+    assert vocab.size == len(TINY_PIECES) and vocab.id == Vocab(TINY_PIECES, TINY_EOG).content_hash
+    with client.session(vocab, gbnf=AB_PLUS) as session:
+        assert np.array_equal(session.mask(), engine_mask([]))
+        assert session.allows(A) and not session.allows(B)
+        assert session.allows_all([A, B, AB, EOS]) == [True, False, True, False]
+        assert not session.accept(B)
+        mask = session.accept_or_mask(B)
+        assert mask is not None and np.array_equal(mask, engine_mask([]))
+        assert session.accept_or_mask(A) is None
+        assert not session.is_complete()
+        assert session.accept(B) and session.is_complete()
+        assert session.history == (A, B)
+        fork = session.fork()
+        assert fork.id != session.id and fork.history == (A, B)
+        session.rollback(1)
+        assert session.history == (A,) and not session.is_complete()
+        assert np.array_equal(session.mask(), engine_mask([A]))
+        assert fork.accept(EOS) and fork.history == (A, B, EOS)
+        fork.close()
+        fork.close()  # twice is fine
+        with pytest.raises(NotFoundError):
+            fork.mask()
+    with pytest.raises(NotFoundError):
+        session.accept(B)
+
+
+def test_a_step_batch_over_many_sessions(client: Client) -> None:
+    vocab = client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+    sessions = [client.session(vocab, gbnf=AB_PLUS) for _ in range(5)]
+    first = client.step([(s, A) for s in sessions[:4]] + [(sessions[4], None)])
+    assert [o.accepted for o in first] == [True] * 4 + [None]
+    assert first[4].mask is not None and np.array_equal(first[4].mask, engine_mask([]))
+    second = client.step([(s, token) for s, token in zip(sessions, [B, A, B, EOS, AB], strict=True)])
+    assert [o.accepted for o in second] == [True, False, True, False, True]
+    assert second[1].mask is not None and np.array_equal(second[1].mask, engine_mask([A]))
+    assert [o.complete for o in second] == [True, False, True, False, True]
+    assert [s.history for s in sessions] == [(A, B), (A,), (A, B), (A,), (AB,)]
+
+
+def test_every_kind_of_constraint(client: Client) -> None:
+    vocab = client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+    schema = {"type": "string", "pattern": "x"}
+    kinds = {
+        "json_schema": client.session(vocab, json_schema=schema),
+        "json_schema_text": client.session(vocab, json_schema='{"type": "object"}'),
+        "json_object": client.session(vocab, json_object=True),
+        "openai": client.session(vocab, openai_request={"response_format": {"type": "json_object"}}),
+        "ollama": client.session(vocab, ollama_request={"format": schema}),
+        "gbnf": client.session(vocab, gbnf='start ::= "{" "}"', root="start"),
+        "prefill": client.session(vocab, gbnf=AB_PLUS, prefill="a"),
+        "lazy": client.session(vocab, gbnf='root ::= "1" "a"', trigger_tokens=[8]),
+    }
+    quote, brace = TINY_PIECES.index(b'"'), TINY_PIECES.index(b"{")
+    assert kinds["json_schema"].allows(quote) and kinds["ollama"].allows(quote)
+    assert kinds["json_schema"].warnings == (
+        "pattern x is not supported (not anchored with '^' and '$'), accepting any string",
+    )
+    for name in ("json_schema_text", "json_object", "openai", "gbnf"):
+        assert kinds[name].allows(brace) and not kinds[name].allows(quote)
+    assert kinds["prefill"].accept(B) and kinds["prefill"].is_complete()
+    assert kinds["lazy"].accept(EOS) and kinds["lazy"].accept(8)
+    assert kinds["lazy"].allows(A) and not kinds["lazy"].allows(B)
+
+
+def test_misuse_and_refusals_raise(client: Client) -> None:
+    vocab = client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+    with pytest.raises(ValueError, match="exactly one of gbnf="):
+        client.session(vocab, gbnf=AB_PLUS, json_object=True)
+    with pytest.raises(ValueError, match="exactly one of gbnf="):
+        client.session(vocab)
+    with pytest.raises(ValueError, match="exactly one of gguf=, vocab=, pieces="):
+        client.register_vocab()
+    with pytest.raises(InputError, match="line 1, column") as refused:
+        client.session(vocab, gbnf='root ::= "a')
+    # in-process the engine's own class arrives; over gRPC its family's, with the same message
+    assert isinstance(refused.value, GrammarError) == (client.target == "local")
+    with pytest.raises(InputError, match="#/properties/a") as schema_refused:
+        client.session(vocab, json_schema={"properties": {"a": {"$ref": "#/nowhere"}}})
+    assert isinstance(schema_refused.value, SchemaError) == (client.target == "local")
+    session = client.session(vocab, gbnf=AB_PLUS)
+    with pytest.raises(InputError, match="token 99 is outside the vocabulary of 20"):
+        session.accept(99)
+    with pytest.raises(ValueError, match="cannot roll back 1 tokens of 0"):
+        session.rollback(1)
+    # a handle the server does not know (say, from before a restart) is registered again on the way
+    assert client.session(dataclasses.replace(vocab, id="unknown"), gbnf=AB_PLUS).accept(A)
+
+
+def test_a_gguf_path_a_vocab_and_its_pieces_give_one_id(client: Client) -> None:
+    path = reference.require(reference.vocab_path("llama-spm"))
+    by_path = client.register_vocab(gguf=path)
+    local = Vocab.from_gguf(path)
+    by_vocab = client.register_vocab(vocab=local)
+    assert by_path.id == by_vocab.id == local.content_hash and by_path.size == 32000
+    by_pieces = client.register_vocab(pieces=local.pieces, eog=sorted(local.eog_ids))
+    assert by_pieces.id != by_path.id  # no token texts: another vocabulary
+
+
+def test_an_expired_session_is_rebuilt_where_it_was() -> None:
+    now = [0.0]
+    limits = dataclasses.replace(Limits(), default_ttl=10.0)
+    with socket_dir() as directory:
+        server = ServerThread(server_config(directory, limits=limits), clock=lambda: now[0])
+        service = server.start()
+        try:
+            with Client(service.addresses[0], policy=POLICY) as client:
+                vocab = client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+                session = client.session(vocab, gbnf=AB_PLUS, prefill=b"a")
+                assert session.accept(B)
+                lost = session.id
+                now[0] = 100.0
+                assert service.reclaim_idle() == 1
+                assert session.accept(B)  # rebuilt from its tokens, then accepted
+                assert session.id != lost and session.history == (B, B)
+                assert np.array_equal(session.mask(), engine_mask([A, B, B]))
+        finally:
+            server.stop()
+
+
+def test_a_server_killed_and_restarted_mid_generation_changes_no_token() -> None:
+    """40 seeded steps through a JSON schema over llama-spm (32,000 tokens); the server is killed (SIGKILL) at
+    step 15 and a new one started on the same socket; the client rides it out (re-registering the vocabulary
+    from its GGUF path, rebuilding the session by replay) and ends with the tokens of an uninterrupted run."""
+    path = reference.require(reference.vocab_path("llama-spm"))
+    eog = frozenset(Vocab.from_gguf(path).eog_ids)
+    with Client("local") as local:
+        reference_run = generate(
+            local.session(local.register_vocab(gguf=path), json_schema=SCHEMA), seed=7, steps=40, eog=eog
+        )
+    with socket_dir() as directory:
+        servers = [ServerProcess(directory / "s.sock").start()]
+
+        def kill_and_restart(step: int) -> None:
+            if step == 15:
+                servers[-1].kill()
+                servers.append(ServerProcess(directory / "s.sock").launch())
+
+        try:
+            with Client(servers[0].target, policy=POLICY) as client:
+                session = client.session(client.register_vocab(gguf=path), json_schema=SCHEMA)
+                first_id = session.id
+                tokens = generate(session, seed=7, steps=40, eog=eog, before_step=kill_and_restart)
+                assert session.id != first_id  # it was rebuilt on the new server
+        finally:
+            for server in servers:
+                server.kill()
+    assert len(servers) == 2
+    assert len(tokens) > 15
+    assert tokens == reference_run
+
+
+def test_a_bearer_token_and_tls(tmp_path: Path) -> None:
+    files = make_certificates(tmp_path)
+    tls = TlsFiles(files["server.pem"], files["server.key"], files["ca.pem"])
+    with socket_dir() as directory:
+        config = server_config(directory, listen=("127.0.0.1:0",), tls=tls, bearer_token="s3cret")
+        server = ServerThread(config)
+        service = server.start()
+        try:
+            client_tls = ClientTls(
+                ca=files["ca.pem"], cert=files["client.pem"], key=files["client.key"], server_name="localhost"
+            )
+            with Client(service.addresses[0], policy=POLICY, token="s3cret", tls=client_tls) as client:
+                vocab = client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+                with client.session(vocab, gbnf=AB_PLUS) as session:
+                    assert session.accept(A)
+            with (
+                Client(service.addresses[0], policy=POLICY, token="wrong", tls=client_tls) as client,
+                pytest.raises(ServiceError, match="UNAUTHENTICATED: missing or wrong bearer token"),
+            ):
+                client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+        finally:
+            server.stop()
+
+
+def test_a_session_is_a_context_manager_and_the_client_too() -> None:
+    with Client("local") as client:
+        vocab = client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+        with client.session(vocab, gbnf=AB_PLUS) as session:
+            assert isinstance(session, Session)
+        assert session.record.closed

@@ -1,0 +1,257 @@
+"""The client's protocol logic (clients/flows.py), driven by a scripted transport: retries, rebuilding lost
+sessions by replay, and what each reply does to the client's record."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from clients import flows
+from clients.flows import Call, Flow, Pause, Policy, SessionRecord, VocabHandle
+from constraintd.errors import ConstraintdError, InputError, NotFoundError, UnavailableError
+from constraintd.server.sessions import PositionError
+from constraintd.v1 import constraintd_pb2 as pb
+
+POLICY = Policy(timeout=1.0, setup_timeout=5.0, attempts=3, backoff=0.1, max_backoff=0.15, rebuilds=2)
+REGISTRATION = pb.RegisterVocabRequest(gguf_path="/m.gguf")
+VOCAB = VocabHandle("v1", 20, "v1", REGISTRATION)
+
+Answer = Callable[[Any], Any]  # a request -> its reply, or raises
+
+
+def run(flow: Flow[Any], script: list[tuple[str, Answer]]) -> tuple[Any, list[Any]]:
+    """Drives a flow: each call must be the next method in `script`, answered by its function.
+    Returns the flow's result and every action it took."""
+    actions: list[Any] = []
+    try:
+        action = next(flow)
+        while True:
+            actions.append(action)
+            if isinstance(action, Pause):
+                action = flow.send(None)
+                continue
+            method, answer = script.pop(0)
+            assert action.method == method, f"expected {method}, the flow called {action.method}"
+            try:
+                reply = answer(action.request)
+            except ConstraintdError as error:
+                action = flow.throw(error)
+            else:
+                action = flow.send(reply)
+    except StopIteration as stop:
+        assert not script, f"calls never made: {[m for m, _ in script]}"
+        return stop.value, actions
+
+
+def fail(error: ConstraintdError) -> Answer:
+    def answer(request: Any) -> Any:
+        raise error
+
+    return answer
+
+
+def record_with(history: list[int], session_id: str = "s1") -> SessionRecord:
+    record = SessionRecord(VOCAB, pb.CreateSessionRequest(vocab_id="v1", gbnf=pb.Gbnf(text="root ::= x")))
+    record.id = session_id
+    record.history = list(history)
+    return record
+
+
+def accepted(complete: bool = False, position: int = 0) -> Answer:
+    return lambda request: pb.AcceptReply(
+        accepted=True, state=pb.SessionState(complete=complete, position=position)
+    )
+
+
+def created(session_id: str) -> Answer:
+    return lambda request: pb.CreateSessionReply(session_id=session_id, state=pb.SessionState(position=1))
+
+
+def test_an_accept_carries_the_position_and_appends_the_token() -> None:
+    record = record_with([5])
+    seen: list[pb.AcceptRequest] = []
+
+    def answer(request: pb.AcceptRequest) -> pb.AcceptReply:
+        seen.append(request)
+        return pb.AcceptReply(accepted=True, state=pb.SessionState(complete=True, position=2))
+
+    result, _ = run(flows.accept(POLICY, record, 7, mask_on_reject=True), [("Accept", answer)])
+    assert result == (True, None)
+    assert seen[0] == pb.AcceptRequest(session_id="s1", token=7, mask_on_reject=True, position=1)
+    assert record.history == [5, 7] and record.complete
+
+
+def test_a_rejection_changes_nothing_and_brings_the_mask() -> None:
+    record = record_with([5])
+    mask = pb.Mask(words=(6).to_bytes(4, "little"), vocab_size=3, allowed=2)
+    reply = pb.AcceptReply(accepted=False, state=pb.SessionState(position=1), mask=mask)
+    (taken, words), _ = run(
+        flows.accept(POLICY, record, 7, mask_on_reject=True), [("Accept", lambda r: reply)]
+    )
+    assert not taken and words is not None and words.tolist() == [6]
+    assert record.history == [5]
+
+
+def test_unavailable_is_retried_with_growing_pauses_then_given_up() -> None:
+    record = record_with([])
+    down = fail(UnavailableError("down"))
+    result, actions = run(
+        flows.accept(POLICY, record, 1, mask_on_reject=False),
+        [("Accept", down), ("Accept", down), ("Accept", accepted())],
+    )
+    assert result == (True, None)
+    assert [a.seconds for a in actions if isinstance(a, Pause)] == [0.1, 0.15]
+    with pytest.raises(UnavailableError):
+        run(flows.accept(POLICY, record, 1, mask_on_reject=False), [("Accept", down)] * 3)
+
+
+def test_a_lost_session_is_rebuilt_by_replay_and_the_call_made_again() -> None:
+    record = record_with([4, 5])
+    creates: list[pb.CreateSessionRequest] = []
+
+    def create(request: pb.CreateSessionRequest) -> pb.CreateSessionReply:
+        creates.append(request)
+        return pb.CreateSessionReply(session_id="s2", state=pb.SessionState(position=2), warnings=["w"])
+
+    seen: list[str] = []
+
+    def answer(request: pb.AcceptRequest) -> pb.AcceptReply:
+        seen.append(request.session_id)
+        return pb.AcceptReply(accepted=True, state=pb.SessionState(position=3))
+
+    run(
+        flows.accept(POLICY, record, 6, mask_on_reject=False),
+        [("Accept", fail(NotFoundError("gone"))), ("CreateSession", create), ("Accept", answer)],
+    )
+    assert list(creates[0].replay) == [4, 5] and creates[0].gbnf.text == "root ::= x"
+    assert not record.request.replay  # the record's own request stays without replay
+    assert seen == ["s2"] and record.id == "s2" and record.history == [4, 5, 6] and record.warnings == ("w",)
+
+
+def test_a_session_out_of_step_is_rebuilt_from_the_clients_tokens() -> None:
+    record = record_with([4])
+    _, actions = run(
+        flows.rollback(POLICY, record, 1),
+        [
+            ("Rollback", fail(PositionError("differs"))),
+            ("CreateSession", created("s2")),
+            ("Rollback", lambda r: pb.RollbackReply(state=pb.SessionState())),
+        ],
+    )
+    assert [a.request.position for a in actions if isinstance(a, Call) and a.method == "Rollback"] == [1, 1]
+    assert record.history == [] and record.id == "s2"
+
+
+def test_a_lost_vocabulary_is_registered_again_before_the_session() -> None:
+    record = record_with([1])
+    registrations: list[pb.RegisterVocabRequest] = []
+
+    def register(request: pb.RegisterVocabRequest) -> pb.RegisterVocabReply:
+        registrations.append(request)
+        return pb.RegisterVocabReply(vocab_id="v1", size=20, content_hash="v1")
+
+    run(
+        flows.mask(POLICY, record),
+        [
+            ("Mask", fail(NotFoundError("no session"))),
+            ("CreateSession", fail(NotFoundError("no vocab"))),
+            ("RegisterVocab", register),
+            ("CreateSession", created("s3")),
+            ("Mask", lambda r: pb.MaskReply(mask=pb.Mask(words=bytes(4), vocab_size=20))),
+        ],
+    )
+    assert registrations == [REGISTRATION]
+    assert record.id == "s3"
+
+
+def test_rebuilding_gives_up_after_its_limit() -> None:
+    record = record_with([])
+    gone = fail(NotFoundError("gone"))
+    with pytest.raises(NotFoundError):
+        run(
+            flows.allows(POLICY, record, [1]),
+            [
+                ("Allows", gone),
+                ("CreateSession", created("a")),
+                ("Allows", gone),
+                ("CreateSession", created("b")),
+                ("Allows", gone),
+            ],
+        )
+
+
+def test_other_errors_reach_the_caller_at_once() -> None:
+    with pytest.raises(InputError, match="bad token"):
+        run(
+            flows.accept(POLICY, record_with([]), 99, mask_on_reject=False),
+            [("Accept", fail(InputError("bad token")))],
+        )
+
+
+def test_a_closed_session_is_never_rebuilt() -> None:
+    record = record_with([])
+    run(flows.close(POLICY, record), [("Close", fail(NotFoundError("gone")))])  # closed already: fine
+    assert record.closed
+    run(flows.close(POLICY, record), [])  # closing twice makes no call
+    with pytest.raises(NotFoundError):
+        run(flows.mask(POLICY, record), [("Mask", fail(NotFoundError("gone")))])
+
+
+def test_fork_copies_the_record() -> None:
+    record = record_with([1, 2])
+    child, _ = run(
+        flows.fork(POLICY, record),
+        [("Fork", lambda r: pb.ForkReply(session_id="s9", state=pb.SessionState(complete=True)))],
+    )
+    assert child.id == "s9" and child.history == [1, 2] and child.complete
+    child.history.append(3)
+    assert record.history == [1, 2]
+
+
+def test_rolling_back_more_than_was_accepted_is_refused_locally() -> None:
+    with pytest.raises(ValueError, match="cannot roll back 3 tokens of 2"):
+        run(flows.rollback(POLICY, record_with([1, 2]), 3), [])
+
+
+def test_a_step_batch_applies_each_result_and_redoes_lost_sessions_alone() -> None:
+    first, second, third = record_with([1], "a"), record_with([], "b"), record_with([2], "c")
+    mask = pb.Mask(words=(5).to_bytes(4, "little"), vocab_size=3, allowed=2)
+
+    def step(request: pb.StepRequest) -> pb.StepReply:
+        assert [op.WhichOneof("op") for op in request.ops] == ["accept", "accept", "mask"]
+        assert request.ops[0].accept.position == 1
+        return pb.StepReply(
+            results=[
+                pb.StepResult(
+                    accept=pb.AcceptReply(accepted=True, state=pb.SessionState(complete=True, position=2))
+                ),
+                pb.StepResult(error=pb.Error(status="NOT_FOUND", message="gone")),
+                pb.StepResult(mask=pb.MaskReply(mask=mask, state=pb.SessionState(position=1))),
+            ]
+        )
+
+    outcomes, _ = run(
+        flows.step(POLICY, [(first, 7), (second, 8), (third, None)], mask_on_reject=True),
+        [("Step", step), ("CreateSession", created("b2")), ("Accept", accepted(position=1))],
+    )
+    assert [(o.accepted, o.complete) for o in outcomes] == [(True, True), (True, False), (None, False)]
+    assert outcomes[2].mask is not None and outcomes[2].mask.tolist() == [5]
+    assert first.history == [1, 7] and second.history == [8] and second.id == "b2" and third.history == [2]
+
+
+def test_a_step_error_that_is_not_about_the_session_is_raised() -> None:
+    def step(request: pb.StepRequest) -> pb.StepReply:
+        return pb.StepReply(
+            results=[pb.StepResult(error=pb.Error(status="INVALID_ARGUMENT", message="bad token"))]
+        )
+
+    with pytest.raises(InputError, match="bad token"):
+        run(flows.step(POLICY, [(record_with([]), 99)], mask_on_reject=False), [("Step", step)])
+
+
+def test_a_step_batch_holds_one_item_per_session() -> None:
+    record = record_with([])
+    with pytest.raises(ValueError, match="one item per session"):
+        run(flows.step(POLICY, [(record, 1), (record, 2)], mask_on_reject=False), [])
