@@ -446,6 +446,21 @@ ERRORS: dict[str, tuple[Any, grpc.StatusCode, str]] = {
         grpc.StatusCode.NOT_FOUND,
         "no open session",
     ),
+    "session-too-many-stacks": (
+        lambda v, s: (
+            "CreateSession",
+            pb.CreateSessionRequest(
+                vocab_id=v, gbnf=pb.Gbnf(text='root ::= x\nx ::= "a" | "b" | "1" | "2" | ":"')
+            ),
+        ),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "the grammar starts with 5 stacks, above 4",
+    ),
+    "message-too-large": (
+        lambda v, s: ("Allows", pb.AllowsRequest(session_id=s, tokens=[A] * 5000)),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "Received message larger than max",
+    ),
     "close-unknown-session": (
         lambda v, s: ("Close", pb.CloseRequest(session_id=UNKNOWN)),
         grpc.StatusCode.NOT_FOUND,
@@ -456,7 +471,14 @@ ERRORS: dict[str, tuple[Any, grpc.StatusCode, str]] = {
 
 @pytest_asyncio.fixture
 async def limited() -> AsyncIterator[Stub]:
-    limits = dataclasses.replace(Limits(), max_vocab_size=64, max_grammar_bytes=128, max_sessions=3)
+    limits = dataclasses.replace(
+        Limits(),
+        max_vocab_size=64,
+        max_grammar_bytes=128,
+        max_sessions=3,
+        max_stacks=4,
+        max_message_bytes=4096,
+    )
     with socket_dir() as directory:
         async with (
             running_service(server_config(directory, limits=limits)) as running,

@@ -1,0 +1,257 @@
+"""Benchmark of the constraintd service (not a test): prints a table.
+
+    python tests/benchmarks/bench_service.py            # about two minutes
+    python tests/benchmarks/bench_service.py --quick    # fewer samples, for a smoke run
+
+What it measures, against a `constraintd serve` subprocess (uvloop) on a Unix socket and on loopback TCP:
+- Accept round trip, p50 / p99, from the blocking client (`Session.accept`), over each; and in-process
+  (`Client("local")`) for the cost of the client and the engine alone;
+- token commits per second through Step (AsyncClient, one accept per session per message) with 1, 16 and
+  64 sessions;
+- memory per idle session (the server's resident set before and after opening sessions) and sessions per GiB;
+- Accept p99 while another client compiles large JSON schemas (MaskBench's largest) over a 151,936-token
+  vocabulary, beside the same measure with nothing compiling.
+Vocabularies are llama.cpp's vocabulary-only GGUFs (llama-spm, qwen2) from the reference data
+(`python -m tests.reference fetch`). Numbers depend on the machine and what else runs on it: compare rows
+of one run, not runs of different machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from clients import AsyncClient, Client, Policy, Session  # noqa: E402
+from constraintd.engine.vocab import Vocab  # noqa: E402
+from tests import reference  # noqa: E402
+from tests.server.running import wait_serving  # noqa: E402
+
+LETTERS = "root ::= [a-z ]*"  # a grammar every word-piece token keeps satisfying
+POLICY = Policy(timeout=60.0, setup_timeout=600.0)
+MASKBENCH = ROOT / "tests" / "vectors" / "maskbench-sample"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Server:
+    """`constraintd serve` on uvloop, on a Unix socket and a loopback port."""
+
+    def __init__(self, directory: Path) -> None:
+        self.unix = f"unix://{directory}/bench.sock"
+        self.tcp = f"127.0.0.1:{free_port()}"
+        args = [
+            sys.executable,
+            "-m",
+            "constraintd",
+            "serve",
+            "--listen",
+            self.unix,
+            "--listen",
+            self.tcp,
+            "--log-format",
+            "text",
+            "--log-level",
+            "WARNING",
+            "--max-sessions",
+            "100000",
+        ]
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.log = (directory / "server.log").open("wb")
+        self.process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log)
+        wait_serving(self.unix)
+
+    def rss(self) -> int:
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        match = re.search(r"VmRSS:\s+(\d+) kB", status)
+        assert match is not None
+        return int(match.group(1)) * 1024
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=60)
+        self.log.close()
+
+
+def word_tokens(vocab: Vocab) -> list[int]:
+    """Tokens whose piece is lowercase letters and spaces: always accepted by LETTERS."""
+    return [t for t, piece in enumerate(vocab.pieces) if piece and re.fullmatch(rb"[a-z ]+", piece)]
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def accept_latencies(
+    session: Session, tokens: list[int], count: int, *, stop: threading.Event | None = None
+) -> list[float]:
+    """Seconds per accept; the session is rolled back now and then so its history stays short."""
+    samples: list[float] = []
+    for i in range(count):
+        if stop is not None and stop.is_set():
+            break
+        token = tokens[i % len(tokens)]
+        started = time.perf_counter()
+        accepted = session.accept(token)
+        samples.append(time.perf_counter() - started)
+        assert accepted
+        if len(session.record.history) >= 256:
+            session.rollback(256)
+    return samples
+
+
+def bench_accept(server: Server, gguf: Path, tokens: list[int], count: int) -> list[tuple[str, float, float]]:
+    rows = []
+    for name, target in (("in-process", "local"), ("Unix socket", server.unix), ("TCP loopback", server.tcp)):
+        with Client(target, policy=POLICY) as client:
+            session = client.session(client.register_vocab(gguf=gguf), gbnf=LETTERS)
+            accept_latencies(session, tokens, 300)  # warm up
+            p50, p99 = percentiles(accept_latencies(session, tokens, count))
+            rows.append((name, p50, p99))
+    return rows
+
+
+async def step_rate(target: str, gguf: Path, tokens: list[int], sessions: int, seconds: float) -> float:
+    async with AsyncClient(target, policy=POLICY) as client:
+        vocab = await client.register_vocab(gguf=gguf)
+        opened = [await client.session(vocab, gbnf=LETTERS) for _ in range(sessions)]
+        committed = 0
+        rounds = 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            token = tokens[rounds % len(tokens)]
+            outcomes = await client.step([(s, token) for s in opened], mask_on_reject=False)
+            committed += sum(1 for o in outcomes if o.accepted)
+            rounds += 1
+            if rounds % 200 == 0:  # keep histories short
+                for session in opened:
+                    await session.rollback(len(session.history))
+        return committed / (time.perf_counter() - started)
+
+
+def bench_memory(server: Server, gguf: Path, tokens: list[int], count: int) -> tuple[float, float]:
+    with Client(server.unix, policy=POLICY) as client:
+        vocab = client.register_vocab(gguf=gguf)
+        warm = client.session(vocab, json_object=True)  # compile before measuring
+        warm.close()
+        before = server.rss()
+        sessions = [client.session(vocab, json_object=True) for _ in range(count)]
+        after = server.rss()
+        for session in sessions:
+            session.close()
+    per_session = (after - before) / count
+    return per_session, (1 << 30) / per_session
+
+
+def largest_schemas(count: int) -> list[str]:
+    files = sorted(MASKBENCH.glob("*.json"), key=lambda p: p.stat().st_size, reverse=True)
+    schemas = []
+    for path in files:
+        schema = json.dumps(json.loads(path.read_text())["schema"])
+        schemas.append(schema)
+        if len(schemas) == count:
+            break
+    return schemas
+
+
+def bench_accept_under_compiles(
+    server: Server, gguf: Path, big_gguf: Path, tokens: list[int], seconds: float, schemas: list[str]
+) -> tuple[tuple[float, float], tuple[float, float], int]:
+    with Client(server.unix, policy=POLICY) as client:
+        session = client.session(client.register_vocab(gguf=gguf), gbnf=LETTERS)
+        accept_latencies(session, tokens, 300)
+        stop = threading.Event()
+        quiet: list[float] = []
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            quiet += accept_latencies(session, tokens, 200)
+        with Client(server.unix, policy=POLICY) as compiler:
+            big = compiler.register_vocab(gguf=big_gguf)
+            compiled = [0]
+
+            def compile_all() -> None:
+                for schema in schemas:
+                    try:
+                        compiler.session(big, json_schema=schema).close()
+                        compiled[0] += 1
+                    except Exception:  # a schema llama.cpp refuses is refused here too; it still compiled
+                        pass
+                stop.set()
+
+            worker = threading.Thread(target=compile_all)
+            worker.start()
+            busy: list[float] = []
+            while not stop.is_set():
+                busy += accept_latencies(session, tokens, 200, stop=stop)
+            worker.join()
+    return percentiles(quiet), percentiles(busy), compiled[0]
+
+
+def micro(seconds: float) -> str:
+    return f"{seconds * 1e6:,.0f} µs"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer samples")
+    args = parser.parse_args(argv)
+    count = 1000 if args.quick else 5000
+    seconds = 1.0 if args.quick else 3.0
+    gguf = reference.require(reference.vocab_path("llama-spm"))
+    big_gguf = reference.require(reference.vocab_path("qwen2"))
+    tokens = word_tokens(Vocab.from_gguf(gguf))
+    rows: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory(prefix="cd-", dir="/tmp") as directory:
+        server = Server(Path(directory))
+        try:
+            for name, p50, p99 in bench_accept(server, gguf, tokens, count):
+                rows.append((f"Accept round trip, {name} (p50 / p99)", f"{micro(p50)} / {micro(p99)}"))
+            for sessions in (1, 16, 64):
+                rate = asyncio.run(step_rate(server.unix, gguf, tokens, sessions, seconds))
+                rows.append(
+                    (f"Step token commits/s, {sessions} session{'s' * (sessions > 1)} (Unix)", f"{rate:,.0f}")
+                )
+            per_session, per_gib = bench_memory(server, gguf, tokens, 500 if args.quick else 2000)
+            rows.append(("Memory per idle session (server RSS)", f"{per_session / 1024:,.1f} KiB"))
+            rows.append(("Idle sessions per GiB", f"{per_gib:,.0f}"))
+            schemas = largest_schemas(2 if args.quick else 6)
+            quiet, busy, compiled = bench_accept_under_compiles(
+                server, gguf, big_gguf, tokens, seconds, schemas
+            )
+            rows.append(("Accept p99, nothing compiling (Unix)", micro(quiet[1])))
+            rows.append((f"Accept p99 while {compiled} large schemas compile (qwen2)", micro(busy[1])))
+            rows.append(("Accept p50 while they compile", micro(busy[0])))
+        finally:
+            server.stop()
+    width = max(len(name) for name, _ in rows)
+    print(
+        f"constraintd service benchmark ({os.cpu_count()} CPUs, Python {sys.version.split()[0]}; "
+        f"vocabularies llama-spm 32,000 and qwen2 151,936 tokens)"
+    )
+    print(f"{'measure':<{width}}  value")
+    print(f"{'-' * width}  {'-' * 20}")
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
