@@ -22,8 +22,7 @@ import numpy.typing as npt
 from clients import flows
 from clients.base import LOCAL, BaseClient, ClientTls, JsonText
 from clients.flows import Flow, Pause, Policy, SessionRecord, StepOutcome, VocabHandle
-from clients.grpc_transport import MIB, AsyncGrpcTransport
-from clients.local_transport import AsyncLocalTransport
+from clients.transports import MIB, AsyncGrpcTransport, AsyncLocalTransport
 from constraintd.engine.vocab import Vocab
 from constraintd.errors import ConstraintdError
 

@@ -20,8 +20,7 @@ import numpy.typing as npt
 from clients import flows
 from clients.base import LOCAL, BaseClient, ClientTls, JsonText
 from clients.flows import Flow, Pause, Policy, SessionRecord, StepOutcome, VocabHandle
-from clients.grpc_transport import MIB, GrpcTransport
-from clients.local_transport import LocalTransport
+from clients.transports import MIB, GrpcTransport, LocalTransport
 from constraintd.engine.vocab import Vocab
 from constraintd.errors import ConstraintdError
 

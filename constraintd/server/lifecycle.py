@@ -131,7 +131,7 @@ class Service:
         if config.metrics_listen is not None:
             host, _, port = config.metrics_listen.rpartition(":")
             self._metrics_server = MetricsServer(self.metrics)
-            self.metrics_port = await self._metrics_server.start(host or "127.0.0.1", int(port))
+            self.metrics_port = await self._metrics_server.start(host.strip("[]") or "127.0.0.1", int(port))
         self._sweeper = asyncio.create_task(self._sweep(), name="constraintd-sweep")
         await self.health.serving()
         self.state = ServiceState.SERVING

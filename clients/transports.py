@@ -1,18 +1,25 @@
-# The gRPC transports: one RPC per call over a channel (grpc's blocking channel, or grpc.aio's).
+# Transports: where a client's calls go. One request message in, its reply out; a failure is raised as the
+# `ConstraintdError` its status maps to (clients/status.py), so nothing grpc escapes a transport.
 #
-# Invariants:
-# - A failed call raises the `ConstraintdError` its status maps to (clients/status.py); nothing grpc
-#   escapes a transport.
+# gRPC (`GrpcTransport`, `AsyncGrpcTransport`): one RPC per call over grpc's blocking channel or grpc.aio's.
 # - Calls wait for the channel to be ready (up to their deadline) instead of failing at once while the
 #   server restarts, and the channel reconnects quickly (100 ms first backoff): a client riding out a
 #   server restart sees a slower call, then NOT_FOUND for its sessions, which the flows rebuild.
 # - The async transport keeps one Step stream open and sends batches on it one at a time (a write, then
 #   its reply); a stream that fails or times out is dropped and the next batch opens a new one. The sync
 #   transport opens a stream per batch (grpc's blocking API has no cheaper way to pair a write and a read).
+#
+# In-process (`LocalTransport`, `AsyncLocalTransport`): the service's own operations, called directly.
+# - It answers exactly as a server would: the same `Operations` (decode, engine, encode) over its own
+#   registry and session store, the same messages in and out, the same errors (raised as the engine's
+#   `ConstraintdError`s, so a GBNF error keeps its class, line and column).
+# - Compiles run inline, on the caller's thread (or event loop): in-process means no worker pool. The
+#   async flavour is a real coroutine around the same calls; it awaits nothing because nothing here waits.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -20,9 +27,13 @@ import grpc
 from clients.base import ClientTls
 from clients.status import error_for
 from constraintd.errors import ConstraintdError, DeadlineError, UnavailableError
+from constraintd.server.config import Limits
+from constraintd.server.operations import Operations
+from constraintd.server.registry import Registry
+from constraintd.server.sessions import SessionStore
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
 
-__all__ = ["AsyncGrpcTransport", "GrpcTransport"]
+__all__ = ["MIB", "AsyncGrpcTransport", "AsyncLocalTransport", "GrpcTransport", "LocalTransport"]
 
 MIB = 1 << 20
 
@@ -151,3 +162,44 @@ class AsyncGrpcTransport:
     async def close(self) -> None:
         self._drop_stream()
         await self._channel.close()
+
+
+class LocalTransport:
+    """The engine in this process, behind the service's operations."""
+
+    def __init__(self, limits: Limits | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+        limits = limits or Limits()
+        self.operations = Operations(Registry(limits), SessionStore(limits, clock=clock), limits)
+        ops = self.operations
+        self._methods: dict[str, Callable[[Any], Any]] = {
+            "RegisterVocab": ops.register_vocab,
+            "CreateSession": ops.create_session,
+            "Accept": ops.accept,
+            "Allows": ops.allows,
+            "Mask": ops.mask,
+            "Rollback": ops.rollback,
+            "Fork": ops.fork,
+            "Close": ops.close,
+            "Step": ops.step,
+        }
+
+    def call(self, method: str, request: Any, *, timeout: float | None) -> Any:
+        """Answers one request; `timeout` is ignored (nothing here waits)."""
+        return self._methods[method](request)
+
+    def close(self) -> None:
+        self.operations.store.release_all()
+
+
+class AsyncLocalTransport:
+    """`LocalTransport` for `AsyncClient`."""
+
+    def __init__(self, limits: Limits | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._local = LocalTransport(limits, clock=clock)
+        self.operations = self._local.operations
+
+    async def call(self, method: str, request: Any, *, timeout: float | None) -> Any:
+        return self._local.call(method, request, timeout=timeout)
+
+    async def close(self) -> None:
+        self._local.close()
