@@ -28,10 +28,15 @@ class LlamaCase:
     grammar: str  # "" for an expected failure
 
 
+def c_string(body: str) -> str:
+    """The value of a plain C++ string literal's body (simple escapes only: \\n, \\", \\\\, ...)."""
+    return re.sub(r"\\(.)", lambda m: _C_ESCAPES.get(m.group(1), m.group(1)), body)
+
+
 def _literal_text(match: re.Match[str]) -> str:
     if match.group("raw") is not None:
         return match.group("raw")
-    return re.sub(r"\\(.)", lambda m: _C_ESCAPES.get(m.group(1), m.group(1)), match.group("plain"))
+    return c_string(match.group("plain"))
 
 
 def read_cases(llama_cpp_dir: Path) -> list[LlamaCase]:
