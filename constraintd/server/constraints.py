@@ -48,16 +48,12 @@ class Constraint:
 
     def key(self, vocab_hash: str) -> str:
         """Content hash of this constraint over the vocabulary with `vocab_hash`."""
-        digest = hashlib.sha256(b"constraintd constraint 1")
-        parts = (self.kind.value, self.text, self.root, *self.trigger_patterns, vocab_hash)
-        for part in parts:
-            data = part.encode("utf-8", "surrogatepass")
-            digest.update(len(data).to_bytes(8, "little"))
-            digest.update(data)
-        digest.update(len(self.trigger_patterns).to_bytes(8, "little"))
-        for token in self.trigger_tokens:
-            digest.update(token.to_bytes(8, "little", signed=True))
-        return digest.hexdigest()
+        return _digest(
+            b"constraint",
+            (self.kind.value, self.text, self.root, vocab_hash),
+            self.trigger_patterns,
+            self.trigger_tokens,
+        )
 
     def check_size(self, max_bytes: int) -> None:
         """Raises LimitError when the text is larger than `max_bytes` (UTF-8)."""
@@ -75,6 +71,27 @@ class ResolvedGrammar:
     trigger_patterns: tuple[str, ...] = ()
     trigger_tokens: tuple[int, ...] = ()
     warnings: tuple[str, ...] = ()
+
+    def key(self, vocab_hash: str) -> str:
+        """Content hash of the grammar (text, root, triggers) over the vocabulary with `vocab_hash`: two
+        constraints that resolve to the same grammar share one compiled grammar."""
+        return _digest(
+            b"grammar", (self.gbnf, self.root, vocab_hash), self.trigger_patterns, self.trigger_tokens
+        )
+
+
+def _digest(tag: bytes, texts: tuple[str, ...], patterns: tuple[str, ...], tokens: tuple[int, ...]) -> str:
+    # Every part is written with its length first, so different parts never give the same stream.
+    digest = hashlib.sha256(b"constraintd " + tag + b" 1")
+    for part in (*texts, *patterns):
+        data = part.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    digest.update(len(patterns).to_bytes(8, "little"))
+    digest.update(len(tokens).to_bytes(8, "little"))
+    for token in tokens:
+        digest.update(token.to_bytes(8, "little", signed=True))
+    return digest.hexdigest()
 
 
 def _gbnf(constraint: Constraint) -> ResolvedGrammar:

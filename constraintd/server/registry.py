@@ -3,10 +3,12 @@
 # Invariants:
 # - A vocabulary's id is its content hash: registering the same content twice (from pieces or from a GGUF
 #   file) gives the same id and the same `Vocab` object. A GGUF file is read once per (path, size, mtime).
-# - A compiled grammar is keyed by everything that decides it (the constraint's kind, text, root,
-#   triggers, and the vocabulary's hash); one key is compiled once even when many callers ask at the same
-#   time (they wait for the first), and the result is shared. The cache is bounded (least recently used
-#   dropped); a session keeps its own reference, so dropping never harms a running session.
+# - Two content-addressed caches: a constraint as asked (kind, text, root, triggers, vocabulary hash) ->
+#   its compiled constraint; and a grammar (GBNF text, root, triggers, vocabulary hash) -> its compiled
+#   `Grammar`, so constraints that resolve to the same GBNF (JSON mode asked three ways, a schema sent
+#   as a schema and inside a request) share one compiled grammar. One key is worked on once even when
+#   many callers ask at the same time (they wait for the first). Both caches are bounded (least recently
+#   used dropped); a session keeps its own reference, so dropping never harms a running session.
 # - Every method is safe to call from worker threads and the event loop at once (one lock guards the maps;
 #   the slow work runs outside it). The registry never imports grpc or asyncio: the in-process client
 #   transport uses it as it is.
@@ -25,7 +27,7 @@ from constraintd.engine.grammar import Grammar
 from constraintd.engine.vocab import TokenizerRules, Vocab
 from constraintd.errors import LimitError, NotFoundError, VocabError
 from constraintd.server.config import Limits
-from constraintd.server.constraints import Constraint, resolve
+from constraintd.server.constraints import Constraint, ResolvedGrammar, resolve
 
 __all__ = ["CompiledConstraint", "Registry"]
 
@@ -77,9 +79,11 @@ class Registry:
         self._lock = threading.Lock()
         self._vocabs: dict[str, Vocab] = {}
         self._gguf_hashes: dict[tuple[str, int, int], str] = {}
-        self._grammars: OrderedDict[str, CompiledConstraint] = OrderedDict()
+        self._compiled: OrderedDict[str, CompiledConstraint] = OrderedDict()
+        self._grammars: OrderedDict[str, Grammar] = OrderedDict()
         self._loading: _Once[tuple[str, int, int], Vocab] = _Once()
-        self._compiling: _Once[str, CompiledConstraint] = _Once()
+        self._resolving: _Once[str, CompiledConstraint] = _Once()
+        self._compiling: _Once[str, Grammar] = _Once()
 
     @property
     def vocab_count(self) -> int:
@@ -148,27 +152,35 @@ class Registry:
 
     def cached(self, constraint: Constraint, vocab: Vocab) -> CompiledConstraint | None:
         """The compiled constraint if it is in the cache already; never compiles."""
-        key = constraint.key(vocab.content_hash)
-        with self._lock:
-            found = self._grammars.get(key)
-            if found is not None:
-                self._grammars.move_to_end(key)
-            return found
+        return self._recent(self._compiled, constraint.key(vocab.content_hash))
 
     def compile(self, constraint: Constraint, vocab: Vocab) -> CompiledConstraint:
         """The compiled constraint, from the cache or compiled now (slow: run it off the event loop).
 
         Raises:
             GrammarError, SchemaError: the constraint does not compile (with where).
-            InputError: a trigger token outside the vocabulary.
+            InputError: a request that asks for no constraint.
         """
         key = constraint.key(vocab.content_hash)
-        found = self.cached(constraint, vocab)
+        found = self._recent(self._compiled, key)
         if found is not None:
             return found
 
         def build() -> CompiledConstraint:
             resolved = resolve(constraint)
+            compiled = CompiledConstraint(self._grammar(resolved, vocab), resolved.warnings)
+            self._remember(self._compiled, key, compiled)
+            return compiled
+
+        return self._resolving.run(self._lock, key, build)
+
+    def _grammar(self, resolved: ResolvedGrammar, vocab: Vocab) -> Grammar:
+        key = resolved.key(vocab.content_hash)
+        found = self._recent(self._grammars, key)
+        if found is not None:
+            return found
+
+        def build() -> Grammar:
             grammar = Grammar.from_gbnf(
                 resolved.gbnf,
                 vocab,
@@ -176,14 +188,23 @@ class Registry:
                 trigger_patterns=resolved.trigger_patterns,
                 trigger_tokens=resolved.trigger_tokens,
             )
-            compiled = CompiledConstraint(grammar, resolved.warnings)
-            with self._lock:
-                self._grammars[key] = compiled
-                while len(self._grammars) > self._limits.max_grammars:
-                    self._grammars.popitem(last=False)
-            return compiled
+            self._remember(self._grammars, key, grammar)
+            return grammar
 
         return self._compiling.run(self._lock, key, build)
+
+    def _recent(self, cache: OrderedDict[str, V], key: str) -> V | None:
+        with self._lock:
+            found = cache.get(key)
+            if found is not None:
+                cache.move_to_end(key)
+            return found
+
+    def _remember(self, cache: OrderedDict[str, V], key: str, value: V) -> None:
+        with self._lock:
+            cache[key] = value
+            while len(cache) > self._limits.max_grammars:
+                cache.popitem(last=False)
 
     def _keep(self, vocab: Vocab) -> Vocab:
         key = vocab.content_hash

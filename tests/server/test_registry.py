@@ -132,3 +132,18 @@ def test_refused_constraints_raise_the_engine_error(
     with pytest.raises(error, match=message):
         registry.compile(constraint, vocab)
     assert registry.grammar_count == 0
+
+
+def test_constraints_that_resolve_to_one_grammar_share_its_compiled_form() -> None:
+    registry = Registry(Limits())
+    vocab = registry.register_pieces(TINY_PIECES, TINY_EOG)
+    asked = [
+        Constraint(ConstraintKind.JSON_OBJECT),
+        Constraint(ConstraintKind.JSON_SCHEMA, '{"type": "object"}'),
+        Constraint(ConstraintKind.OPENAI_REQUEST, '{"response_format": {"type": "json_object"}}'),
+        Constraint(ConstraintKind.OLLAMA_REQUEST, '{"format": "json"}'),
+    ]
+    compiled = [registry.compile(constraint, vocab) for constraint in asked]
+    assert all(c.grammar is compiled[0].grammar for c in compiled)
+    assert registry.grammar_count == 1
+    assert all(registry.cached(constraint, vocab) is c for constraint, c in zip(asked, compiled, strict=True))
