@@ -137,12 +137,13 @@ class _Converter:
         return format_literal(to_bytes(dump_json(value)))
 
     def visit_pattern(self, node: StringNode, name: str) -> str:
+        # _visit_pattern: an untranslatable pattern leaves no rule behind and becomes any string
         self.journal = []
         try:
             result = pattern_to_rule(to_bytes(node.pattern), name, self.add_rule)
             added = [self.rules[key] for key in self.journal]
         except (UnsupportedPattern, InvalidPattern) as err:
-            for key in self.journal:
+            for key in self.journal:  # llama.cpp restores its rule map as it was before the pattern
                 self.chars -= len(key) + len(self.rules.pop(key))
             self.journal = None
             if isinstance(err, InvalidPattern):

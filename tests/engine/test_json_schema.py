@@ -184,6 +184,10 @@ EDGE_SCHEMAS = {
     "ref cycle inside allOf": ('{"allOf": [{"$ref": "#/$defs/a"}], "$defs": {"a": {"$ref": "#/$defs/a"}}}',
                                "crash-refused"),
     "not JSON": ('{"type": "string",}', "identical"),
+    # llama.cpp recurses on the C stack for each level and crashes
+    "items nested 100000 deep": ('{"items": ' * 100_000 + "{}" + "}" * 100_000, "crash-refused"),
+    "type lists nested 100000 deep": ('{"type": ' + "[" * 100_000 + '"null"' + "]" * 100_000 + "}",
+                                      "crash-refused"),
 }
 
 
