@@ -4,10 +4,15 @@ the refusals it makes, and llama.cpp itself deciding the same texts (oracle)."""
 from __future__ import annotations
 
 import re
+import string
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from constraintd.engine.gbnf import (
     CHAR_ESCAPES,
@@ -23,6 +28,10 @@ from constraintd.engine.gbnf import (
 )
 from constraintd.errors import GrammarError
 from tests import reference
+
+if TYPE_CHECKING:
+    from tests.conftest import OracleReport
+    from tests.oracle import LlamaVocab
 
 # --- llama.cpp's C++ test sources, read at test time ------------------------------------------------------
 
@@ -479,3 +488,285 @@ def test_format_gbnf_is_llama_cpp_print_grammar() -> None:
         "root_2 ::= root_1 root_2 | \n"
         "x ::= [<U+00E9>] \n"
     )
+
+
+# --- arbitrary text ---------------------------------------------------------------------------------------
+
+# Pieces of GBNF, right and wrong, that random texts are made of.
+PIECES = [
+    "root", "a", "b-1", "9", " ::= ", "::=", ":", " ", "\n", "\r\n", "\r", "\t", "|", "(", ")", '"', '"a"',
+    '"\\x41"', '"\\u00e9"', "\\", "\\n", "[", "]", "^", "-", "[a-z]", "[^\n]", "[]", "*", "+", "?", "{", "}",
+    ",", "0", "2", "{2}", "{0,3}", "{1,}", "{2,1}", "{0}", ".", "#c", "<[3]>", "!<[4]>", "<s>", "<x>", "<",
+    ">", "!", "\0", "é", "_1", "x",
+]  # fmt: skip
+# Items of well-formed rule bodies (groups may come out unbalanced), for texts that mostly build.
+ITEMS = [
+    '"a"', '"bc"', "[a-z]", "[^x]", '("a" | x)', '(x "b")*', "( [x]* )", "(", ")", "|", "*", "+", "?", "{2}",
+    "{0,3}", "{1,}", ".", "x", "root", "<[3]>", "!<[4]>", "<s>", '""', "[]", '"a"', "x", "[0-9]",
+]  # fmt: skip
+piece_texts = st.lists(st.sampled_from(PIECES), max_size=30).map("".join)
+rule_texts = st.builds(
+    "root ::= {}\nx ::= {}".format,
+    st.lists(st.sampled_from(ITEMS), max_size=12).map(" ".join),
+    st.lists(st.sampled_from(ITEMS), max_size=8).map(" ".join),
+)
+
+# Well-formed bodies, built up from terminals by sequence, alternation and repetition.
+bodies = st.recursive(
+    st.sampled_from(['"a"', "[a-z]", ".", "x", "<s>", "<[3]>", "!<[4]>", '""', "[^x]", '"\\n"']),
+    lambda inner: st.one_of(
+        st.lists(inner, min_size=1, max_size=3).map(" ".join),
+        st.lists(inner, min_size=1, max_size=3).map(lambda items: "(" + " | ".join(items) + ")"),
+        st.tuples(inner, st.sampled_from(["*", "+", "?", "{2}", "{0,3}", "{1,}", "{0}"])).map(
+            "({0[0]}){0[1]}".format
+        ),
+    ),
+    max_leaves=8,
+)
+grammar_texts = st.builds("root ::= {}\nx ::= {}".format, bodies, bodies)
+gbnf_texts = st.one_of(piece_texts, rule_texts, grammar_texts, st.text(max_size=200))
+
+
+def _token_id(text: str) -> int | None:
+    return {"<s>": 1}.get(text)
+
+
+def _assert_well_formed(parsed: ParsedGrammar) -> None:
+    for rule in parsed.rules:
+        assert rule and rule[-1] == (GreType.END, 0) and (GreType.END, 0) not in rule[:-1]
+        assert all(value < len(parsed.rules) for kind, value in rule if kind == GreType.RULE_REF)
+    assert sorted(parsed.symbol_ids.values()) == list(range(len(parsed.symbol_ids)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(gbnf_texts)
+def test_any_text_is_parsed_or_refused_with_a_grammar_error(text: str) -> None:
+    try:
+        parsed = parse_gbnf(text, token_id=_token_id)
+    except GrammarError as refused:
+        assert refused.reason in _ERROR_REASONS or _reason_key(refused.reason)
+        return
+    _assert_well_formed(parsed)
+    format_gbnf(parsed)
+    try:
+        check_grammar(parsed)
+    except GrammarError as refused:
+        assert _reason_key(refused.reason)
+
+
+def _template_pattern(template: str) -> re.Pattern[str]:
+    parts = [
+        re.escape(literal) + ("(.*)" if field is not None else "")
+        for literal, field, _, _ in string.Formatter().parse(template)
+    ]
+    return re.compile("".join(parts), re.S)
+
+
+_ERROR_PATTERNS = {key: _template_pattern(template) for key, template in ERRORS.items()}
+_ERROR_REASONS = frozenset(template for template in ERRORS.values() if "{" not in template)
+
+
+def _reason_key(reason: str) -> str:
+    """The key of `ERRORS` whose message `reason` is ("" if none)."""
+    return next((key for key, pattern in _ERROR_PATTERNS.items() if pattern.fullmatch(reason)), "")
+
+
+# --- llama.cpp deciding the same texts (oracle) -----------------------------------------------------------
+
+# Hand-listed texts at the edges of the syntax, each decided by llama.cpp in the oracle tests below.
+TRICKY = [
+    'root ::= "a"', 'root ::= "a"\n', 'root ::= "a"\r\n', 'root ::= "a"\r', 'root ::= "a"\n\r\n\r',
+    'root ::= "a" # comment', 'root ::= "a"\n# comment at the end', 'root ::= "a" #', "# only a comment",
+    " ", "\n\n", "root ::= ", "root ::=", "root ::= |", 'root ::= "a" |', 'root ::= | "a"', "root ::= ()",
+    "root ::= ( )", "root ::= (|)", "root ::= (\n|\n)", 'root ::= ("a"', 'root ::= "a")', 'root ::= (("a")',
+    'root ::= ["a"', 'root ::= "a', "root ::= [a-", "root ::= [a-]", "root ::= [-a]", "root ::= []",
+    "root ::= [^]", "root ::= [a-z-]", "root ::= []]", "root ::= [\\]]", "root ::= [\\^a]",
+    "root ::= [a-\\]]", 'root ::= "\\x41"', 'root ::= "\\x4"', 'root ::= "\\xZZ"', 'root ::= "\\u0041"',
+    'root ::= "\\u004"', 'root ::= "\\U00000041"', 'root ::= "\\U0001F600"',
+    'root ::= "\\t\\n\\r\\\\\\"\\[\\]\\-"', 'root ::= "\\q"', 'root ::= "\\', 'root ::= "\\/"',
+    "root ::= [\\a]", "root ::= [\\x41-\\x5A]", 'root ::= "a"{', 'root ::= "a"{}', 'root ::= "a"{,}',
+    'root ::= "a"{,3}', 'root ::= "a"{3', 'root ::= "a"{3,', 'root ::= "a"{3,4', 'root ::= "a"{ 3 , 4 }',
+    'root ::= "a"{3 4}', 'root ::= "a"{2000}', 'root ::= "a"{2001}', 'root ::= "a"{0,2001}',
+    'root ::= "a"{0}', 'root ::= "a"{0,0}', 'root ::= "a"{0,0}*', "root ::= {2}",
+    'root ::= "a"{99999999999999999999999}', 'root ::= "a"{18446744073709551615}', 'root ::= "a"{0,1}{0,1}',
+    'root ::= ("a"{10}){10}{10}{10}', 'root ::= ("a"{0,10}){0,10}{0,10}',
+    'root ::= ("a" | b{0,40}){0,50}\nb ::= "b"', 'root ::= (\n"a"\n){2}', 'root ::= "a"\n{2}',
+    'root ::= "a"{\n2}', "root ::= *", 'root ::= "a"**', 'root ::= "a"+?*', "root ::= | *",
+    'root ::= "a" | ?', 'root ::= a\na ::= "x"', "root ::= a", 'a ::= "x"', "root ::= root",
+    'root ::= "a" root', 'root ::= "a" | root "a"', 'root ::= "" root', "root ::= [] root",
+    'root ::= ("a"*)*', 'root ::= ("a"?)*', "root ::= ( [x]* )*", 'röot ::= "a"', 'root ::= "ü"',
+    "root ::= [α-ω]", 'root-1 ::= "a"\nroot ::= root-1', '123 ::= "a"\nroot ::= 123', 'root::="a"',
+    'root ::="a"', 'root\n::= "a"', 'root ::=\n"a"', 'root ::= "a"\n  | "b"', 'root ::= (\n"a"\n|\n"b"\n)',
+    'root ::= "a" "b"\nroot ::= "c"', 'root ::= a\na ::= "x"\na ::= "y"', 'root ::= root_1 ("a")',
+    'root_1 ::= "a"', 'a ::= b\nc ::= "y"\na ::= "x"\nroot ::= c', "root ::= <[1]>", "root ::= !<[1]>",
+    "root ::= <[4294967295]>", "root ::= <[4294967296]>", "root ::= <[99999999999999999999]>",
+    "root ::= <[]>", "root ::= <[1]", "root ::= <[1", "root ::= <[a]>", "root ::= !", 'root ::= !"a"',
+    "root ::= <s>", "root ::= </s> <unk>", "root ::= <nope>", "root ::= <hello>", "root ::= <",
+    "root ::= <a", "root ::= <>", "root ::= <s", "root ::= .", "root ::= .*", "root ::= ..",
+    'root ::= "a"\x00garbage', 'root ::= "a\x00"', 'root ::= "a"\t\t# c\r\n', '\t root ::=  "a" \t',
+    'root ::= e root\ne ::= "x" | ', 'root ::= a\na ::= b | "x"\nb ::= a "y"', "root ::= x\nx ::= x",
+    'root ::= x "a"\nx ::= ("b" | ) x', 'root ::= "a" | (root)', 'root ::= "a" | "b" root',
+]  # fmt: skip
+
+# Texts llama.cpp never returns from (or crashes on), that the oracle must never be given, and what
+# constraintd answers instead; checked without llama.cpp below.
+NEVER_FEED: list[tuple[str, str, str]] = [
+    ('root ::= "a"{5,3}', "root", "repeat_reversed"),  # generates rules until memory runs out
+    ('root ::= ("a"){3,0}', "root", "repeat_reversed"),
+    ("root ::= " + "(" * 30_000 + '"a"' + ")" * 30_000, "root", "nesting"),  # overflows the C stack
+    ('root ::= b\nroot ::= "a"', "b", "no_root"),  # `b` has an id but no rule: reads past the rules
+    ('root ::= x root "c" | "a"\nx ::= y\ny ::= "" | "b"', "root", ""),  # builds stacks without end
+    ("".join(f"r{i} ::= r{i + 1} | r{i + 1}\n" for i in range(60)) + 'r60 ::= "z"\nroot ::= r0', "root", ""),
+    # ^ llama.cpp's left recursion search takes 2**60 steps here (it does not remember finished rules)
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "root", "key"), NEVER_FEED, ids=[f"never-feed{i}" for i in range(len(NEVER_FEED))]
+)
+def test_where_llama_cpp_never_returns(text: str, root: str, key: str) -> None:
+    try:
+        check_grammar(parse_gbnf(text), root)
+    except GrammarError as refused:
+        assert _reason_key(refused.reason) == key
+    else:
+        assert key == ""
+
+
+def _alternates(rule: tuple[tuple[int, int], ...]) -> Iterator[list[tuple[int, int]]]:
+    alternate: list[tuple[int, int]] = []
+    for element in rule:
+        if element[0] in (GreType.ALT, GreType.END):
+            yield alternate
+            alternate = []
+        else:
+            alternate.append(element)
+
+
+def _never_returns_in_llama_cpp(parsed: ParsedGrammar) -> bool:
+    # llama.cpp's stack expansion grows without end on a left cycle through rules that derive the
+    # empty string (its check sees only rules with an empty alternate) when a step of the cycle leaves
+    # something after the reference to push below it. Left references: (rule, referenced, at the tail).
+    rules = [list(_alternates(rule)) for rule in parsed.rules]
+    nullable = [False] * len(rules)
+    changed = True
+    while changed:  # small grammars only
+        changed = False
+        for rule_id, alternates in enumerate(rules):
+            if not nullable[rule_id] and any(
+                all(kind == GreType.RULE_REF and nullable[value] for kind, value in alternate)
+                for alternate in alternates
+            ):
+                nullable[rule_id] = changed = True
+    left: list[tuple[int, int, bool]] = []
+    for rule_id, alternates in enumerate(rules):
+        for alternate in alternates:
+            for index, (kind, value) in enumerate(alternate):
+                if kind != GreType.RULE_REF:
+                    break
+                left.append((rule_id, value, index == len(alternate) - 1))
+                if not nullable[value]:
+                    break
+
+    def reaches(start: int, goal: int) -> bool:
+        seen, todo = {start}, [start]
+        while todo:
+            rule_id = todo.pop()
+            if rule_id == goal:
+                return True
+            for _, ref in ((r, v) for r, v, _ in left if r == rule_id):
+                if ref not in seen:
+                    seen.add(ref)
+                    todo.append(ref)
+        return False
+
+    return any(not tail and reaches(ref, rule_id) for rule_id, ref, tail in left)
+
+
+@pytest.fixture(scope="module")
+def spm_vocab() -> Iterator[LlamaVocab]:
+    """llama.cpp's llama-spm vocabulary (32,000 tokens), loaded by llama.cpp."""
+    from tests.oracle import LlamaVocab
+
+    with LlamaVocab(reference.require(reference.vocab_path("llama-spm"))) as vocab:
+        yield vocab
+
+
+def _llama_cpp_token_id(vocab: LlamaVocab) -> Callable[[str], int | None]:
+    def token_id(text: str) -> int | None:
+        tokens = vocab.tokenize(text.encode(), add_special=False, parse_special=True)
+        return tokens[0] if len(tokens) == 1 else None
+
+    return token_id
+
+
+_OURS_ONLY = frozenset({"repeat_reversed", "nesting", "too_large"})
+
+
+def _decisions(vocab: LlamaVocab, text: str, root: str) -> tuple[bool, bool] | None:
+    """(we build it, llama.cpp builds it), or None where llama.cpp must not be asked."""
+    from tests.oracle import LlamaGrammar
+
+    if text.split("\0", 1)[0] == "" or any(0xD800 <= ord(char) < 0xE000 for char in text):
+        return None  # "" is no grammar at all to llama.cpp's sampler; lone surrogates are not UTF-8
+    parsed = None
+    try:
+        parsed = parse_gbnf(text, token_id=_llama_cpp_token_id(vocab))
+        check_grammar(parsed, root)
+    except GrammarError as refused:
+        key = _reason_key(refused.reason)
+        if key in _OURS_ONLY or (parsed is not None and key == "no_root" and root in parsed.symbol_ids):
+            return None
+        ours = False
+    else:
+        if _never_returns_in_llama_cpp(parsed):
+            return None
+        ours = True
+    sampler = LlamaGrammar.create(vocab, text, root=root)
+    if sampler is not None:
+        sampler.close()
+    return ours, sampler is not None
+
+
+def oracle_cases() -> list[tuple[str, str]]:
+    """(grammar, root) of every vector above, for llama.cpp to decide too."""
+    cases = [(vector.grammar, "root") for vector in PARSING] + [(text, "root") for text in FAILURES]
+    cases += [(case.grammar, case.root) for case in BUILD_CASES]
+    cases += [(text, "root") for text in INTEGRATION_GRAMMARS]
+    cases += [(path.read_text(encoding="utf-8"), "root") for path in GRAMMAR_FILES]
+    cases += [(text, "root") for _, text, *_ in REFUSALS]
+    cases += [(text, root) for _, text, root, _ in CHECK_REFUSALS]
+    cases += [(text, "root") for text in TRICKY]
+    return cases
+
+
+@pytest.mark.oracle
+def test_builds_what_llama_cpp_builds(spm_vocab: LlamaVocab, oracle_report: OracleReport) -> None:
+    differ = []
+    asked = 0
+    for text, root in oracle_cases():
+        decided = _decisions(spm_vocab, text, root)
+        if decided is not None:
+            asked += 1
+            if decided[0] != decided[1]:
+                differ.append((text, root, decided))
+    oracle_report.add("grammars built or refused", "llama-spm", identical=asked - len(differ), total=asked)
+    assert asked > len(TRICKY)
+    assert differ == []
+
+
+@pytest.mark.oracle
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(text=st.one_of(piece_texts, rule_texts, grammar_texts))
+def test_random_texts_built_as_llama_cpp_builds(
+    spm_vocab: LlamaVocab, oracle_report: OracleReport, text: str
+) -> None:
+    decided = _decisions(spm_vocab, text, "root")
+    if decided is not None:
+        oracle_report.add(
+            f"random grammars {'built' if decided[1] else 'refused'}",
+            "llama-spm",
+            identical=int(decided[0] == decided[1]),
+            total=1,
+        )
+        assert decided[0] == decided[1]
