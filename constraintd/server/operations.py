@@ -172,9 +172,17 @@ class Operations:
             return plan.compiled
         return self.registry.compile(plan.constraint, self.registry.vocab(plan.vocab_id))
 
-    def open_session(self, plan: SessionPlan, compiled: CompiledConstraint) -> pb.CreateSessionReply:
-        """Opens the planned session on its compiled constraint."""
-        session = self.store.open(compiled, ttl=plan.ttl, prefill=plan.prefill, replay=plan.replay)
+    def start(self, plan: SessionPlan, compiled: CompiledConstraint) -> Matcher:
+        """The planned session's matcher past its prefill and replay (slow for a long replay: a worker
+        thread's job; it touches no shared state)."""
+        return self.store.start(compiled, prefill=plan.prefill, replay=plan.replay)
+
+    def open_session(
+        self, plan: SessionPlan, compiled: CompiledConstraint, started: Matcher | None = None
+    ) -> pb.CreateSessionReply:
+        """Opens the planned session on its compiled constraint (and on its started matcher, if given)."""
+        matcher = started if started is not None else self.start(plan, compiled)
+        session = self.store.adopt(compiled, matcher, ttl=plan.ttl)
         return pb.CreateSessionReply(
             session_id=session.id,
             warnings=compiled.warnings,

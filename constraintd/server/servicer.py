@@ -5,7 +5,8 @@
 #   the reply; the slow parts run in worker threads, with a time limit, so the event loop keeps answering
 #   everyone else: RegisterVocab and a CreateSession whose constraint is not compiled yet in the compile
 #   pool, and every whole-vocabulary mask (Mask, a rejected Accept that asks for one, Step's) in the mask
-#   pool, computed on a fork of the session's matcher so the session itself is never touched off the loop.
+#   pool, computed on a fork of the session's matcher so the session itself is never touched off the loop;
+#   and a long replay (a client rebuilding a lost session) on a matcher no session holds yet.
 # - Errors become gRPC statuses in exactly one function, `status_of`: a `ConstraintdError` maps to the
 #   status its class names, with its message; anything else is a bug, answered INTERNAL with no details
 #   and logged with its traceback.
@@ -37,6 +38,9 @@ Reply = TypeVar("Reply")
 T = TypeVar("T")
 Context: TypeAlias = "grpc.aio.ServicerContext"
 Method = Callable[[Any, Request, Context], Awaitable[Reply]]
+
+# A session rebuilt with more tokens than this replays them in a worker thread (tens of microseconds each).
+REPLAY_ON_LOOP = 32
 
 
 def status_of(error: Exception) -> tuple[grpc.StatusCode, str]:
@@ -118,7 +122,11 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
         compiled = plan.compiled
         if compiled is None:
             compiled = await self._off_loop(lambda: self.operations.compile(plan), "compiling the constraint")
-        return self.operations.open_session(plan, compiled)
+        started = None
+        if len(plan.replay) > REPLAY_ON_LOOP:
+            ready = compiled
+            started = await self._off_loop(lambda: self.operations.start(plan, ready), "replaying the tokens")
+        return self.operations.open_session(plan, compiled, started)
 
     async def _pay(self, owed: list[OwedMask]) -> None:
         if owed:

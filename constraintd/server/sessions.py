@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 
 from constraintd.engine.matcher import Matcher
 from constraintd.errors import ConstraintdError, InputError, LimitError, NotFoundError, UnavailableError
@@ -103,7 +103,7 @@ class SessionStore:
         *,
         ttl: float = 0.0,
         prefill: bytes = b"",
-        replay: Iterable[int] = (),
+        replay: Sequence[int] = (),
     ) -> Session:
         """Opens a session on a compiled constraint, takes the prefill text, then accepts `replay`.
 
@@ -120,6 +120,13 @@ class SessionStore:
             TokenError: a replayed token outside the vocabulary.
         """
         self._check_opening()
+        return self.adopt(compiled, self.start(compiled, prefill=prefill, replay=replay), ttl=ttl)
+
+    def start(
+        self, compiled: CompiledConstraint, *, prefill: bytes = b"", replay: Sequence[int] = ()
+    ) -> Matcher:
+        """A new matcher past the prefill and the replayed tokens, not yet a session: it touches nothing
+        of the store, so a long replay may run in a worker thread. Raises as `open`."""
         if len(prefill) > self._limits.max_prefill_bytes:
             raise LimitError(
                 f"a prefill of {len(prefill)} bytes is over the limit of {self._limits.max_prefill_bytes}"
@@ -127,12 +134,19 @@ class SessionStore:
         matcher = Matcher(compiled.grammar, max_stacks=self._limits.max_stacks)
         if prefill and not matcher.accept_bytes(prefill):
             raise InputError(f"the grammar rejects the prefill {prefill[:64]!r}")
-        position = 0
-        for token in replay:
+        for position, token in enumerate(replay):
             if not matcher.accept(token):
                 raise InputError(f"the grammar rejects replayed token {token} at position {position}")
-            position += 1
-        return self._add(compiled, matcher, ttl, position)
+        return matcher
+
+    def adopt(self, compiled: CompiledConstraint, matcher: Matcher, *, ttl: float = 0.0) -> Session:
+        """Opens a session on a matcher from `start`.
+
+        Raises:
+            UnavailableError, LimitError: as `open`.
+        """
+        self._check_opening()
+        return self._add(compiled, matcher, ttl, len(matcher.history))
 
     def get(self, session_id: str, *, position: int | None = None) -> Session:
         """The open session with this id, its idle deadline pushed back.

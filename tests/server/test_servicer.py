@@ -171,6 +171,20 @@ async def test_prefill_and_replay_at_creation(stub: Stub) -> None:
     assert np.array_equal(words(mask.mask), engine_mask(AB_PLUS, [A, B]))
 
 
+@pytest.mark.asyncio
+async def test_a_long_replay_rebuilds_the_session(stub: Stub) -> None:
+    history = [A] + [B] * 100  # more than the server replays on its event loop
+    _, session = await tiny_session(stub, replay=history)
+    mask = await stub.Mask(pb.MaskRequest(session_id=session))
+    assert mask.state == pb.SessionState(complete=True, position=101)
+    assert np.array_equal(words(mask.mask), engine_mask(AB_PLUS, history))
+    vocab = await stub.RegisterVocab(tiny_registration())
+    bad = pb.CreateSessionRequest(vocab_id=vocab.vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), replay=[*history, A])
+    code, message = await status_and_message(stub.CreateSession(bad))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT
+    assert message == "the grammar rejects replayed token 3 at position 101"
+
+
 CONSTRAINTS = {
     "gbnf": {"gbnf": pb.Gbnf(text='start ::= "{" "}"', root="start")},
     "json_schema": {"json_schema": json.dumps({"type": "string", "pattern": "x"})},
