@@ -28,6 +28,7 @@ class HealthServer:
     unix: str
     tcp: str
     tls: str
+    unix_tls: str
     ca: Path
     servicer: health.HealthServicer
 
@@ -58,9 +59,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HealthServer]:
     tcp_port = grpc_server.add_insecure_port("127.0.0.1:0")
     credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
     tls_port = grpc_server.add_secure_port("127.0.0.1:0", credentials)
+    unix_tls = f"unix://{directory / 'health-tls.sock'}"
+    grpc_server.add_secure_port(unix_tls, credentials)
     grpc_server.start()
     try:
-        yield HealthServer(unix, f"127.0.0.1:{tcp_port}", f"127.0.0.1:{tls_port}", cert, servicer)
+        yield HealthServer(unix, f"127.0.0.1:{tcp_port}", f"127.0.0.1:{tls_port}", unix_tls, cert, servicer)
     finally:
         grpc_server.stop(None).wait()
 
@@ -80,15 +83,17 @@ CASES = [
     ("tls", ["--tls"], 2, "TLS handshake"),  # the self-signed certificate is not trusted
     ("tls", ["--tls-no-verify"], 0, "status: SERVING"),
     ("tcp", ["--tls-ca", "{ca}"], 2, "TLS handshake"),  # a plaintext port
+    ("unix_tls", ["--tls-no-verify"], 0, "status: SERVING"),  # as the TCP overlay's probes ask
+    ("unix_tls", ["--tls-ca", "{ca}", "--tls-server-name", "constraintd.test"], 0, "status: SERVING"),
 ]
 
 
 @pytest.mark.parametrize(
     ("kind", "extra", "status", "says"), CASES,
     ids=["unix", "tcp", "not-serving", "unknown-service", "tls", "tls-untrusted", "tls-no-verify",
-         "tls-to-plaintext"])
+         "tls-to-plaintext", "unix-tls-no-verify", "unix-tls"])
 def test_probe_exit_status(server: HealthServer, kind: str, extra: list[str], status: int, says: str) -> None:
-    address = {"unix": server.unix, "tcp": server.tcp, "tls": server.tls}[kind]
+    address = {"unix": server.unix, "tcp": server.tcp, "tls": server.tls, "unix_tls": server.unix_tls}[kind]
     done = run_probe("--addr", address, *(arg.format(ca=server.ca) for arg in extra))
     assert (done.returncode, says in done.stdout + done.stderr) == (status, True), done.stderr
 
