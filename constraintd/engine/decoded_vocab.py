@@ -120,13 +120,33 @@ class DecodedVocab:
     def fresh_table(self) -> ColumnTable:
         """Every PLAIN token valid from a fresh start."""
         if self._fresh_table is None:
-            plain = np.flatnonzero(self.kinds == PLAIN).tolist()
+            # Well-formed UTF-8 without NUL (nearly every piece) is decoded by Python, all at once as
+            # UTF-32; the rest by llama.cpp's decoder.
+            texts: list[str] = []
+            text_ids: list[int] = []
             rows: list[tuple[int, tuple[int, ...], int]] = []
-            for token in plain:
-                code_points, partial = decode_utf8(self.pieces[token])
+            for token in np.flatnonzero(self.kinds == PLAIN).tolist():
+                piece = self.pieces[token]
+                if 0 not in piece:
+                    try:
+                        texts.append(piece.decode("utf-8"))
+                    except UnicodeDecodeError:
+                        pass
+                    else:
+                        text_ids.append(token)
+                        continue
+                code_points, partial = decode_utf8(piece)
                 if partial != INVALID:
                     rows.append((token, code_points, encode_partial(partial)))
-            self._fresh_table = _column_table(rows, self.n_tokens)
+            fast = np.frombuffer("".join(texts).encode("utf-32-le"), dtype="<u4").astype(np.int64)
+            slow = np.fromiter((cp for row in rows for cp in row[1]), dtype=np.int64)
+            self._fresh_table = _column_table(
+                ids=np.array(text_ids + [row[0] for row in rows], dtype=np.int64),
+                flat=np.concatenate((fast, slow)),
+                lengths=np.array([len(t) for t in texts] + [len(row[1]) for row in rows], dtype=np.int64),
+                partials=np.array([0] * len(texts) + [row[2] for row in rows], dtype=np.int64),
+                n_tokens=self.n_tokens,
+            )
         return self._fresh_table
 
     def partial_table(self, k: int) -> PartialTable:
@@ -161,7 +181,7 @@ class DecodedVocab:
                 continue
             long.append((token, (0, *code_points), encode_partial(partial)))
             long_bits[token] = bits
-        table = _column_table(long, self.n_tokens)
+        table = _rows_table(long, self.n_tokens)
         return PartialTable(
             k=k,
             short_ids=np.array([s[0] for s in short], dtype=np.int64),
@@ -172,23 +192,33 @@ class DecodedVocab:
         )
 
 
-def _column_table(rows: list[tuple[int, tuple[int, ...], int]], n_tokens: int) -> ColumnTable:
-    rows.sort(key=lambda row: (-len(row[1]), row[0]))
-    lengths = np.array([len(row[1]) for row in rows], dtype=np.int64)
-    longest = int(lengths[0]) if len(rows) else 0
-    flat = np.fromiter((cp for row in rows for cp in row[1]), dtype=np.int64, count=int(lengths.sum()))
-    starts = np.zeros(len(rows), dtype=np.int64)
+def _rows_table(rows: list[tuple[int, tuple[int, ...], int]], n_tokens: int) -> ColumnTable:
+    return _column_table(
+        ids=np.array([row[0] for row in rows], dtype=np.int64),
+        flat=np.fromiter((cp for row in rows for cp in row[1]), dtype=np.int64),
+        lengths=np.array([len(row[1]) for row in rows], dtype=np.int64),
+        partials=np.array([row[2] for row in rows], dtype=np.int64),
+        n_tokens=n_tokens,
+    )
+
+
+def _column_table(
+    *, ids: IntArray, flat: IntArray, lengths: IntArray, partials: IntArray, n_tokens: int
+) -> ColumnTable:
+    # rows' code points are consecutive in `flat`, in row order
+    starts = np.zeros(ids.size, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
+    order = np.lexsort((ids, -lengths))  # longest first, then by id
+    ids, starts, lengths, partials = ids[order], starts[order], lengths[order], partials[order]
+    longest = int(lengths[0]) if ids.size else 0
     count_from = tuple(int(np.count_nonzero(lengths > j)) for j in range(longest))
-    columns = tuple(flat[starts[: count_from[j]] + j] for j in range(longest))
-    ids = np.array([row[0] for row in rows], dtype=np.int64)
     row_of = np.full(n_tokens, -1, dtype=np.int64)
-    row_of[ids] = np.arange(len(rows), dtype=np.int64)
+    row_of[ids] = np.arange(ids.size, dtype=np.int64)
     table = ColumnTable(
         ids=ids,
-        columns=columns,
+        columns=tuple(flat[starts[:count] + j] for j, count in enumerate(count_from)),
         count_from=count_from,
-        partials=np.array([row[2] for row in rows], dtype=np.int64),
+        partials=partials,
         row_of=row_of,
     )
     for array in (table.ids, table.partials, table.row_of, *table.columns):
