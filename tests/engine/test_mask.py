@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import numpy as np
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, GrammarError, Matcher, Vocab, unpack_mask
 from constraintd.engine.stacks import allows_token
+from tests import reference
+from tests.lockstep import Lockstep, SampleGrammar, Tally, byte_tokens, sample_grammars
+from tests.oracle import LlamaGrammar, LlamaVocab
 from tests.strategies import grammars, vocabs
+
+if TYPE_CHECKING:
+    from tests.conftest import OracleReport
+    from tests.engine.conftest import OpenVocab
 
 PREFILLS = st.lists(
     st.sampled_from(
@@ -66,3 +79,87 @@ def test_long_pieces_and_all_partial_lengths() -> None:
         twin = matcher.fork()
         assert twin.accept_bytes(prefix)
         assert unpack_mask(twin.mask(), len(vocab)).tolist() == literal_mask(twin)
+
+
+# Oracle: masks identical to llama.cpp's, bit for bit, at every step. For each vocabulary and each sample
+# grammar (tests/vectors/grammar-samples): every sample text tokenized by the vocabulary, then one token
+# per byte (where the vocabulary has a token for every byte), then seeded random walks over the tokens
+# llama.cpp allows. Steps are capped per vocabulary (llama.cpp's own mask costs ~0.1 s on 150k tokens,
+# ~0.2 s on 262k); about 3,000 masks in all, a few minutes on two cores.
+@dataclass(frozen=True)
+class Budget:
+    tokenized: int  # steps along each sample text, tokenized
+    bytes: int  # steps along each sample text, a token per byte
+    walks: int  # random walks per grammar
+    walk: int  # steps per random walk
+
+
+BUDGETS = {
+    "qwen2": Budget(tokenized=12, bytes=8, walks=1, walk=8),
+    "llama-bpe": Budget(tokenized=10, bytes=6, walks=1, walk=6),
+    "llama-spm": Budget(tokenized=40, bytes=24, walks=2, walk=16),
+    "gemma": Budget(tokenized=10, bytes=6, walks=1, walk=6),
+}
+
+
+def sample_cases() -> list[SampleGrammar]:
+    return sample_grammars() if reference.llama_cpp_dir().exists() else []
+
+
+def trigger_tokens(llama_vocab: LlamaVocab, texts: tuple[str, ...]) -> list[int] | None:
+    tokens = [llama_vocab.tokenize(t.encode(), parse_special=True) for t in texts]
+    return [t[0] for t in tokens] if all(len(t) == 1 for t in tokens) else None
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("vocab_name", list(BUDGETS))
+@pytest.mark.parametrize("case", sample_cases(), ids=lambda case: case.name)
+def test_masks_identical_to_llama_cpp(
+    case: SampleGrammar, vocab_name: str, oracle_vocab: OpenVocab, oracle_report: OracleReport
+) -> None:
+    llama_vocab, vocab = oracle_vocab(vocab_name)
+    triggers = trigger_tokens(llama_vocab, case.trigger_texts)
+    if triggers is None:
+        pytest.skip(f"a trigger text is not one token in {vocab_name}")
+    options = {"trigger_patterns": case.trigger_patterns, "trigger_tokens": triggers}
+    expected = LlamaGrammar.create(llama_vocab, case.text, **options)
+    try:
+        grammar: Grammar | None = Grammar.from_gbnf(case.text, vocab, **options)
+    except GrammarError:
+        grammar = None
+    alike = (expected is None) == (grammar is None)
+    oracle_report.add("grammars refused alike", vocab_name, identical=int(alike), total=1)
+    assert (expected is None) == (grammar is None)
+    if expected is None or grammar is None:
+        return
+    expected.close()
+    budget = BUDGETS[vocab_name]
+    tally = Tally()
+    rng = np.random.default_rng(zlib.crc32(f"{vocab_name}/{case.name}".encode()))
+    by_byte = byte_tokens(vocab)
+
+    def lockstep() -> Lockstep:
+        llama = LlamaGrammar.create(llama_vocab, case.text, **options)
+        assert llama is not None and grammar is not None
+        return Lockstep(llama, Matcher(grammar), tally, rng)
+
+    runs: list[Callable[[Lockstep], None]] = []
+    for text in case.samples:
+        tokens = llama_vocab.tokenize(text.encode(), parse_special=True)
+        runs.append(lambda s, tokens=tokens: s.follow(tokens, budget.tokenized))
+        if by_byte is not None:
+            as_bytes = [by_byte[b] for b in text.encode()]
+            runs.append(lambda s, as_bytes=as_bytes: s.follow(as_bytes, budget.bytes))
+    runs.extend(lambda s: s.walk(budget.walk) for _ in range(budget.walks))
+    for run in runs:
+        session = lockstep()
+        try:
+            run(session)
+        finally:
+            session.llama.close()
+    oracle_report.add("masks", vocab_name, identical=tally.identical_masks, total=tally.masks)
+    oracle_report.add("allows verdicts", vocab_name, identical=tally.identical_verdicts, total=tally.verdicts)
+    assert not tally.differences, tally.differences[:3]
+    assert tally.identical_verdicts == tally.verdicts
+    if grammar.lazy and case.samples:
+        assert tally.triggered, "no sample reached the trigger"
