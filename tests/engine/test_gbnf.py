@@ -3,8 +3,12 @@ the refusals it makes, and llama.cpp itself deciding the same texts (oracle)."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import re
 import string
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -703,13 +707,58 @@ def _llama_cpp_token_id(vocab: LlamaVocab) -> Callable[[str], int | None]:
 _OURS_ONLY = frozenset({"repeat_reversed", "nesting", "too_large"})
 
 
-def _decisions(vocab: LlamaVocab, text: str, root: str) -> tuple[bool, bool] | None:
-    """(we build it, llama.cpp builds it), or None where llama.cpp must not be asked."""
+# The messages llama.cpp ends with " at <the rest of the text>": we give the same spot as line and column
+# (except for `repeat_what`, where we point at the operator, llama.cpp past it).
+_AT_KEYS = frozenset(
+    {
+        "hex", "name", "integer", "escape", "token_open", "token_id_too_big", "token_bracket", "token_close",
+        "no_vocab", "repeat_what", "group_close", "repeat_int", "repeat_close", "repeat_comma", "assign",
+        "newline",
+    }
+)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _llama_cpp_messages() -> Iterator[list[str]]:
+    """Collect what llama.cpp writes meanwhile: its parser's stderr and its log (filled on exit)."""
+    import llama_cpp
+
+    from tests import oracle
+
+    written: list[str] = []
+    logger = llama_cpp.llama_log_callback(lambda level, text, user_data: written.append(text.decode()))
+    llama_cpp.llama_log_set(logger, ctypes.c_void_p(0))
+    stderr = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield written
+        finally:
+            os.dup2(stderr, 2)
+            os.close(stderr)
+            oracle.quiet_logs()
+            llama_cpp.llama_log_set(oracle._LOG_CALLBACK, ctypes.c_void_p(0))
+            sink.seek(0)
+            written.insert(0, sink.read().decode())
+
+
+def _offset(text: str, line: int, column: int) -> int:
+    starts = [0, *(found.end() for found in re.finditer(r"\r\n?|\n", text))]
+    return starts[line - 1] + column - 1
+
+
+def _messages(vocab: LlamaVocab, text: str, root: str) -> tuple[str, str] | None:
+    """What we and llama.cpp say of a grammar: "" when it builds, else the refusal as llama.cpp words it.
+
+    None where llama.cpp must not be asked (it would not return, or does not refuse at all).
+    """
     from tests.oracle import LlamaGrammar
 
-    if text.split("\0", 1)[0] == "" or any(0xD800 <= ord(char) < 0xE000 for char in text):
+    source = text.split("\0", 1)[0]  # what llama.cpp reads of it
+    if source == "" or any(0xD800 <= ord(char) < 0xE000 for char in text):
         return None  # "" is no grammar at all to llama.cpp's sampler; lone surrogates are not UTF-8
     parsed = None
+    ours = ""
     try:
         parsed = parse_gbnf(text, token_id=_llama_cpp_token_id(vocab))
         check_grammar(parsed, root)
@@ -717,15 +766,25 @@ def _decisions(vocab: LlamaVocab, text: str, root: str) -> tuple[bool, bool] | N
         key = _reason_key(refused.reason)
         if key in _OURS_ONLY or (parsed is not None and key == "no_root" and root in parsed.symbol_ids):
             return None
-        ours = False
+        ours = "failed to parse grammar" if key == "no_rules" else refused.reason
+        if key in _AT_KEYS - {"repeat_what"}:
+            ours += " at " + source[_offset(text, refused.line, refused.column) :]
     else:
         if _never_returns_in_llama_cpp(parsed):
             return None
-        ours = True
-    sampler = LlamaGrammar.create(vocab, text, root=root)
+    with _llama_cpp_messages() as written:
+        sampler = LlamaGrammar.create(vocab, text, root=root)
     if sampler is not None:
         sampler.close()
-    return ours, sampler is not None
+        return ours, ""
+    stderr, log = written[0], "".join(written[1:])
+    parse_error = re.match(r"parse: error parsing grammar: (.*)\n\n", stderr, re.S)
+    if parse_error:
+        theirs = stderr[parse_error.start(1) : -len(f"\n\n{source}\n")]
+        if theirs.startswith(ERRORS["repeat_what"].format() + " at "):
+            theirs = ERRORS["repeat_what"].format()
+        return ours, theirs
+    return ours, log.strip()
 
 
 def oracle_cases() -> list[tuple[str, str]]:
@@ -741,32 +800,40 @@ def oracle_cases() -> list[tuple[str, str]]:
 
 
 @pytest.mark.oracle
-def test_builds_what_llama_cpp_builds(spm_vocab: LlamaVocab, oracle_report: OracleReport) -> None:
+def test_builds_and_refuses_as_llama_cpp_with_its_messages(
+    spm_vocab: LlamaVocab, oracle_report: OracleReport
+) -> None:
     differ = []
-    asked = 0
+    asked = refused = 0
     for text, root in oracle_cases():
-        decided = _decisions(spm_vocab, text, root)
-        if decided is not None:
+        said = _messages(spm_vocab, text, root)
+        if said is not None:
             asked += 1
-            if decided[0] != decided[1]:
-                differ.append((text, root, decided))
-    oracle_report.add("grammars built or refused", "llama-spm", identical=asked - len(differ), total=asked)
-    assert asked > len(TRICKY)
+            refused += said[1] != ""
+            if said[0] != said[1]:
+                differ.append((text, root, said))
+    oracle_report.add(
+        "grammars built or refused (with the message)",
+        "llama-spm",
+        identical=asked - len(differ),
+        total=asked,
+    )
+    assert asked > len(TRICKY) and 0 < refused < asked
     assert differ == []
 
 
 @pytest.mark.oracle
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(text=st.one_of(piece_texts, rule_texts, grammar_texts))
-def test_random_texts_built_as_llama_cpp_builds(
+def test_random_texts_built_and_refused_as_llama_cpp(
     spm_vocab: LlamaVocab, oracle_report: OracleReport, text: str
 ) -> None:
-    decided = _decisions(spm_vocab, text, "root")
-    if decided is not None:
+    said = _messages(spm_vocab, text, "root")
+    if said is not None:
         oracle_report.add(
-            f"random grammars {'built' if decided[1] else 'refused'}",
+            f"random grammars {'refused' if said[1] else 'built'}",
             "llama-spm",
-            identical=int(decided[0] == decided[1]),
+            identical=int(said[0] == said[1]),
             total=1,
         )
-        assert decided[0] == decided[1]
+        assert said[0] == said[1]
