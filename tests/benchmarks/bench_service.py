@@ -8,7 +8,8 @@ What it measures, against a `constraintd serve` subprocess (uvloop) on a Unix so
   (`Client("local")`) for the cost of the client and the engine alone;
 - token commits per second through Step (AsyncClient, one accept per session per message) with 1, 16 and
   64 sessions;
-- memory per idle session (the server's resident set before and after opening sessions) and sessions per GiB;
+- memory per idle session (traced allocations of the service's session store, fresh and after 100 accepted
+  tokens) and sessions per GiB;
 - Accept p99 while another client compiles large JSON schemas (MaskBench's largest) over a 151,936-token
   vocabulary, beside the same measure with nothing compiling.
 Vocabularies are llama.cpp's vocabulary-only GGUFs (llama-spm, qwen2) from the reference data
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import re
@@ -29,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +39,9 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from clients import AsyncClient, Client, Policy, Session  # noqa: E402
+from clients.transports import LocalTransport  # noqa: E402
 from constraintd.engine.vocab import Vocab  # noqa: E402
+from constraintd.v1 import constraintd_pb2 as pb  # noqa: E402
 from tests import reference  # noqa: E402
 from tests.server.running import wait_serving  # noqa: E402
 
@@ -77,12 +82,6 @@ class Server:
         self.log = (directory / "server.log").open("wb")
         self.process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.log)
         wait_serving(self.unix)
-
-    def rss(self) -> int:
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        match = re.search(r"VmRSS:\s+(\d+) kB", status)
-        assert match is not None
-        return int(match.group(1)) * 1024
 
     def stop(self) -> None:
         self.process.terminate()
@@ -147,18 +146,27 @@ async def step_rate(target: str, gguf: Path, tokens: list[int], sessions: int, s
         return committed / (time.perf_counter() - started)
 
 
-def bench_memory(server: Server, gguf: Path, tokens: list[int], count: int) -> tuple[float, float]:
-    with Client(server.unix, policy=POLICY) as client:
-        vocab = client.register_vocab(gguf=gguf)
-        warm = client.session(vocab, json_object=True)  # compile before measuring
-        warm.close()
-        before = server.rss()
-        sessions = [client.session(vocab, json_object=True) for _ in range(count)]
-        after = server.rss()
-        for session in sessions:
-            session.close()
-    per_session = (after - before) / count
-    return per_session, (1 << 30) / per_session
+def bench_memory(gguf: Path, tokens: list[int], count: int, accepted: int) -> float:
+    """Bytes per idle session in the session store (tracemalloc over the service's own operations, in
+    this process: the store, matcher and id of each session, not the shared grammar and vocabulary)."""
+    transport = LocalTransport()
+    operations = transport.operations
+    vocab = operations.register_vocab(pb.RegisterVocabRequest(gguf_path=str(gguf)))
+    request = pb.CreateSessionRequest(vocab_id=vocab.vocab_id, gbnf=pb.Gbnf(text=LETTERS))
+    request.replay.extend(tokens[i % len(tokens)] for i in range(accepted))
+    operations.close(
+        pb.CloseRequest(session_id=operations.create_session(request).session_id)
+    )  # compile first
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    ids = [operations.create_session(request).session_id for _ in range(count)]
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    per_session = (after - before - sys.getsizeof(ids)) / count
+    transport.close()
+    return per_session
 
 
 def largest_schemas(count: int) -> list[str]:
@@ -229,9 +237,14 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(
                     (f"Step token commits/s, {sessions} session{'s' * (sessions > 1)} (Unix)", f"{rate:,.0f}")
                 )
-            per_session, per_gib = bench_memory(server, gguf, tokens, 500 if args.quick else 2000)
-            rows.append(("Memory per idle session (server RSS)", f"{per_session / 1024:,.1f} KiB"))
-            rows.append(("Idle sessions per GiB", f"{per_gib:,.0f}"))
+            for accepted in (0, 100):
+                per_session = bench_memory(gguf, tokens, 2000 if args.quick else 10000, accepted)
+                rows.append(
+                    (f"Memory per idle session, {accepted} tokens accepted", f"{per_session / 1024:,.2f} KiB")
+                )
+                rows.append(
+                    (f"Idle sessions per GiB, {accepted} tokens accepted", f"{(1 << 30) / per_session:,.0f}")
+                )
             schemas = largest_schemas(2 if args.quick else 6)
             quiet, busy, compiled = bench_accept_under_compiles(
                 server, gguf, big_gguf, tokens, seconds, schemas
