@@ -179,7 +179,7 @@ class _Parser:
 
     def parse(self) -> ParsedGrammar:
         src = self.src
-        pos = _SPACE_NL.match(src, 0).end()  # type: ignore[union-attr]
+        pos = self.space(0, True)
         while src[pos] != "\0":
             pos = self.parse_rule(pos)
         self.check_defined()
@@ -202,11 +202,11 @@ class _Parser:
         name = _NAME.match(src, start)
         if name is None:
             raise self.error("name", start)
-        pos = _SPACE.match(src, name.end()).end()  # type: ignore[union-attr]
+        pos = self.space(name.end(), False)
         rule_id = self.get_symbol_id(name.group())
         if src[pos : pos + 3] != "::=":
             raise self.error("assign", pos)
-        pos = _SPACE_NL.match(src, pos + 3).end()  # type: ignore[union-attr]
+        pos = self.space(pos + 3, True)
         pos = self.parse_alternates(pos, name.group(), rule_id)
         if src[pos] == "\r":
             pos += 2 if src[pos + 1] == "\n" else 1
@@ -214,7 +214,7 @@ class _Parser:
             pos += 1
         elif src[pos] != "\0":
             raise self.error("newline", pos)
-        return _SPACE_NL.match(src, pos).end()  # type: ignore[union-attr]
+        return self.space(pos, True)
 
     def parse_alternates(self, pos: int, rule_name: str, rule_id: int) -> int:
         # llama.cpp's parse_alternates / parse_sequence recursion, run on an explicit stack of frames.
@@ -226,14 +226,14 @@ class _Parser:
             if src[pos] == "(":
                 if len(frames) > MAX_NESTING:
                     raise self.error("nesting", pos)
-                pos = _SPACE_NL.match(src, pos + 1).end()  # type: ignore[union-attr]
+                pos = self.space(pos + 1, True)
                 before = len(self.symbol_ids)
                 sub_rule_id = self.generate_symbol_id(frame.rule_name)
                 frames.append(_Frame(frame.rule_name, sub_rule_id, nested=True, before=before))
                 continue
             if src[pos] == "|":
                 frame.rule.append(_ALT)
-                pos = _SPACE_NL.match(src, pos + 1).end()  # type: ignore[union-attr]
+                pos = self.space(pos + 1, True)
                 frame.last = len(frame.rule)
                 frame.n_prev = 1
                 continue
@@ -251,7 +251,10 @@ class _Parser:
             pos = self.space(pos + 1, outer.nested)
 
     def space(self, pos: int, newline_ok: bool) -> int:
-        return (_SPACE_NL if newline_ok else _SPACE).match(self.src, pos).end()  # type: ignore[union-attr]
+        # llama.cpp's parse_space: blanks and comments, and newlines where newline_ok.
+        spaces = (_SPACE_NL if newline_ok else _SPACE).match(self.src, pos)
+        assert spaces is not None  # the patterns match the empty string
+        return spaces.end()
 
     def parse_sequence(self, pos: int, frame: _Frame) -> int:
         # Returns at the first char that does not continue the sequence; `(` is left to parse_alternates.
@@ -316,7 +319,7 @@ class _Parser:
                 at = pos
                 pos, min_times, max_times = self.parse_braces(pos, nested)
                 self.repeat(frame, min_times, max_times, at=at)
-            elif c != "\0" and (name := _NAME.match(src, pos)) is not None:  # rule reference
+            elif (name := _NAME.match(src, pos)) is not None:  # rule reference
                 ref_rule_id = self.get_symbol_id(name.group())
                 self.first_ref.setdefault(ref_rule_id, pos)
                 pos = self.space(name.end(), nested)
@@ -332,7 +335,7 @@ class _Parser:
         pos = self.space(start + 1, nested)
         if src[pos] not in _DIGITS:
             raise self.error("repeat_int", pos)
-        min_times, pos = self.parse_uint(pos, _UINT64_MAX, "repeat_range")
+        min_times, pos = self.parse_uint(pos, "repeat_range")
         pos = self.space(pos, nested)
         max_times: int | None = None
         if src[pos] == "}":
@@ -341,7 +344,7 @@ class _Parser:
         elif src[pos] == ",":
             pos = self.space(pos + 1, nested)
             if src[pos] in _DIGITS:
-                max_times, pos = self.parse_uint(pos, _UINT64_MAX, "repeat_range")
+                max_times, pos = self.parse_uint(pos, "repeat_range")
                 pos = self.space(pos, nested)
             if src[pos] != "}":
                 raise self.error("repeat_close", pos)
@@ -354,13 +357,13 @@ class _Parser:
             max_times = None  # as llama.cpp: a maximum above the threshold means no maximum
         return pos, min_times, max_times
 
-    def parse_uint(self, pos: int, limit: int, overflow: str) -> tuple[int, int]:
+    def parse_uint(self, pos: int, overflow: str) -> tuple[int, int]:
         # llama.cpp's parse_int then std::stoul/stoull, which throw out_of_range past 64 bits.
         digits = _INT.match(self.src, pos)
         if digits is None:
             raise self.error("integer", pos)
         text = digits.group().lstrip("0")
-        if len(text) > 20 or int(text or "0") > limit:  # never converts a huge digit string
+        if len(text) > 20 or int(text or "0") > _UINT64_MAX:  # never converts a huge digit string
             raise self.error(overflow, pos)
         return int(text or "0"), digits.end()
 
@@ -438,7 +441,7 @@ class _Parser:
             raise self.error("token_open", start)
         pos = start + 1
         if src[pos] == "[":
-            token, pos = self.parse_uint(pos + 1, _UINT64_MAX, "token_id_range")
+            token, pos = self.parse_uint(pos + 1, "token_id_range")
             if token > _UINT32_MAX:
                 raise self.error("token_id_too_big", start + 2)
             if src[pos] != "]":
