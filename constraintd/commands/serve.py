@@ -74,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-uvloop", action="store_true", help="use asyncio's event loop even if uvloop is there"
     )
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        default=ServerConfig().switch_interval,
+        help="seconds between GIL hand-overs (sys.setswitchinterval); shorter keeps answers quick while "
+        "workers compile (default %(default)s)",
+    )
     parser.add_argument("--log-format", choices=[f.value for f in LogFormat], default=LogFormat.JSON.value)
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     limits = parser.add_argument_group("limits")
@@ -118,6 +125,7 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
         mask_workers=args.mask_workers,
         shutdown_grace=args.grace,
         use_uvloop=not args.no_uvloop,
+        switch_interval=args.switch_interval,
         log_format=LogFormat(args.log_format),
         limits=limits,
     )

@@ -85,6 +85,9 @@ class ServerConfig:
         shutdown_grace: seconds in-flight calls get to finish after a shutdown begins.
         reclaim_interval: seconds between sweeps of idle sessions.
         use_uvloop: run on uvloop when it is installed.
+        switch_interval: seconds a thread holding the GIL runs before a waiting one may take it (Python's
+            `sys.setswitchinterval`, 0.005 by default); shorter lets the event loop answer sooner while
+            worker threads compile, at a small cost in compile speed. None leaves the process's setting.
         log_format: structured JSON lines, or plain text for a terminal.
         limits: the bounds above.
     """
@@ -99,5 +102,6 @@ class ServerConfig:
     shutdown_grace: float = 10.0
     reclaim_interval: float = 30.0
     use_uvloop: bool = True
+    switch_interval: float | None = 0.001
     log_format: LogFormat = LogFormat.JSON
     limits: Limits = field(default_factory=Limits)

@@ -18,6 +18,7 @@ import enum
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 
@@ -233,7 +234,12 @@ async def _main(service: Service) -> None:
 
 
 def run(config: ServerConfig) -> int:
-    """Runs a service until a signal stops it; the process's exit code (0 after a clean shutdown)."""
+    """Runs a service until a signal stops it; the process's exit code (0 after a clean shutdown).
+
+    This is a process's entry point: it sets the process-wide GIL switch interval when configured.
+    """
+    if config.switch_interval is not None:
+        sys.setswitchinterval(config.switch_interval)
     with asyncio.Runner(loop_factory=loop_factory(config.use_uvloop)) as runner:
         runner.run(_main(Service(config)))
     return 0

@@ -59,7 +59,7 @@ def free_port() -> int:
 class Server:
     """`constraintd serve` on uvloop, on a Unix socket and a loopback port."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *extra: str) -> None:
         self.unix = f"unix://{directory}/bench.sock"
         self.tcp = f"127.0.0.1:{free_port()}"
         args = [
@@ -77,6 +77,7 @@ class Server:
             "WARNING",
             "--max-sessions",
             "100000",
+            *extra,
         ]
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.log = (directory / "server.log").open("wb")

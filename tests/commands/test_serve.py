@@ -52,6 +52,8 @@ def test_every_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "--grace",
         "2.5",
         "--no-uvloop",
+        "--switch-interval",
+        "0.002",
         "--log-format",
         "text",
         "--max-sessions",
@@ -89,6 +91,7 @@ def test_every_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         mask_workers=4,
         shutdown_grace=2.5,
         use_uvloop=False,
+        switch_interval=0.002,
         log_format=LogFormat.TEXT,
         limits=Limits(
             max_sessions=7,
