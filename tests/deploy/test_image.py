@@ -49,7 +49,8 @@ def image() -> str:
         pytest.skip("no docker command (Debian package docker.io)")
     info = docker("info", "--format", "{{.ServerVersion}}", timeout=30, check=False)
     if info.returncode != 0:
-        pytest.skip(f"no Docker daemon reachable: {info.stderr.strip().splitlines()[-1:]}")
+        last_line = (info.stderr.strip().splitlines() or ["docker info failed"])[-1]
+        pytest.skip(f"no Docker daemon reachable: {last_line}")
     build = subprocess.run(
         ["bash", str(ROOT / "deploy" / "build-image.sh"), "--local-base", "--wheelhouse", "--tag", TAG],
         capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False,
