@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 
 from constraintd.server.logs import JsonFormatter, fields
 
@@ -32,8 +33,6 @@ def test_values_json_cannot_hold_are_written_as_their_repr_and_tracebacks_are_ke
     try:
         raise KeyError("bug")
     except KeyError:
-        import sys
-
         failing = record("internal error", **fields(where=object), exc_info=sys.exc_info())
     entry = json.loads(JsonFormatter().format(failing))
     assert entry["where"] == repr(object)
