@@ -8,10 +8,13 @@
 # - `check_grammar` refuses exactly what `llama_grammar_init_impl` refuses once parsing succeeded: no rules,
 #   no root symbol, left recursion (llama_grammar_detect_left_recursion, with its notion of a rule that
 #   "may be empty": one with an empty alternate). It also refuses malformed element vectors, which only a
-#   hand-built `ParsedGrammar` can have, with the messages of llama.cpp's print_rule.
+#   hand-built `ParsedGrammar` can have, with the messages of llama.cpp's print_rule, and a root name
+#   whose rule was dropped by a redefinition (`root ::= b` then `root ::= "a"`, root `b`), where llama.cpp
+#   would read past its rules.
 # - Linear time, no recursion: the left-recursion search is an iterative depth-first search that
 #   finishes each rule once (llama.cpp re-explores rules, which can take exponential time; the answer,
 #   the first rule index from which a left cycle is reachable, is the same).
+# - `format_gbnf` writes the rules as llama.cpp's print_grammar does (a debugging dump, not GBNF).
 # This module is a leaf (gbnf.py imports it): it names llama.cpp's element types by their numbers.
 from __future__ import annotations
 
