@@ -1,5 +1,11 @@
 """The GBNF parser against llama.cpp: its own test vectors (read from its source tree), its grammars,
-the refusals it makes, and llama.cpp itself deciding the same texts (oracle)."""
+the refusals it makes, and llama.cpp itself deciding the same texts (oracle).
+
+Sizes, with the pinned llama.cpp: 17 `verify_parsing` and 6 `verify_failure` vectors, 9 build cases and
+14 `test_grammar` grammars of the integration test, 8 grammar files; 39 refusals with their place;
+161 edge cases (tests/vectors/gbnf); 400 random texts. The oracle tests have llama.cpp build each of
+about 260 fixed texts and 300 random ones (derandomized) with the llama-spm vocabulary, a few seconds.
+"""
 
 from __future__ import annotations
 
