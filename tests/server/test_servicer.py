@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import random
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -629,3 +630,27 @@ async def test_masks_over_a_real_vocabulary_equal_the_engines(stub: Stub) -> Non
         token = int(rng.choice(list(allowed)))
         assert (await stub.Accept(pb.AcceptRequest(session_id=session, token=token))).accepted
         assert local.accept(token)
+
+
+@pytest.mark.asyncio
+async def test_a_bug_is_internal_with_no_details_and_logged_with_its_traceback(
+    service: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(request: object) -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(service.operations, "mask_owing", broken)
+    monkeypatch.setattr(service.operations, "step_owing", broken)
+    async with grpc.aio.insecure_channel(service.addresses[0]) as channel:
+        stub = pb_grpc.ConstraintdStub(channel)
+        with caplog.at_level(logging.ERROR, logger="constraintd.server"):
+            code, message = await status_and_message(stub.Mask(pb.MaskRequest(session_id="any")))
+            assert (code, message) == (grpc.StatusCode.INTERNAL, "internal error (logged by the server)")
+            call = stub.Step()
+            await call.write(pb.StepRequest(ops=[pb.StepOp(mask=pb.MaskRequest(session_id="any"))]))
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call.read()
+            assert caught.value.code() is grpc.StatusCode.INTERNAL
+    logged = [r for r in caplog.records if r.getMessage() == "internal error"]
+    assert [getattr(r, "fields", {}).get("method") for r in logged] == ["Mask", "Step"]
+    assert all(r.exc_info is not None and "a bug" in str(r.exc_info[1]) for r in logged)
