@@ -37,6 +37,10 @@ __all__ = ["MaskCache", "compute_allowed", "compute_mask"]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 _DEAD: Final = 0
+# Keys (state << _STATE_SHIFT | value) order rows by state, then by a code point or a partial code, both
+# below 2 ** 33 (llama.cpp's decoder never yields a code point of 23 bits or more).
+_STATE_SHIFT: Final = 33
+_LOW_BITS: Final = (1 << _STATE_SHIFT) - 1
 
 
 class MaskCache:
@@ -140,7 +144,7 @@ def _walk(table: ColumnTable, columns: tuple[IntArray, ...], start: State, limit
     for j, column in enumerate(columns):
         if rows.size == 0:
             break
-        present = at[:1] if at.min() == at.max() else np.unique(at)
+        present = np.flatnonzero(np.bincount(at, minlength=len(states)))
         for index in present.tolist():
             state = states[index]
             if state is not None and state.token_tops:
@@ -150,12 +154,18 @@ def _walk(table: ColumnTable, columns: tuple[IntArray, ...], start: State, limit
             bounds, ids = segment_map(int(present[0]))
             at = ids[np.searchsorted(bounds, code_points, side="right")]
         else:
-            moved = np.empty_like(at)
+            # every present state's intervals in one sorted array, each state's shifted to its own range
+            # of keys (state << _STATE_SHIFT | code point): one search moves every row
+            keys: list[IntArray] = []
+            targets: list[IntArray] = [np.zeros(1, dtype=np.int64)]
             for index in present.tolist():
-                where = at == index
                 bounds, ids = segment_map(index)
-                moved[where] = ids[np.searchsorted(bounds, code_points[where], side="right")]
-            at = moved
+                base = index << _STATE_SHIFT
+                keys.append(np.array([base], dtype=np.int64))
+                keys.append(bounds + base)
+                targets.append(ids)
+            found = np.searchsorted(np.concatenate(keys), (at << _STATE_SHIFT) | code_points, side="right")
+            at = np.concatenate(targets)[found]
         alive = at != _DEAD
         rows, at = rows[alive], at[alive]
         # rows are in table order, so the ones whose code points end here are a suffix
@@ -189,9 +199,9 @@ def _judge_ends(
     if whole.all():
         return
     rows, at, partials = rows[~whole], at[~whole], partials[~whole]
-    pairs, inverse = np.unique(np.stack((at, partials)), axis=1, return_inverse=True)
+    pairs, inverse = np.unique((at << _STATE_SHIFT) | partials, return_inverse=True)
     verdicts = []
-    for index, code in zip(pairs[0].tolist(), pairs[1].tolist(), strict=True):
-        state = states[index]
-        verdicts.append(state is not None and state.partial_ok(decode_partial(code)))
+    for pair in pairs.tolist():
+        state = states[pair >> _STATE_SHIFT]
+        verdicts.append(state is not None and state.partial_ok(decode_partial(pair & _LOW_BITS)))
     allowed[rows[np.array(verdicts, dtype=np.bool_)[inverse.reshape(-1)]]] = True
