@@ -79,6 +79,7 @@ async def test_every_session_call(client: AsyncClient) -> None:
     assert session.record.closed
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_many_concurrent_sessions(client: AsyncClient) -> None:
     vocab = await client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
@@ -112,6 +113,7 @@ async def test_step_batches_on_one_stream(client: AsyncClient) -> None:
     assert [s.history for s in sessions] == [(A, B, B, B, B)] * 16
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_server_restarted_under_in_flight_calls_changes_no_token() -> None:
     """Eight seeded generations at once over llama-spm (32,000 tokens), a JSON schema each; at step 10 of

@@ -178,6 +178,7 @@ def test_an_expired_session_is_rebuilt_where_it_was() -> None:
             server.stop()
 
 
+@pytest.mark.slow
 def test_a_server_killed_and_restarted_mid_generation_changes_no_token() -> None:
     """40 seeded steps through a JSON schema over llama-spm (32,000 tokens); the server is killed (SIGKILL) at
     step 15 and a new one started on the same socket; the client rides it out (re-registering the vocabulary

@@ -320,6 +320,7 @@ def test_the_service_runs_on_uvloop() -> None:
         assert runner.run(life()).startswith("uvloop")
 
 
+@pytest.mark.slow
 def test_sigterm_shuts_the_process_down_cleanly() -> None:
     with socket_dir() as directory:
         server = ServerProcess(directory / "s.sock").start()
@@ -332,6 +333,7 @@ def test_sigterm_shuts_the_process_down_cleanly() -> None:
     assert "shutdown requested" in log and "stopped" in log
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_second_signal_exits_at_once() -> None:
     with socket_dir() as directory:

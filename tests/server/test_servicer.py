@@ -576,6 +576,7 @@ def test_status_of_maps_each_error_by_its_class(error: Exception, code: grpc.Sta
 # -- many sessions, and parity with the engine -------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_many_concurrent_sessions_each_keep_their_own_state(stub: Stub) -> None:
     vocab = await stub.RegisterVocab(tiny_registration())
