@@ -4,17 +4,23 @@ the refusals it makes, and llama.cpp itself deciding the same texts (oracle).
 Sizes, with the pinned llama.cpp: 17 `verify_parsing` and 6 `verify_failure` vectors, 9 build cases and
 14 `test_grammar` grammars of the integration test, 8 grammar files; 39 refusals with their place;
 161 edge cases (tests/vectors/gbnf); 400 random texts. The oracle tests have llama.cpp build each of
-about 260 fixed texts and 300 random ones (derandomized) with the llama-spm vocabulary, a few seconds.
+about 260 fixed texts and 300 random ones (derandomized) with the llama-spm vocabulary, and run
+llama.cpp's own parser (a small program compiled against libllama once, then cached) on those fixed
+texts and 2,000 seeded random ones, comparing symbol ids and element vectors; about 15 seconds in all.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
+import random
 import re
+import shutil
 import string
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -739,3 +745,154 @@ def test_random_texts_built_and_refused_as_llama_cpp(
             total=1,
         )
         assert said[0] == said[1]
+
+
+# --- llama.cpp's own parser, element for element (oracle) -------------------------------------------------
+
+# Compiled in the test setup against libllama (which exports llama_grammar_parser) and the reference's
+# src/llama-grammar.h; cached under the reference cache, keyed by everything that goes into it.
+_PARSER_HARNESS = r"""
+// llama.cpp's own GBNF parser (llama_grammar_parser, exported by libllama) on grammars read from stdin,
+// each as "<byte count>\n<bytes>". For each it prints "<ok|err> <symbols> <rules>", then "<id> <name>" per
+// symbol and "<elements> <type> <value> ..." per rule.
+#include "llama-grammar.h"
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+int main(int argc, char ** argv) {
+    llama_log_set([](enum ggml_log_level, const char *, void *) {}, nullptr);
+    const llama_vocab * vocab = nullptr;
+    if (argc > 1) {
+        llama_model_params params = llama_model_default_params();
+        params.vocab_only = true;
+        llama_model * model = llama_model_load_from_file(argv[1], params);
+        if (model == nullptr) {
+            return 2;
+        }
+        vocab = llama_model_get_vocab(model);
+    }
+    size_t size = 0;
+    while (std::cin >> size) {
+        std::cin.get();
+        std::string text(size, '\0');
+        std::cin.read(text.data(), static_cast<std::streamsize>(size));
+        llama_grammar_parser parser(vocab);
+        const bool ok = parser.parse(text.c_str());
+        std::printf("%s %zu %zu\n", ok ? "ok" : "err", parser.symbol_ids.size(), parser.rules.size());
+        for (const auto & [name, id] : parser.symbol_ids) {
+            std::printf("%u %s\n", id, name.c_str());
+        }
+        for (const auto & rule : parser.rules) {
+            std::printf("%zu", rule.size());
+            for (const auto & element : rule) {
+                std::printf(" %d %u", static_cast<int>(element.type), element.value);
+            }
+            std::printf("\n");
+        }
+    }
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_parser() -> Path:
+    """A program running llama.cpp's `llama_grammar_parser` on grammars (see `_PARSER_HARNESS`)."""
+    import llama_cpp
+
+    site = Path(llama_cpp.__file__).parent
+    include, lib = reference.require(site.parent / "include"), reference.require(site / "lib")
+    header = reference.require(reference.llama_cpp_dir() / "src" / "llama-grammar.h")
+    command = ["g++", "-std=c++17", "-O1", "-w", f"-I{include}", f"-I{header.parent}", "harness.cpp", "-o"]
+    libraries = [f"-L{lib}", "-lllama", "-lggml", "-lggml-base", f"-Wl,-rpath,{lib}"]
+    key = hashlib.sha256(
+        "\0".join(
+            [_PARSER_HARNESS, header.read_text(), str((lib / "libllama.so").stat().st_size), *command]
+        ).encode()
+    ).hexdigest()[:16]
+    binary = reference.cache_dir() / f"gbnf-parser-{key}" / "harness"
+    if not binary.exists():
+        with tempfile.TemporaryDirectory() as build:
+            (Path(build) / "harness.cpp").write_text(_PARSER_HARNESS)
+            subprocess.run([*command, "harness", *libraries], cwd=build, check=True, timeout=600)
+            binary.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(Path(build) / "harness", binary)
+    return binary
+
+
+def llama_cpp_parse(parser: Path, vocab: Path, texts: list[str]) -> list[ParsedGrammar | None]:
+    """What llama.cpp's parser builds of each text (None where it refuses), one process for them all."""
+    sources = [text.split("\0", 1)[0].encode() for text in texts]
+    written = b"".join(b"%d\n%s" % (len(source), source) for source in sources)
+    lines = iter(
+        subprocess.run([parser, vocab], input=written, capture_output=True, check=True, timeout=600)
+        .stdout.decode()
+        .splitlines()
+    )
+    parsed: list[ParsedGrammar | None] = []
+    for _ in texts:
+        verdict, n_symbols, n_rules = next(lines).split()
+        symbol_ids = {name: int(i) for i, name in (next(lines).split() for _ in range(int(n_symbols)))}
+        rules = []
+        for _ in range(int(n_rules)):
+            numbers = [int(number) for number in next(lines).split()[1:]]
+            rules.append(tuple(zip(numbers[::2], numbers[1::2], strict=True)))
+        parsed.append(ParsedGrammar(symbol_ids=symbol_ids, rules=tuple(rules)) if verdict == "ok" else None)
+    return parsed
+
+
+def _random_texts(count: int, seed: int) -> list[str]:
+    # Texts of GBNF pieces, of rule items and of well-formed nested bodies, from a seeded generator.
+    chooser = random.Random(seed)
+
+    def body(depth: int) -> str:
+        form = chooser.randrange(4 if depth < 3 else 1)
+        if form == 0:
+            return chooser.choice(['"a"', "[a-z]", ".", "x", "<s>", "<[3]>", "!<[4]>", '""', "[^x]", '"\\n"'])
+        parts = [body(depth + 1) for _ in range(chooser.randint(1, 3))]
+        if form == 1:
+            return " ".join(parts)
+        if form == 2:
+            return "(" + " | ".join(parts) + ")"
+        return f"({parts[0]})" + chooser.choice(["*", "+", "?", "{2}", "{0,3}", "{1,}", "{0}", "{1,2}"])
+
+    texts = []
+    for i in range(count):
+        if i % 3 == 0:
+            texts.append("".join(chooser.choices(PIECES, k=chooser.randint(1, 30))))
+        elif i % 3 == 1:
+            texts.append(
+                "root ::= " + " ".join(chooser.choices(ITEMS, k=chooser.randint(0, 12))) + "\nx ::= x"
+            )
+        else:
+            texts.append(f"root ::= {body(0)} x\nx ::= {body(0)}")
+    return texts
+
+
+@pytest.mark.oracle
+def test_rules_are_llama_cpp_parser_rules(
+    llama_cpp_parser: Path, spm_vocab: LlamaVocab, oracle_report: OracleReport
+) -> None:
+    texts = [text for text, _ in oracle_cases()] + _random_texts(2000, seed=0)
+    ours: list[ParsedGrammar | None] = []
+    asked = []
+    for text in texts:
+        try:
+            ours.append(parse_gbnf(text, token_id=_llama_cpp_token_id(spm_vocab)))
+        except GrammarError as refused:
+            if _reason_key(refused.reason) in _OURS_ONLY:
+                continue  # llama.cpp's parser would not return
+            ours.append(None)
+        asked.append(text)
+    theirs = llama_cpp_parse(llama_cpp_parser, Path(spm_vocab.path), asked)
+    differ = [text for text, mine, its in zip(asked, ours, theirs, strict=True) if mine != its]
+    built = [its is not None for its in theirs]
+    for outcome in (True, False):
+        total = built.count(outcome)
+        wrong = sum(text in differ for text, its in zip(asked, built, strict=True) if its == outcome)
+        what = f"rules of texts it {'parses' if outcome else 'refuses'}"
+        oracle_report.add(what, "llama-spm", identical=total - wrong, total=total)
+    assert 0 < built.count(True) < len(asked)
+    assert differ == []
