@@ -28,8 +28,7 @@ import numpy.typing as npt
 
 from clients.masks import mask_from_wire
 from clients.status import error_for
-from constraintd.errors import NotFoundError, UnavailableError
-from constraintd.server.sessions import PositionError
+from constraintd.errors import NotFoundError, PositionError, UnavailableError
 from constraintd.v1 import constraintd_pb2 as pb
 
 __all__ = [

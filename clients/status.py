@@ -3,7 +3,7 @@
 # Invariants:
 # - A status the server sends for a `ConstraintdError` comes back as that error's class (the base class of
 #   its family: a GrammarError arrives as InputError, with the server's message, which says where).
-# - ABORTED is the server's PositionError (a retried request the session had already applied).
+# - ABORTED is PositionError (a retried request the session had already applied).
 # - CANCELLED reaches a client only when the server cancelled the call (a client's own cancellation is
 #   asyncio's CancelledError), which it does when it stops: it is UnavailableError, retried like it.
 # - Any other status (UNAUTHENTICATED, INTERNAL, ...) is a `ServiceError` carrying the status name.
@@ -15,9 +15,9 @@ from constraintd.errors import (
     InputError,
     LimitError,
     NotFoundError,
+    PositionError,
     UnavailableError,
 )
-from constraintd.server.sessions import PositionError
 
 __all__ = ["ServiceError", "error_for"]
 

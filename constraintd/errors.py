@@ -7,6 +7,7 @@
     │   ├── VocabError               a vocabulary that cannot be read or used
     │   └── TokenError               a token id outside the vocabulary
     ├── NotFoundError                an unknown session or vocabulary  -> NOT_FOUND
+    ├── PositionError                a request for another point of a session -> ABORTED
     ├── LimitError                   a configured limit reached        -> RESOURCE_EXHAUSTED
     ├── DeadlineError                work that ran past its time limit -> DEADLINE_EXCEEDED
     └── UnavailableError             the service cannot answer now     -> UNAVAILABLE
@@ -25,6 +26,7 @@ __all__ = [
     "InputError",
     "LimitError",
     "NotFoundError",
+    "PositionError",
     "SchemaError",
     "TokenError",
     "UnavailableError",
@@ -90,6 +92,15 @@ class NotFoundError(ConstraintdError):
     """An unknown (or expired) session or vocabulary."""
 
     status = "NOT_FOUND"
+
+
+class PositionError(ConstraintdError):
+    """A request's `position` differs from the session's: a retried request that was already applied.
+
+    The client's own record of the accepted tokens is the truth: it rebuilds the session from them.
+    """
+
+    status = "ABORTED"
 
 
 class LimitError(ConstraintdError):

@@ -17,22 +17,13 @@ import time
 from collections.abc import Callable, Sequence
 
 from constraintd.engine.matcher import Matcher
-from constraintd.errors import ConstraintdError, InputError, LimitError, NotFoundError, UnavailableError
+from constraintd.errors import InputError, LimitError, NotFoundError, PositionError, UnavailableError
 from constraintd.server.config import Limits
 from constraintd.server.registry import CompiledConstraint
 
-__all__ = ["PositionError", "Session", "SessionStore"]
+__all__ = ["Session", "SessionStore"]
 
 ID_BYTES = 18
-
-
-class PositionError(ConstraintdError):
-    """A request's `position` differs from the session's: a retried request that was already applied.
-
-    The client's own record of the accepted tokens is the truth: it rebuilds the session from them.
-    """
-
-    status = "ABORTED"
 
 
 class Session:

@@ -10,8 +10,7 @@ import pytest
 
 from clients import flows
 from clients.flows import Call, Flow, Pause, Policy, SessionRecord, VocabHandle
-from constraintd.errors import ConstraintdError, InputError, NotFoundError, UnavailableError
-from constraintd.server.sessions import PositionError
+from constraintd.errors import ConstraintdError, InputError, NotFoundError, PositionError, UnavailableError
 from constraintd.v1 import constraintd_pb2 as pb
 
 POLICY = Policy(timeout=1.0, setup_timeout=5.0, attempts=3, backoff=0.1, max_backoff=0.15, rebuilds=2)

@@ -12,9 +12,9 @@ from constraintd.errors import (
     InputError,
     LimitError,
     NotFoundError,
+    PositionError,
     UnavailableError,
 )
-from constraintd.server.sessions import PositionError
 
 CASES = {
     "INVALID_ARGUMENT": InputError,

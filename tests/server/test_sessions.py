@@ -8,11 +8,18 @@ import dataclasses
 import pytest
 
 from constraintd.engine.vocab import Vocab
-from constraintd.errors import InputError, LimitError, NotFoundError, TokenError, UnavailableError
+from constraintd.errors import (
+    InputError,
+    LimitError,
+    NotFoundError,
+    PositionError,
+    TokenError,
+    UnavailableError,
+)
 from constraintd.server.config import Limits
 from constraintd.server.constraints import Constraint, ConstraintKind
 from constraintd.server.registry import CompiledConstraint, Registry
-from constraintd.server.sessions import ID_BYTES, PositionError, SessionStore
+from constraintd.server.sessions import ID_BYTES, SessionStore
 from tests.server.running import AB_PLUS, TINY_EOG, TINY_PIECES
 
 A, B = 3, 4
