@@ -161,3 +161,65 @@ def pack(allowed: npt.NDArray[np.bool_]) -> npt.NDArray[np.int32]:
     bits = np.zeros(n_words * 32, dtype=np.uint8)
     bits[: allowed.size] = allowed
     return np.packbits(bits, bitorder="little").view("<u4").astype(np.int32, copy=False)
+
+
+class LlamaSamplerChain:
+    """llama.cpp's own sampler chain (`llama_sampler_chain_init` + `llama_sampler_init_*`).
+
+    Built from a list of (name, arguments) steps, named after llama.cpp's constructors:
+    `("top_k", (k,))`, `("top_p", (p, min_keep))`, `("min_p", (p, min_keep))`, `("typical", (p, min_keep))`,
+    `("temp", (t,))`, `("temp_ext", (t, delta, exponent))`, `("penalties", (n_vocab, last_n, repeat, freq,
+    present))`, `("logit_bias", (n_vocab, [(token, bias), ...]))`, `("greedy", ())`, `("dist", (seed,))`.
+    `sample(logits)` applies the chain to every token (ids in vocabulary order, unsorted, as
+    `llama_sampler_sample` builds them) and returns the selected id without accepting it.
+    """
+
+    def __init__(self, steps: Sequence[tuple[str, tuple[object, ...]]]) -> None:
+        quiet_logs()
+        self.chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        self._keep: list[object] = []
+        for name, args in steps:
+            if name == "logit_bias":
+                n_vocab, biases = args
+                entries = (ll.llama_logit_bias * max(1, len(biases)))(
+                    *[ll.llama_logit_bias(token, bias) for token, bias in biases]
+                )
+                self._keep.append(entries)
+                sampler = ll.llama_sampler_init_logit_bias(n_vocab, len(biases), entries)
+            else:
+                sampler = getattr(ll, f"llama_sampler_init_{name}")(*args)
+            ll.llama_sampler_chain_add(self.chain, sampler)
+        self._data = np.zeros(0, dtype=_TOKEN_DATA)
+
+    def close(self) -> None:
+        if self.chain:
+            ll.llama_sampler_free(self.chain)
+            self.chain = None
+
+    def __enter__(self) -> LlamaSamplerChain:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def apply(self, logits: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.void], int]:
+        """Apply the chain; the candidates it leaves (id, logit, p) and the selected position."""
+        self._data = np.zeros(logits.size, dtype=_TOKEN_DATA)
+        self._data["id"] = np.arange(logits.size, dtype=np.int32)
+        self._data["logit"] = logits
+        array = ll.llama_token_data_array(
+            data=self._data.ctypes.data_as(ll.llama_token_data_p), size=logits.size, selected=-1,
+            sorted=False,
+        )
+        ll.llama_sampler_apply(self.chain, ctypes.byref(array))
+        return self._data[: array.size].copy(), int(array.selected)
+
+    def sample(self, logits: npt.NDArray[np.float32]) -> int:
+        data, selected = self.apply(logits)
+        return int(data["id"][selected])
+
+    def accept(self, token: int) -> None:
+        ll.llama_sampler_accept(self.chain, token)
+
+    def seed(self) -> int:
+        return int(ll.llama_sampler_get_seed(self.chain))

@@ -1,0 +1,20 @@
+"""The sampler worker: a GGUF model, llama.cpp's sampler chain in numpy, constrained generation.
+
+`SamplerChain.from_settings(SamplerSettings(...))` is the chain llama-server builds (penalties, top-k,
+typical-p, top-p, min-p, temperature, then a seeded mt19937 `dist` draw), token for token; a masked
+redraw after a grammar rejection is `chain.sample(logits, allowed=mask)` with the same generator.
+"""
+
+from sampler_worker.candidates import Candidates
+from sampler_worker.chain import DEFAULT_ORDER, SamplerChain, SamplerSettings
+from sampler_worker.mt19937 import LLAMA_DEFAULT_SEED, MT19937, resolve_seed
+
+__all__ = [
+    "DEFAULT_ORDER",
+    "LLAMA_DEFAULT_SEED",
+    "MT19937",
+    "Candidates",
+    "SamplerChain",
+    "SamplerSettings",
+    "resolve_seed",
+]

@@ -1,0 +1,224 @@
+# A sampler chain built as llama-server builds it, and its constrained draw.
+#
+# Contract:
+# - `SamplerSettings()` holds llama-server's defaults (common_params_sampling): top-k 40, top-p 0.95,
+#   min-p 0.05, typical-p 1.0 (off), temperature 0.8, penalties off (last 64 tokens), seed random.
+# - `SamplerChain.from_settings` adds the samplers in llama-server's order (`common_sampler_init`):
+#   logit bias (if any), then `settings.order` (penalties, dry, top-n-sigma, top-k, typical, top-p,
+#   min-p, xtc, temperature by default), then dist. A sampler llama.cpp would create empty (its
+#   setting means "off") is left out; it changes nothing either way.
+# - `sample(logits)` is one `llama_sampler_apply` of the whole chain on every token of the vocabulary
+#   (fresh candidates, unsorted) and returns the token id; `sample(logits, allowed=mask)` first sets
+#   every token the mask rejects to -inf, which is what llama.cpp's grammar sampler does. The chain
+#   keeps its generator between calls, so llama-server's `common_sampler_sample` with
+#   `grammar_first = false` (draw; if the grammar rejects the token, mask and run the whole chain
+#   again) is `sample(logits)` then, on rejection, `sample(logits, allowed=mask)`.
+# - `accept(token)` is `llama_sampler_accept` on the chain (the penalties remember the token); the
+#   caller accepts each generated token once, after the draw that chose it.
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from sampler_worker.candidates import Candidates
+from sampler_worker.mt19937 import LLAMA_DEFAULT_SEED
+from sampler_worker.penalties import LogitBias, Penalties
+from sampler_worker.samplers import Dist, MinP, Sampler, Temperature, TopK, TopP, Typical
+
+__all__ = ["DEFAULT_ORDER", "SamplerChain", "SamplerSettings"]
+
+DEFAULT_ORDER = (
+    "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature",
+)
+"""llama-server's default sampler order (common_params_sampling::samplers), by llama.cpp's names."""
+
+
+@dataclass(frozen=True, slots=True)
+class SamplerSettings:
+    """The sampling parameters of one generation, with llama-server's defaults.
+
+    Attributes:
+        seed: the dist sampler's seed; `LLAMA_DEFAULT_SEED` (or -1) for a random one.
+        top_k: keep the k most likely tokens; <= 0 keeps all.
+        top_p: nucleus threshold; 1.0 is off.
+        min_p: minimum probability relative to the top one; 0.0 is off.
+        typical_p: locally typical sampling; 1.0 is off.
+        temperature: divide logits by it; <= 0 keeps only the most likely token.
+        dynatemp_range: dynamic temperature range around `temperature`; 0.0 is off.
+        dynatemp_exponent: dynamic temperature exponent.
+        penalty_last_n: how many recent tokens the penalties look at; 0 is off.
+        repeat_penalty: 1.0 is off.
+        frequency_penalty: 0.0 is off.
+        presence_penalty: 0.0 is off.
+        min_keep: keep at least this many candidates in top-p, min-p and typical (0: no minimum).
+        logit_bias: (token, bias) pairs added to the logits first; -inf bans a token.
+        order: the order of the samplers, by llama.cpp's names (see `DEFAULT_ORDER`).
+        dry_multiplier: DRY is not supported; only 0.0 (off) is accepted.
+        xtc_probability: XTC is not supported; only 0.0 (off) is accepted.
+        top_n_sigma: top-n-sigma is not supported; only values <= 0 (off) are accepted.
+        mirostat: mirostat is not supported; only 0 (off) is accepted.
+    """
+
+    seed: int = LLAMA_DEFAULT_SEED
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    typical_p: float = 1.0
+    temperature: float = 0.8
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    penalty_last_n: int = 64
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    min_keep: int = 0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    order: tuple[str, ...] = DEFAULT_ORDER
+    dry_multiplier: float = 0.0
+    xtc_probability: float = 0.0
+    top_n_sigma: float = -1.0
+    mirostat: int = 0
+
+    def check(self) -> None:
+        """Refuse what llama-server refuses, and what this port does not implement.
+
+        Raises:
+            ValueError: a penalty is not finite or the repeat penalty is not positive (as
+                `common_sampler_init` throws), an unknown sampler name is in `order`, or a sampler
+                that is not ported (DRY, XTC, top-n-sigma, mirostat) is turned on.
+        """
+        repeat = np.float32(self.repeat_penalty)
+        with np.errstate(all="ignore"):
+            inverse = np.float32(1.0) / repeat
+        if not math.isfinite(repeat) or repeat <= 0.0 or not math.isfinite(inverse):
+            raise ValueError("penalty_repeat must be finite and greater than 0")
+        if not math.isfinite(self.frequency_penalty):
+            raise ValueError("penalty_freq must be finite")
+        if not math.isfinite(self.presence_penalty):
+            raise ValueError("penalty_present must be finite")
+        unknown = [name for name in self.order if name not in DEFAULT_ORDER]
+        if unknown:
+            raise ValueError(f"unknown sampler {unknown[0]!r}; known: {', '.join(DEFAULT_ORDER)}")
+        unported = {
+            "dry_multiplier": self.dry_multiplier != 0.0,
+            "xtc_probability": self.xtc_probability > 0.0 and "xtc" in self.order,
+            "top_n_sigma": self.top_n_sigma > 0.0 and "top_n_sigma" in self.order,
+            "mirostat": self.mirostat != 0,
+        }
+        for setting, on in unported.items():
+            if on:
+                raise ValueError(f"{setting} selects a sampler this worker does not implement")
+
+
+def _sampler_for(name: str, settings: SamplerSettings) -> Sampler | None:
+    # One entry per llama.cpp sampler type; None where llama.cpp would add an empty sampler.
+    s = settings
+    if name == "penalties":
+        penalties = Penalties(s.penalty_last_n, s.repeat_penalty, s.frequency_penalty, s.presence_penalty)
+        return None if penalties.disabled else penalties
+    if name == "top_k":
+        return TopK(s.top_k) if s.top_k > 0 else None
+    if name == "typ_p":
+        return Typical(s.typical_p, s.min_keep) if np.float32(s.typical_p) < 1.0 else None
+    if name == "top_p":
+        return TopP(s.top_p, s.min_keep) if np.float32(s.top_p) < 1.0 else None
+    if name == "min_p":
+        return MinP(s.min_p, s.min_keep) if np.float32(s.min_p) > 0.0 else None
+    if name == "temperature":
+        off = np.float32(s.temperature) == 1.0 and np.float32(s.dynatemp_range) <= 0.0
+        return None if off else Temperature(s.temperature, s.dynatemp_range, s.dynatemp_exponent)
+    return None  # dry, top_n_sigma, xtc: off (check() refused them on)
+
+
+class SamplerChain:
+    """An ordered list of samplers applied as one (llama.cpp's sampler chain).
+
+    Attributes:
+        samplers: the samplers, in order; the last one selects.
+    """
+
+    __slots__ = ("samplers",)
+
+    def __init__(self, samplers: Sequence[Sampler]) -> None:
+        self.samplers = tuple(samplers)
+
+    @classmethod
+    def from_settings(cls, settings: SamplerSettings | None = None) -> SamplerChain:
+        """The chain llama-server builds for these settings (`common_sampler_init`, mirostat off).
+
+        Args:
+            settings: the sampling parameters; llama-server's defaults when None.
+
+        Returns:
+            A chain ending in a dist sampler seeded with `settings.seed`.
+
+        Raises:
+            ValueError: see `SamplerSettings.check`.
+        """
+        settings = settings or SamplerSettings()
+        settings.check()
+        samplers: list[Sampler] = []
+        if settings.logit_bias:
+            samplers.append(LogitBias(settings.logit_bias))
+        for name in settings.order:
+            sampler = _sampler_for(name, settings)
+            if sampler is not None:
+                samplers.append(sampler)
+        samplers.append(Dist(settings.seed))
+        return cls(samplers)
+
+    @property
+    def seed(self) -> int | None:
+        """The seed the chain's dist sampler actually uses (a random seed resolved), if it has one."""
+        for sampler in self.samplers:
+            if isinstance(sampler, Dist):
+                return sampler.seed_used
+        return None
+
+    def apply(self, cur: Candidates) -> None:
+        """Apply every sampler in order (llama_sampler_apply on the chain)."""
+        for sampler in self.samplers:
+            sampler.apply(cur)
+
+    def sample(self, logits: npt.ArrayLike, *, allowed: npt.NDArray[np.bool_] | None = None) -> int:
+        """Run the whole chain on one step's logits and return the token it selects.
+
+        Does not accept the token: call `accept` once the token is final.
+
+        Args:
+            logits: one logit per vocabulary token.
+            allowed: if given, one bool per token; tokens it rejects get logit -inf first (a masked
+                redraw after a grammar rejection).
+
+        Returns:
+            The selected token id.
+
+        Raises:
+            ValueError: a logit is NaN or +inf (llama.cpp's result would be meaningless), or
+                nothing could be selected.
+        """
+        cur = Candidates.from_logits(logits)
+        highest = cur.logits.max() if len(cur) else np.float32(0.0)
+        if np.isnan(highest) or np.isposinf(highest):
+            raise ValueError("logits must be finite or -inf")
+        if allowed is not None:
+            if allowed.shape != cur.logits.shape:
+                raise ValueError(f"mask has {allowed.size} entries for {cur.logits.size} logits")
+            cur.logits[~allowed] = -np.inf
+        self.apply(cur)
+        return cur.token
+
+    def accept(self, token: int) -> None:
+        """Tell every sampler `token` was chosen (llama_sampler_accept on the chain)."""
+        for sampler in self.samplers:
+            sampler.accept(token)
+
+    def reset(self) -> None:
+        """Reset every sampler (a random seed is drawn again)."""
+        for sampler in self.samplers:
+            sampler.reset()

@@ -1,0 +1,294 @@
+# llama.cpp's samplers (src/llama-sampler.cpp), each a port of its `apply` and `accept`.
+#
+# Contract: for the same candidates (ids, logits, order, sorted flag) and the same state, each
+# sampler's `apply` leaves the candidates exactly as llama.cpp's leaves its `llama_token_data_array`:
+# the same candidates in the same order, the same float32 logits and probabilities, the same sorted
+# flag, and (for greedy and dist) the same selected position, drawing from the generator exactly as
+# llama.cpp does. Floating-point work is done in the precision llama.cpp uses (float32 sums are
+# sequential float32 sums, `expf`/`logf` are the C library's), because a top-p cut or a cumulative
+# draw can turn on the last bit.
+#
+# Not ported: DRY, XTC, top-n-sigma, mirostat, adaptive-p, infill (llama-server leaves all of them
+# off unless asked; the chain refuses settings that turn them on).
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from sampler_worker.candidates import Candidates
+from sampler_worker.cxx_sort import bucket_partial_order, bucket_value_order, partial_sort_order, sort_order
+from sampler_worker.libm import expf, logf, powf
+from sampler_worker.mt19937 import MT19937, resolve_seed
+
+__all__ = [
+    "Dist",
+    "Greedy",
+    "MinP",
+    "Sampler",
+    "Temperature",
+    "TopK",
+    "TopP",
+    "Typical",
+    "partial_sort_inplace",
+    "softmax",
+]
+
+_F32 = np.float32
+_PARTIAL_SORT_HEAP_LIMIT = 128  # up to this many, llama.cpp uses std::partial_sort; above, its buckets
+_TOP_P_ADAPTIVE_ABOVE = 1024  # top-p sorts only its first 256 when there are more candidates than this
+_TOP_P_FIRST_SORT = 256
+
+
+class Sampler:
+    """A step of a sampler chain: `apply` to candidates, `accept` each token the chain chose."""
+
+    name = "sampler"
+
+    def apply(self, cur: Candidates) -> None:
+        """Transform the candidates in place (llama_sampler_apply)."""
+        raise NotImplementedError
+
+    def accept(self, token: int) -> None:
+        """Note that `token` was chosen (llama_sampler_accept); most samplers keep no state."""
+
+    def reset(self) -> None:
+        """Forget what `accept` recorded (llama_sampler_reset)."""
+
+
+def partial_sort_inplace(cur: Candidates, npartial: int) -> None:
+    """llama.cpp's `llama_token_data_array_partial_sort_inplace`: keep the top `npartial`, sorted."""
+    if npartial <= _PARTIAL_SORT_HEAP_LIMIT:
+        order = partial_sort_order(-cur.logits, npartial)
+    else:
+        order = bucket_partial_order(cur.logits, npartial)
+    cur.take(order, is_sorted=True)
+
+
+def _max_logit(cur: Candidates) -> np.float32:
+    return np.float32(cur.logits[0] if cur.is_sorted else cur.logits.max())
+
+
+def softmax(cur: Candidates, *, do_sort: bool) -> None:
+    """llama.cpp's `llama_sampler_softmax_impl`: probabilities from logits, optionally sorting first."""
+    if do_sort and not cur.is_sorted:
+        partial_sort_inplace(cur, len(cur))
+    with np.errstate(all="ignore"):
+        p = expf(cur.logits - _max_logit(cur))
+        total = np.cumsum(p, dtype=_F32)[-1]
+        cur.probs = (p / total).astype(_F32, copy=False)
+
+
+def _sequential_sum(values: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    # The running float32 sum a C loop `sum += v[i]` produces (numpy's accumulate is sequential).
+    return np.cumsum(values, dtype=_F32)
+
+
+class TopK(Sampler):
+    """`llama_sampler_init_top_k(k)`: keep the k highest logits, sorted. k <= 0 keeps all."""
+
+    name = "top-k"
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def apply(self, cur: Candidates) -> None:
+        if self.k <= 0:
+            return
+        k = min(self.k, len(cur))
+        if not cur.is_sorted:
+            partial_sort_inplace(cur, k)
+        cur.truncate(k)
+
+
+class TopP(Sampler):
+    """`llama_sampler_init_top_p(p, min_keep)`: the smallest prefix whose probability reaches p."""
+
+    name = "top-p"
+
+    def __init__(self, p: float, min_keep: int = 0) -> None:
+        self.p = _F32(p)
+        self.min_keep = min_keep
+
+    def _cut(self, probs: npt.NDArray[np.float32]) -> int | None:
+        # First i with cum_sum >= p and i + 1 >= min_keep: the prefix kept is i + 1 long.
+        reached = (_sequential_sum(probs) >= self.p) & (np.arange(1, probs.size + 1) >= self.min_keep)
+        hits = np.flatnonzero(reached)
+        return int(hits[0]) + 1 if hits.size else None
+
+    def apply(self, cur: Candidates) -> None:
+        if self.p >= 1.0:
+            return
+        softmax(cur, do_sort=False)
+        size = len(cur)
+        if not cur.is_sorted and size > _TOP_P_ADAPTIVE_ABOVE:
+            # Sort only the first 256 (into a side buffer); sort all only if those do not reach p.
+            # Both sorts agree on the values in the first 256 positions (ties have equal
+            # probabilities), so the running sum over them is the same either way.
+            first = bucket_partial_order(cur.logits, min(_TOP_P_FIRST_SORT, size))
+            last = self._cut(cur.probs[first])
+            if last is None:
+                # The cut depends only on the sequence of values, not on the order among equal ones;
+                # then only the buckets reaching into the kept prefix need llama.cpp's exact order.
+                by_value = bucket_value_order(cur.logits)
+                last = self._cut(cur.probs[by_value]) or size
+                order = bucket_partial_order(cur.logits, size, needed=last)
+            else:
+                order = first
+            cur.take(order[:last], is_sorted=True)
+            return
+        if not cur.is_sorted:
+            partial_sort_inplace(cur, size)
+        cur.truncate(self._cut(cur.probs) or size)
+
+
+class MinP(Sampler):
+    """`llama_sampler_init_min_p(p, min_keep)`: drop tokens below p times the top probability."""
+
+    name = "min-p"
+
+    def __init__(self, p: float, min_keep: int = 0) -> None:
+        self.p = _F32(p)
+        self.min_keep = min_keep
+
+    def apply(self, cur: Candidates) -> None:
+        if self.p <= 0.0 or not len(cur):
+            return
+        log_p = logf(self.p)
+        if not cur.is_sorted:
+            # max starts at -FLT_MAX, so an all -inf array gives -FLT_MAX here, as in llama.cpp
+            max_logit = max(_F32(-np.finfo(_F32).max), cur.logits.max())
+            min_logit = _F32(max_logit + log_p)
+            kept = np.flatnonzero(cur.logits >= min_logit)
+            if kept.size and kept.size >= self.min_keep:
+                cur.take(kept)
+                return
+            partial_sort_inplace(cur, len(cur))
+        min_logit = _F32(cur.logits[0] + log_p)
+        # the first token always stays; stop at the first one below the bar once min_keep are kept
+        below = (cur.logits < min_logit) & (np.arange(len(cur)) >= self.min_keep)
+        below[0] = False
+        stops = np.flatnonzero(below)
+        cur.truncate(int(stops[0]) if stops.size else len(cur))
+
+
+class Typical(Sampler):
+    """`llama_sampler_init_typical(p, min_keep)`: locally typical sampling."""
+
+    name = "typical"
+
+    def __init__(self, p: float, min_keep: int = 0) -> None:
+        self.p = _F32(p)
+        self.min_keep = min_keep
+
+    def apply(self, cur: Candidates) -> None:
+        if self.p >= 1.0:
+            return
+        softmax(cur, do_sort=True)
+        with np.errstate(all="ignore"):
+            log_probs = logf(cur.probs)
+            entropy = _sequential_sum(-cur.probs * log_probs)[-1]
+            shifted = np.abs(-log_probs - entropy)
+        order = sort_order(shifted)
+        cumulative = _sequential_sum(cur.probs[order])
+        enough = np.arange(order.size) >= self.min_keep - 1 if self.min_keep else np.ones(order.size, bool)
+        hits = np.flatnonzero((cumulative > self.p) & enough)
+        last = int(hits[0]) + 1 if hits.size else order.size
+        cur.take(order[:last], is_sorted=False)
+
+
+class Temperature(Sampler):
+    """`llama_sampler_init_temp_ext(t, delta, exponent)` (plain temperature when delta <= 0)."""
+
+    name = "temp-ext"
+
+    def __init__(self, temperature: float, delta: float = 0.0, exponent: float = 1.0) -> None:
+        self.temperature = _F32(temperature)
+        self.delta = _F32(delta)
+        self.exponent = _F32(exponent)
+
+    @staticmethod
+    def scale(cur: Candidates, temperature: np.float32) -> None:
+        """llama.cpp's `llama_sampler_temp_impl`: divide by t, or keep only the first maximum if t <= 0."""
+        if not len(cur):
+            return
+        if temperature <= 0.0:
+            best = int(np.argmax(cur.logits))  # the first of equal maxima, as the strict `>` scan keeps
+            keep = cur.logits[best]
+            cur.logits = np.full_like(cur.logits, -np.inf)
+            cur.logits[best] = keep
+            return
+        cur.logits = (cur.logits / temperature).astype(_F32, copy=False)
+
+    def apply(self, cur: Candidates) -> None:
+        if self.delta <= 0.0:
+            self.scale(cur, self.temperature)
+            return
+        if len(cur) <= 1:
+            return
+        min_temp = max(_F32(0.0), _F32(self.temperature - self.delta))
+        max_temp = _F32(self.temperature + self.delta)
+        max_entropy = -logf(_F32(1.0) / _F32(len(cur)))
+        softmax(cur, do_sort=True)
+        with np.errstate(all="ignore"):
+            positive = cur.probs[cur.probs > 0.0]
+            # `entropy -= p * logf(p)` over p > 0: IEEE a - b is a + (-b), so a running sum of the
+            # negated terms gives the same bits.
+            terms = -(positive * logf(positive))
+            entropy = _sequential_sum(terms)[-1] if terms.size else _F32(0.0)
+            normalized = _F32(entropy / max_entropy)
+            shaped = powf(float(normalized), float(self.exponent))
+            dynamic = _F32(min_temp + _F32((max_temp - min_temp) * shaped))
+        self.scale(cur, dynamic)
+        with np.errstate(all="ignore"):
+            p = np.exp(cur.logits.astype(np.float64) - np.float64(cur.logits[0]))
+            total = np.cumsum(p)[-1]
+            cur.probs = (p.astype(_F32).astype(np.float64) / total).astype(_F32)
+
+
+class Greedy(Sampler):
+    """`llama_sampler_init_greedy()`: select the first candidate with the highest logit."""
+
+    name = "greedy"
+
+    def apply(self, cur: Candidates) -> None:
+        cur.selected = int(np.argmax(cur.logits)) if len(cur) else 0
+
+
+class Dist(Sampler):
+    """`llama_sampler_init_dist(seed)`: draw from the softmax with an mt19937 seeded `seed`.
+
+    Attributes:
+        seed: the requested seed (`LLAMA_DEFAULT_SEED` for a random one).
+        seed_used: the seed the generator was built with (llama_sampler_get_seed).
+    """
+
+    name = "dist"
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.seed_used = resolve_seed(seed)
+        self.rng = MT19937(self.seed_used)
+
+    def reset(self) -> None:
+        self.seed_used = resolve_seed(self.seed)
+        self.rng = MT19937(self.seed_used)
+
+    def apply(self, cur: Candidates) -> None:
+        size = len(cur)
+        if size == 0:
+            cur.selected = -1
+            return
+        cur.selected = 0
+        if size == 1:
+            self.rng.uniform()  # llama.cpp draws once even then, to stay aligned
+            cur.probs = np.ones(1, dtype=_F32)
+            return
+        with np.errstate(all="ignore"):
+            p = expf(cur.logits - _max_logit(cur)).astype(np.float64)
+            running = np.cumsum(p)  # `double sum += float p`, in order
+            total = float(running[-1])
+            target = total * self.rng.uniform()
+            reached = np.flatnonzero(running >= target)
+            cur.selected = int(reached[0]) if reached.size else size - 1
+            cur.probs = (p / total).astype(_F32)

@@ -1,0 +1,304 @@
+"""sampler_worker.chain: the same token as llama.cpp's own sampler chain, draw after draw.
+
+The oracle is llama.cpp's chain built with the same constructors llama-server's `common_sampler_init`
+calls (tests/oracle.py `LlamaSamplerChain`), applied to the same logits. Each step draws once; when a
+random "grammar" rejects the draw, both chains draw again on the masked logits with the same generator
+(llama-server's `common_sampler_sample` with `grammar_first = false`); then both accept the token.
+
+Sizes (chosen for CI; about 11,000 draws in all):
+- synthetic logits: 13 settings x 5 kinds (normal, ties, extreme values, flat, one peak) x 3 vocabulary
+  sizes (64, 3,000, 20,000; flat logits 8,000 at most, as a whole vocabulary of ties makes top-p sort
+  all of it exactly) x 36 steps; every third step is rejected and redrawn masked (9,360 draws);
+- hand-built chains (greedy, plain temperature, typical alone, temperature < 0): 200 draws;
+- Gemma 3 270M logits: every position of three prompts (about 100 rows of 262,144), 6 settings.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from sampler_worker.candidates import Candidates
+from sampler_worker.chain import DEFAULT_ORDER, SamplerChain, SamplerSettings
+from sampler_worker.mt19937 import LLAMA_DEFAULT_SEED
+from sampler_worker.penalties import Penalties
+from sampler_worker.samplers import Dist, Greedy, Temperature, TopK, Typical
+from tests.conftest import OracleReport
+from tests.oracle import LlamaSamplerChain
+
+SETTINGS: dict[str, SamplerSettings] = {
+    "llama-server-defaults": SamplerSettings(seed=1),
+    "temperature-0": SamplerSettings(seed=2, temperature=0.0),
+    "top-p-only": SamplerSettings(seed=3, top_k=0, min_p=0.0, temperature=1.0, top_p=0.5),
+    "top-p-adaptive": SamplerSettings(seed=4, top_k=0, top_p=0.9),
+    "top-k-200-bucket-sort": SamplerSettings(seed=5, top_k=200, top_p=0.8, min_keep=3),
+    "top-k-1": SamplerSettings(seed=6, top_k=1),
+    "typical": SamplerSettings(seed=7, top_k=100, typical_p=0.7, min_keep=1),
+    "penalties": SamplerSettings(
+        seed=8, penalty_last_n=16, repeat_penalty=1.3, frequency_penalty=0.2, presence_penalty=0.5
+    ),
+    "min-p-unsorted": SamplerSettings(seed=9, top_k=0, top_p=1.0, min_p=0.1, temperature=1.5),
+    "dynamic-temperature": SamplerSettings(seed=10, top_k=60, dynatemp_range=0.5, dynatemp_exponent=1.3),
+    "logit-bias": SamplerSettings(
+        seed=11, logit_bias=((3, 5.0), (7, float("-inf")), (3, 1.0), (70_000, 2.0))
+    ),
+    "temperature-first": SamplerSettings(seed=12, order=("temperature", "min_p", "top_k", "top_p")),
+    "all-off": SamplerSettings(seed=13, top_k=0, top_p=1.0, min_p=0.0, temperature=1.0),
+}
+# Not top-p with top-k off: on a flat real distribution it sorts the whole vocabulary exactly, ties
+# included, which takes seconds per draw in Python (the synthetic cases cover it on smaller arrays).
+GEMMA_SETTINGS = [
+    "llama-server-defaults", "top-k-200-bucket-sort", "typical", "penalties", "min-p-unsorted",
+    "dynamic-temperature",
+]
+KINDS = ["normal", "ties", "extreme", "flat", "peak"]
+SIZES = [64, 3000, 20_000]
+FLAT_SIZE_LIMIT = 8000
+STEPS = 36
+REJECT_EVERY = 3
+
+
+def llama_steps(settings: SamplerSettings, n_vocab: int) -> list[tuple[str, tuple[Any, ...]]]:
+    """The constructors `common_sampler_init` calls for these settings, in its order."""
+    s = settings
+    steps: list[tuple[str, tuple[Any, ...]]] = []
+    if s.logit_bias:
+        steps.append(("logit_bias", (n_vocab, list(s.logit_bias))))
+    table: dict[str, tuple[str, tuple[Any, ...]]] = {
+        "penalties": ("penalties", (n_vocab, s.penalty_last_n, s.repeat_penalty, s.frequency_penalty,
+                                    s.presence_penalty)),
+        "top_k": ("top_k", (s.top_k,)),
+        "typ_p": ("typical", (s.typical_p, s.min_keep)),
+        "top_p": ("top_p", (s.top_p, s.min_keep)),
+        "min_p": ("min_p", (s.min_p, s.min_keep)),
+        "temperature": ("temp_ext", (s.temperature, s.dynatemp_range, s.dynatemp_exponent)),
+    }
+    steps.extend(table[name] for name in s.order if name in table)
+    steps.append(("dist", (s.seed,)))
+    return steps
+
+
+def synthetic_logits(kind: str, n: int, rng: np.random.Generator) -> npt.NDArray[np.float32]:
+    if kind == "normal":
+        return (rng.normal(size=n) * 3).astype(np.float32)
+    if kind == "ties":
+        return (rng.integers(-12, 12, size=n) / 2).astype(np.float32)
+    if kind == "extreme":
+        logits = (rng.normal(size=n) * 3).astype(np.float32)
+        u = rng.random(n)
+        logits[u < 0.05] = -np.inf
+        logits[(u >= 0.05) & (u < 0.06)] = 1e30
+        logits[(u >= 0.06) & (u < 0.08)] = -1e30
+        logits[(u >= 0.08) & (u < 0.09)] = 60.0
+        logits[(u >= 0.09) & (u < 0.10)] = -60.0
+        logits[0] = 3e8  # just past the int range of llama.cpp's bucket index
+        return logits
+    if kind == "flat":
+        return np.zeros(n, dtype=np.float32)
+    logits = (rng.normal(size=n) * 0.5).astype(np.float32)
+    logits[rng.integers(n)] = 25.0
+    return logits
+
+
+def run_both(
+    settings: SamplerSettings, rows: list[npt.NDArray[np.float32]], rng: np.random.Generator
+) -> tuple[int, int]:
+    """Generate over `rows` with both chains; (identical draws, draws)."""
+    n_vocab = rows[0].size
+    ours = SamplerChain.from_settings(settings)
+    identical = total = 0
+    with LlamaSamplerChain(llama_steps(settings, n_vocab)) as theirs:
+        for step, logits in enumerate(rows):
+            expected, got = theirs.sample(logits), ours.sample(logits)
+            identical += expected == got
+            total += 1
+            if step % REJECT_EVERY == REJECT_EVERY - 1:
+                allowed = rng.random(n_vocab) < 0.3
+                allowed[expected] = False
+                allowed[rng.integers(n_vocab)] = True
+                masked = np.where(allowed, logits, np.float32(-np.inf)).astype(np.float32)
+                expected, got = theirs.sample(masked), ours.sample(logits, allowed=allowed)
+                identical += expected == got
+                total += 1
+            theirs.accept(expected)
+            ours.accept(expected)
+    return identical, total
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("kind", KINDS, ids=KINDS)
+@pytest.mark.parametrize("name", list(SETTINGS), ids=list(SETTINGS))
+def test_synthetic_logits_draw_the_same_tokens(name: str, kind: str, oracle_report: OracleReport) -> None:
+    rng = np.random.default_rng([list(SETTINGS).index(name), KINDS.index(kind)])
+    identical = total = 0
+    for size in SIZES:
+        size = min(size, FLAT_SIZE_LIMIT) if kind == "flat" else size
+        rows = [synthetic_logits(kind, size, rng) for _ in range(STEPS)]
+        same, count = run_both(SETTINGS[name], rows, rng)
+        identical += same
+        total += count
+    oracle_report.add("sampled tokens", f"synthetic {name}", identical=identical, total=total)
+    assert identical == total
+
+
+@pytest.mark.oracle
+@pytest.mark.slow
+@pytest.mark.parametrize("name", GEMMA_SETTINGS, ids=GEMMA_SETTINGS)
+def test_gemma_logits_draw_the_same_tokens(
+    name: str, gemma_logits: npt.NDArray[np.float32], oracle_report: OracleReport
+) -> None:
+    rng = np.random.default_rng(GEMMA_SETTINGS.index(name))
+    identical, total = run_both(SETTINGS[name], list(gemma_logits), rng)
+    oracle_report.add("sampled tokens", f"gemma-3-270m {name}", identical=identical, total=total)
+    assert identical == total
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("seed", [0, 1, 2**31, 0xFFFFFFFE], ids=["0", "1", "2^31", "max-minus-1"])
+def test_dist_seed_is_the_one_llama_cpp_reports(seed: int) -> None:
+    with LlamaSamplerChain([("dist", (seed,))]) as theirs:
+        assert Dist(seed).seed_used == theirs.seed() == seed
+
+
+def test_default_seed_is_replaced_by_a_random_one() -> None:
+    seeds = {Dist(LLAMA_DEFAULT_SEED).seed_used for _ in range(8)}
+    assert len(seeds) > 1
+
+
+@pytest.mark.oracle
+def test_hand_built_chains_with_greedy_and_plain_temperature(oracle_report: OracleReport) -> None:
+    rng = np.random.default_rng(77)
+    n_vocab = 5000
+    chains = [
+        ([Penalties(8, 1.1), Greedy()], [("penalties", (n_vocab, 8, 1.1, 0.0, 0.0)), ("greedy", ())]),
+        ([TopK(50), Temperature(0.7), Dist(5)], [("top_k", (50,)), ("temp", (0.7,)), ("dist", (5,))]),
+        ([Typical(0.4, 0), Dist(6)], [("typical", (0.4, 0)), ("dist", (6,))]),
+        ([Temperature(-1.0), Dist(7)], [("temp", (-1.0,)), ("dist", (7,))]),
+    ]
+    identical = total = 0
+    for samplers, steps in chains:
+        ours = SamplerChain(samplers)
+        with LlamaSamplerChain(steps) as theirs:
+            for kind in KINDS:
+                for _ in range(10):
+                    logits = synthetic_logits(kind, n_vocab, rng)
+                    expected, got = theirs.sample(logits), ours.sample(logits)
+                    identical += expected == got
+                    total += 1
+                    theirs.accept(expected)
+                    ours.accept(expected)
+    oracle_report.add("sampled tokens", "synthetic hand-built chains", identical=identical, total=total)
+    assert identical == total
+
+
+@pytest.mark.oracle
+def test_candidates_left_by_the_chain_are_llama_cpps(oracle_report: OracleReport) -> None:
+    # Not only the token: the ids, logits and probabilities the chain leaves, bit for bit.
+    rng = np.random.default_rng(99)
+    identical = total = 0
+    for name in ["llama-server-defaults", "typical", "top-k-200-bucket-sort", "min-p-unsorted"]:
+        settings = SETTINGS[name]
+        for kind in KINDS:
+            logits = synthetic_logits(kind, 3000, rng)
+            ours = SamplerChain.from_settings(settings)
+            with LlamaSamplerChain(llama_steps(settings, logits.size)) as theirs:
+                data, selected = theirs.apply(logits)
+            cur = Candidates.from_logits(logits)
+            ours.apply(cur)
+            same = (
+                selected == cur.selected
+                and np.array_equal(data["id"], cur.ids)
+                and np.array_equal(data["logit"].view(np.uint32), cur.logits.view(np.uint32))
+                and np.array_equal(data["p"].view(np.uint32), cur.probs.view(np.uint32))
+            )
+            identical += same
+            total += 1
+    oracle_report.add("candidate arrays", "synthetic", identical=identical, total=total)
+    assert identical == total
+
+
+def _common_h(llama_cpp_dir: Path) -> str:
+    text = (llama_cpp_dir / "common" / "common.h").read_text()
+    start = text.index("struct common_params_sampling {")
+    return text[start : text.index("\n};", start)]
+
+
+@pytest.mark.parametrize(
+    ("field", "attribute"),
+    [("top_k", "top_k"), ("top_p", "top_p"), ("min_p", "min_p"), ("typ_p", "typical_p"),
+     ("temp", "temperature"),
+     ("dynatemp_range", "dynatemp_range"), ("dynatemp_exponent", "dynatemp_exponent"),
+     ("penalty_last_n", "penalty_last_n"), ("penalty_repeat", "repeat_penalty"),
+     ("penalty_freq", "frequency_penalty"), ("penalty_present", "presence_penalty"), ("min_keep", "min_keep"),
+     ("dry_multiplier", "dry_multiplier"), ("xtc_probability", "xtc_probability"),
+     ("top_n_sigma", "top_n_sigma"), ("mirostat", "mirostat")],
+    ids=lambda value: str(value),
+)
+def test_defaults_are_llama_servers(field: str, attribute: str, llama_cpp_dir: Path) -> None:
+    match = re.search(rf"\b{field}\s*=\s*(-?[0-9.]+)f?;", _common_h(llama_cpp_dir))
+    assert match is not None, field
+    assert getattr(SamplerSettings(), attribute) == pytest.approx(float(match.group(1)))
+
+
+def test_default_seed_and_order_are_llama_servers(llama_cpp_dir: Path) -> None:
+    struct = _common_h(llama_cpp_dir)
+    assert re.search(r"uint32_t seed\s*=\s*LLAMA_DEFAULT_SEED;", struct)
+    listed = re.search(r"samplers\s*=\s*\{(.*?)\}", struct, re.DOTALL)
+    assert listed is not None
+    names = re.findall(r"COMMON_SAMPLER_TYPE_(\w+)", listed.group(1))
+    spelled = {"TYPICAL_P": "typ_p"}
+    assert tuple(spelled.get(name, name.lower()) for name in names) == DEFAULT_ORDER
+    assert SamplerSettings().order == DEFAULT_ORDER
+    assert SamplerSettings().seed == LLAMA_DEFAULT_SEED
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (SamplerSettings(repeat_penalty=0.0), "penalty_repeat"),
+        (SamplerSettings(repeat_penalty=float("inf")), "penalty_repeat"),
+        (SamplerSettings(repeat_penalty=1e-45), "penalty_repeat"),
+        (SamplerSettings(frequency_penalty=float("nan")), "penalty_freq"),
+        (SamplerSettings(presence_penalty=float("-inf")), "penalty_present"),
+        (SamplerSettings(order=("top_k", "nucleus")), "unknown sampler"),
+        (SamplerSettings(dry_multiplier=0.8), "dry_multiplier"),
+        (SamplerSettings(xtc_probability=0.5), "xtc_probability"),
+        (SamplerSettings(top_n_sigma=1.0), "top_n_sigma"),
+        (SamplerSettings(mirostat=2), "mirostat"),
+    ],
+    ids=["repeat-zero", "repeat-inf", "repeat-inverse-inf", "freq-nan", "present-inf", "unknown-name", "dry",
+         "xtc", "top-n-sigma", "mirostat"],
+)
+def test_refused_settings(settings: SamplerSettings, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SamplerChain.from_settings(settings)
+
+
+def test_chain_refuses_nan_and_positive_infinity() -> None:
+    chain = SamplerChain.from_settings(SamplerSettings(seed=1))
+    for bad in (np.nan, np.inf):
+        logits = np.zeros(10, dtype=np.float32)
+        logits[3] = bad
+        with pytest.raises(ValueError, match="finite"):
+            chain.sample(logits)
+
+
+def test_mask_of_the_wrong_size_is_refused() -> None:
+    chain = SamplerChain.from_settings(SamplerSettings(seed=1))
+    with pytest.raises(ValueError, match="mask"):
+        chain.sample(np.zeros(10, dtype=np.float32), allowed=np.ones(9, dtype=bool))
+
+
+def test_masked_draw_only_picks_allowed_tokens() -> None:
+    chain = SamplerChain.from_settings(SamplerSettings(seed=1, top_k=0, top_p=1.0, min_p=0.0))
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        logits = rng.normal(size=500).astype(np.float32)
+        allowed = rng.random(500) < 0.05
+        allowed[0] = True
+        assert allowed[chain.sample(logits, allowed=allowed)]

@@ -1,0 +1,83 @@
+"""sampler_worker.cxx_sort: the order libstdc++'s sorts leave equal keys in, and llama.cpp's buckets."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from sampler_worker.cxx_sort import bucket_partial_order, bucket_value_order, partial_sort_order, sort_order
+from tests.sampler_worker.conftest import LibStdCxx
+
+# Sizes: 50 arrays per kind and algorithm, 1 to 2,000 keys each (enough for introsort's quicksort
+# passes, its depth limit and its final insertion sort, and for heap selects of every width).
+CASES_PER_KIND = 50
+KINDS = ["distinct", "few-values", "many-ties", "with-nan", "constant"]
+
+
+def _keys(kind: str, rng: np.random.Generator) -> npt.NDArray[np.float32]:
+    n = int(rng.integers(1, 2000))
+    if kind == "distinct":
+        return rng.normal(size=n).astype(np.float32)
+    if kind == "few-values":
+        return rng.integers(0, 4, size=n).astype(np.float32)
+    if kind == "many-ties":
+        return (rng.integers(0, 60, size=n) / 3).astype(np.float32)
+    if kind == "with-nan":
+        keys = (rng.integers(0, 30, size=n) / 7).astype(np.float32)
+        keys[rng.random(n) < 0.1] = np.nan
+        return keys
+    return np.full(n, 1.5, dtype=np.float32)
+
+
+def _command(name: str, keys: npt.NDArray[np.float32], middle: int | None = None) -> str:
+    values = " ".join(repr(float(v)) for v in keys)
+    if middle is None:
+        return f"{name} {keys.size} {values}"
+    return f"{name} {keys.size} {middle} {values}"
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("kind", KINDS, ids=KINDS)
+def test_sort_order_matches_std_sort(kind: str, libstdcxx: LibStdCxx) -> None:
+    rng = np.random.default_rng(KINDS.index(kind))
+    cases = [_keys(kind, rng) for _ in range(CASES_PER_KIND)]
+    expected = libstdcxx.run(_command("sort", keys) for keys in cases)
+    for keys, positions in zip(cases, expected, strict=True):
+        assert sort_order(keys).tolist() == [int(p) for p in positions]
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("kind", KINDS, ids=KINDS)
+def test_partial_sort_order_matches_std_partial_sort(kind: str, libstdcxx: LibStdCxx) -> None:
+    rng = np.random.default_rng(100 + KINDS.index(kind))
+    cases = []
+    for _ in range(CASES_PER_KIND):
+        keys = _keys(kind, rng)
+        cases.append((keys, int(rng.integers(1, min(keys.size, 300) + 1))))
+    expected = libstdcxx.run(_command("partial", keys, middle) for keys, middle in cases)
+    for (keys, middle), positions in zip(cases, expected, strict=True):
+        assert partial_sort_order(keys, middle).tolist() == [int(p) for p in positions]
+
+
+def test_bucket_partial_order_sorts_in_range_logits_descending() -> None:
+    rng = np.random.default_rng(5)
+    logits = (rng.normal(size=5000) * 4).astype(np.float32)
+    order = bucket_partial_order(logits, 700)
+    assert order.size == 700
+    assert np.all(np.diff(logits[order]) <= 0)
+    assert set(order.tolist()) == set(np.argsort(-logits, kind="stable")[:700].tolist())
+
+
+def test_bucket_partial_order_puts_logits_too_large_for_an_int_last() -> None:
+    # 6.4 * 1e30 + 64 does not fit an int: llama.cpp's conversion yields INT_MIN, clamped to bucket 0
+    logits = np.array([1.0, 1e30, 2.0, -5.0], dtype=np.float32)
+    assert bucket_partial_order(logits, 4).tolist() == [2, 0, 3, 1]
+    assert bucket_value_order(logits).tolist() == [2, 0, 3, 1]
+
+
+def test_bucket_partial_order_needed_prefix_is_a_prefix() -> None:
+    rng = np.random.default_rng(6)
+    logits = (rng.integers(-40, 40, size=4000) / 4).astype(np.float32)
+    whole = bucket_partial_order(logits, 4000)
+    assert bucket_partial_order(logits, 4000, needed=123).tolist() == whole[:123].tolist()
