@@ -1,0 +1,1 @@
+"""Benchmarks: programs that print tables and measure peers in the same run (not tests; see README.md)."""

@@ -1,0 +1,434 @@
+"""Mask benchmark (a program, not a test): constraintd, llama.cpp, XGrammar and llguidance side by side.
+
+    .venv/bin/python -m tests.benchmarks.bench_masks --vocab both          # the whole sample
+    .venv/bin/python -m tests.benchmarks.bench_masks --vocab qwen2 --schemas 20   # a quick subset
+
+Workload: the MaskBench sample (`tests/vectors/maskbench-sample/`, real JSON schemas with valid documents).
+Each schema is converted to GBNF by constraintd's converter (llama.cpp's, byte for byte); each valid
+document is serialized compactly and tokenized by llama.cpp's tokenizer; documents llama.cpp's grammar
+sampler does not accept to the end are dropped. Each kept document is then walked token by token by every
+engine at once, on the same vocabulary and the same tokens: at every step a whole mask, then `allows` and
+`accept` of the next token. Per engine it prints p50 / p90 / p99 / max of:
+- mask: one whole-vocabulary mask (every step but a grammar's first, which is counted in compile);
+- compile: from the grammar text to the first mask ready (one per grammar);
+- allows / accept: one token;
+with the ratio of each peer's time to constraintd's (above 1: constraintd is faster), and checks that
+constraintd's masks equal llama.cpp's, every one of them, in the same run.
+
+All engines run on one thread in one process, in turn at each step, so they see the same machine.
+Numbers depend on the machine and on what else runs on it: compare the rows of one run.
+Progress goes to stderr; the tables to stdout. See README.md for the peers' one-time setup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from constraintd.engine import Vocab  # noqa: E402
+from constraintd.engine.json_schema import json_schema_to_gbnf  # noqa: E402
+from constraintd.errors import SchemaError  # noqa: E402
+from tests import reference  # noqa: E402
+from tests.benchmarks import peers  # noqa: E402
+from tests.oracle import LlamaVocab  # noqa: E402
+
+WORKLOAD: Final = ROOT / "tests" / "vectors" / "maskbench-sample"
+VOCABS: Final = ("qwen2", "gemma")
+MASK, COMPILE, ALLOWS, ACCEPT = "mask", "compile", "allows", "accept"
+# metric -> (unit, nanoseconds per unit)
+UNITS: Final = {MASK: ("ms", 1e6), COMPILE: ("ms", 1e6), ALLOWS: ("µs", 1e3), ACCEPT: ("µs", 1e3)}
+PERCENTILES: Final = (50, 90, 99, 100)
+PEER_INPUTS: Final = {
+    "gbnf": (peers.GBNF,),
+    "schema": (peers.JSON_SCHEMA,),
+    "both": (peers.GBNF, peers.JSON_SCHEMA),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Schema:
+    name: str
+    text: str  # the JSON schema, as JSON text
+    documents: tuple[str, ...]  # valid documents, compact JSON
+
+
+def read_workload(directory: Path, *, count: int | None, seed: int) -> list[Schema]:
+    """The sample's schemas in an order drawn from `seed`, the first `count` of them."""
+    files = sorted(directory.glob("*.json"))
+    random.Random(seed).shuffle(files)
+    schemas = []
+    for path in files[:count]:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        documents = tuple(
+            json.dumps(test["data"], separators=(",", ":"), ensure_ascii=False)
+            for test in entry["tests"]
+            if test["valid"]
+        )
+        schemas.append(Schema(path.stem, json.dumps(entry["schema"]), documents))
+    return schemas
+
+
+@dataclass(slots=True)
+class Tally:
+    """What one vocabulary's run met, beside the timings."""
+
+    schemas: int = 0
+    converter_refused: int = 0
+    llama_refused: int = 0
+    without_document: int = 0
+    documents: int = 0
+    kept: int = 0
+    rejected: int = 0  # llama.cpp refused a token of the document
+    unfinished: int = 0  # llama.cpp does not allow end of generation after the document
+    inconsistent: int = 0  # llama.cpp's whole mask disagrees with its answer for one token (never seen)
+    tokens: int = 0
+    forms: dict[str, Counter[str]] = field(default_factory=dict)
+    refused: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)  # kept documents an engine could not walk
+    errors: dict[str, str] = field(default_factory=dict)  # an engine's first error, for the reader
+    equal: Counter[str] = field(default_factory=Counter)  # masks equal to llama.cpp's
+    compared: Counter[str] = field(default_factory=Counter)
+    cache_bytes: list[int] = field(default_factory=list)  # constraintd, per grammar
+    cache_states: list[int] = field(default_factory=list)
+
+
+Samples = dict[str, dict[str, list[int]]]  # engine -> metric -> nanoseconds
+Clock = Callable[[], int]
+# CPU time of this process by default: on a shared machine, wall time also counts the waits for a core
+CLOCKS: Final[dict[str, Clock]] = {"cpu": time.process_time_ns, "wall": time.perf_counter_ns}
+
+
+def _bit(words: np.ndarray, token: int) -> bool:
+    return bool((int(words[token // 32]) >> (token % 32)) & 1)
+
+
+class Run:
+    """One vocabulary: its engines, the walk of every schema, and what it measured."""
+
+    def __init__(
+        self, engines: Sequence[peers.Engine], llama: LlamaVocab, eog: Sequence[int], *, clock: Clock
+    ) -> None:
+        self.engines = list(engines)  # llama.cpp first: it decides which documents are kept
+        self.clock = clock
+        self.llama = llama
+        self.eog = list(eog)
+        self.tally = Tally(forms={e.name: Counter() for e in engines})
+        self.samples: Samples = {e.name: {m: [] for m in UNITS} for e in engines}
+
+    def schema(self, schema: Schema) -> tuple[int, int]:
+        """Walk the documents of one schema; (documents kept, tokens walked)."""
+        tally = self.tally
+        tally.schemas += 1
+        tally.documents += len(schema.documents)
+        try:
+            gbnf = json_schema_to_gbnf(schema.text)
+        except SchemaError:
+            tally.converter_refused += 1
+            return 0, 0
+        documents = self.accepted(gbnf, schema)
+        if documents is None:
+            tally.llama_refused += 1
+            return 0, 0
+        if not documents:
+            tally.without_document += 1
+            return 0, 0
+        clock = self.clock
+        cursors: dict[str, peers.Cursor] = {}
+        compile_ns: dict[str, int] = {}
+        forms: dict[str, str] = {}
+        for engine in self.engines:
+            try:
+                started = clock()
+                cursor, form = engine.start(gbnf, schema.text)
+                cursor.compute_mask()
+                compile_ns[engine.name] = clock() - started
+            except Exception as exc:  # a refusal, or any failure of a peer: counted, never fatal
+                tally.refused[engine.name] += 1
+                tally.errors.setdefault(engine.name, f"{schema.name}: {type(exc).__name__}: {exc}"[:300])
+                if engine.name == peers.LLAMA_CPP:
+                    raise  # it accepted this grammar a moment ago
+                continue
+            cursors[engine.name], forms[engine.name] = cursor, form
+        kept = tokens = 0
+        for index, document in enumerate(documents):
+            if index:
+                for cursor in cursors.values():
+                    cursor.reset()
+            walked = self.document(cursors, document, first=index == 0)
+            kept += walked > 0
+            tokens += walked
+        if kept:
+            for name, ns in compile_ns.items():
+                self.samples[name][COMPILE].append(ns)
+                tally.forms[name][forms[name]] += 1
+            if peers.CONSTRAINTD in cursors:
+                cache_bytes, states = peers.constraintd_cache(cursors[peers.CONSTRAINTD])
+                tally.cache_bytes.append(cache_bytes)
+                tally.cache_states.append(states)
+        else:
+            tally.without_document += 1
+        for cursor in cursors.values():
+            cursor.close()
+        return kept, tokens
+
+    def accepted(self, gbnf: str, schema: Schema) -> list[list[int]] | None:
+        """The tokens of the documents llama.cpp's sampler accepts whole (None: it refuses the grammar).
+
+        Decided as llama.cpp's common_sampler decides a drawn token, by applying the grammar to that token
+        alone, so the documents it drops cost no whole masks; the walk checks the masks again.
+        """
+        try:
+            cursor, _ = self.engines[0].start(gbnf, schema.text)
+        except peers.Refused:
+            return None
+        kept = []
+        for document in schema.documents:
+            tokens = self.llama.tokenize(document.encode())
+            cursor.reset()
+            for token in tokens:
+                if not cursor.allows(token):
+                    self.tally.rejected += 1
+                    break
+                cursor.accept(token)
+            else:
+                if any(cursor.allows(t) for t in self.eog):
+                    kept.append(tokens)
+                else:
+                    self.tally.unfinished += 1
+        cursor.close()
+        return kept
+
+    def document(self, cursors: dict[str, peers.Cursor], tokens: list[int], *, first: bool) -> int:
+        """Walk one document with every engine; its token count when llama.cpp accepts it, else 0."""
+        tally, clock = self.tally, self.clock
+        samples: Samples = {name: {m: [] for m in UNITS} for name in cursors}
+        equal: Counter[str] = Counter()
+        compared: Counter[str] = Counter()
+        alive = dict(cursors)
+        failed: set[str] = set()
+
+        def fail(name: str, why: str) -> None:
+            del alive[name]
+            failed.add(name)
+            tally.errors.setdefault(name, why[:300])
+
+        for step in range(len(tokens) + 1):
+            for name, cursor in list(alive.items()):
+                if first and step == 0:
+                    continue  # the compile's own mask
+                try:
+                    started = clock()
+                    cursor.compute_mask()
+                    samples[name][MASK].append(clock() - started)
+                except Exception as exc:
+                    fail(name, f"mask at step {step}: {type(exc).__name__}: {exc}")
+            reference_words = alive[peers.LLAMA_CPP].mask_words()
+            for name, cursor in alive.items():
+                if name != peers.LLAMA_CPP:
+                    compared[name] += 1
+                    equal[name] += bool(np.array_equal(cursor.mask_words(), reference_words))
+            if step == len(tokens):
+                if not any(_bit(reference_words, t) for t in self.eog):
+                    tally.inconsistent += 1
+                    return 0
+                break
+            token = tokens[step]
+            if not _bit(reference_words, token):
+                tally.inconsistent += 1
+                return 0
+            for name, cursor in list(alive.items()):
+                try:
+                    started = clock()
+                    allowed = cursor.allows(token)
+                    ns = clock() - started
+                    if allowed is not None:
+                        samples[name][ALLOWS].append(ns)
+                    started = clock()
+                    accepted = cursor.accept(token)
+                    samples[name][ACCEPT].append(clock() - started)
+                except Exception as exc:
+                    fail(name, f"token {token} at step {step}: {type(exc).__name__}: {exc}")
+                    continue
+                if allowed is False or not accepted:
+                    fail(name, f"refused token {token} at step {step}, which llama.cpp allows")
+        tally.kept += 1
+        tally.tokens += len(tokens)
+        tally.equal.update(equal)
+        tally.compared.update(compared)
+        for name in failed:
+            tally.failed[name] += 1
+        for name in alive:
+            for metric, values in samples[name].items():
+                self.samples[name][metric].extend(values)
+        return len(tokens)
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def vocab_file(name: str) -> Path:
+    return reference.gemma_path() if name == "gemma" else reference.require(reference.vocab_path(name))
+
+
+def run_vocab(name: str, schemas: Sequence[Schema], *, clock: Clock, inputs: Sequence[str]) -> None:
+    path = vocab_file(name)
+    _progress(f"[{name}] loading the vocabulary and building each engine's tables")
+    llama = LlamaVocab(path)
+    started = time.perf_counter()
+    vocab = Vocab.from_gguf(path)
+    load_seconds = time.perf_counter() - started
+    same_pieces = sum(vocab.piece(t) == llama.piece(t) for t in range(llama.n_vocab))
+    same_eog = vocab.eog_ids == llama.eog_ids()
+    constraintd = peers.ConstraintdEngine(vocab)
+    constraintd.setup_seconds += load_seconds
+    eog = sorted(vocab.eog_ids)
+    others, missing = peers.load_peers(vocab.pieces, eog, lambda text: llama.tokenize(text), inputs=inputs)
+    run = Run([peers.LlamaEngine(llama), constraintd, *others], llama, eog, clock=clock)
+    started = time.perf_counter()
+    for number, schema in enumerate(schemas, 1):
+        begun = time.perf_counter()
+        kept, tokens = run.schema(schema)
+        gc.collect()
+        now = time.perf_counter()
+        _progress(
+            f"[{name} {number}/{len(schemas)}] {schema.name}: {kept} of {len(schema.documents)} documents, "
+            f"{tokens} tokens, {now - begun:.1f} s (total {now - started:.0f} s)"
+        )
+    print_report(name, llama.n_vocab, run, same_pieces=same_pieces, same_eog=same_eog, missing=missing)
+    llama.close()
+
+
+def _stats(values: Sequence[int], scale: float) -> list[float]:
+    return [float(v) / scale for v in np.percentile(np.array(values, dtype=np.float64), PERCENTILES)]
+
+
+def _number(value: float) -> str:
+    return f"{value:.3g}" if value < 1000 else f"{value:,.0f}"
+
+
+def print_report(
+    vocab: str, n_vocab: int, run: Run, *, same_pieces: int, same_eog: bool, missing: Sequence[str]
+) -> None:
+    tally = run.tally
+    names = [e.name for e in run.engines]
+    order = [peers.CONSTRAINTD, *(n for n in names if n != peers.CONSTRAINTD)]
+    print(f"\n== {vocab}: {n_vocab:,} tokens ==")
+    print(
+        f"pieces identical to llama.cpp's: {same_pieces:,} of {n_vocab:,}; "
+        f"end-of-generation set identical: {'yes' if same_eog else 'NO'}"
+    )
+    print(
+        f"schemas: {tally.schemas} walked, {tally.converter_refused} refused by the converter, "
+        f"{tally.llama_refused} by llama.cpp, {tally.without_document} with no document kept"
+    )
+    print(
+        f"documents: {tally.documents} valid, {tally.kept} kept ({tally.rejected} with a token llama.cpp "
+        f"refuses, {tally.unfinished} unfinished at the end); {tally.tokens:,} tokens"
+    )
+    if tally.inconsistent:
+        print(f"  {tally.inconsistent} documents dropped: llama.cpp's mask disagreed with its token check")
+    for engine in run.engines:
+        forms = ", ".join(f"{form} {count}" for form, count in sorted(tally.forms[engine.name].items()))
+        extra = ""
+        if tally.refused[engine.name]:
+            extra += f", refused {tally.refused[engine.name]}"
+        if tally.failed[engine.name]:
+            extra += f", could not walk {tally.failed[engine.name]} kept documents"
+        setup = f"vocabulary setup {engine.setup_seconds:.2f} s" if engine.setup_seconds else "-"
+        print(f"  {engine.name:<20} compiled from: {forms or '-'}{extra}; {setup}")
+    for note in missing:
+        print(f"  NOT MEASURED: {note} (see tests/benchmarks/README.md)")
+    for name, error in tally.errors.items():
+        print(f"  first error of {name}: {error}")
+    print("÷: the peer's time divided by constraintd's at that percentile (above 1: constraintd is faster)")
+    mine = run.samples[peers.CONSTRAINTD]
+    columns = f"{'n':>8}" + "".join(f"{'p' + str(p) if p < 100 else 'max':>10}" for p in PERCENTILES)
+    for metric, (unit, scale) in UNITS.items():
+        print(f"\n{metric + ' (' + unit + ')':<22}{columns}{'÷ p50':>10}{'÷ p99':>10}")
+        for name in order:
+            values = run.samples[name][metric]
+            if not values:
+                print(f"  {name:<20}{'n/a':>8}")
+                continue
+            cells = "".join(f"{_number(v):>10}" for v in _stats(values, scale))
+            row = f"  {name:<20}{len(values):>8,}{cells}"
+            if name != peers.CONSTRAINTD and mine[metric]:
+                ours, theirs = _stats(mine[metric], 1.0), _stats(values, 1.0)
+                row += f"{_number(theirs[0] / ours[0]):>10}{_number(theirs[2] / ours[2]):>10}"
+            print(row)
+    print()
+    for name in order:
+        if name in tally.compared:
+            same, total = tally.equal[name], tally.compared[name]
+            verdict = "identical" if name == peers.CONSTRAINTD else "equal to llama.cpp's (information)"
+            print(f"{name}: {same:,} of {total:,} masks {verdict}")
+    if tally.cache_bytes:
+        sizes = np.array(tally.cache_bytes, dtype=np.float64) / 2**20
+        states = np.array(tally.cache_states, dtype=np.float64)
+        print(
+            f"constraintd caches per grammar after its walks: masks p50 {np.percentile(sizes, 50):.2f} MiB, "
+            f"max {sizes.max():.2f} MiB; interned states p50 {np.percentile(states, 50):.0f}, "
+            f"max {states.max():.0f}"
+        )
+    print(flush=True)
+
+
+def _versions() -> str:
+    found = []
+    for package in ("llama-cpp-python", "xgrammar", "llguidance", "numpy"):
+        try:
+            found.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{package} missing")
+    return ", ".join(found)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--vocab", choices=(*VOCABS, "both"), default="both")
+    parser.add_argument("--schemas", type=int, default=None, help="only the first N schemas (default: all)")
+    parser.add_argument("--seed", type=int, default=0, help="the order of the schemas (default 0)")
+    parser.add_argument(
+        "--clock",
+        choices=tuple(CLOCKS),
+        default="cpu",
+        help="cpu: this process's CPU time (default; steady on a busy machine); wall: elapsed time",
+    )
+    parser.add_argument(
+        "--peer-input",
+        choices=tuple(PEER_INPUTS),
+        default="both",
+        help="what XGrammar and llguidance compile: the same GBNF, the JSON schema, or both (default)",
+    )
+    args = parser.parse_args(argv)
+    schemas = read_workload(WORKLOAD, count=args.schemas, seed=args.seed)
+    print(
+        f"MaskBench sample: {len(schemas)} schemas, seed {args.seed}; {args.clock} time; "
+        f"Python {platform.python_version()}, {os.cpu_count()} cores; {_versions()}"
+    )
+    for name in VOCABS if args.vocab == "both" else (args.vocab,):
+        run_vocab(name, schemas, clock=CLOCKS[args.clock], inputs=PEER_INPUTS[args.peer_input])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
