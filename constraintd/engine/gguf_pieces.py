@@ -6,7 +6,8 @@
 # llama.cpp's load-time fixes, see gguf_vocab.py) are `texts` and `attrs`:
 # - SentencePiece, WordPiece, Unigram ("llama", "bert", "t5"): control / unknown / user-defined tokens
 #   give their text; normal tokens their text with U+2581 turned into spaces; byte tokens (`<0xAB>`)
-#   their byte; anything else (unused, undefined) nothing.
+#   their byte (WordPiece has none: llama.cpp aborts on them, we refuse); anything else (unused,
+#   undefined) nothing.
 # - BPE ("gpt2", "gemma4", ...): the same, except a normal token's text is decoded from GPT-2's byte
 #   image (or, for vocabularies that spell spaces as U+2581, unescaped like SentencePiece).
 # - RWKV: every text unescaped (`\n`, `\t`, `\r`, `\xAB`, `\c`), whatever its attributes.
@@ -67,6 +68,14 @@ def _byte_of(text: bytes) -> bytes:
 
 def _spm_pieces(texts: Sequence[bytes], attrs: npt.NDArray[np.int32], rules: TokenizerRules) -> list[bytes]:
     return _by_rule(texts, attrs, lambda text: text.replace(_SPACE_MARK, b" "))
+
+
+def _wpm_pieces(texts: Sequence[bytes], attrs: npt.NDArray[np.int32], rules: TokenizerRules) -> list[bytes]:
+    rule = _rule_of_each(attrs)
+    if _BYTE in rule:
+        # token_to_byte has no WordPiece case: llama.cpp aborts the process on such a vocabulary.
+        raise VocabError(f"a WordPiece vocabulary cannot have byte tokens ({texts[rule.index(_BYTE)]!r})")
+    return _spm_pieces(texts, attrs, rules)
 
 
 def _bpe_pieces(texts: Sequence[bytes], attrs: npt.NDArray[np.int32], rules: TokenizerRules) -> list[bytes]:
@@ -209,7 +218,7 @@ def _test_pieces(texts: Sequence[bytes], attrs: npt.NDArray[np.int32], rules: To
 
 PIECE_DECODERS: dict[str, Decoder] = {
     "llama": _spm_pieces,
-    "bert": _spm_pieces,
+    "bert": _wpm_pieces,
     "t5": _spm_pieces,
     "gpt2": _bpe_pieces,
     "gemma4": _bpe_pieces,

@@ -202,11 +202,16 @@ def read_gguf_vocab(path: str | os.PathLike[str]) -> GgufVocabContent:
         # llama.cpp asserts on this and aborts the whole process.
         raise VocabError(f"{name}: the vocabulary holds the same token text twice")
     attrs = _initial_attrs(meta, n)
+    if model_name == "plamo2":
+        _check_plamo2_bytes(name, texts, attrs)
     if model_name == "hybriddna" and b"<oov>" in token_to_id:
         texts = [_strip_marker(t) if i > token_to_id[b"<oov>"] else t for i, t in enumerate(texts)]
 
     eog = _end_of_generation(meta, model, attrs, token_to_id, texts)
-    pieces = PIECE_DECODERS[model_name](texts, attrs, rules)
+    try:
+        pieces = PIECE_DECODERS[model_name](texts, attrs, rules)
+    except VocabError as exc:
+        raise VocabError(f"{name}: {exc}") from None
     _strip_attributes(meta, pre, attrs, token_to_id)
     return GgufVocabContent(
         pieces=pieces,
@@ -226,6 +231,23 @@ def _check_charsmap(meta: _Metadata) -> None:
         raise VocabError(f"{meta.name}: precompiled_charsmap too small for its header")
     if int(blob[:4].view("<u4")[0]) + 4 >= blob.size:
         raise VocabError(f"{meta.name}: precompiled_charsmap points past its end")
+
+
+def _check_plamo2_bytes(name: str, texts: Sequence[bytes], attrs: npt.NDArray[np.int32]) -> None:
+    # PLaMo-2's tokenizer needs a byte token for each of the 256 bytes (one at id 0 does not count).
+    found = set()
+    for token in np.flatnonzero(attrs & int(A.BYTE)).tolist():
+        text = texts[token]
+        digits = text[3:5]
+        if token and len(text) == 6 and text[:3] == b"<0x" and text[5:] == b">" and _is_hex(digits):
+            found.add(int(digits, 16))
+    if len(found) < 256:
+        missing = min(set(range(256)) - found)
+        raise VocabError(f"{name}: PLaMo-2 vocabulary without a byte token for <0x{missing:02X}>")
+
+
+def _is_hex(digits: bytes) -> bool:
+    return all(d in b"0123456789abcdefABCDEF" for d in digits)
 
 
 def _initial_attrs(meta: _Metadata, n: int) -> npt.NDArray[np.int32]:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 from collections.abc import Iterable, Sequence
 
@@ -76,8 +77,11 @@ class Vocab:
         if not all(type(p) is bytes for p in self._pieces):
             bad = next(i for i, p in enumerate(self._pieces) if type(p) is not bytes)
             raise VocabError(f"piece of token {bad} is {type(self._pieces[bad]).__name__}, not bytes")
-        eog = frozenset(eog_ids)
-        outside = sorted(t for t in eog if not (type(t) is int and 0 <= t < self._n))
+        try:
+            eog = frozenset(operator.index(t) for t in eog_ids)  # numpy integers too, not floats
+        except TypeError:
+            raise VocabError("end-of-generation ids must be integers") from None
+        outside = sorted(t for t in eog if not 0 <= t < self._n)
         if outside:
             raise VocabError(f"end-of-generation ids outside the vocabulary of {self._n}: {outside[:5]}")
         self._eog_ids = eog

@@ -5,6 +5,7 @@ The GGUF reader and its comparison with llama.cpp are in test_gguf_vocab.py.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from constraintd.engine.vocab import TokenAttr, TokenizerRules, Vocab
@@ -30,6 +31,10 @@ def test_pieces_and_eog_come_back_as_given() -> None:
     assert vocab.token_texts is None
 
 
+def test_eog_ids_may_be_numpy_integers() -> None:
+    assert Vocab(PIECES, np.array([1, 3])).eog_ids == frozenset({1, 3})
+
+
 def test_piece_lengths_are_the_byte_lengths_and_read_only() -> None:
     vocab = make_small()
     assert vocab.piece_lengths.tolist() == [len(p) for p in PIECES]
@@ -51,6 +56,7 @@ BAD_LISTS = [
     ([b"a", "b"], (), {}, "token 1 is str, not bytes"),
     ([b"a"], (1,), {}, "outside the vocabulary"),
     ([b"a"], (-1,), {}, "outside the vocabulary"),
+    ([b"a"], (0.0,), {}, "must be integers"),
     ([b"a", b"b"], (), {"token_texts": ["a"]}, "1 token texts for 2 pieces"),
     ([b"a"], (), {"token_attrs": [N]}, "need token texts"),
     ([b"a"], (), {"token_texts": ["a"], "token_attrs": [N, N]}, "2 token attributes for 1 pieces"),
@@ -65,6 +71,7 @@ BAD_LISTS = [
         "str-piece",
         "eog-past-end",
         "eog-negative",
+        "eog-float",
         "texts-count",
         "attrs-without-texts",
         "attrs-count",
