@@ -37,12 +37,12 @@ _SPECIAL = int(TokenAttr.UNKNOWN | TokenAttr.CONTROL | TokenAttr.USER_DEFINED)
 _AS_TEXT, _NORMAL, _BYTE, _NOTHING = 0, 1, 2, 3
 
 
-def _rule_of_each(attrs: npt.NDArray[np.int32]) -> list[int]:
+def _rule_of_each(attrs: npt.NDArray[np.int32]) -> npt.NDArray[np.int8]:
     rule = np.full(attrs.shape, _NOTHING, dtype=np.int8)
     rule[(attrs & int(TokenAttr.BYTE)) != 0] = _BYTE
     rule[(attrs & int(TokenAttr.NORMAL)) != 0] = _NORMAL
     rule[(attrs & _SPECIAL) != 0] = _AS_TEXT
-    return cast(list[int], rule.tolist())
+    return rule
 
 
 _C_SPACE = b" \t\n\v\f\r"
@@ -67,14 +67,18 @@ def _byte_of(text: bytes) -> bytes:
 
 
 def _spm_pieces(texts: Sequence[bytes], attrs: npt.NDArray[np.int32], rules: TokenizerRules) -> list[bytes]:
-    return _by_rule(texts, attrs, lambda text: text.replace(_SPACE_MARK, b" "))
+    return _by_rule(texts, attrs, _unescape_spaces)
+
+
+def _unescape_spaces(text: bytes) -> bytes:
+    return text.replace(_SPACE_MARK, b" ")
 
 
 def _wpm_pieces(texts: Sequence[bytes], attrs: npt.NDArray[np.int32], rules: TokenizerRules) -> list[bytes]:
-    rule = _rule_of_each(attrs)
-    if _BYTE in rule:
+    byte = np.flatnonzero(_rule_of_each(attrs) == _BYTE)
+    if byte.size:
         # token_to_byte has no WordPiece case: llama.cpp aborts the process on such a vocabulary.
-        raise VocabError(f"a WordPiece vocabulary cannot have byte tokens ({texts[rule.index(_BYTE)]!r})")
+        raise VocabError(f"a WordPiece vocabulary cannot have byte tokens ({texts[int(byte[0])]!r})")
     return _spm_pieces(texts, attrs, rules)
 
 
@@ -85,20 +89,20 @@ def _bpe_pieces(texts: Sequence[bytes], attrs: npt.NDArray[np.int32], rules: Tok
 
 
 def _by_rule(
-    texts: Sequence[bytes], attrs: npt.NDArray[np.int32], normal: Callable[[bytes], bytes]
+    texts: Sequence[bytes], attrs: npt.NDArray[np.int32], normal: Callable[[bytes], bytes | None]
 ) -> list[bytes]:
-    pieces: list[bytes] = []
-    append = pieces.append
-    for text, rule in zip(texts, _rule_of_each(attrs), strict=True):
-        if rule == _AS_TEXT:
-            append(text)
-        elif rule == _NORMAL:
-            append(normal(text))
-        elif rule == _BYTE:
-            append(_byte_of(text))
-        else:
-            append(b"")
-    return pieces
+    # Most tokens are normal: decode every text in one C-level pass, then redo the few that are not.
+    decoded = list(map(normal, texts))
+    rule = _rule_of_each(attrs)
+    for token in np.flatnonzero(rule != _NORMAL).tolist():
+        kind = rule[token]
+        decoded[token] = (
+            texts[token] if kind == _AS_TEXT else _byte_of(texts[token]) if kind == _BYTE else b""
+        )
+    if None in decoded:
+        bad = texts[decoded.index(None)]
+        raise VocabError(f"token text {bad!r} decodes to an invalid code point (llama.cpp fails to load it)")
+    return cast(list[bytes], decoded)
 
 
 # GPT-2's byte image, inverted: image character -> the byte it stands for. Characters below U+0144
@@ -108,7 +112,7 @@ _UNIMAGE.update({ord(char): chr(byte) for byte, char in BYTE_LEVEL_IMAGE.items()
 _BYTE_OF_IMAGE: dict[int, int] = {ord(char): byte for byte, char in BYTE_LEVEL_IMAGE.items()}
 
 
-def _decode_byte_level(text: bytes) -> bytes:
+def _decode_byte_level(text: bytes) -> bytes | None:
     # llama_decode_text. Fast path: valid UTF-8 made only of image characters.
     try:
         chars = text.decode("utf-8")
@@ -123,7 +127,7 @@ def _decode_byte_level(text: bytes) -> bytes:
     return _decode_byte_level_slowly(text)
 
 
-def _decode_byte_level_slowly(text: bytes) -> bytes:
+def _decode_byte_level_slowly(text: bytes) -> bytes | None:
     out = bytearray()
     for cp in _code_points(text):
         byte = _BYTE_OF_IMAGE.get(cp)
@@ -131,9 +135,7 @@ def _decode_byte_level_slowly(text: bytes) -> bytes:
             out.append(byte)
             continue
         if cp > 0x10FFFF:
-            raise VocabError(
-                f"token text {text!r} decodes to an invalid code point (llama.cpp fails to load it)"
-            )
+            return None  # llama.cpp throws; the caller refuses the vocabulary if the token is normal
         # llama.cpp's marker for a character outside the image, whole token text included.
         out += b"[UNK_BYTE_0x" + chr(cp).encode("utf-8", "surrogatepass").hex().encode() + text + b"]"
     return bytes(out)

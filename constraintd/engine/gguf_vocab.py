@@ -299,8 +299,9 @@ def _end_of_generation(
             slots[slot] = token = find(candidates)
             if token != _NONE:
                 attrs[token] |= control
-    unused = np.fromiter((b"unused" in t for t in texts), dtype=bool, count=len(texts))  # step 4
-    attrs[unused & ((attrs & control) != 0)] |= int(A.UNUSED)
+    for token in np.flatnonzero(attrs & control).tolist():  # step 4
+        if b"unused" in texts[token]:
+            attrs[token] |= int(A.UNUSED)
 
     eog = {slots[s] for s in ("fim_pad", "fim_rep", "fim_sep") if slots[s] != _NONE}  # step 5
     for text in _EOG_TEXTS:

@@ -74,7 +74,7 @@ class Vocab:
         self._n = len(self._pieces)
         if self._n == 0:
             raise VocabError("a vocabulary needs at least one token")
-        if not all(type(p) is bytes for p in self._pieces):
+        if set(map(type, self._pieces)) != {bytes}:
             bad = next(i for i, p in enumerate(self._pieces) if type(p) is not bytes)
             raise VocabError(f"piece of token {bad} is {type(self._pieces[bad]).__name__}, not bytes")
         try:
@@ -90,7 +90,7 @@ class Vocab:
             raise VocabError(f"{len(self._texts)} token texts for {self._n} pieces")
         if token_attrs is not None and self._texts is None:
             raise VocabError("token attributes need token texts")
-        self._attrs = None if token_attrs is None else tuple(int(a) for a in token_attrs)
+        self._attrs = None if token_attrs is None else tuple(map(int, token_attrs))
         if self._attrs is not None and len(self._attrs) != self._n:
             raise VocabError(f"{len(self._attrs)} token attributes for {self._n} pieces")
         self._rules = tokenizer
@@ -226,9 +226,8 @@ def _content_hash(vocab: Vocab) -> str:
     if texts is None:
         part(b"")
     else:
-        encoded = [t.encode("utf-8", "surrogateescape") for t in texts]
-        part(np.fromiter(map(len, encoded), dtype="<u4", count=len(encoded)).tobytes())
-        part(b"".join(encoded))
+        part(np.fromiter(map(len, texts), dtype="<u4", count=len(texts)).tobytes())  # in code points
+        part("".join(texts).encode("utf-8", "surrogateescape"))
     attrs = vocab.token_attrs
     part(b"" if attrs is None else np.array(attrs, dtype="<u4").tobytes())
     rules = vocab.tokenizer

@@ -176,7 +176,7 @@ BPE_TOKENS = (
     ("gone", UNUSED), ("undefined", 0), ("weird", 99), ("<|return|>", CONTROL), ("<|call|>", CONTROL),
     ("<|end|>", CONTROL), ("<|channel|>", NORMAL), ("<|unused_5|>", CONTROL), ("", NORMAL),
     ("</s>", CONTROL), ("<|tool_response>", CONTROL), ("<|fim_pad|>", NORMAL), ("<|eom_id|>", NORMAL),
-    ("Ġ<ab>", NORMAL), ("<|file_sep|>", USER),
+    ("Ġ<ab>", NORMAL), ("<|file_sep|>", USER), (b"\xf7\xbf\xbf\xbf", CONTROL),
 )  # fmt: skip
 SPM_TOKENS = (
     ("<unk>", UNKNOWN), ("<s>", CONTROL), ("</s>", CONTROL), ("▁hello", NORMAL), ("<0x0A>", BYTE),
