@@ -19,7 +19,7 @@ from typing import Final
 from constraintd.engine.decoded_vocab import DecodedVocab, decoded_vocab
 from constraintd.engine.gbnf import ParsedGrammar, check_grammar, parse_gbnf
 from constraintd.engine.lazy import Triggers
-from constraintd.engine.mask import MaskCache
+from constraintd.engine.mask_cache import MaskCache
 from constraintd.engine.stacks import Rules
 from constraintd.engine.states import State, StateTable
 from constraintd.engine.vocab import Vocab
@@ -92,7 +92,7 @@ class Grammar:
             self.rules.initial_stacks(self.root_id), _COMPILE_STACK_LIMIT
         )
         self.decoded: DecodedVocab = decoded_vocab(vocab)
-        self.masks = MaskCache()
+        self.masks = MaskCache(self.states, self.decoded)
         definition = source if source is not None else repr(parsed.rules)
         self.key: str = _key(definition, root, trigger_patterns, trigger_tokens, vocab.content_hash)
 

@@ -10,12 +10,11 @@
 #   that share a state at column j are moved on at once with numpy, through the state's code-point
 #   intervals (`State.segments`); Python runs once per (state, column), plus once per interval the first
 #   time a state meets it. Token-topped stacks decide the tokens they meet by id.
-# - `MaskCache` keeps finished masks keyed by (state, partial): states are interned, so a grammar state
-#   seen before costs a dict lookup. Masks handed out are read-only.
+# - `walk` also runs from stacks cut short by an escape mark (stacks.Rules.escape), for mask_cache.py:
+#   a row that reaches the mark on some path and is not allowed on another is "uncertain" (the stacks
+#   below decide it); every other verdict is the same whatever lies below.
 from __future__ import annotations
 
-import contextlib
-from collections import OrderedDict
 from typing import Final
 
 import numpy as np
@@ -32,7 +31,7 @@ from constraintd.engine.stacks import TOKEN
 from constraintd.engine.states import State
 from constraintd.engine.utf8 import PartialUtf8
 
-__all__ = ["MaskCache", "compute_allowed", "compute_mask"]
+__all__ = ["compute_allowed", "compute_mask", "walk"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -41,32 +40,6 @@ _DEAD: Final = 0
 # below 2 ** 33 (llama.cpp's decoder never yields a code point of 23 bits or more).
 _STATE_SHIFT: Final = 33
 _LOW_BITS: Final = (1 << _STATE_SHIFT) - 1
-
-
-class MaskCache:
-    """Finished masks of one grammar, least recently used dropped first."""
-
-    __slots__ = ("_masks", "max_entries")
-
-    def __init__(self, max_entries: int = 512) -> None:
-        self.max_entries = max_entries
-        self._masks: OrderedDict[tuple[State | None, PartialUtf8], npt.NDArray[np.int32]] = OrderedDict()
-
-    def get(self, state: State | None, partial: PartialUtf8) -> npt.NDArray[np.int32] | None:
-        key = (state, partial)
-        mask = self._masks.get(key)
-        if mask is not None:
-            with contextlib.suppress(KeyError):  # dropped meanwhile by another thread
-                self._masks.move_to_end(key)
-        return mask
-
-    def put(self, state: State | None, partial: PartialUtf8, mask: npt.NDArray[np.int32]) -> None:
-        self._masks[(state, partial)] = mask
-        while len(self._masks) > self.max_entries:
-            try:
-                self._masks.popitem(last=False)
-            except KeyError:
-                break
 
 
 def compute_mask(
@@ -91,7 +64,7 @@ def compute_allowed(state: State | None, partial: PartialUtf8, vocab: DecodedVoc
         allowed[vocab.kinds == END_OF_GENERATION] = True
     if partial[1] <= 0:
         table = vocab.fresh_table()
-        rows = _walk(table, table.columns, state, limit)
+        rows, _ = walk(table, table.columns, state, limit)
         allowed[table.ids[rows]] = True
         return allowed
     value, n_remain = partial
@@ -107,14 +80,31 @@ def compute_allowed(state: State | None, partial: PartialUtf8, vocab: DecodedVoc
     table = after.long
     if table.ids.size:
         first = (value << (6 * n_remain)) | after.long_bits
-        rows = _walk(table, (first, *table.columns[1:]), state, limit)
+        rows, _ = walk(table, (first, *table.columns[1:]), state, limit)
         allowed[table.ids[rows]] = True
     return allowed
 
 
-def _walk(table: ColumnTable, columns: tuple[IntArray, ...], start: State, limit: int) -> IntArray:
-    # rows of `table` allowed from `start`; `columns` are the table's, possibly with column 0 replaced
+def walk(
+    table: ColumnTable,
+    columns: tuple[IntArray, ...],
+    start: State,
+    limit: int,
+    *,
+    rows: IntArray | None = None,
+) -> tuple[IntArray, IntArray]:
+    """Walk `rows` of `table` (all by default; ascending) from `start`, a column at a time.
+
+    `columns` are the table's, possibly with column 0 replaced (a finished partial sequence).
+
+    Returns:
+        The rows allowed, and the rows not allowed that reached an escape mark (ascending).
+
+    Raises:
+        LimitError: a state met has more than `limit` stacks.
+    """
     allowed = np.zeros(table.ids.size, dtype=np.bool_)
+    uncertain = np.zeros(table.ids.size, dtype=np.bool_)
     states: list[State | None] = [None, start]
     local: dict[State | None, int] = {None: _DEAD, start: 1}
     next_ids: dict[int, IntArray] = {}
@@ -136,10 +126,12 @@ def _walk(table: ColumnTable, columns: tuple[IntArray, ...], start: State, limit
         return bounds, ids
 
     count_from = table.count_from
+    if rows is None:
+        rows = np.arange(table.ids.size, dtype=np.int64)
     # rows without a single code point only end in an unfinished sequence
-    no_code_points = np.arange(count_from[0] if count_from else 0, table.ids.size, dtype=np.int64)
-    _judge_ends(table, no_code_points, np.ones(no_code_points.size, dtype=np.int64), states, allowed)
-    rows = np.arange(count_from[0] if count_from else 0, dtype=np.int64)
+    split = int(np.searchsorted(rows, count_from[0] if count_from else 0))
+    _judge_ends(table, rows[split:], np.ones(rows.size - split, dtype=np.int64), states, allowed, uncertain)
+    rows = rows[:split]
     at = np.ones(rows.size, dtype=np.int64)
     for j, column in enumerate(columns):
         if rows.size == 0:
@@ -149,6 +141,8 @@ def _walk(table: ColumnTable, columns: tuple[IntArray, ...], start: State, limit
             state = states[index]
             if state is not None and state.token_tops:
                 _judge_token_tops(table, state, rows[at == index], allowed)
+            if state is not None and state.has_escape:
+                uncertain[rows[at == index]] = True
         code_points = column[rows]
         if present.size == 1:
             bounds, ids = segment_map(int(present[0]))
@@ -171,9 +165,9 @@ def _walk(table: ColumnTable, columns: tuple[IntArray, ...], start: State, limit
         # rows are in table order, so the ones whose code points end here are a suffix
         split = int(np.searchsorted(rows, count_from[j + 1] if j + 1 < len(count_from) else 0))
         if split < rows.size:
-            _judge_ends(table, rows[split:], at[split:], states, allowed)
+            _judge_ends(table, rows[split:], at[split:], states, allowed, uncertain)
             rows, at = rows[:split], at[:split]
-    return np.flatnonzero(allowed)
+    return np.flatnonzero(allowed), np.flatnonzero(uncertain & ~allowed)
 
 
 def _judge_token_tops(table: ColumnTable, state: State, rows: IntArray, allowed: BoolArray) -> None:
@@ -187,10 +181,15 @@ def _judge_token_tops(table: ColumnTable, state: State, rows: IntArray, allowed:
 
 
 def _judge_ends(
-    table: ColumnTable, rows: IntArray, at: IntArray, states: list[State | None], allowed: BoolArray
+    table: ColumnTable,
+    rows: IntArray,
+    at: IntArray,
+    states: list[State | None],
+    allowed: BoolArray,
+    uncertain: BoolArray,
 ) -> None:
     # rows whose code points all matched: allowed unless they end in an unfinished sequence that no char
-    # class on top could still match
+    # class on top could still match (uncertain if the stacks below an escape mark still might)
     if rows.size == 0:
         return
     partials = table.partials[rows]
@@ -201,7 +200,11 @@ def _judge_ends(
     rows, at, partials = rows[~whole], at[~whole], partials[~whole]
     pairs, inverse = np.unique((at << _STATE_SHIFT) | partials, return_inverse=True)
     verdicts = []
+    unknown = []
     for pair in pairs.tolist():
         state = states[pair >> _STATE_SHIFT]
         verdicts.append(state is not None and state.partial_ok(decode_partial(pair & _LOW_BITS)))
-    allowed[rows[np.array(verdicts, dtype=np.bool_)[inverse.reshape(-1)]]] = True
+        unknown.append(state is not None and state.has_escape)
+    inverse = inverse.reshape(-1)
+    allowed[rows[np.array(verdicts, dtype=np.bool_)[inverse]]] = True
+    uncertain[rows[np.array(unknown, dtype=np.bool_)[inverse]]] = True

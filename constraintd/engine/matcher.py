@@ -25,7 +25,6 @@ from constraintd.engine.bitmask import pack_mask
 from constraintd.engine.decoded_vocab import END_OF_GENERATION, NEVER
 from constraintd.engine.grammar import Grammar
 from constraintd.engine.lazy import BufferedToken
-from constraintd.engine.mask import compute_mask
 from constraintd.engine.stacks import StackSet
 from constraintd.engine.states import State
 from constraintd.engine.utf8 import FRESH, INVALID, PartialUtf8, decode_utf8
@@ -116,11 +115,7 @@ class Matcher:
         grammar = self.grammar
         if self._awaiting:
             return _all_allowed(grammar.n_vocab)
-        mask = grammar.masks.get(self._state, self._partial)
-        if mask is None:
-            mask = compute_mask(self._state, self._partial, grammar.decoded, self.max_stacks)
-            grammar.masks.put(self._state, self._partial, mask)
-        return mask
+        return grammar.masks.mask(self._state, self._partial, self.max_stacks)
 
     def fill_mask(self, out: npt.NDArray[np.int32]) -> None:
         """Write `mask()` into `out` (int32, `ceil(n_vocab / 32)` words or more; extra words get 0).

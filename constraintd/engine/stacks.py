@@ -52,6 +52,8 @@ CHAR_ANY: Final = int(GreType.CHAR_ANY)
 TOKEN: Final = int(GreType.TOKEN)
 TOKEN_NOT: Final = int(GreType.TOKEN_NOT)
 
+# Not an element of llama.cpp's: a mark put under a stack to stand for "whatever is below" (see Rules.escape).
+ESCAPE: Final = -1
 TERMINAL_KINDS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY, TOKEN, TOKEN_NOT))
 TOKEN_KINDS: Final = frozenset((TOKEN, TOKEN_NOT))
 _END_OF_SEQUENCE: Final = frozenset((END, ALT))
@@ -68,7 +70,7 @@ _Closure = tuple[tuple[Stack, ...], bool]
 class Rules:
     """A grammar's rules as one flat element table, with the per-position facts the stacks need."""
 
-    __slots__ = ("_closures", "after", "alternates", "classes", "kinds", "rule_starts", "values")
+    __slots__ = ("_closures", "after", "alternates", "classes", "escape", "kinds", "rule_starts", "values")
 
     def __init__(self, parsed: ParsedGrammar) -> None:
         kinds: list[int] = []
@@ -79,6 +81,11 @@ class Rules:
             for kind, value in rule:
                 kinds.append(int(kind))
                 values.append(int(value))
+        # A position past the rules, of kind ESCAPE: a stack (escape, p) is position p with the rest of the
+        # stack unknown. Advancing stops on it as on a terminal; nothing matches it.
+        self.escape = len(kinds)
+        kinds.append(ESCAPE)
+        values.append(0)
         self.kinds: tuple[int, ...] = tuple(kinds)
         self.values: tuple[int, ...] = tuple(values)
         self.rule_starts: tuple[int, ...] = tuple(starts)

@@ -23,7 +23,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.stacks import CHAR, CHAR_ANY, CHAR_NOT, TOKEN, Rules, Stack, StackSet
+from constraintd.engine.stacks import CHAR, CHAR_ANY, CHAR_NOT, ESCAPE, TOKEN, Rules, Stack, StackSet
 from constraintd.engine.utf8 import PartialUtf8
 from constraintd.errors import LimitError
 
@@ -80,6 +80,7 @@ class State:
         "by_top",
         "char_tops",
         "has_empty",
+        "has_escape",
         "stacks",
         "table",
         "token_tops",
@@ -92,12 +93,15 @@ class State:
         self.has_empty = () in stacks
         by_top: dict[int, list[Stack]] = {}
         tokens: list[tuple[int, int, Stack]] = []
+        escapes = False
         for stack in stacks:
             if not stack:
                 continue
             top = stack[-1]
             if kinds[top] in _CHAR_KINDS:
                 by_top.setdefault(top, []).append(stack)
+            elif kinds[top] == ESCAPE:
+                escapes = True
             else:
                 tokens.append((kinds[top], table.rules.values[top], stack))
         # char-class position on top of some stack -> those stacks
@@ -105,6 +109,8 @@ class State:
         self.char_tops: tuple[int, ...] = tuple(sorted(by_top))
         # (TOKEN or TOKEN_NOT, token id, stack) for every token-topped stack
         self.token_tops: tuple[tuple[int, int, Stack], ...] = tuple(tokens)
+        # whether a stack has come down to an escape mark (stacks.Rules.escape): the rest is unknown
+        self.has_escape = escapes
         self.forget()
 
     def forget(self) -> None:

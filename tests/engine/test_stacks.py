@@ -92,7 +92,7 @@ def test_advance_of_a_reference_that_vanishes_uncovers_the_stack_below() -> None
     assert sorted(chr(rules.values[s[-1]]) for s in initial) == ["b", "c", "x"]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(grammars(), st.lists(texts(), max_size=3))
 def test_advance_stack_agrees_with_the_literal_algorithm(text: str, inputs: list[str]) -> None:
     try:

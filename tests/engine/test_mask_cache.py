@@ -1,0 +1,78 @@
+"""The grammar's mask caches: whole masks and per-position verdicts give exactly the walked mask."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from constraintd.engine import Grammar, Matcher, Vocab
+from constraintd.engine.mask import compute_mask
+from constraintd.engine.mask_cache import MaskCache
+
+# Strings nested at different depths: the same string position under different stacks.
+GRAMMAR = 'root ::= value\nvalue ::= "[" (value ("," value)*)? "]" | "\\"" [^"]* "\\""\n'
+PIECES = [
+    b"</s>",
+    b"[",
+    b"]",
+    b",",
+    b'"',
+    b"a",
+    b"ab",
+    b'a"',
+    b'"]',
+    b'"],',
+    b'"]]',
+    b",[",
+    b'""',
+    b"\xc3",
+    b"\xa9",
+    b"b",
+]
+VOCAB = Vocab(PIECES, eog_ids=[0])
+TEXTS = ['["a"]', '[["ab"],"a"]', '[[["a","ab"]]]', '[""]']
+
+
+def walk_states(matcher: Matcher, text: str) -> list[Matcher]:
+    by_piece = {piece: token for token, piece in enumerate(PIECES)}
+    seen = [matcher.fork()]
+    for char in text:
+        assert matcher.accept(by_piece[char.encode()])
+        seen.append(matcher.fork())
+    return seen
+
+
+def expected_mask(matcher: Matcher) -> np.ndarray:
+    state = matcher.grammar.states.intern(matcher.stacks, 10**6)
+    return compute_mask(state, matcher._partial, matcher.grammar.decoded, 10**6)
+
+
+def test_masks_from_the_caches_are_the_walked_masks() -> None:
+    grammar = Grammar.from_gbnf(GRAMMAR, VOCAB)
+    for text in TEXTS:
+        for matcher in walk_states(Matcher(grammar), text):
+            assert matcher.mask().tolist() == expected_mask(matcher).tolist()
+    assert grammar.masks.positions > 0
+
+
+def test_tiny_caches_give_the_same_masks() -> None:
+    grammar = Grammar.from_gbnf(GRAMMAR, VOCAB)
+    grammar.masks = MaskCache(grammar.states, grammar.decoded, max_masks=1, max_positions=1)
+    for text in TEXTS:
+        for matcher in walk_states(Matcher(grammar), text):
+            assert matcher.mask().tolist() == expected_mask(matcher).tolist()
+            assert len(grammar.masks) <= 1 and grammar.masks.positions <= 1
+
+
+def test_a_state_seen_again_gets_the_same_mask_object() -> None:
+    grammar = Grammar.from_gbnf(GRAMMAR, VOCAB)
+    first, second = Matcher(grammar), Matcher(grammar)
+    assert first.mask() is second.mask()
+    assert not first.mask().flags.writeable
+
+
+def test_after_an_unfinished_character() -> None:
+    grammar = Grammar.from_gbnf(GRAMMAR, VOCAB)
+    matcher = Matcher(grammar)
+    assert matcher.accept(1) and matcher.accept(4) and matcher.accept(13)  # [ " and the first byte of é
+    assert matcher.mask().tolist() == expected_mask(matcher).tolist()
+    assert matcher.allows(14) and not matcher.allows(5)
