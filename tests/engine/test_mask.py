@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -14,12 +16,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, Vocab, unpack_mask
+from constraintd.engine.json_schema import json_schema_to_gbnf
 from constraintd.engine.mask import compute_allowed
+from constraintd.engine.requests import json_object_grammar
 from constraintd.engine.stacks import allows_token
 from tests import reference
 from tests.lockstep import Lockstep, SampleGrammar, Tally, byte_tokens, sample_grammars
 from tests.oracle import LlamaGrammar, LlamaVocab
 from tests.strategies import grammars, vocabs
+
+MASKBENCH = Path(__file__).parents[1] / "vectors" / "maskbench-sample"
 
 if TYPE_CHECKING:
     from tests.conftest import OracleReport
@@ -111,8 +117,27 @@ BUDGETS = {
 }
 
 
+# JSON mode (llama-server's grammar for {"type": "object"}) and a few MaskBench schemas through our converter
+# (byte for byte llama.cpp's), with their valid documents as samples.
+SCHEMA_SAMPLES = (
+    "Glaiveai2K---calculate_area_0bc8b268.json",
+    "Github_medium---o9782.json",
+    "Kubernetes---kb_35_Normalized.json",
+)
+
+
 def sample_cases() -> list[SampleGrammar]:
-    return sample_grammars() if reference.llama_cpp_dir().exists() else []
+    if not reference.llama_cpp_dir().exists():
+        return []
+    cases = sample_grammars()
+    json_samples = next(case.samples for case in cases if case.name == "json")
+    cases.append(SampleGrammar("json-mode", json_object_grammar(), json_samples))
+    for name in SCHEMA_SAMPLES:
+        document = json.loads((MASKBENCH / name).read_text())
+        grammar = json_schema_to_gbnf(json.dumps(document["schema"]))
+        valid = [json.dumps(t["data"], separators=(",", ":"), ensure_ascii=False) for t in document["tests"]]
+        cases.append(SampleGrammar(f"schema-{name.split('---')[0]}", grammar, tuple(valid[:2])))
+    return cases
 
 
 def trigger_tokens(llama_vocab: LlamaVocab, texts: tuple[str, ...]) -> list[int] | None:
