@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from constraintd.engine.gbnf import GreType, ParsedGrammar, check_grammar, parse_gbnf
+from constraintd.engine.json_schema import json_schema_to_gbnf
 from constraintd.engine.stacks import (
     RULE_REF,
     Rules,
@@ -177,15 +178,16 @@ def test_accept_str_keeps_a_partial_sequence_for_later() -> None:
 
 def integration_cases() -> list[GrammarCase]:
     directory = reference.llama_cpp_dir()
-    if not directory.exists():
-        return []
-    return [case for case in read_integration_cases(directory) if case.kind == "grammar"]
+    return read_integration_cases(directory) if directory.exists() else []
 
 
-@pytest.mark.parametrize("case", integration_cases(), ids=lambda case: case.description)
+@pytest.mark.parametrize(
+    "case", integration_cases(), ids=lambda case: f"{case.kind}-{case.description or 'unnamed'}"
+)
 def test_llama_cpp_integration_vectors(case: GrammarCase, llama_cpp_dir: Path) -> None:
+    # test_schema cases go through our JSON-schema converter (llama.cpp's, byte for byte) first
     del llama_cpp_dir  # the cases come from it; the fixture fails clearly when it is missing
-    rules, stacks = compile_rules(case.text)
+    rules, stacks = compile_rules(case.text if case.kind == "grammar" else json_schema_to_gbnf(case.text))
     for parts in case.passing:
         assert literal_match(rules, stacks, parts), parts
     for parts in case.failing:
@@ -193,4 +195,6 @@ def test_llama_cpp_integration_vectors(case: GrammarCase, llama_cpp_dir: Path) -
 
 
 def test_integration_vectors_are_found(llama_cpp_dir: Path) -> None:
-    assert len([c for c in read_integration_cases(llama_cpp_dir) if c.kind == "grammar"]) >= 14
+    cases = read_integration_cases(llama_cpp_dir)
+    assert len([c for c in cases if c.kind == "grammar"]) >= 14
+    assert len([c for c in cases if c.kind == "schema"]) >= 30
