@@ -223,3 +223,15 @@ class LlamaSamplerChain:
 
     def seed(self) -> int:
         return int(ll.llama_sampler_get_seed(self.chain))
+
+
+def grammar_allows(grammar: LlamaGrammar, token: int) -> bool:
+    """llama-server's check of one drawn token: the grammar sampler applied to that token alone."""
+    data = np.zeros(1, dtype=_TOKEN_DATA)
+    data["id"] = token
+    data["logit"] = 1.0
+    array = ll.llama_token_data_array(
+        data=data.ctypes.data_as(ll.llama_token_data_p), size=1, selected=-1, sorted=False
+    )
+    ll.llama_sampler_apply(grammar.sampler, ctypes.byref(array))
+    return bool(np.isfinite(data["logit"][0]))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +29,7 @@ from sampler_worker.penalties import Penalties
 from sampler_worker.samplers import Dist, Greedy, Temperature, TopK, Typical
 from tests.conftest import OracleReport
 from tests.oracle import LlamaSamplerChain
+from tests.sampler_worker.llama_chain import llama_steps
 
 SETTINGS: dict[str, SamplerSettings] = {
     "llama-server-defaults": SamplerSettings(seed=1),
@@ -61,26 +61,6 @@ SIZES = [64, 3000, 20_000]
 FLAT_SIZE_LIMIT = 8000
 STEPS = 36
 REJECT_EVERY = 3
-
-
-def llama_steps(settings: SamplerSettings, n_vocab: int) -> list[tuple[str, tuple[Any, ...]]]:
-    """The constructors `common_sampler_init` calls for these settings, in its order."""
-    s = settings
-    steps: list[tuple[str, tuple[Any, ...]]] = []
-    if s.logit_bias:
-        steps.append(("logit_bias", (n_vocab, list(s.logit_bias))))
-    table: dict[str, tuple[str, tuple[Any, ...]]] = {
-        "penalties": ("penalties", (n_vocab, s.penalty_last_n, s.repeat_penalty, s.frequency_penalty,
-                                    s.presence_penalty)),
-        "top_k": ("top_k", (s.top_k,)),
-        "typ_p": ("typical", (s.typical_p, s.min_keep)),
-        "top_p": ("top_p", (s.top_p, s.min_keep)),
-        "min_p": ("min_p", (s.min_p, s.min_keep)),
-        "temperature": ("temp_ext", (s.temperature, s.dynatemp_range, s.dynatemp_exponent)),
-    }
-    steps.extend(table[name] for name in s.order if name in table)
-    steps.append(("dist", (s.seed,)))
-    return steps
 
 
 def synthetic_logits(kind: str, n: int, rng: np.random.Generator) -> npt.NDArray[np.float32]:
