@@ -77,6 +77,11 @@ class Matcher:
         return self._state.stacks
 
     @property
+    def partial_utf8(self) -> PartialUtf8:
+        """The UTF-8 sequence the last piece left unfinished: (bits so far, bytes missing); (0, 0) if none."""
+        return self._partial
+
+    @property
     def awaiting_trigger(self) -> bool:
         """Whether a lazy grammar still waits for its trigger."""
         return self._awaiting
@@ -110,7 +115,8 @@ class Matcher:
         """The packed mask of every token `allows` allows (read-only; copy it to change it). Changes nothing.
 
         Raises:
-            LimitError: a token meets more than `max_stacks` stacks.
+            LimitError: deciding a token needs a stack set above `max_stacks` (masks taken from the
+                grammar's caches may not need one where a fresh walk would).
         """
         grammar = self.grammar
         if self._awaiting:

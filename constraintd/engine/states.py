@@ -241,7 +241,8 @@ class State:
             `bounds` (sorted) and `after`: a code point c falls in interval `searchsorted(bounds, c,
             "right")`, and `after[i]` is the state interval i leads to.
         """
-        if self._segments is None:
+        segments = self._segments  # read once: another thread's table reset may clear the attribute
+        if segments is None:
             classes = self.table.rules.classes
             cuts: set[int] = set()
             for pos in self.char_tops:
@@ -256,11 +257,10 @@ class State:
                 self._after_match(tuple(pos for pos in self.char_tops if match(pos, start)), limit)
                 for start in starts
             )
-            self._segments = (bounds, after)
-        bounds, after = self._segments
-        for state in after:
+            segments = self._segments = (bounds, after)
+        for state in segments[1]:
             if state is not None and len(state.stacks) > limit:
                 raise LimitError(
                     f"the grammar reached {len(state.stacks)} stacks, above the limit of {limit}"
                 )
-        return self._segments
+        return segments

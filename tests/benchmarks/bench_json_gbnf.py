@@ -62,7 +62,7 @@ def measure(name: str, grammar_text: str, steps: int) -> dict[str, object]:
         warm.append(time.perf_counter() - t0)
         state = grammar.states.intern(matcher.stacks, matcher.max_stacks)
         t0 = time.perf_counter()
-        compute_mask(state, matcher._partial, grammar.decoded, matcher.max_stacks)
+        compute_mask(state, matcher.partial_utf8, grammar.decoded, matcher.max_stacks)
         full.append(time.perf_counter() - t0)
         identical += bool(np.array_equal(unpack_mask(mask, expected.size), expected))
         token = next(tokens, None)

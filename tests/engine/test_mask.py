@@ -48,7 +48,7 @@ def literal_mask(matcher: Matcher) -> list[bool]:
             matcher.stacks,
             token,
             vocab.pieces[token],
-            partial=matcher._partial,
+            partial=matcher.partial_utf8,
             eog=token in vocab.eog_ids,
         )
         for token in range(len(vocab))
@@ -76,7 +76,7 @@ def test_mask_is_the_literal_apply_of_every_token(
             assert (
                 mask.tolist()
                 == compute_allowed(
-                    grammar.states.intern(matcher.stacks, 10**6), matcher._partial, grammar.decoded, 10**6
+                    grammar.states.intern(matcher.stacks, 10**6), matcher.partial_utf8, grammar.decoded, 10**6
                 ).tolist()
             )
             allowed = np.flatnonzero(mask)

@@ -43,7 +43,7 @@ def walk_states(matcher: Matcher, text: str) -> list[Matcher]:
 
 def expected_mask(matcher: Matcher) -> np.ndarray:
     state = matcher.grammar.states.intern(matcher.stacks, 10**6)
-    return compute_mask(state, matcher._partial, matcher.grammar.decoded, 10**6)
+    return compute_mask(state, matcher.partial_utf8, matcher.grammar.decoded, 10**6)
 
 
 def test_masks_from_the_caches_are_the_walked_masks() -> None:

@@ -124,6 +124,7 @@ def test_accept_bytes_is_a_prefill() -> None:
 def test_accept_bytes_keeps_a_partial_sequence() -> None:
     matcher = Matcher(Grammar.from_gbnf('root ::= "中"\n', BYTES))
     assert matcher.accept_bytes("中".encode()[:1])
+    assert matcher.partial_utf8 == (0x4, 2)
     assert not matcher.allows(ord("a"))
     assert matcher.allows("中".encode()[1])
     assert matcher.accept_bytes("中".encode()[1:])
@@ -213,7 +214,7 @@ def walk_comparing_allows_and_accept(
             elif accepted != mask[token]:
                 # only where llama.cpp's accept throws after its apply allowed the token
                 assert not accept_token(
-                    grammar.rules, matcher.stacks, matcher._partial, token, vocab.pieces[token]
+                    grammar.rules, matcher.stacks, matcher.partial_utf8, token, vocab.pieces[token]
                 )[0]
         assert snapshot(matcher) == before
         allowed = np.flatnonzero(mask)
