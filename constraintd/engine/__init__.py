@@ -1,33 +1,59 @@
-"""The grammar engine: llama.cpp's GBNF grammar sampler, in Python (standard library and numpy only).
+"""The grammar engine: llama.cpp's GBNF grammar sampler and JSON-schema converter, in Python.
 
-grammar = Grammar.from_gbnf(text, Vocab.from_gguf(path))
-matcher = Matcher(grammar)
-matcher.accept(token)          # False: rejected, nothing changed
-words = matcher.mask()         # packed: token j is bit j % 32 of word j // 32
+Standard library and numpy only; no I/O. The usual path::
+
+    grammar = Grammar.from_gbnf(json_schema_to_gbnf(schema_text), Vocab.from_gguf(path))
+    matcher = Matcher(grammar)
+    matcher.accept(token)          # False: rejected, nothing changed
+    words = matcher.mask()         # packed: token j is bit j % 32 of word j // 32
 """
 
 from constraintd.engine.bitmask import allowed_tokens, apply_mask, mask_words, pack_mask, unpack_mask
+from constraintd.engine.content import ContentStream, json_content, json_message
 from constraintd.engine.gbnf import GreType, ParsedGrammar, check_grammar, parse_gbnf
 from constraintd.engine.grammar import Grammar
+from constraintd.engine.json_schema import SchemaConversion, convert_json_schema, json_schema_to_gbnf
 from constraintd.engine.matcher import Matcher
+from constraintd.engine.requests import Constraint, ConstraintKind, json_object_grammar, resolve_request
 from constraintd.engine.vocab import Vocab
-from constraintd.errors import GrammarError, LimitError, TokenError, VocabError
+from constraintd.errors import (
+    ConstraintdError,
+    GrammarError,
+    InputError,
+    LimitError,
+    SchemaError,
+    TokenError,
+    VocabError,
+)
 
 __all__ = [
+    "Constraint",
+    "ConstraintKind",
+    "ConstraintdError",
+    "ContentStream",
     "Grammar",
     "GrammarError",
     "GreType",
+    "InputError",
     "LimitError",
     "Matcher",
     "ParsedGrammar",
+    "SchemaConversion",
+    "SchemaError",
     "TokenError",
     "Vocab",
     "VocabError",
     "allowed_tokens",
     "apply_mask",
     "check_grammar",
+    "convert_json_schema",
+    "json_content",
+    "json_message",
+    "json_object_grammar",
+    "json_schema_to_gbnf",
     "mask_words",
     "pack_mask",
     "parse_gbnf",
+    "resolve_request",
     "unpack_mask",
 ]
