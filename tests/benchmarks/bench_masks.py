@@ -98,7 +98,7 @@ class Tally:
     kept: int = 0
     rejected: int = 0  # llama.cpp refused a token of the document
     unfinished: int = 0  # llama.cpp does not allow end of generation after the document
-    inconsistent: int = 0  # llama.cpp's whole mask disagrees with its answer for one token (never seen)
+    inconsistent: int = 0  # llama.cpp's whole mask disagrees with its one-token check
     tokens: int = 0
     forms: dict[str, Counter[str]] = field(default_factory=dict)
     refused: Counter[str] = field(default_factory=Counter)
@@ -353,7 +353,7 @@ def print_report(
             extra += f", refused {tally.refused[engine.name]}"
         if tally.failed[engine.name]:
             extra += f", could not walk {tally.failed[engine.name]} kept documents"
-        setup = f"vocabulary setup {engine.setup_seconds:.2f} s" if engine.setup_seconds else "-"
+        setup = f"vocabulary setup {engine.setup_seconds:.2f} s wall" if engine.setup_seconds else "-"
         print(f"  {engine.name:<20} compiled from: {forms or '-'}{extra}; {setup}")
     for note in missing:
         print(f"  NOT MEASURED: {note} (see tests/benchmarks/README.md)")
