@@ -7,8 +7,10 @@
 #      the whole chain runs again with the same generator: t' must be accepted (else the grammar
 #      contradicts its own mask: an error, never a silent skip);
 #   4. the chain accepts the token (penalties remember it), then the model evaluates it.
-# Before the first step the chain accepts every prompt token (llama-server feeds the prompt to the
-# sampler, so repetition penalties see it); the grammar does not see the prompt.
+# The chain is llama-server's for the settings, with the vocabulary's suppress tokens banned (as
+# `common_sampler_init` adds them to the logit biases). Before the first step it accepts every
+# prompt token (llama-server feeds the prompt to the sampler, so repetition penalties see it); the
+# grammar does not see the prompt.
 #
 # Generation ends at an end-of-generation token (not part of the text), after `max_tokens` tokens, or
 # when the text contains a stop string (the text is cut before it). Text is the tokens' pieces without
@@ -22,12 +24,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from constraintd.engine.bitmask import unpack_mask
 from sampler_worker.chain import SamplerChain, SamplerSettings
 
 __all__ = ["Counters", "Generation", "GenerationError", "Step", "generate"]
@@ -47,6 +50,7 @@ class LogitModel(Protocol):
     """What the loop needs of a model (`sampler_worker.model.Model` has it)."""
 
     n_vocab: int
+    suppress_tokens: tuple[int, ...]
 
     def reset(self) -> None: ...
 
@@ -181,9 +185,13 @@ class _TextStream:
         return text[: self.found] if self.found is not None else text
 
 
-def _allowed(mask: Mask, n_vocab: int) -> npt.NDArray[np.bool_]:
-    bits = np.unpackbits(np.asarray(mask, dtype="<i4").view(np.uint8), bitorder="little")
-    return bits[:n_vocab].astype(bool)
+def _with_suppressed_tokens(settings: SamplerSettings | None, suppressed: Sequence[int]) -> SamplerSettings:
+    # common_sampler_init appends the vocabulary's suppress tokens to the user's logit biases (-inf).
+    settings = settings or SamplerSettings()
+    if not suppressed:
+        return settings
+    bans = tuple((token, float("-inf")) for token in suppressed)
+    return replace(settings, logit_bias=settings.logit_bias + bans)
 
 
 def generate(
@@ -216,7 +224,7 @@ def generate(
     """
     if not prompt:
         raise ValueError("the prompt has no tokens")
-    chain = SamplerChain.from_settings(settings)
+    chain = SamplerChain.from_settings(_with_suppressed_tokens(settings, model.suppress_tokens))
     counters = Counters()
     stream = _TextStream(stop)
     tokens: list[int] = []
@@ -246,7 +254,7 @@ def generate(
                 rejected_at.append(index)
                 counters.rejections += 1
                 counters.masks += 1
-                allowed = _allowed(mask, model.n_vocab)
+                allowed = unpack_mask(mask, model.n_vocab)
                 if not allowed.any():
                     raise GenerationError(f"step {index}: the grammar allows no token")
                 started = clock()

@@ -108,6 +108,7 @@ class Model:
         n_ctx: the context size (prompt and generated tokens together).
         add_bos: whether tokenizing with special tokens adds BOS (the model's metadata).
         chat_template: the GGUF's chat template (Jinja source), or None.
+        suppress_tokens: tokens the GGUF says never to sample (llama-server bans them with a -inf bias).
         bos_text, eos_text: the BOS and EOS tokens' text ("" when the model has none).
     """
 
@@ -174,6 +175,9 @@ class Model:
         self.eos_text = self._special_text(ll.llama_vocab_eos(self._vocab))
         template = ll.llama_model_chat_template(self._model, None)
         self.chat_template: str | None = template.decode() if template else None
+        count = ctypes.c_int(0)
+        suppressed = ll.llama_vocab_get_suppress_tokens(self._vocab, ctypes.byref(count))
+        self.suppress_tokens: tuple[int, ...] = tuple(suppressed[i] for i in range(count.value))
 
     def _special_text(self, token: int) -> str:
         return "" if token < 0 else self.piece(token, special=True).decode(errors="replace")

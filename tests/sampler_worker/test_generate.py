@@ -26,6 +26,7 @@ class ScriptedModel:
     def __init__(self, script: Sequence[int]) -> None:
         self.script = list(script)
         self.n_vocab = len(PIECES)
+        self.suppress_tokens: tuple[int, ...] = ()
         self.evaluated: list[int] = []
         self.step = 0
 
@@ -163,3 +164,10 @@ def test_empty_prompt_is_refused() -> None:
 
 def test_seed_is_reported() -> None:
     assert generate(ScriptedModel([1]), [1], SamplerSettings(seed=77), max_tokens=1).seed == 77
+
+
+def test_suppressed_tokens_are_never_drawn() -> None:
+    model = ScriptedModel([1, 2])
+    model.suppress_tokens = (2,)
+    result = generate(model, [1], GREEDY, max_tokens=2)
+    assert result.tokens == (1, 3)  # 2 is banned: its runner-up 3 comes instead

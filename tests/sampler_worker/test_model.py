@@ -101,6 +101,8 @@ def test_metadata(gemma: Model) -> None:
     assert gemma.tokenize("hi", add_special=True)[0] == 2
     assert gemma.tokenize("<start_of_turn>", add_special=False, parse_special=True) == [105]
     assert gemma.is_eog(1) and gemma.is_eog(106) and not gemma.is_eog(2)
+    assert gemma.suppress_tokens == ()  # the GGUF has no tokenizer.ggml.suppress_tokens
+    assert gemma.chat_template is None  # nor a chat template: llama-server falls back to ChatML
 
 
 @pytest.mark.oracle
