@@ -56,8 +56,9 @@ class MaskCache:
         self.max_masks = max_masks
         self.max_positions = max_positions
         self._masks: OrderedDict[tuple[State, PartialUtf8], Words] = OrderedDict()
-        # char-class position -> (mask of the tokens allowed whatever is below, uncertain table rows)
-        self._positions: OrderedDict[int, tuple[Words, IntArray]] = OrderedDict()
+        # char-class position -> (the tokens allowed whatever is below: a mask, or their ids when they
+        # are few; the uncertain table rows)
+        self._positions: OrderedDict[int, tuple[Words | IntArray, IntArray]] = OrderedDict()
 
     def mask(self, state: State, partial: PartialUtf8, limit: int) -> Words:
         """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only).
@@ -80,12 +81,15 @@ class MaskCache:
         vocab = self.vocab
         table = vocab.fresh_table()
         words = np.zeros(mask_words(vocab.n_tokens), dtype=np.int32)
+        extra = np.zeros(vocab.n_tokens, dtype=np.bool_)
         uncertain: list[IntArray] = []
         for pos in state.char_tops:
             allowed, unsure = self._position(pos, limit)
-            words |= allowed
+            if allowed.dtype == np.int32:
+                words |= allowed
+            else:
+                extra[allowed] = True
             uncertain.append(unsure)
-        extra = np.zeros(vocab.n_tokens, dtype=np.bool_)
         if state.has_empty:
             extra[vocab.kinds == END_OF_GENERATION] = True
         # token-topped stacks take any token with a code point, by id alone
@@ -113,17 +117,22 @@ class MaskCache:
         """How many positions' verdicts are kept."""
         return len(self._positions)
 
-    def _position(self, pos: int, limit: int) -> tuple[Words, IntArray]:
-        verdicts = _lookup(self._positions, pos)
-        if verdicts is None:
-            start = self.states.intern([(self.states.rules.escape, pos)], limit)
-            assert start is not None
-            table = self.vocab.fresh_table()
-            allowed_rows, uncertain_rows = walk(table, table.columns, start, limit)
-            allowed = np.zeros(self.vocab.n_tokens, dtype=np.bool_)
-            allowed[table.ids[allowed_rows]] = True
-            verdicts = (pack_mask(allowed), uncertain_rows)
-            _store(self._positions, pos, verdicts, self.max_positions)
+    def _position(self, pos: int, limit: int) -> tuple[Words | IntArray, IntArray]:
+        found = _lookup(self._positions, pos)
+        if found is not None:
+            return found
+        start = self.states.intern([(self.states.rules.escape, pos)], limit)
+        assert start is not None
+        table = self.vocab.fresh_table()
+        allowed_rows, uncertain_rows = walk(table, table.columns, start, limit)
+        ids = np.sort(table.ids[allowed_rows])
+        allowed: Words | IntArray = ids
+        if ids.size * 64 >= self.vocab.n_tokens:  # a mask takes less room than the ids
+            bits = np.zeros(self.vocab.n_tokens, dtype=np.bool_)
+            bits[ids] = True
+            allowed = pack_mask(bits)
+        verdicts = (allowed, uncertain_rows)
+        _store(self._positions, pos, verdicts, self.max_positions)
         return verdicts
 
 
