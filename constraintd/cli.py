@@ -17,7 +17,11 @@ import constraintd.commands
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="constraintd", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="constraintd",
+        description="Grammar-constrained decoding as a service: llama.cpp's GBNF engine and JSON-schema "
+        "converter, checked against llama.cpp, served over gRPC.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(constraintd.commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"constraintd.commands.{info.name}")
