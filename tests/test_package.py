@@ -1,0 +1,54 @@
+"""The top-level package: its public names, its typing marker, its errors' statuses."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+import pytest
+
+import constraintd
+from constraintd import errors
+
+
+def test_public_names() -> None:
+    assert sorted(constraintd.__all__) == ["ConstraintdError", "__version__"]
+
+
+@pytest.mark.parametrize("package", ["constraintd", "clients", "sampler_worker"], ids=str)
+def test_packages_ship_py_typed(package: str) -> None:
+    assert files(package).joinpath("py.typed").is_file()
+
+
+STATUSES = {
+    "InputError": "INVALID_ARGUMENT",
+    "GrammarError": "INVALID_ARGUMENT",
+    "SchemaError": "INVALID_ARGUMENT",
+    "VocabError": "INVALID_ARGUMENT",
+    "TokenError": "INVALID_ARGUMENT",
+    "NotFoundError": "NOT_FOUND",
+    "PositionError": "ABORTED",
+    "LimitError": "RESOURCE_EXHAUSTED",
+    "DeadlineError": "DEADLINE_EXCEEDED",
+    "UnavailableError": "UNAVAILABLE",
+}
+
+
+@pytest.mark.parametrize(("name", "status"), sorted(STATUSES.items()), ids=sorted(STATUSES))
+def test_each_error_names_its_status(name: str, status: str) -> None:
+    cls = getattr(errors, name)
+    assert issubclass(cls, errors.ConstraintdError)
+    assert cls.status == status
+
+
+def test_every_error_is_listed() -> None:
+    assert sorted(errors.__all__) == sorted([*STATUSES, "ConstraintdError"])
+
+
+def test_grammar_error_says_where() -> None:
+    error = errors.GrammarError("expecting name", line=3, column=7, excerpt="::= x")
+    assert str(error) == "expecting name at line 3, column 7: '::= x'"
+
+
+def test_schema_error_says_where() -> None:
+    error = errors.SchemaError("Unrecognized schema", pointer="#/properties/a/items")
+    assert str(error) == "Unrecognized schema (at #/properties/a/items)"
