@@ -61,6 +61,8 @@ class ColumnTable:
         count_from: rows with more than j code points, per j (non-increasing).
         partials: per row, `encode_partial` of the sequence the piece leaves unfinished (0: none).
         row_of: per token id, its row, or -1 when the token is not in the table.
+        first_code_points / first_index: column 0 as its distinct values (ascending) and, per row, the
+            index of its value there (all rows start from one state: column 0 moves once per value).
     """
 
     ids: IntArray
@@ -68,6 +70,8 @@ class ColumnTable:
     count_from: tuple[int, ...]
     partials: IntArray
     row_of: IntArray
+    first_code_points: IntArray
+    first_index: IntArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,14 +218,27 @@ def _column_table(
     count_from = tuple(int(np.count_nonzero(lengths > j)) for j in range(longest))
     row_of = np.full(n_tokens, -1, dtype=np.int64)
     row_of[ids] = np.arange(ids.size, dtype=np.int64)
+    columns = tuple(flat[starts[:count] + j] for j, count in enumerate(count_from))
+    first_code_points, first_index = np.unique(
+        columns[0] if columns else np.zeros(0, dtype=np.int64), return_inverse=True
+    )
     table = ColumnTable(
         ids=ids,
-        columns=tuple(flat[starts[:count] + j] for j, count in enumerate(count_from)),
+        columns=columns,
         count_from=count_from,
         partials=partials,
         row_of=row_of,
+        first_code_points=first_code_points,
+        first_index=first_index.reshape(-1),
     )
-    for array in (table.ids, table.partials, table.row_of, *table.columns):
+    for array in (
+        table.ids,
+        table.partials,
+        table.row_of,
+        table.first_code_points,
+        table.first_index,
+        *columns,
+    ):
         array.flags.writeable = False
     return table
 

@@ -126,6 +126,8 @@ def walk(
         return bounds, ids
 
     count_from = table.count_from
+    # every row of the table, with its own column 0: that column moves once per distinct code point
+    whole = rows is None and bool(columns) and columns[0] is table.columns[0]
     if rows is None:
         rows = np.arange(table.ids.size, dtype=np.int64)
     # rows without a single code point only end in an unfinished sequence
@@ -143,10 +145,12 @@ def walk(
                 _judge_token_tops(table, state, rows[at == index], allowed)
             if state is not None and state.has_escape:
                 uncertain[rows[at == index]] = True
-        code_points = column[rows]
-        if present.size == 1:
+        if j == 0 and whole:
+            bounds, ids = segment_map(1)
+            at = ids[np.searchsorted(bounds, table.first_code_points, side="right")][table.first_index]
+        elif present.size == 1:
             bounds, ids = segment_map(int(present[0]))
-            at = ids[np.searchsorted(bounds, code_points, side="right")]
+            at = ids[np.searchsorted(bounds, column[rows], side="right")]
         else:
             # every present state's intervals in one sorted array, each state's shifted to its own range
             # of keys (state << _STATE_SHIFT | code point): one search moves every row
@@ -158,7 +162,7 @@ def walk(
                 keys.append(np.array([base], dtype=np.int64))
                 keys.append(bounds + base)
                 targets.append(ids)
-            found = np.searchsorted(np.concatenate(keys), (at << _STATE_SHIFT) | code_points, side="right")
+            found = np.searchsorted(np.concatenate(keys), (at << _STATE_SHIFT) | column[rows], side="right")
             at = np.concatenate(targets)[found]
         alive = at != _DEAD
         rows, at = rows[alive], at[alive]

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import numpy as np
+import contextlib
+from unittest import mock
 
-from constraintd.engine import Grammar, Matcher, Vocab
+import numpy as np
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, Vocab, mask_cache, unpack_mask
 from constraintd.engine.mask import compute_mask
 from constraintd.engine.mask_cache import MaskCache
+from tests.strategies import grammars, vocabs
 
 # Strings nested at different depths: the same string position under different stacks.
 GRAMMAR = 'root ::= value\nvalue ::= "[" (value ("," value)*)? "]" | "\\"" [^"]* "\\""\n'
@@ -51,16 +57,16 @@ def test_masks_from_the_caches_are_the_walked_masks() -> None:
     for text in TEXTS:
         for matcher in walk_states(Matcher(grammar), text):
             assert matcher.mask().tolist() == expected_mask(matcher).tolist()
-    assert grammar.masks.positions > 0
+    assert grammar.masks.tops > 0
 
 
 def test_tiny_caches_give_the_same_masks() -> None:
     grammar = Grammar.from_gbnf(GRAMMAR, VOCAB)
-    grammar.masks = MaskCache(grammar.states, grammar.decoded, max_masks=1, max_positions=1)
+    grammar.masks = MaskCache(grammar.states, grammar.decoded, max_masks=1, max_tops=1)
     for text in TEXTS:
         for matcher in walk_states(Matcher(grammar), text):
             assert matcher.mask().tolist() == expected_mask(matcher).tolist()
-            assert len(grammar.masks) <= 1 and grammar.masks.positions <= 1
+            assert len(grammar.masks) <= 1 and grammar.masks.tops <= 1
 
 
 def test_a_state_seen_again_gets_the_same_mask_object() -> None:
@@ -76,3 +82,34 @@ def test_after_an_unfinished_character() -> None:
     assert matcher.accept(1) and matcher.accept(4) and matcher.accept(13)  # [ " and the first byte of é
     assert matcher.mask().tolist() == expected_mask(matcher).tolist()
     assert matcher.allows(14) and not matcher.allows(5)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    grammars(),
+    vocabs(),
+    st.lists(st.integers(0, 10**6), max_size=6),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([0, 16]),
+)
+def test_any_context_depth_gives_the_walked_mask(
+    text: str, vocab: Vocab, choices: list[int], depth: int, max_new_tops: int
+) -> None:
+    # shallow tops leave many tokens uncertain (decided by the walk over them); no new tops: walk whole
+    try:
+        grammar = Grammar.from_gbnf(text, vocab)
+    except GrammarError:
+        assume(False)
+        return
+    matcher = Matcher(grammar, max_stacks=300)
+    with (
+        mock.patch.object(mask_cache, "CONTEXT_DEPTH", depth),
+        mock.patch.object(mask_cache, "MAX_NEW_TOPS", max_new_tops),
+        contextlib.suppress(LimitError),
+    ):
+        for choice in [*choices, None]:
+            mask = matcher.mask()
+            assert mask.tolist() == expected_mask(matcher).tolist()
+            allowed = np.flatnonzero(unpack_mask(mask, len(vocab)))
+            if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
+                break
