@@ -3,7 +3,9 @@
 # Contract:
 # - A `State` is one stack set (`stacks.py`), never empty (the empty set is `None`: no way forward), with
 #   the facts every question about it needs: the char-class positions on top of its stacks, its
-#   token-topped stacks, whether it holds the empty stack (the grammar may end here).
+#   token-topped stacks, whether it holds the empty stack (the grammar may end here), and whether a stack
+#   has come down to an escape mark (only the stack tops mask_cache.py walks carry one; no character and
+#   no token matches it).
 # - `StateTable.intern` returns one `State` per distinct stack set, so states compare and hash by identity
 #   and memoized transitions are shared by every matcher of the same compiled grammar. The table is a
 #   cache: when it outgrows `max_states` it starts afresh (states already handed out keep working; equal
