@@ -63,6 +63,7 @@ class Tally:
     identical_verdicts: int = 0
     unacceptable: int = 0  # tokens llama.cpp's mask allows and its accept would throw on
     triggered: int = 0  # lazy grammars that saw their trigger
+    accepted: int = 0  # tokens both accepted
     differences: list[str] = field(default_factory=list)
 
 
@@ -103,6 +104,7 @@ class Lockstep:
         self.llama.accept(token)
         waited = self.matcher.awaiting_trigger
         assert self.matcher.accept(token)
+        self.tally.accepted += 1
         self.tally.triggered += waited and not self.matcher.awaiting_trigger
         return True
 

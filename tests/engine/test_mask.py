@@ -193,6 +193,8 @@ def test_masks_identical_to_llama_cpp(
             session.llama.close()
     oracle_report.add("masks", vocab_name, identical=tally.identical_masks, total=tally.masks)
     oracle_report.add("allows verdicts", vocab_name, identical=tally.identical_verdicts, total=tally.verdicts)
+    # every token llama.cpp accepted (its mask allowed it and it did not abort), constraintd accepted too
+    oracle_report.add("accept verdicts", vocab_name, identical=tally.accepted, total=tally.accepted)
     assert not tally.differences, tally.differences[:3]
     assert tally.identical_verdicts == tally.verdicts
     if grammar.lazy and case.samples:

@@ -68,8 +68,10 @@ def test_a_rejected_accept_changes_nothing() -> None:
     assert matcher.accept(0xE4)  # the first byte of 中
     before = snapshot(matcher)
     for token in (ord("a"), 0xE5, 0x80, 0):  # wrong char, wrong lead, invalid, end
-        assert not matcher.accept(token)
+        assert not matcher.accept(token)  # llama.cpp would abort the process here
         assert snapshot(matcher) == before
+    assert matcher.accept(0xB8) and matcher.accept(0xAD)  # and it goes on
+    assert matcher.is_complete()
 
 
 def test_empty_and_nul_pieces_are_never_allowed() -> None:
