@@ -14,10 +14,9 @@ import ctypes
 from collections.abc import Sequence
 from pathlib import Path
 
+import llama_cpp as ll
 import numpy as np
 import numpy.typing as npt
-
-import llama_cpp as ll
 
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
 _LOG_CALLBACK = None
