@@ -28,7 +28,7 @@ class OracleReport:
         self.counts: dict[tuple[str, str], list[int]] = {}
 
     def add(self, what: str, subject: str, *, identical: int, total: int) -> None:
-        """Record `identical` of `total` comparisons of kind `what` (e.g. "masks") on `subject` (a vocabulary)."""
+        """Record `identical` of `total` comparisons of kind `what` ("masks") on `subject` (a vocabulary)."""
         entry = self.counts.setdefault((what, subject), [0, 0])
         entry[0] += identical
         entry[1] += total

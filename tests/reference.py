@@ -80,7 +80,7 @@ def fetch() -> None:
     if not marker.exists():
         archive = root / f"{SDIST_NAME}.tar.gz"
         if not archive.exists():
-            _progress(f"downloading llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} source distribution from PyPI")
+            _progress(f"downloading the llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} source distribution")
             subprocess.run(
                 [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
                  f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "--dest", str(root)],
