@@ -106,6 +106,18 @@ def _read(path: Path) -> str:
         raise UsageError(f"{path}: {exc.strerror}") from exc
 
 
+def answers_json(constraint: dict[str, Any] | None) -> bool:
+    """Whether the constraint asks for a JSON value, whose content then follows the content rule."""
+    if constraint is None or "gbnf" in constraint:
+        return False
+    request = constraint.get("openai_request") or constraint.get("ollama_request")
+    if request is None:
+        return True
+    from constraintd.engine.requests import ConstraintKind, read_request
+
+    return read_request(request).kind in (ConstraintKind.JSON_OBJECT, ConstraintKind.JSON_SCHEMA)
+
+
 def constraint_from(args: argparse.Namespace) -> dict[str, Any] | None:
     """The keyword arguments of `Client.session` for the constraint asked for, or None for none."""
     if args.json:
@@ -155,10 +167,14 @@ def _constraintd(target: str | None, say: TextIO) -> Iterator[Any]:
             yield client
 
 
-def _report(generation: Generation, args: argparse.Namespace, settings: SamplerSettings) -> dict[str, Any]:
+def _report(generation: Generation, settings: SamplerSettings, *, json_answer: bool) -> dict[str, Any]:
+    from constraintd.engine.content import json_message
+
     counters = asdict(generation.counters)
     return {
         "text": generation.text,
+        # a JSON answer's content is the value alone, as llama-server's chat parser returns it
+        "content": json_message(generation.text) if json_answer else generation.text,
         "tokens": list(generation.tokens),
         "stop_reason": generation.stop_reason,
         "rejected_at": list(generation.rejected_at),
@@ -173,14 +189,19 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
     settings = settings_from(args)
     settings.check()
     constraint = constraint_from(args)
+    json_answer = answers_json(constraint)
     path = args.model if args.model is not None else default_model_path()
     with Model(path, n_ctx=args.n_ctx, n_threads=args.threads, progress=_Progress(say)) as model:
         tokens = prompt_tokens(model, prompt=args.prompt, chat=args.chat)
         streaming = args.output == "text"
+        from constraintd.engine.content import ContentStream
+
+        content = ContentStream() if json_answer else None
 
         def show(step: Step) -> None:
             if streaming and step.text:
-                out.write(step.text)
+                # a JSON answer streams its content: the value alone, growing
+                out.write(content.push(step.text) if content is not None else step.text)
                 out.flush()
 
         if constraint is None:
@@ -205,7 +226,7 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
     if streaming:
         out.write("\n")
     else:
-        out.write(json.dumps(_report(generation, args, settings), indent=2) + "\n")
+        out.write(json.dumps(_report(generation, settings, json_answer=json_answer), indent=2) + "\n")
     return 0
 
 

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from sampler_worker.chain import SamplerSettings
-from sampler_worker.cli import UsageError, build_parser, constraint_from, main, settings_from
+from sampler_worker.cli import (
+    UsageError,
+    answers_json,
+    build_parser,
+    constraint_from,
+    main,
+    settings_from,
+)
 
 
 def parse(*argv: str) -> object:
@@ -94,9 +101,59 @@ def test_constrained_generation_in_process(
     assert status == 0, captured.err
     report = json.loads(captured.out)
     assert report["text"] in ("yes.", "no.")
+    assert report["content"] == report["text"]  # not JSON: the content is the text
     assert report["stop_reason"] == "eog"
     assert report["seed"] == 5
     assert report["counters"]["draws"] == len(report["tokens"]) + report["counters"]["rejections"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "json_answer"),
+    [
+        (("--json",), True),
+        (("--schema", "SCHEMA"), True),
+        (("--grammar", "GRAMMAR"), False),
+        (("--request", "OPENAI_JSON"), True),
+        (("--request", "OPENAI_GRAMMAR"), False),
+        (("--request", "OLLAMA_JSON"), True),
+        ((), False),
+    ],
+    ids=["json", "schema", "grammar", "openai-json", "openai-grammar", "ollama-json", "none"],
+)
+def test_which_answers_are_json(tmp_path: Path, argv: tuple[str, ...], json_answer: bool) -> None:
+    files = {
+        "SCHEMA": '{"type": "object"}',
+        "GRAMMAR": 'root ::= "a"',
+        "OPENAI_JSON": '{"response_format": {"type": "json_object"}}',
+        "OPENAI_GRAMMAR": '{"grammar": "root ::= \\"a\\""}',
+        "OLLAMA_JSON": '{"format": "json"}',
+    }
+    paths = []
+    for arg in argv:
+        if arg in files:
+            path = tmp_path / f"{arg}.txt"
+            path.write_text(files[arg])
+            arg = str(path)
+        paths.append(arg)
+    assert answers_json(constraint_from(parse("--prompt", "p", *paths))) is json_answer
+
+
+def test_json_answer_reports_its_content(
+    tmp_path: Path, gemma_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    schema = tmp_path / "s.json"
+    schema.write_text('{"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}')
+    status = main([
+        "generate", "--model", str(gemma_path), "--chat", "Is the sky blue? Answer in JSON.",
+        "--schema", str(schema), "--constraintd", "local", "--seed", "3", "--max-tokens", "40",
+        "--n-ctx", "256", "--threads", "2", "--output", "json",
+    ])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    report = json.loads(captured.out)
+    assert report["stop_reason"] == "eog"
+    assert json.loads(report["content"]) in ({"ok": True}, {"ok": False})
+    assert report["content"] == report["text"].strip()  # the value alone, without surrounding space
 
 
 @pytest.mark.slow
