@@ -7,7 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, TokenError, Vocab, unpack_mask
@@ -245,7 +245,9 @@ def test_rollback_restores_the_mask(text: str, vocab: Vocab, choices: list[int])
         assert snapshot(twin) == trail[steps - n]
 
 
-@settings(max_examples=60, deadline=None)
+# Random grammars are often refused, and this test also skips those with token terminals: on some seeds
+# more are filtered than kept, which is expected here, not a sign of a weak strategy.
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(grammars(), st.lists(st.integers(0, 10**6), max_size=10), st.data())
 def test_every_prefix_of_an_accepted_text_stays_alive(
     text: str, choices: list[int], data: st.DataObject
