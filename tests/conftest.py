@@ -5,8 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests import reference
+
+# Property tests measure behaviour, never time: on a shared two-core machine an example may take long,
+# so no per-example deadline and no "too slow" health check. The other health checks stay on.
+settings.register_profile("constraintd", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("constraintd")
 
 
 @pytest.fixture(scope="session")
