@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import clients
 from clients.status import ServiceError, error_for
 from constraintd.errors import (
     ConstraintdError,
@@ -40,21 +39,3 @@ def test_other_statuses_are_service_errors_with_their_name() -> None:
     assert error.status == "UNAUTHENTICATED"
     assert str(error) == "UNAUTHENTICATED: missing or wrong bearer token"
 
-
-def test_the_public_names() -> None:
-    assert clients.__all__ == [
-        "AsyncClient",
-        "AsyncSession",
-        "Client",
-        "ClientTls",
-        "Policy",
-        "ServiceError",
-        "Session",
-        "StepOutcome",
-        "VocabHandle",
-        "apply_mask",
-        "count_allowed",
-        "unpack_mask",
-    ]
-    for name in clients.__all__:
-        assert getattr(clients, name) is not None
