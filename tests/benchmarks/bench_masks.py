@@ -103,6 +103,7 @@ class Tally:
     forms: dict[str, Counter[str]] = field(default_factory=dict)
     refused: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)  # kept documents an engine could not walk
+    gave_up: Counter[str] = field(default_factory=Counter)  # kept documents left after a too slow mask
     errors: dict[str, str] = field(default_factory=dict)  # an engine's first error, for the reader
     equal: Counter[str] = field(default_factory=Counter)  # masks equal to llama.cpp's
     compared: Counter[str] = field(default_factory=Counter)
@@ -124,10 +125,17 @@ class Run:
     """One vocabulary: its engines, the walk of every schema, and what it measured."""
 
     def __init__(
-        self, engines: Sequence[peers.Engine], llama: LlamaVocab, eog: Sequence[int], *, clock: Clock
+        self,
+        engines: Sequence[peers.Engine],
+        llama: LlamaVocab,
+        eog: Sequence[int],
+        *,
+        clock: Clock,
+        give_up_seconds: float,
     ) -> None:
         self.engines = list(engines)  # llama.cpp first: it decides which documents are kept
         self.clock = clock
+        self.give_up_ns = int(give_up_seconds * 1e9)
         self.llama = llama
         self.eog = list(eog)
         self.tally = Tally(forms={e.name: Counter() for e in engines})
@@ -224,6 +232,7 @@ class Run:
         compared: Counter[str] = Counter()
         alive = dict(cursors)
         failed: set[str] = set()
+        gave_up: set[str] = set()  # a mask took longer than `give_up_ns`: measured up to there
 
         def fail(name: str, why: str) -> None:
             del alive[name]
@@ -240,11 +249,16 @@ class Run:
                     samples[name][MASK].append(clock() - started)
                 except Exception as exc:
                     fail(name, f"mask at step {step}: {type(exc).__name__}: {exc}")
+                    continue
+                if samples[name][MASK][-1] > self.give_up_ns and name != peers.LLAMA_CPP:
+                    gave_up.add(name)
             reference_words = alive[peers.LLAMA_CPP].mask_words()
             for name, cursor in alive.items():
                 if name != peers.LLAMA_CPP:
                     compared[name] += 1
                     equal[name] += bool(np.array_equal(cursor.mask_words(), reference_words))
+            for name in gave_up.intersection(alive):
+                del alive[name]
             if step == len(tokens):
                 if not any(_bit(reference_words, t) for t in self.eog):
                     tally.inconsistent += 1
@@ -275,7 +289,8 @@ class Run:
         tally.compared.update(compared)
         for name in failed:
             tally.failed[name] += 1
-        for name in alive:
+        tally.gave_up.update(gave_up)
+        for name in (*alive, *gave_up):
             for metric, values in samples[name].items():
                 self.samples[name][metric].extend(values)
         return len(tokens)
@@ -289,7 +304,9 @@ def vocab_file(name: str) -> Path:
     return reference.gemma_path() if name == "gemma" else reference.require(reference.vocab_path(name))
 
 
-def run_vocab(name: str, schemas: Sequence[Schema], *, clock: Clock, inputs: Sequence[str]) -> None:
+def run_vocab(
+    name: str, schemas: Sequence[Schema], *, clock: Clock, inputs: Sequence[str], give_up: float
+) -> None:
     path = vocab_file(name)
     _progress(f"[{name}] loading the vocabulary and building each engine's tables")
     llama = LlamaVocab(path)
@@ -302,7 +319,8 @@ def run_vocab(name: str, schemas: Sequence[Schema], *, clock: Clock, inputs: Seq
     constraintd.setup_seconds += load_seconds
     eog = sorted(vocab.eog_ids)
     others, missing = peers.load_peers(vocab.pieces, eog, lambda text: llama.tokenize(text), inputs=inputs)
-    run = Run([peers.LlamaEngine(llama), constraintd, *others], llama, eog, clock=clock)
+    engines: list[peers.Engine] = [peers.LlamaEngine(llama), constraintd, *others]
+    run = Run(engines, llama, eog, clock=clock, give_up_seconds=give_up)
     started = time.perf_counter()
     for number, schema in enumerate(schemas, 1):
         begun = time.perf_counter()
@@ -313,7 +331,9 @@ def run_vocab(name: str, schemas: Sequence[Schema], *, clock: Clock, inputs: Seq
             f"[{name} {number}/{len(schemas)}] {schema.name}: {kept} of {len(schema.documents)} documents, "
             f"{tokens} tokens, {now - begun:.1f} s (total {now - started:.0f} s)"
         )
-    print_report(name, llama.n_vocab, run, same_pieces=same_pieces, same_eog=same_eog, missing=missing)
+    print_report(
+        name, llama.n_vocab, run, same_pieces=same_pieces, same_eog=same_eog, missing=missing, give_up=give_up
+    )
     llama.close()
 
 
@@ -326,7 +346,14 @@ def _number(value: float) -> str:
 
 
 def print_report(
-    vocab: str, n_vocab: int, run: Run, *, same_pieces: int, same_eog: bool, missing: Sequence[str]
+    vocab: str,
+    n_vocab: int,
+    run: Run,
+    *,
+    same_pieces: int,
+    same_eog: bool,
+    missing: Sequence[str],
+    give_up: float,
 ) -> None:
     tally = run.tally
     names = [e.name for e in run.engines]
@@ -353,6 +380,8 @@ def print_report(
             extra += f", refused {tally.refused[engine.name]}"
         if tally.failed[engine.name]:
             extra += f", could not walk {tally.failed[engine.name]} kept documents"
+        if tally.gave_up[engine.name]:
+            extra += f", left {tally.gave_up[engine.name]} documents after a mask over {give_up:g} s"
         setup = f"vocabulary setup {engine.setup_seconds:.2f} s wall" if engine.setup_seconds else "-"
         print(f"  {engine.name:<20} compiled from: {forms or '-'}{extra}; {setup}")
     for note in missing:
@@ -419,6 +448,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="both",
         help="what XGrammar and llguidance compile: the same GBNF, the JSON schema, or both (default)",
     )
+    parser.add_argument(
+        "--give-up",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="an engine (not llama.cpp) whose mask takes longer leaves that document (default 2)",
+    )
     args = parser.parse_args(argv)
     schemas = read_workload(WORKLOAD, count=args.schemas, seed=args.seed)
     print(
@@ -426,7 +462,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Python {platform.python_version()}, {os.cpu_count()} cores; {_versions()}"
     )
     for name in VOCABS if args.vocab == "both" else (args.vocab,):
-        run_vocab(name, schemas, clock=CLOCKS[args.clock], inputs=PEER_INPUTS[args.peer_input])
+        run_vocab(
+            name, schemas, clock=CLOCKS[args.clock], inputs=PEER_INPUTS[args.peer_input], give_up=args.give_up
+        )
     return 0
 
 
