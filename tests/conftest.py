@@ -53,5 +53,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _REPORT.counts:
         return
     terminalreporter.section("identical to llama.cpp")
-    for (what, subject), (identical, total) in sorted(_REPORT.counts.items()):
-        terminalreporter.write_line(f"{what:<28} {subject:<24} {identical:>9} of {total:<9} identical")
+    rows = sorted(_REPORT.counts.items())
+    what_width = max(len(what) for (what, _), _ in rows)
+    subject_width = max(len(subject) for (_, subject), _ in rows)
+    for (what, subject), (identical, total) in rows:
+        terminalreporter.write_line(
+            f"{what:<{what_width}}  {subject:<{subject_width}}  {identical:>9} of {total:<9} identical"
+        )
