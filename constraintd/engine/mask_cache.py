@@ -130,6 +130,15 @@ class MaskCache:
         return len(self._masks)
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of the finished masks kept (their arrays only, not the dict around them)."""
+        return sum(mask.nbytes for mask in self._masks.values())
+
+    def forget_masks(self) -> None:
+        """Drops the finished masks (not the per-top verdicts): the next masks are composed anew."""
+        self._masks.clear()
+
+    @property
     def tops(self) -> int:
         """How many stack tops' verdicts are kept."""
         return len(self._tops)

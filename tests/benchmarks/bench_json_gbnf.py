@@ -53,7 +53,7 @@ def measure(name: str, grammar_text: str, steps: int) -> dict[str, object]:
         t0 = time.perf_counter()
         expected = llama.allowed()
         reference_times.append(time.perf_counter() - t0)
-        grammar.masks._masks.clear()
+        grammar.masks.forget_masks()
         t0 = time.perf_counter()
         mask = matcher.mask()
         cold.append(time.perf_counter() - t0)

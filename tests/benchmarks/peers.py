@@ -119,12 +119,10 @@ class ConstraintdEngine:
 def constraintd_cache(cursor: Cursor) -> tuple[int, int]:
     """(bytes of finished masks, interned states) a constraintd grammar holds after its walks.
 
-    The engine publishes no figure yet, so this reads the caches' containers (mask.py's MaskCache,
-    states.py's StateTable); it counts the mask arrays only, not the dicts and states around them.
+    The mask arrays only, not the dicts and states around them (`MaskCache.nbytes`).
     """
     assert isinstance(cursor, ConstraintdCursor)
-    masks: dict[Any, Words] = getattr(cursor.grammar.masks, "_masks", {})
-    return sum(mask.nbytes for mask in masks.values()), len(cursor.grammar.states)
+    return cursor.grammar.masks.nbytes, len(cursor.grammar.states)
 
 
 # -- llama.cpp ----------------------------------------------------------------------------------------

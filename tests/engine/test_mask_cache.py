@@ -113,3 +113,16 @@ def test_any_context_depth_gives_the_walked_mask(
             allowed = np.flatnonzero(unpack_mask(mask, len(vocab)))
             if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
                 break
+
+
+def test_size_is_reported_and_forgetting_masks_changes_no_answer() -> None:
+    vocab = Vocab([b"a", b"b", b"ab", b""], eog_ids=[3])
+    grammar = Grammar.from_gbnf('root ::= "a" "b"*', vocab)
+    matcher = Matcher(grammar)
+    assert grammar.masks.nbytes == 0
+    first = matcher.mask()
+    assert len(grammar.masks) == 1
+    assert grammar.masks.nbytes == first.nbytes
+    grammar.masks.forget_masks()
+    assert len(grammar.masks) == 0 and grammar.masks.nbytes == 0
+    assert np.array_equal(matcher.mask(), first)
