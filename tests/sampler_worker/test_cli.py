@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,19 +88,27 @@ def test_refused_settings_are_bad_input(capsys: pytest.CaptureFixture[str]) -> N
 
 
 @pytest.mark.slow
+def generate_json(capsys: pytest.CaptureFixture[str], model: Path, *argv: str) -> dict[str, Any]:
+    """`sampler-worker generate ... --output json` in this process, the engine in-process; its report."""
+    status = main([
+        "generate", "--model", str(model), *argv, "--constraintd", "local",
+        "--n-ctx", "256", "--threads", "2", "--output", "json",
+    ])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    report: dict[str, Any] = json.loads(captured.out)
+    return report
+
+
 def test_constrained_generation_in_process(
     tmp_path: Path, gemma_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     grammar = tmp_path / "answer.gbnf"
     grammar.write_text('root ::= ("yes" | "no") "."')
-    status = main([
-        "generate", "--model", str(gemma_path), "--chat", "Is the sky blue? Answer yes or no.",
-        "--grammar", str(grammar), "--constraintd", "local", "--seed", "5", "--max-tokens", "8",
-        "--n-ctx", "256", "--threads", "2", "--output", "json",
-    ])
-    captured = capsys.readouterr()
-    assert status == 0, captured.err
-    report = json.loads(captured.out)
+    report = generate_json(
+        capsys, gemma_path, "--chat", "Is the sky blue? Answer yes or no.", "--grammar", str(grammar),
+        "--seed", "5", "--max-tokens", "8",
+    )
     assert report["text"] in ("yes.", "no.")
     assert report["content"] == report["text"]  # not JSON: the content is the text
     assert report["stop_reason"] == "eog"
@@ -143,14 +152,10 @@ def test_json_answer_reports_its_content(
 ) -> None:
     schema = tmp_path / "s.json"
     schema.write_text('{"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}')
-    status = main([
-        "generate", "--model", str(gemma_path), "--chat", "Is the sky blue? Answer in JSON.",
-        "--schema", str(schema), "--constraintd", "local", "--seed", "3", "--max-tokens", "40",
-        "--n-ctx", "256", "--threads", "2", "--output", "json",
-    ])
-    captured = capsys.readouterr()
-    assert status == 0, captured.err
-    report = json.loads(captured.out)
+    report = generate_json(
+        capsys, gemma_path, "--chat", "Is the sky blue? Answer in JSON.", "--schema", str(schema),
+        "--seed", "3", "--max-tokens", "40",
+    )
     assert report["stop_reason"] == "eog"
     assert json.loads(report["content"]) in ({"ok": True}, {"ok": False})
     assert report["content"] == report["text"].strip()  # the value alone, without surrounding space
