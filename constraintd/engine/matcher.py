@@ -2,7 +2,11 @@
 #
 # Contract (DESIGN.md, fixed points):
 # - State is the stack set (an interned `State`), the unfinished UTF-8 sequence, the lazy trigger wait
-#   (its buffer) and the trail of snapshots that `rollback` pops. Everything else is the `Grammar`'s.
+#   (its buffer) and the trail that `rollback` pops. Everything else is the `Grammar`'s.
+# - The trail is three parallel columns, one entry per step: the state before it (a reference), its
+#   context (partial sequence, trigger wait, tokens buffered; one tuple object shared by consecutive
+#   steps while it does not change) and the token (an int32 array; -1 for `accept_bytes`). About 20 bytes
+#   a step, so an idle session of a few hundred tokens stays a few kilobytes.
 # - `allows(t)` is True exactly when llama_grammar_apply_impl leaves t finite; `mask()` packs `allows`
 #   over the vocabulary; neither changes anything.
 # - `accept(t)` is llama_grammar_accept_impl on a token `allows` allows: it returns False, and changes
@@ -16,6 +20,7 @@
 from __future__ import annotations
 
 import operator
+from array import array
 from typing import Final
 
 import numpy as np
@@ -33,14 +38,25 @@ from constraintd.errors import InputError, LimitError, TokenError
 __all__ = ["Matcher"]
 
 _BYTES: Final = -1  # trail entry of an accept_bytes call
-# (state, partial, awaiting trigger, tokens buffered) before one accept, and what was accepted
-_Snapshot = tuple[State, PartialUtf8, bool, int, int]
+# (partial, awaiting trigger, tokens buffered) before one step
+_Context = tuple[PartialUtf8, bool, int]
 
 
 class Matcher:
     """The state of one generation over a `Grammar`: allows / accept / mask, fork and rollback."""
 
-    __slots__ = ("_awaiting", "_buffer", "_buffered", "_partial", "_state", "_trail", "grammar", "max_stacks")
+    __slots__ = (
+        "_awaiting",
+        "_buffer",
+        "_buffered",
+        "_partial",
+        "_state",
+        "_trail_contexts",
+        "_trail_states",
+        "_trail_tokens",
+        "grammar",
+        "max_stacks",
+    )
 
     def __init__(self, grammar: Grammar, *, max_stacks: int = 10_000) -> None:
         """Start at the beginning of `grammar`.
@@ -50,7 +66,9 @@ class Matcher:
         """
         self.grammar = grammar
         self.max_stacks = max_stacks
-        self._trail: list[_Snapshot] = []
+        self._trail_states: list[State] = []
+        self._trail_contexts: list[_Context] = []
+        self._trail_tokens = array("i")
         self._buffer = bytearray()
         self._buffered: list[BufferedToken] = []
         self._start()
@@ -69,7 +87,7 @@ class Matcher:
     @property
     def history(self) -> tuple[int, ...]:
         """The accepted tokens, in order (bytes given to `accept_bytes` are not tokens and not listed)."""
-        return tuple(entry[4] for entry in self._trail if entry[4] != _BYTES)
+        return tuple(token for token in self._trail_tokens if token != _BYTES)
 
     @property
     def stacks(self) -> StackSet:
@@ -233,7 +251,9 @@ class Matcher:
         twin.grammar = self.grammar
         twin.max_stacks = self.max_stacks
         twin._state, twin._partial, twin._awaiting = self._state, self._partial, self._awaiting
-        twin._trail = list(self._trail)
+        twin._trail_states = list(self._trail_states)
+        twin._trail_contexts = list(self._trail_contexts)
+        twin._trail_tokens = array("i", self._trail_tokens)
         twin._buffer = bytearray(self._buffer)
         twin._buffered = list(self._buffered)
         return twin
@@ -244,25 +264,35 @@ class Matcher:
         Raises:
             InputError: `n` is negative or more than were made.
         """
-        if not 0 <= n <= len(self._trail):
-            raise InputError(f"cannot roll back {n} steps: {len(self._trail)} were taken")
+        steps = len(self._trail_tokens)
+        if not 0 <= n <= steps:
+            raise InputError(f"cannot roll back {n} steps: {steps} were taken")
         if n == 0:
             return
-        state, partial, awaiting, buffered, _ = self._trail[-n]
-        del self._trail[-n:]
+        state = self._trail_states[-n]
+        partial, awaiting, buffered = self._trail_contexts[-n]
+        del self._trail_states[-n:], self._trail_contexts[-n:], self._trail_tokens[-n:]
         self._state, self._partial, self._awaiting = state, partial, awaiting
         del self._buffered[buffered:]
         del self._buffer[self._buffered[-1][2] if self._buffered else 0 :]
 
     def reset(self) -> None:
         """Back to the start of the grammar, with an empty history."""
-        self._trail.clear()
+        self._trail_states.clear()
+        self._trail_contexts.clear()
+        del self._trail_tokens[:]
         self._buffer.clear()
         self._buffered.clear()
         self._start()
 
     def _push(self, token: int) -> None:
-        self._trail.append((self._state, self._partial, self._awaiting, len(self._buffered), token))
+        context = (self._partial, self._awaiting, len(self._buffered))
+        contexts = self._trail_contexts
+        if contexts and contexts[-1] == context:
+            context = contexts[-1]  # share the previous step's tuple: one reference, no new object
+        contexts.append(context)
+        self._trail_states.append(self._state)
+        self._trail_tokens.append(token)
 
     def _check(self, token: int) -> int:
         token = operator.index(token)
@@ -272,7 +302,7 @@ class Matcher:
 
     def __repr__(self) -> str:
         waiting = ", awaiting trigger" if self._awaiting else ""
-        return f"<Matcher {len(self._state.stacks)} stacks, {len(self._trail)} steps{waiting}>"
+        return f"<Matcher {len(self._state.stacks)} stacks, {len(self._trail_tokens)} steps{waiting}>"
 
 
 _ALL_ALLOWED: dict[int, npt.NDArray[np.int32]] = {}
