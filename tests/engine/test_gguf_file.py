@@ -10,7 +10,7 @@ import gguf
 import numpy as np
 import pytest
 
-from constraintd.engine.gguf_file import GgufType, read_gguf_metadata
+from constraintd.engine.gguf_file import GgufType, gguf_metadata_size, read_gguf_metadata
 from constraintd.errors import VocabError
 from tests import reference
 
@@ -128,3 +128,19 @@ def test_a_missing_file_is_refused_with_its_name(tmp_path: Path) -> None:
 def test_a_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(VocabError, match="cannot read"):
         read_gguf_metadata(tmp_path)
+
+
+def test_metadata_size_is_where_the_key_values_end(tmp_path: Path) -> None:
+    metadata = header(n_kv=2) + GOOD_KV + kv(b"s", int(GgufType.ARRAY), struct.pack("<IQ", 8, 2)
+                                            + struct.pack("<Q", 1) + b"a" + struct.pack("<Q", 0))  # fmt: skip
+    path = tmp_path / "model.gguf"
+    path.write_bytes(metadata + b"tensor infos and data, never read")
+    assert gguf_metadata_size(path) == len(metadata)
+
+
+@pytest.mark.parametrize(("content", "message"), BAD_FILES[:4], ids=BAD_IDS[:4])
+def test_metadata_size_refuses_what_the_reader_refuses(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(content)
+    with pytest.raises(VocabError, match=message):
+        gguf_metadata_size(path)
