@@ -2,7 +2,8 @@
 #
 # Contract:
 # - Built once per vocabulary content (`decoded_vocab(vocab)` caches by `Vocab.content_hash`), shared by
-#   every grammar and matcher on that vocabulary; immutable once built (tables are built on first use).
+#   every grammar and matcher on that vocabulary; immutable once built (tables are built on first use, or
+#   handed in prebuilt: vocab_store.py keeps `kinds` and the fresh table on disk).
 # - `kinds[token]`: END_OF_GENERATION (decided by the grammar's completeness alone), NEVER (empty piece or
 #   one starting with NUL: llama.cpp never allows it) or PLAIN (decided by decoding its piece).
 # - `decode(token, partial)` is `decode_utf8(piece, partial)`, cached for a fresh start.
@@ -99,16 +100,25 @@ class DecodedVocab:
 
     __slots__ = ("_fresh", "_fresh_table", "_partial_tables", "kinds", "n_tokens", "pieces")
 
-    def __init__(self, vocab: Vocab) -> None:
+    def __init__(
+        self,
+        vocab: Vocab,
+        *,
+        kinds: npt.NDArray[np.int8] | None = None,
+        fresh_table: ColumnTable | None = None,
+    ) -> None:
+        """`kinds` and `fresh_table`, when given, are this vocabulary's as built before (vocab_store.py
+        reads them from disk); they are taken as they are, read-only, not checked."""
         self.pieces = vocab.pieces
         self.n_tokens = len(vocab)
-        kinds = np.full(self.n_tokens, PLAIN, dtype=np.int8)
-        kinds[[i for i, p in enumerate(self.pieces) if not p or p[0] == 0]] = NEVER
-        kinds[sorted(vocab.eog_ids)] = END_OF_GENERATION
+        if kinds is None:
+            kinds = np.full(self.n_tokens, PLAIN, dtype=np.int8)
+            kinds[[i for i, p in enumerate(self.pieces) if not p or p[0] == 0]] = NEVER
+            kinds[sorted(vocab.eog_ids)] = END_OF_GENERATION
         kinds.flags.writeable = False
         self.kinds: npt.NDArray[np.int8] = kinds
         self._fresh: dict[int, tuple[tuple[int, ...], PartialUtf8]] = {}
-        self._fresh_table: ColumnTable | None = None
+        self._fresh_table: ColumnTable | None = fresh_table
         self._partial_tables: dict[int, PartialTable] = {}
 
     def decode(self, token: int, partial: PartialUtf8 = FRESH) -> tuple[tuple[int, ...], PartialUtf8]:
@@ -243,12 +253,15 @@ def _column_table(
     return table
 
 
-def decoded_vocab(vocab: Vocab) -> DecodedVocab:
-    """The decoded form of `vocab`, shared by every vocabulary with the same content."""
+def decoded_vocab(vocab: Vocab, *, prebuilt: DecodedVocab | None = None) -> DecodedVocab:
+    """The decoded form of `vocab`, shared by every vocabulary with the same content.
+
+    `prebuilt` (tables read from disk) becomes the shared one when none is held yet.
+    """
     key = vocab.content_hash
     found = _CACHE.get(key)
     if found is None:
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
-        found = _CACHE[key] = DecodedVocab(vocab)
+        found = _CACHE[key] = prebuilt if prebuilt is not None else DecodedVocab(vocab)
     return found
