@@ -248,43 +248,69 @@ def step(
 ) -> Flow[list[StepOutcome]]:
     """A batch over many sessions in one Step message; an item whose session was lost is redone alone.
 
+    The accepts travel as the message's accept batch (columns: ids, tokens, positions), the mask-only
+    items as operations.
+
     Raises:
         ValueError: a session has two items in the batch (each would expect the position before both).
     """
     if len({id(record) for record, _ in items}) != len(items):
         raise ValueError("a Step batch holds at most one item per session")
     request = pb.StepRequest()
+    batch = request.accepts
+    accepting = [(record, token) for record, token in items if token is not None]
+    batch.session_ids.extend([record.id for record, _ in accepting])
+    batch.tokens.extend([token for _, token in accepting])
+    batch.positions.extend([len(record.history) for record, _ in accepting])
+    batch.mask_on_reject = mask_on_reject
     for record, token in items:
-        op = request.ops.add()
         if token is None:
-            op.mask.session_id = record.id
-        else:
-            op.accept.CopyFrom(
-                pb.AcceptRequest(
-                    session_id=record.id,
-                    token=token,
-                    mask_on_reject=mask_on_reject,
-                    position=len(record.history),
-                )
-            )
+            request.ops.add().mask.session_id = record.id
     reply = yield from retried(policy, Call("Step", request, policy.timeout))
+    answer = reply.accepts
+    accepted = list(answer.accepted)
+    complete = list(answer.complete)
+    if len(accepted) != len(accepting) or len(reply.results) != len(items) - len(accepting):
+        raise UnavailableError("the Step reply does not answer every item of the batch")
+    errors = {item.index: item.error for item in answer.errors}
+    masks = {item.index: item.mask for item in answer.masks}
+    results = iter(reply.results)
+    index = -1  # of the current item in the accept batch
     outcomes: list[StepOutcome] = []
-    for (record, token), result in zip(items, reply.results, strict=True):
-        kind = result.WhichOneof("result")
-        if kind == "error":
-            error = error_for(result.error.status, result.error.message)
-            if record.closed or not isinstance(error, (NotFoundError, PositionError)):
-                raise error
-            yield from create(policy, record)
-            if token is None:
-                words = yield from mask(policy, record)
-                outcomes.append(StepOutcome(None, record.complete, words))
-            else:
-                taken, words_or_none = yield from accept(policy, record, token, mask_on_reject=mask_on_reject)
-                outcomes.append(StepOutcome(taken, record.complete, words_or_none))
-        elif kind == "mask":
-            outcomes.append(StepOutcome(None, result.mask.state.complete, mask_from_wire(result.mask.mask)))
-        elif token is not None:
-            taken, words_or_none = _took(record, token, result.accept)
-            outcomes.append(StepOutcome(taken, record.complete, words_or_none))
+    for record, token in items:
+        if token is None:
+            result = next(results)
+            if result.WhichOneof("result") != "error":
+                words = mask_from_wire(result.mask.mask)
+                outcomes.append(StepOutcome(None, result.mask.state.complete, words))
+                continue
+            failed = result.error
+        else:
+            index += 1
+            failed = errors.get(index)
+            if failed is None:
+                record.complete = complete[index]
+                if accepted[index]:
+                    record.history.append(token)
+                owed = masks.get(index)
+                words_or_none = mask_from_wire(owed) if owed is not None else None
+                outcomes.append(StepOutcome(accepted[index], record.complete, words_or_none))
+                continue
+        outcome = yield from _redone(policy, record, token, failed, mask_on_reject=mask_on_reject)
+        outcomes.append(outcome)
     return outcomes
+
+
+def _redone(
+    policy: Policy, record: SessionRecord, token: int | None, failed: pb.Error, *, mask_on_reject: bool
+) -> Flow[StepOutcome]:
+    """A batch item that failed: redone alone after a rebuild when its session was lost, raised otherwise."""
+    error = error_for(failed.status, failed.message)
+    if record.closed or not isinstance(error, (NotFoundError, PositionError)):
+        raise error
+    yield from create(policy, record)
+    if token is None:
+        words = yield from mask(policy, record)
+        return StepOutcome(None, record.complete, words)
+    taken, words_or_none = yield from accept(policy, record, token, mask_on_reject=mask_on_reject)
+    return StepOutcome(taken, record.complete, words_or_none)

@@ -8,7 +8,9 @@
 #   `register_vocab` and `compile`, in worker threads), and the in-process client transport calls them
 #   directly, so both speak exactly the same protocol.
 # - Errors are raised as `ConstraintdError`s; the caller turns them into statuses. In a Step, each
-#   operation's error is answered in its place and the others still run.
+#   operation's error is answered in its place and the others still run; a Step's accept batch (the
+#   columns of many sessions' accepts) is answered after its operations, in columns too, with no message
+#   built per item but per error and per owed mask: it is the hot path of a worker decoding many sequences.
 # - A whole-vocabulary mask can take milliseconds to seconds the first time a grammar state is met, so the
 #   `*_owing` forms answer everything else at once and return the masks they owe as `OwedMask`es: a fork
 #   of the matcher taken at that moment (so later accepts cannot change what the mask is of) and the reply
@@ -243,10 +245,11 @@ class Operations:
 
     def step_owing(self, request: pb.StepRequest) -> tuple[pb.StepReply, list[OwedMask]]:
         """One Step message: every operation in order, each failure answered in its place."""
-        if len(request.ops) > self._limits.max_step_ops:
+        batch = request.accepts
+        count = len(request.ops) + len(batch.session_ids)
+        if count > self._limits.max_step_ops:
             raise LimitError(
-                f"a Step message of {len(request.ops)} operations is over the limit of "
-                f"{self._limits.max_step_ops}"
+                f"a Step message of {count} operations is over the limit of {self._limits.max_step_ops}"
             )
         reply = pb.StepReply()
         owed: list[OwedMask] = []
@@ -264,4 +267,38 @@ class Operations:
             except ConstraintdError as error:
                 result.error.status = error.status
                 result.error.message = str(error)
+        if batch.session_ids:
+            self._accept_batch(batch, reply.accepts, owed)
         return reply, owed
+
+    def _accept_batch(self, batch: pb.AcceptBatch, into: pb.AcceptBatchReply, owed: list[OwedMask]) -> None:
+        """A Step's accept batch, column in, column out: the hot path of a worker decoding many sequences,
+        so it makes no message per item (only per error and per owed mask)."""
+        ids = list(batch.session_ids)
+        tokens = list(batch.tokens)
+        positions: list[int | None] = list(batch.positions) or [None] * len(ids)
+        if not len(tokens) == len(positions) == len(ids):
+            raise InputError(
+                f"an accept batch of {len(ids)} sessions has {len(tokens)} tokens and "
+                f"{len(batch.positions)} positions (one each, or no positions)"
+            )
+        accepted: list[bool] = []
+        complete: list[bool] = []
+        get = self.store.get
+        for index, (session_id, token, position) in enumerate(zip(ids, tokens, positions, strict=True)):
+            try:
+                session = get(session_id, position=position)
+                taken = session.accept(token)
+            except ConstraintdError as error:
+                accepted.append(False)
+                complete.append(False)
+                item = into.errors.add(index=index)
+                item.error.status = error.status
+                item.error.message = str(error)
+                continue
+            accepted.append(taken)
+            complete.append(session.matcher.is_complete())
+            if not taken and batch.mask_on_reject:
+                owed.append(OwedMask(into.masks.add(index=index).mask, session.matcher.fork()))
+        into.accepted.extend(accepted)
+        into.complete.extend(complete)

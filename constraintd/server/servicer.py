@@ -168,6 +168,9 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
                 started = time.perf_counter()
                 for op in request.ops:
                     self.metrics.step_ops.inc(op.WhichOneof("op") or "none")
+                batched = len(request.accepts.session_ids)
+                if batched:
+                    self.metrics.step_ops.inc("accept", by=batched)
                 reply, owed = self.operations.step_owing(request)
                 await self._pay(owed)
                 self.metrics.rpcs.inc("Step", "OK")

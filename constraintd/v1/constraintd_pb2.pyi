@@ -217,10 +217,24 @@ class CloseReply(_message.Message):
     def __init__(self) -> None: ...
 
 class StepRequest(_message.Message):
-    __slots__ = ("ops",)
+    __slots__ = ("ops", "accepts")
     OPS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_FIELD_NUMBER: _ClassVar[int]
     ops: _containers.RepeatedCompositeFieldContainer[StepOp]
-    def __init__(self, ops: _Optional[_Iterable[_Union[StepOp, _Mapping]]] = ...) -> None: ...
+    accepts: AcceptBatch
+    def __init__(self, ops: _Optional[_Iterable[_Union[StepOp, _Mapping]]] = ..., accepts: _Optional[_Union[AcceptBatch, _Mapping]] = ...) -> None: ...
+
+class AcceptBatch(_message.Message):
+    __slots__ = ("session_ids", "tokens", "positions", "mask_on_reject")
+    SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    MASK_ON_REJECT_FIELD_NUMBER: _ClassVar[int]
+    session_ids: _containers.RepeatedScalarFieldContainer[str]
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    positions: _containers.RepeatedScalarFieldContainer[int]
+    mask_on_reject: bool
+    def __init__(self, session_ids: _Optional[_Iterable[str]] = ..., tokens: _Optional[_Iterable[int]] = ..., positions: _Optional[_Iterable[int]] = ..., mask_on_reject: _Optional[bool] = ...) -> None: ...
 
 class StepOp(_message.Message):
     __slots__ = ("accept", "mask", "allows")
@@ -233,10 +247,40 @@ class StepOp(_message.Message):
     def __init__(self, accept: _Optional[_Union[AcceptRequest, _Mapping]] = ..., mask: _Optional[_Union[MaskRequest, _Mapping]] = ..., allows: _Optional[_Union[AllowsRequest, _Mapping]] = ...) -> None: ...
 
 class StepReply(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "accepts")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[StepResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ...) -> None: ...
+    accepts: AcceptBatchReply
+    def __init__(self, results: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., accepts: _Optional[_Union[AcceptBatchReply, _Mapping]] = ...) -> None: ...
+
+class AcceptBatchReply(_message.Message):
+    __slots__ = ("accepted", "complete", "errors", "masks")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    MASKS_FIELD_NUMBER: _ClassVar[int]
+    accepted: _containers.RepeatedScalarFieldContainer[bool]
+    complete: _containers.RepeatedScalarFieldContainer[bool]
+    errors: _containers.RepeatedCompositeFieldContainer[ItemError]
+    masks: _containers.RepeatedCompositeFieldContainer[ItemMask]
+    def __init__(self, accepted: _Optional[_Iterable[bool]] = ..., complete: _Optional[_Iterable[bool]] = ..., errors: _Optional[_Iterable[_Union[ItemError, _Mapping]]] = ..., masks: _Optional[_Iterable[_Union[ItemMask, _Mapping]]] = ...) -> None: ...
+
+class ItemError(_message.Message):
+    __slots__ = ("index", "error")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    error: Error
+    def __init__(self, index: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
+class ItemMask(_message.Message):
+    __slots__ = ("index", "mask")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    MASK_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    mask: Mask
+    def __init__(self, index: _Optional[int] = ..., mask: _Optional[_Union[Mask, _Mapping]] = ...) -> None: ...
 
 class StepResult(_message.Message):
     __slots__ = ("accept", "mask", "allows", "error")

@@ -219,16 +219,17 @@ def test_a_step_batch_applies_each_result_and_redoes_lost_sessions_alone() -> No
     mask = pb.Mask(words=(5).to_bytes(4, "little"), vocab_size=3, allowed=2)
 
     def step(request: pb.StepRequest) -> pb.StepReply:
-        assert [op.WhichOneof("op") for op in request.ops] == ["accept", "accept", "mask"]
-        assert request.ops[0].accept.position == 1
+        batch = request.accepts
+        assert list(batch.session_ids) == ["a", "b"] and list(batch.tokens) == [7, 8]
+        assert list(batch.positions) == [1, 0] and batch.mask_on_reject
+        assert [op.WhichOneof("op") for op in request.ops] == ["mask"]
         return pb.StepReply(
-            results=[
-                pb.StepResult(
-                    accept=pb.AcceptReply(accepted=True, state=pb.SessionState(complete=True, position=2))
-                ),
-                pb.StepResult(error=pb.Error(status="NOT_FOUND", message="gone")),
-                pb.StepResult(mask=pb.MaskReply(mask=mask, state=pb.SessionState(position=1))),
-            ]
+            results=[pb.StepResult(mask=pb.MaskReply(mask=mask, state=pb.SessionState(position=1)))],
+            accepts=pb.AcceptBatchReply(
+                accepted=[True, False],
+                complete=[True, False],
+                errors=[pb.ItemError(index=1, error=pb.Error(status="NOT_FOUND", message="gone"))],
+            ),
         )
 
     outcomes, _ = run(
@@ -240,17 +241,21 @@ def test_a_step_batch_applies_each_result_and_redoes_lost_sessions_alone() -> No
     assert first.history == [1, 7] and second.history == [8] and second.id == "b2" and third.history == [2]
 
 
-def test_a_step_error_that_is_not_about_the_session_is_raised() -> None:
-    def step(request: pb.StepRequest) -> pb.StepReply:
-        return pb.StepReply(
-            results=[pb.StepResult(error=pb.Error(status="INVALID_ARGUMENT", message="bad token"))]
+def test_a_step_batch_answers_a_rejection_with_its_mask() -> None:
+    record = record_with([1], "a")
+    mask = pb.Mask(words=(6).to_bytes(4, "little"), vocab_size=3, allowed=2)
+    reply = pb.StepReply(
+        accepts=pb.AcceptBatchReply(
+            accepted=[False], complete=[False], masks=[pb.ItemMask(index=0, mask=mask)]
         )
+    )
+    outcomes, _ = run(flows.step(POLICY, [(record, 9)], mask_on_reject=True), [("Step", lambda r: reply)])
+    assert outcomes[0].accepted is False and outcomes[0].mask is not None
+    assert outcomes[0].mask.tolist() == [6] and record.history == [1]
 
-    with pytest.raises(InputError, match="bad token"):
-        run(flows.step(POLICY, [(record_with([]), 99)], mask_on_reject=False), [("Step", step)])
 
-
-def test_a_step_batch_holds_one_item_per_session() -> None:
-    record = record_with([])
-    with pytest.raises(ValueError, match="one item per session"):
-        run(flows.step(POLICY, [(record, 1), (record, 2)], mask_on_reject=False), [])
+def test_a_step_reply_missing_items_is_unavailable() -> None:
+    record = record_with([], "a")
+    short = pb.StepReply(accepts=pb.AcceptBatchReply())  # a reply that answers no item
+    with pytest.raises(UnavailableError, match="does not answer every item"):
+        run(flows.step(POLICY, [(record, 9)], mask_on_reject=False), [("Step", lambda r: short)])

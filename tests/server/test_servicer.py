@@ -287,6 +287,45 @@ async def test_a_mask_later_in_a_batch_sees_the_accepts_before_it(stub: Stub) ->
     call.cancel()
 
 
+@pytest.mark.asyncio
+async def test_an_accept_batch_answers_in_columns_with_errors_and_masks_by_index(stub: Stub) -> None:
+    _, first = await tiny_session(stub)
+    _, second = await tiny_session(stub)
+    _, third = await tiny_session(stub)
+    call = stub.Step()
+    batch = pb.AcceptBatch(
+        session_ids=[first, second, "nope", third, first],
+        tokens=[A, C_ACUTE_1, A, A, B],
+        positions=[0, 0, 0, 1, 1],
+        mask_on_reject=True,
+    )
+    await call.write(pb.StepRequest(ops=[pb.StepOp(mask=pb.MaskRequest(session_id=second))], accepts=batch))
+    reply = await call.read()
+    assert np.array_equal(words(reply.results[0].mask.mask), engine_mask(AB_PLUS))  # ops come first
+    answer = reply.accepts
+    # first takes A then B (items run in order); second rejects; "nope" is unknown; third is out of step
+    assert list(answer.accepted) == [True, False, False, False, True]
+    assert list(answer.complete) == [False, False, False, False, True]
+    assert [(e.index, e.error.status) for e in answer.errors] == [(2, "NOT_FOUND"), (3, "ABORTED")]
+    assert [m.index for m in answer.masks] == [1]
+    assert np.array_equal(words(answer.masks[0].mask), engine_mask(AB_PLUS))
+    # positions are optional; the stream goes on
+    await call.write(pb.StepRequest(accepts=pb.AcceptBatch(session_ids=[third], tokens=[A])))
+    assert list((await call.read()).accepts.accepted) == [True]
+    call.cancel()
+
+
+@pytest.mark.asyncio
+async def test_an_accept_batch_with_ragged_columns_ends_the_stream(stub: Stub) -> None:
+    _, session = await tiny_session(stub)
+    call = stub.Step()
+    await call.write(pb.StepRequest(accepts=pb.AcceptBatch(session_ids=[session, session], tokens=[A])))
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call.read()
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "an accept batch of 2 sessions has 1 tokens and 0 positions" in (caught.value.details() or "")
+
+
 # -- errors ----------------------------------------------------------------------------------------------
 
 UNKNOWN = "not-a-session"
@@ -533,12 +572,20 @@ async def test_too_many_step_operations_end_the_stream() -> None:
         ):
             stub = pb_grpc.ConstraintdStub(channel)
             _, session = await tiny_session(stub)
-            call = stub.Step()
-            await call.write(pb.StepRequest(ops=[pb.StepOp(mask=pb.MaskRequest(session_id=session))] * 3))
-            with pytest.raises(grpc.aio.AioRpcError) as caught:
-                await call.read()
-            assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert "a Step message of 3 operations is over the limit of 2" in (caught.value.details() or "")
+            for request in (
+                pb.StepRequest(ops=[pb.StepOp(mask=pb.MaskRequest(session_id=session))] * 3),
+                pb.StepRequest(
+                    ops=[pb.StepOp(mask=pb.MaskRequest(session_id=session))],
+                    accepts=pb.AcceptBatch(session_ids=[session] * 2, tokens=[A, B]),
+                ),
+            ):
+                call = stub.Step()
+                await call.write(request)
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await call.read()
+                assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+                details = caught.value.details() or ""
+                assert "a Step message of 3 operations is over the limit of 2" in details
 
 
 @pytest.mark.asyncio
