@@ -5,9 +5,13 @@
 # - Calls wait for the channel to be ready (up to their deadline) instead of failing at once while the
 #   server restarts, and the channel reconnects quickly (100 ms first backoff): a client riding out a
 #   server restart sees a slower call, then NOT_FOUND for its sessions, which the flows rebuild.
-# - The async transport keeps one Step stream open and sends batches on it one at a time (a write, then
-#   its reply); a stream that fails or times out is dropped and the next batch opens a new one. The sync
-#   transport opens a stream per batch (grpc's blocking API has no cheaper way to pair a write and a read).
+# - The async transport keeps one Step stream open and pipelines batches on it: a batch is written as soon
+#   as the one before it is written, and one reader task hands the replies, which come in the order of
+#   the batches, to their callers in turn. So a worker with two groups of sequences keeps the server busy
+#   with one while it reads the other's answer. A stream that fails, ends or times out is dropped with
+#   every batch still waiting on it (they fail UNAVAILABLE, so the flows retry them; their positions keep
+#   a retry from applying a token twice), and the next batch opens a new one. The sync transport opens a
+#   stream per batch (grpc's blocking API has no cheaper way to pair a write and a read).
 #
 # In-process (`LocalTransport`, `AsyncLocalTransport`): the service's own operations, called directly.
 # - It answers exactly as a server would: the same `Operations` (decode, engine, encode) over its own
@@ -18,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -120,7 +125,9 @@ class AsyncGrpcTransport:
         self._stub = pb_grpc.ConstraintdStub(self._channel)  # type: ignore[no-untyped-call]
         self._metadata = _metadata(token)
         self._stream: Any = None
-        self._stream_lock = asyncio.Lock()
+        self._waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self._reader: asyncio.Task[None] | None = None
+        self._write_lock = asyncio.Lock()
 
     async def call(self, method: str, request: Any, *, timeout: float | None) -> Any:
         if method == "Step":
@@ -133,35 +140,66 @@ class AsyncGrpcTransport:
             raise _failure(error) from None
 
     async def _step(self, request: Any, timeout: float | None) -> Any:
-        async with self._stream_lock:
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        async with self._write_lock:  # writes go one at a time, in the order replies will come
             if self._stream is None:
                 self._stream = self._stub.Step(metadata=self._metadata, wait_for_ready=True)
+                self._reader = asyncio.create_task(self._read(self._stream, self._waiting))
             stream = self._stream
+            self._waiting.append(reply)
             try:
                 await stream.write(request)
-                reply = await asyncio.wait_for(stream.read(), timeout)
             except grpc.RpcError as error:
-                self._drop_stream()
-                raise _failure(error) from None
-            except TimeoutError:
-                self._drop_stream()
-                raise DeadlineError(f"no Step reply within {timeout} s") from None
+                self._drop_stream(_failure(error))
             except asyncio.InvalidStateError:  # the stream had ended since the last batch
-                self._drop_stream()
-                raise UnavailableError("the Step stream had ended") from None
-            if reply is grpc.aio.EOF:
-                self._drop_stream()
-                raise UnavailableError("the Step stream ended")
-            return reply
+                self._drop_stream(UnavailableError("the Step stream had ended"))
+        try:
+            return await asyncio.wait_for(reply, timeout)
+        except TimeoutError:
+            if self._stream is stream:
+                self._drop_stream(UnavailableError("an earlier Step batch timed out"))
+            raise DeadlineError(f"no Step reply within {timeout} s") from None
 
-    def _drop_stream(self) -> None:
+    async def _read(self, stream: Any, waiting: collections.deque[asyncio.Future[Any]]) -> None:
+        """Hands each reply of `stream` to the batch waiting longest, until the stream ends or fails; then
+        fails the batches still waiting, and lets the next batch open a new stream."""
+        try:
+            while (reply := await stream.read()) is not grpc.aio.EOF:
+                if waiting:
+                    answered = waiting.popleft()
+                    if not answered.done():  # its caller may have given up (a timeout, a cancel)
+                        answered.set_result(reply)
+            failure: ConstraintdError = UnavailableError("the Step stream ended")
+        except grpc.RpcError as error:
+            failure = _failure(error)
+        except asyncio.InvalidStateError:
+            failure = UnavailableError("the Step stream had ended")
+        if self._stream is stream:
+            self._stream = None
+            self._reader = None
+        _fail_all(waiting, failure)
+
+    def _drop_stream(self, failure: ConstraintdError) -> None:
+        """Drops the stream; every batch still waiting on it fails with `failure`."""
         if self._stream is not None:
             self._stream.cancel()
             self._stream = None
+        if self._reader is not None:
+            self._reader.cancel()
+            self._reader = None
+        _fail_all(self._waiting, failure)
+        self._waiting = collections.deque()
 
     async def close(self) -> None:
-        self._drop_stream()
+        self._drop_stream(UnavailableError("the client is closed"))
         await self._channel.close()
+
+
+def _fail_all(waiting: collections.deque[asyncio.Future[Any]], failure: ConstraintdError) -> None:
+    while waiting:
+        answered = waiting.popleft()
+        if not answered.done():
+            answered.set_exception(failure)
 
 
 class LocalTransport:

@@ -113,6 +113,29 @@ async def test_step_batches_on_one_stream(client: AsyncClient) -> None:
     assert [s.history for s in sessions] == [(A, B, B, B, B)] * 16
 
 
+@pytest.mark.asyncio
+async def test_concurrent_step_batches_each_get_their_own_reply(client: AsyncClient) -> None:
+    """Four groups of sessions step at once (batches pipelined on one stream); each group's rejections and
+    histories are its own."""
+    vocab = await client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+    groups = [[await client.session(vocab, gbnf=AB_PLUS) for _ in range(3)] for _ in range(4)]
+
+    async def run(group: list[AsyncSession], rounds: int) -> list[bool | None]:
+        verdicts = []
+        for round_ in range(rounds):
+            token = A if round_ == 0 else B
+            verdicts += [o.accepted for o in await client.step([(s, token) for s in group])]
+        verdicts += [o.accepted for o in await client.step([(group[0], A)], mask_on_reject=False)]
+        return verdicts
+
+    results = await asyncio.gather(
+        *(run(group, rounds) for group, rounds in zip(groups, (2, 5, 3, 4), strict=True))
+    )
+    for group, rounds, verdicts in zip(groups, (2, 5, 3, 4), results, strict=True):
+        assert verdicts == [True] * (3 * rounds) + [False]
+        assert [s.history for s in group] == [(A,) + (B,) * (rounds - 1)] * 3
+
+
 @pytest.mark.slow
 @pytest.mark.asyncio
 async def test_a_server_restarted_under_in_flight_calls_changes_no_token() -> None:
