@@ -66,6 +66,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="a directory RegisterVocab may read GGUF files from (default: any readable path)",
     )
+    parser.add_argument(
+        "--cache-dir",
+        action="append",
+        type=Path,
+        default=[],
+        help="a directory of prepared vocabularies (constraintd warm): GGUF vocabularies are loaded from it, "
+        "and saved to it when it can be written; repeat to layer a read-only one over a writable one",
+    )
     parser.add_argument("--workers", type=int, default=2, help="threads that compile off the event loop")
     parser.add_argument(
         "--mask-workers", type=int, default=2, help="threads that compute masks off the event loop"
@@ -121,6 +129,7 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
         bearer_token=_token(args),
         metrics_listen=args.metrics,
         gguf_dirs=tuple(args.gguf_dir),
+        cache_dirs=tuple(args.cache_dir),
         workers=args.workers,
         mask_workers=args.mask_workers,
         shutdown_grace=args.grace,

@@ -80,6 +80,9 @@ class ServerConfig:
         metrics_listen: `host:port` for Prometheus text metrics over HTTP (`GET /metrics`); None: off.
         gguf_dirs: directories RegisterVocab may read GGUF files from; empty means any path the process
             can read (a sidecar's own files).
+        cache_dirs: directories of prepared vocabularies (`constraintd warm`): a GGUF file registered by
+            path is loaded from the first that holds its vocabulary, else read and saved in the first that
+            can be written (one that cannot, such as a cache baked into a read-only image, is only read).
         workers: threads that run compiles off the event loop.
         mask_workers: threads that compute whole-vocabulary masks off the event loop.
         shutdown_grace: seconds in-flight calls get to finish after a shutdown begins.
@@ -97,6 +100,7 @@ class ServerConfig:
     bearer_token: str | None = None
     metrics_listen: str | None = None
     gguf_dirs: tuple[Path, ...] = ()
+    cache_dirs: tuple[Path, ...] = ()
     workers: int = 2
     mask_workers: int = 2
     shutdown_grace: float = 10.0
