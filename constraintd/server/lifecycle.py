@@ -26,6 +26,7 @@ import grpc
 from grpc_health.v1.health import SERVICE_NAME as HEALTH_SERVICE_NAME
 from grpc_reflection.v1alpha import reflection
 
+from constraintd.engine.vocab_store import VocabStore
 from constraintd.errors import UnavailableError
 from constraintd.server.config import ServerConfig
 from constraintd.server.health import SERVICE_NAME, Health
@@ -72,7 +73,8 @@ class Service:
         self.config = config
         self.state = ServiceState.CREATED
         limits = config.limits
-        self.registry = Registry(limits, gguf_dirs=config.gguf_dirs)
+        vocab_store = VocabStore(config.cache_dirs) if config.cache_dirs else None
+        self.registry = Registry(limits, gguf_dirs=config.gguf_dirs, vocab_store=vocab_store)
         self.store = SessionStore(limits, clock=clock)
         self.operations = Operations(self.registry, self.store, limits)
         self.metrics = Metrics(

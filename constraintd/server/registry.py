@@ -2,7 +2,9 @@
 #
 # Invariants:
 # - A vocabulary's id is its content hash: registering the same content twice (from pieces or from a GGUF
-#   file) gives the same id and the same `Vocab` object. A GGUF file is read once per (path, size, mtime).
+#   file) gives the same id and the same `Vocab` object. A GGUF file is read once per (path, size, mtime);
+#   with a vocabulary store (`--cache-dir`), a vocabulary prepared there is loaded instead of read, and
+#   one read is saved there (vocab_store.py: never a stale or damaged file, never an error to not save).
 # - Two content-addressed caches: a constraint as asked (kind, text, root, triggers, vocabulary hash) ->
 #   its compiled constraint; and a grammar (GBNF text, root, triggers, vocabulary hash) -> its compiled
 #   `Grammar`, so constraints that resolve to the same GBNF (JSON mode asked three ways, a schema sent
@@ -14,8 +16,10 @@
 #   transport uses it as it is.
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -25,11 +29,15 @@ from typing import Generic, TypeVar
 
 from constraintd.engine.grammar import Grammar
 from constraintd.engine.vocab import TokenizerRules, Vocab
+from constraintd.engine.vocab_store import VocabStore
 from constraintd.errors import LimitError, NotFoundError, VocabError
 from constraintd.server.config import Limits
 from constraintd.server.constraints import Constraint, ResolvedGrammar, resolve
+from constraintd.server.logs import fields
 
 __all__ = ["CompiledConstraint", "Registry"]
+
+log = logging.getLogger("constraintd.server")
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -73,9 +81,12 @@ class _Once(Generic[K, V]):
 class Registry:
     """Vocabularies by content hash, and the shared cache of compiled grammars."""
 
-    def __init__(self, limits: Limits, *, gguf_dirs: Sequence[Path] = ()) -> None:
+    def __init__(
+        self, limits: Limits, *, gguf_dirs: Sequence[Path] = (), vocab_store: VocabStore | None = None
+    ) -> None:
         self._limits = limits
         self._gguf_dirs = tuple(Path(d).resolve() for d in gguf_dirs)
+        self._store = vocab_store
         self._lock = threading.Lock()
         self._vocabs: dict[str, Vocab] = {}
         self._gguf_hashes: dict[tuple[str, int, int], str] = {}
@@ -141,7 +152,7 @@ class Registry:
             return self._vocabs[known]
 
         def load() -> Vocab:
-            vocab = Vocab.from_gguf(resolved)
+            vocab = self._read_gguf(resolved)
             self._check_size(len(vocab))
             kept = self._keep(vocab)
             with self._lock:
@@ -149,6 +160,24 @@ class Registry:
             return kept
 
         return self._loading.run(self._lock, key, load)
+
+    def _read_gguf(self, path: Path) -> Vocab:
+        if self._store is None:
+            return Vocab.from_gguf(path)
+        started = time.perf_counter()
+        opened = self._store.open_gguf(path)
+        log.info(
+            "vocabulary loaded" if opened.loaded_from is not None else "vocabulary read",
+            extra=fields(
+                gguf=str(path),
+                tokens=len(opened.vocab),
+                seconds=round(time.perf_counter() - started, 3),
+                loaded_from=str(opened.loaded_from) if opened.loaded_from else None,
+                saved_to=str(opened.saved_to) if opened.saved_to else None,
+                notes=list(opened.notes),
+            ),
+        )
+        return opened.vocab
 
     def cached(self, constraint: Constraint, vocab: Vocab) -> CompiledConstraint | None:
         """The compiled constraint if it is in the cache already; never compiles."""

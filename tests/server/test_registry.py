@@ -147,3 +147,25 @@ def test_constraints_that_resolve_to_one_grammar_share_its_compiled_form() -> No
     assert all(c.grammar is compiled[0].grammar for c in compiled)
     assert registry.grammar_count == 1
     assert all(registry.cached(constraint, vocab) is c for constraint, c in zip(asked, compiled, strict=True))
+
+
+def test_a_gguf_file_is_loaded_from_the_vocabulary_store_once_prepared(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from constraintd.engine import decoded_vocab as decoded_vocab_module
+    from constraintd.engine.vocab_store import VocabStore
+
+    source = reference.require(reference.vocab_path("llama-spm"))
+    blocker = tmp_path / "a-file"  # a directory that cannot be written, as a cache in a read-only image
+    blocker.write_bytes(b"")
+    store = VocabStore([blocker / "baked", tmp_path / "cache"])
+    caplog.set_level("INFO", logger="constraintd.server")
+    first = Registry(Limits(), vocab_store=store).register_gguf(str(source))
+    monkeypatch.setattr(decoded_vocab_module, "_CACHE", {})  # a new process: no tables in memory
+    again = Registry(Limits(), vocab_store=store).register_gguf(str(source))
+    assert again is not first and again.content_hash == first.content_hash
+    read, loaded = (r for r in caplog.records if r.name == "constraintd.server")
+    assert (read.getMessage(), loaded.getMessage()) == ("vocabulary read", "vocabulary loaded")
+    assert read.fields["saved_to"].startswith(str(tmp_path / "cache"))  # type: ignore[attr-defined]
+    assert "not written" in read.fields["notes"][0]  # type: ignore[attr-defined]
+    assert loaded.fields["loaded_from"] == read.fields["saved_to"]  # type: ignore[attr-defined]
