@@ -278,8 +278,7 @@ def _vocab_arrays(vocab: Vocab, decoded: DecodedVocab) -> Arrays:
         "format_version": np.array(FORMAT_VERSION, dtype=np.int64),
         "builder": np.array(_builder()),
         "content_hash": np.array(vocab.content_hash),
-        "piece_bytes": np.frombuffer(b"".join(vocab.pieces), dtype=np.uint8),
-        "piece_lengths": vocab.piece_lengths.astype(np.int64),
+        **_joined("piece", vocab.pieces, _piece_separator(vocab.pieces)),
         "eog_ids": np.array(sorted(vocab.eog_ids), dtype=np.int64),
         "kinds": decoded.kinds,
         "fresh_ids": table.ids,
@@ -292,8 +291,9 @@ def _vocab_arrays(vocab: Vocab, decoded: DecodedVocab) -> Arrays:
     }
     texts = vocab.token_texts
     if texts is not None:
-        arrays["text_bytes"] = np.frombuffer("".join(texts).encode("utf-8", "surrogatepass"), dtype=np.uint8)
-        arrays["text_lengths"] = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        separator = _text_separator(texts)
+        arrays["text_bytes"] = np.frombuffer(separator.join(texts).encode("utf-8", "surrogatepass"), np.uint8)
+        arrays["text_separator"] = np.frombuffer(separator.encode("utf-8"), np.uint8)
     if vocab.token_attrs is not None:
         arrays["token_attrs"] = np.array(vocab.token_attrs, dtype=np.int64)
     rules = vocab.tokenizer
@@ -305,11 +305,38 @@ def _vocab_arrays(vocab: Vocab, decoded: DecodedVocab) -> Arrays:
     return arrays
 
 
+# Pieces and texts are kept joined by a separator that occurs nowhere else, because splitting one bytes
+# object is several times quicker than slicing it once per token. Splitting with a wrong separator cannot go
+# unseen: the vocabulary's content hash is checked.
+
+
+def _joined(name: str, items: Sequence[bytes], separator: bytes) -> Arrays:
+    return {
+        f"{name}_bytes": np.frombuffer(separator.join(items), dtype=np.uint8),
+        f"{name}_separator": np.frombuffer(separator, dtype=np.uint8),
+    }
+
+
+def _piece_separator(pieces: Sequence[bytes]) -> bytes:
+    # Byte-level vocabularies hold every byte value, so the separator is a few bytes, checked by splitting.
+    for n in itertools.count():
+        separator = b"\xff\xfe\x00" + n.to_bytes(4, "little")
+        if separator.join(pieces).split(separator) == list(pieces):
+            return separator
+    raise AssertionError("unreachable")
+
+
+def _text_separator(texts: Sequence[str]) -> str:
+    # A code point no text holds (a vocabulary's texts use few of the million).
+    used = set("".join(texts))
+    return next(chr(c) for c in range(1, 0xD800) if chr(c) not in used)
+
+
 # name -> dtype of every array of a file (all one-dimensional). The optional ones (token texts, attributes,
 # tokenizer rules) are absent for None; the strings (format, builder, hash, tokenizer model) are 0-d.
 _DTYPES: Mapping[str, str] = {
     "piece_bytes": "|u1",
-    "piece_lengths": "<i8",
+    "piece_separator": "|u1",
     "eog_ids": "<i8",
     "kinds": "|i1",
     "fresh_ids": "<i8",
@@ -320,11 +347,11 @@ _DTYPES: Mapping[str, str] = {
     "fresh_first_code_points": "<i8",
     "fresh_first_index": "<i8",
     "text_bytes": "|u1",
-    "text_lengths": "<i8",
+    "text_separator": "|u1",
     "token_attrs": "<i8",
     "tokenizer_flags": "|b1",
 }
-_OPTIONAL: Final = frozenset({"text_bytes", "text_lengths", "token_attrs", "tokenizer_flags"})
+_OPTIONAL: Final = frozenset({"text_bytes", "text_separator", "token_attrs", "tokenizer_flags"})
 
 
 def _is_hash(text: str) -> bool:
@@ -379,18 +406,11 @@ def _read_vocab_file(path: Path, content_hash: str) -> tuple[Vocab, DecodedVocab
 
 
 def _vocab_from_arrays(arrays: Arrays, model: str | None) -> Vocab:
-    flat = arrays["piece_bytes"].tobytes()
-    ends = np.cumsum(arrays["piece_lengths"]).tolist()
-    if (ends[-1] if ends else 0) != len(flat):
-        raise ValueError("piece lengths do not add up to the piece bytes")
-    pieces = [flat[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
-    texts: list[str] | None = None
+    pieces = arrays["piece_bytes"].tobytes().split(arrays["piece_separator"].tobytes())
+    texts = None
     if "text_bytes" in arrays:
         text = arrays["text_bytes"].tobytes().decode("utf-8", "surrogatepass")
-        text_ends = np.cumsum(arrays["text_lengths"]).tolist()
-        if (text_ends[-1] if text_ends else 0) != len(text):
-            raise ValueError("text lengths do not add up to the texts")
-        texts = [text[start:end] for start, end in zip([0, *text_ends[:-1]], text_ends, strict=True)]
+        texts = text.split(arrays["text_separator"].tobytes().decode("utf-8"))
     attrs = arrays["token_attrs"].tolist() if "token_attrs" in arrays else None
     rules = None
     if model is not None:

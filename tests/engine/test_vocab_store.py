@@ -26,12 +26,12 @@ from constraintd.errors import VocabError
 from tests import reference
 
 # Pieces the decoder treats differently: end of generation, empty, NUL-led, a NUL inside, invalid and
-# partial UTF-8, continuation bytes only, a long one; texts with a lone surrogate (an undecodable byte
-# escaped) and an empty one.
+# partial UTF-8, continuation bytes only, a long one, the store's first separator; texts with a lone
+# surrogate (an undecodable byte escaped), an empty one, the first code points.
 PIECES = [b"</s>", b"", b"\x00x", b"a\x00b", b"ab", "中".encode(), b"\xe4", b"\xb8\xad", b"\xad!", b"\x80",
-          b"\xff", "日本語のテキスト".encode() * 3, b" {", b"}"]  # fmt: skip
+          b"\xff", "日本語のテキスト".encode() * 3, b" {", b"}", b"\xff\xfe\x00\x00\x00\x00\x00"]  # fmt: skip
 TEXTS = ["</s>", "", "\x00x", "a\x00b", "ab", "中", "\udce4", "\udcb8\udcad", "\udcad!", "\udc80", "\udcff",
-         "日本語のテキスト" * 3, "▁{", "}"]  # fmt: skip
+         "日本語のテキスト" * 3, "▁{", "}", "\x01\x02\x03"]  # fmt: skip
 
 
 def list_vocab(*, with_texts: bool) -> Vocab:
@@ -72,6 +72,7 @@ def test_a_loaded_vocabulary_and_its_tables_equal_the_built_ones(
     tmp_path: Path, no_shared_tables: None, with_texts: bool
 ) -> None:
     vocab = list_vocab(with_texts=with_texts)
+    assert vocab_store._piece_separator(PIECES) == b"\xff\xfe\x00\x01\x00\x00\x00"  # the first occurs
     store = VocabStore([tmp_path])
     saved = store.save(vocab)
     assert saved.name == f"vocab-{vocab.content_hash}.npz"
