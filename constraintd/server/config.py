@@ -106,6 +106,6 @@ class ServerConfig:
     shutdown_grace: float = 10.0
     reclaim_interval: float = 30.0
     use_uvloop: bool = True
-    switch_interval: float | None = 0.001
+    switch_interval: float | None = 0.0002
     log_format: LogFormat = LogFormat.JSON
     limits: Limits = field(default_factory=Limits)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 
 import pytest
@@ -76,3 +78,20 @@ def test_workers_are_daemon_threads() -> None:
         pool.shutdown()
     with pytest.raises(ValueError, match="at least one thread"):
         WorkerPool(0, time_limit=1.0)
+
+
+@pytest.mark.asyncio
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own priority is Linux's")
+async def test_workers_run_at_a_lower_priority_than_the_event_loop() -> None:
+    def priority() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    ours = priority()
+    lowered, plain = WorkerPool(1, time_limit=30.0, nice=5), WorkerPool(1, time_limit=30.0, nice=0)
+    try:
+        assert await lowered.run(priority) == min(ours + 5, 19)
+        assert await plain.run(priority) == ours
+        assert priority() == ours  # the loop's thread keeps its own
+    finally:
+        lowered.shutdown()
+        plain.shutdown()
