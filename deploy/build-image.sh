@@ -8,7 +8,8 @@
 #   --base IMAGE       build on IMAGE (default python:3.11-slim-bookworm)
 #   --wheelhouse       fetch the wheels on this host (`pip wheel`) and install them in the image with no
 #                      network access (for hosts whose containers cannot reach the package index)
-#   --warm-vocab GGUF  prepare the engine's caches for this vocabulary at build time
+#   --warm-vocab GGUF  prepare this GGUF's vocabulary at build time (`constraintd warm`), so the server loads
+#                      it instead of reading it; repeat for several
 #
 # The build context is a fresh directory holding only what the Dockerfile copies (the package sources,
 # pyproject.toml, README.md, LICENSE and a few deploy/ files), so neither a virtual environment nor the git
@@ -20,14 +21,14 @@ tag=constraintd:dev
 base=python:3.11-slim-bookworm
 local_base=0
 pip_source=index
-warm_vocab=
+warm_vocabs=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --tag) tag="$2"; shift 2 ;;
     --base) base="$2"; shift 2 ;;
     --local-base) local_base=1; base=constraintd-base:bookworm; shift ;;
     --wheelhouse) pip_source=wheelhouse; shift ;;
-    --warm-vocab) warm_vocab="$2"; shift 2 ;;
+    --warm-vocab) warm_vocabs+=("$2"); shift 2 ;;
     *) echo "build-image.sh: unknown argument '$1' (see the comment at the top)" >&2; exit 2 ;;
   esac
 done
@@ -54,13 +55,17 @@ if [ "$pip_source" = wheelhouse ]; then
   "$python" -m pip wheel --quiet --wheel-dir "$context/deploy/wheelhouse" "$context"
 fi
 
-warm_name=
-if [ -n "$warm_vocab" ]; then
+warm_names=
+for warm_vocab in "${warm_vocabs[@]}"; do
   warm_name="$(basename "$warm_vocab")"
+  case "$warm_name" in
+    *[[:space:]]*) echo "build-image.sh: --warm-vocab: a file name without spaces, please: '$warm_name'" >&2; exit 2 ;;
+  esac
   cp "$warm_vocab" "$context/deploy/warm/$warm_name"
-fi
+  warm_names="${warm_names:+$warm_names }$warm_name"
+done
 
 docker build --file "$context/deploy/Dockerfile" --tag "$tag" \
-  --build-arg "BASE_IMAGE=$base" --build-arg "PIP_SOURCE=$pip_source" --build-arg "WARM_VOCAB=$warm_name" \
+  --build-arg "BASE_IMAGE=$base" --build-arg "PIP_SOURCE=$pip_source" --build-arg "WARM_VOCAB=$warm_names" \
   "$context"
 echo "built $tag on $base (pip source: $pip_source)"
