@@ -1,7 +1,8 @@
 """The Kubernetes manifests (deploy/k8s): every kustomization renders offline with kubectl's kustomize, its
 output validates strictly against the Kubernetes API schemas of the versions we support, yamllint finds
 nothing, and the rendered objects keep the sidecar's contract: a native sidecar sharing its socket through
-an emptyDir, arguments that `constraintd serve` itself accepts, probes that run the probe the image ships,
+an emptyDir, arguments that `constraintd serve` itself accepts, the image's prepared vocabularies read
+with a writable cache volume beside them, probes that run the probe the image ships,
 the image's user, hardened security contexts, resources, metrics annotations, a PodDisruptionBudget, and in
 the TCP overlay TLS from a Secret behind a NetworkPolicy.
 
@@ -163,6 +164,21 @@ def test_serve_accepts_the_sidecar_arguments(kustomization: str) -> None:
     for path in (config.tls.cert, config.tls.key) if config.tls is not None else ():
         assert str(path.parent) in mounts
     assert all(str(d) in mounts for d in config.gguf_dirs)
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS, ids=IDS)
+def test_cache_directories_are_the_image_s_then_a_writable_volume(kustomization: str) -> None:
+    command = json.loads(dockerfile_instruction("CMD"))
+    baked = Path(command[command.index("--cache-dir") + 1])  # where the image keeps what WARM_VOCAB prepared
+    config = config_from(build_parser().parse_args(serve_arguments(kustomization)))
+    assert config.cache_dirs[0] == baked
+    mounts = {m["mountPath"]: m for m in sidecar(kustomization)["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod_spec(kustomization)["volumes"]}
+    assert str(baked) not in mounts, "a volume there would hide the prepared vocabularies"
+    assert len(config.cache_dirs) == 2
+    for directory in config.cache_dirs[1:]:
+        mount = mounts[str(directory)]
+        assert not mount.get("readOnly") and "emptyDir" in volumes[mount["name"]]
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS, ids=IDS)
