@@ -2,17 +2,20 @@
 (the test starts none; without one it is skipped, saying why).
 
 It is built as a host that reaches only Debian's archive and the package index would build it: on the
-local base (deploy/base/build-base.sh, made here if absent) with the wheels fetched on the host
-(`deploy/build-image.sh --local-base --wheelhouse`). Then it runs as the Kubernetes manifests run it:
+local base (deploy/base/build-base.sh, made here if absent) with the wheels fetched on the host, and the
+GPT-2 vocabulary prepared at build time (`deploy/build-image.sh --local-base --wheelhouse --warm-vocab
+ggml-vocab-gpt-2.gguf`). Then it runs as the Kubernetes manifests run it:
 read-only root, every capability dropped, no privilege escalation, the socket directory a mounted volume,
 a model directory mounted read-only. The image's health check must pass, the service must run as a
 non-root user, and a client on the host must complete a constrained session through the socket: a JSON
 schema over the GPT-2 vocabulary (50,257 tokens, read by the server from the mounted GGUF), fed the tokens
-llama.cpp's tokenizer gives for a conforming answer, then end of generation. `docker stop` must end it
-cleanly (exit status 0)."""
+llama.cpp's tokenizer gives for a conforming answer, then end of generation. That vocabulary must be loaded
+from the image's prepared cache (the mounted GGUF found by its metadata), and one not prepared must be
+read from its file although the cache cannot be written. `docker stop` must end it cleanly (exit 0)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,6 +23,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +36,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "constraintd:test"
 SOCKET_DIR = "/run/constraintd"
+CACHE_DIR = "/var/cache/constraintd"
 SCHEMA = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"]}
 ANSWER = b'{"answer": "yes"}'
 # Seconds: building from scratch (base image, wheels, venv) on two shared cores; the first health check.
@@ -52,7 +57,8 @@ def image() -> str:
         last_line = (info.stderr.strip().splitlines() or ["docker info failed"])[-1]
         pytest.skip(f"no Docker daemon reachable: {last_line}")
     build = subprocess.run(
-        ["bash", str(ROOT / "deploy" / "build-image.sh"), "--local-base", "--wheelhouse", "--tag", TAG],
+        ["bash", str(ROOT / "deploy" / "build-image.sh"), "--local-base", "--wheelhouse", "--tag", TAG,
+         "--warm-vocab", str(reference.require(reference.vocab_path("gpt-2")))],
         capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False,
         env={**os.environ, "PYTHON": sys.executable})
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
@@ -70,7 +76,7 @@ def container(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     run = docker("run", "--detach", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
                  "--volume", f"{sockets}:{SOCKET_DIR}", "--volume", f"{models}:/models:ro", *umask, image,
                  "serve", f"--listen=unix://{SOCKET_DIR}/constraintd.sock", "--gguf-dir=/models",
-                 "--log-format=json")
+                 f"--cache-dir={CACHE_DIR}", "--log-format=json")
     cid = run.stdout.strip()
     try:
         yield cid, sockets
@@ -87,6 +93,13 @@ def wait_for_health(cid: str) -> str:
                     timeout=HEALTHY_TIMEOUT + 30, check=False)
     statuses = [line for line in events.stdout.splitlines() if line.startswith("health_status")]
     return statuses[0] if statuses else "no health status reported"
+
+
+def log_events(cid: str) -> list[dict[str, Any]]:
+    """The server's JSON log lines."""
+    logs = docker("logs", cid)
+    lines = (logs.stderr + logs.stdout).splitlines()
+    return [json.loads(line) for line in lines if line.startswith("{")]
 
 
 def test_image_has_no_build_tools(image: str) -> None:
@@ -123,6 +136,14 @@ def test_container_serves_a_constrained_session(container: tuple[str, Path]) -> 
             assert session.is_complete()
             assert session.accept(eog)
             assert session.history == (*tokens, eog)
+        assert client.register_vocab(gguf="/models/ggml-vocab-llama-spm.gguf").size == 32000  # not prepared
+
+    events = {e["event"]: e for e in log_events(cid) if e["event"].startswith("vocabulary ")}
+    assert events["vocabulary loaded"]["loaded_from"].startswith(f"{CACHE_DIR}/vocab-")
+    assert events["vocabulary loaded"]["gguf"] == "/models/ggml-vocab-gpt-2.gguf"
+    read = events["vocabulary read"]
+    assert (read["gguf"], read["saved_to"]) == ("/models/ggml-vocab-llama-spm.gguf", None)
+    assert "not written" in read["notes"][0]
 
     docker("stop", cid)
     state = docker("inspect", "--format", "{{.State.ExitCode}}", cid).stdout.strip()
