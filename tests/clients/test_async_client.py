@@ -114,6 +114,24 @@ async def test_step_batches_on_one_stream(client: AsyncClient) -> None:
 
 
 @pytest.mark.asyncio
+async def test_accept_goes_over_the_step_stream_with_the_unary_answers() -> None:
+    with socket_dir() as directory:
+        async with (
+            running_service(server_config(directory)) as service,
+            AsyncClient(service.addresses[0], policy=POLICY) as client,
+        ):
+            vocab = await client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+            session = await client.session(vocab, gbnf=AB_PLUS)
+            assert await session.accept(A) and not await session.accept(A)
+            rejected = await session.accept_or_mask(A)
+            assert rejected is not None and np.array_equal(rejected, engine_mask([A]))
+            with pytest.raises(InputError, match="outside the vocabulary"):
+                await session.accept(-5)
+            metrics = service.metrics
+            assert metrics.step_ops.value("accept") == 4 and metrics.rpcs.value("Accept", "OK") == 0
+
+
+@pytest.mark.asyncio
 async def test_concurrent_step_batches_each_get_their_own_reply(client: AsyncClient) -> None:
     """Four groups of sessions step at once (batches pipelined on one stream); each group's rejections and
     histories are its own."""

@@ -27,5 +27,3 @@ def test_public_names() -> None:
 def test_public_names_resolve() -> None:
     missing = [name for name in clients.__all__ if not hasattr(clients, name)]
     assert not missing
-
-

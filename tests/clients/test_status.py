@@ -38,4 +38,3 @@ def test_other_statuses_are_service_errors_with_their_name() -> None:
     assert isinstance(error, ServiceError) and isinstance(error, ConstraintdError)
     assert error.status == "UNAUTHENTICATED"
     assert str(error) == "UNAUTHENTICATED: missing or wrong bearer token"
-
