@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from sampler_worker.chain import SamplerSettings
 from sampler_worker.generate import Generation, GenerationError, Step, generate
-from sampler_worker.model import Model, ModelError, check_vocab, default_model_path
+from sampler_worker.model import Model, ModelError, check_vocab, default_model_path, default_threads
 from sampler_worker.prompt import TemplateError, prompt_tokens
 from sampler_worker.sidecar import PrivateConstraintd, SidecarError
 
@@ -80,7 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate (default 256)")
     run.add_argument("--stop", action="append", default=[], help="a string that ends generation (repeatable)")
     run.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens (default 4096)")
-    run.add_argument("--threads", type=int, help="CPU threads for the model (default: all)")
+    run.add_argument(
+        "--threads", type=int,
+        help=f"CPU threads for the model (default {default_threads()} here: llama.cpp's default, one per "
+        "physical core, within this process's CPU affinity and container quota; on a machine other work "
+        "shares, fewer threads are faster)",
+    )
     run.add_argument(
         "--constraintd", metavar="TARGET",
         help="`local` (in this process), or a gRPC target such as unix:///run/constraintd.sock "
@@ -118,8 +123,34 @@ def answers_json(constraint: dict[str, Any] | None) -> bool:
     return read_request(request).kind in (ConstraintKind.JSON_OBJECT, ConstraintKind.JSON_SCHEMA)
 
 
+# The request field (JSON pointer) that makes a body an Ollama request; `read_request` names it.
+_OLLAMA_SOURCE = "#/format"
+
+
+def _request_constraint(path: Path) -> dict[str, Any] | None:
+    # constraintd's `read_request` decides, here as in the service: which dialect, which constraint, or
+    # none (a body that asks for free text runs unconstrained, as llama-server runs it). The body goes on
+    # whole; the service resolves it with the same function.
+    from constraintd.engine.requests import ConstraintKind, read_request
+    from constraintd.errors import SchemaError
+
+    text = _read(path)
+    try:
+        requested = read_request(text)
+    except SchemaError as exc:
+        raise UsageError(f"{path}: {exc}") from exc
+    if requested.kind is ConstraintKind.NONE:
+        return None
+    field = "ollama_request" if requested.source.startswith(_OLLAMA_SOURCE) else "openai_request"
+    return {field: text}
+
+
 def constraint_from(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The keyword arguments of `Client.session` for the constraint asked for, or None for none."""
+    """The keyword arguments of `Client.session` for the constraint asked for, or None for none.
+
+    Raises:
+        UsageError: a file cannot be read, or a request body is refused (not JSON, conflicting fields).
+    """
     if args.json:
         return {"json_object": True}
     if args.schema is not None:
@@ -127,15 +158,7 @@ def constraint_from(args: argparse.Namespace) -> dict[str, Any] | None:
     if args.grammar is not None:
         return {"gbnf": _read(args.grammar)}
     if args.request is not None:
-        text = _read(args.request)
-        try:
-            body = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{args.request}: not JSON ({exc})") from exc
-        openai_fields = {"response_format", "json_schema", "grammar"}
-        if isinstance(body, dict) and "format" in body and not openai_fields & body.keys():
-            return {"ollama_request": text}
-        return {"openai_request": text}
+        return _request_constraint(args.request)
     return None
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from constraintd.engine.requests import ConstraintKind, read_request
 from sampler_worker.chain import SamplerSettings
 from sampler_worker.cli import (
     UsageError,
@@ -72,8 +73,48 @@ def test_unreadable_or_malformed_files(tmp_path: Path) -> None:
         constraint_from(parse("--prompt", "p", "--schema", str(tmp_path / "absent.json")))
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(UsageError, match="not JSON"):
+    with pytest.raises(UsageError, match=r"bad\.json: invalid JSON"):
         constraint_from(parse("--prompt", "p", "--request", str(bad)))
+
+
+# Which request field a body goes in, and whether it constrains at all, is `read_request`'s answer.
+REQUEST_CASES = [
+    ('{"response_format": {"type": "json_object"}}', "openai_request"),
+    ('{"grammar": "root ::= \\"a\\""}', "openai_request"),
+    ('{"format": {"type": "object"}}', "ollama_request"),
+    # an OpenAI field that asks for nothing beside Ollama's format: an Ollama request
+    ('{"format": "json", "response_format": null}', "ollama_request"),
+    # Ollama's format left empty beside an OpenAI grammar: an OpenAI request
+    ('{"format": "", "grammar": "root ::= \\"a\\""}', "openai_request"),
+    # nothing asked for: no constraint, the generation runs free
+    ('{"format": null}', None),
+    ('{"messages": [], "response_format": {"type": "text"}}', None),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"), REQUEST_CASES,
+    ids=["openai-json", "openai-grammar", "ollama-schema", "ollama-beside-null", "openai-beside-empty-format",
+         "null-format", "text"],
+)
+def test_request_dialect_is_read_requests(tmp_path: Path, body: str, field: str | None) -> None:
+    path = tmp_path / "request.json"
+    path.write_text(body)
+    requested = read_request(body)
+    assert (requested.kind is ConstraintKind.NONE) is (field is None)
+    expected = None if field is None else {field: body}
+    assert constraint_from(parse("--prompt", "p", "--request", str(path))) == expected
+
+
+def test_conflicting_request_is_bad_input_before_the_model_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "request.json"
+    path.write_text('{"format": "json", "grammar": "root ::= \\"a\\""}')
+    absent = tmp_path / "absent.gguf"
+    status = main(["generate", "--model", str(absent), "--prompt", "x", "--request", str(path)])
+    assert status == 2
+    assert "Cannot use both format and grammar (at #/grammar)" in capsys.readouterr().err
 
 
 def test_missing_model_fails_with_its_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,7 +128,6 @@ def test_refused_settings_are_bad_input(capsys: pytest.CaptureFixture[str]) -> N
     assert "penalty_repeat" in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def generate_json(capsys: pytest.CaptureFixture[str], model: Path, *argv: str) -> dict[str, Any]:
     """`sampler-worker generate ... --output json` in this process, the engine in-process; its report."""
     status = main([
@@ -100,6 +140,7 @@ def generate_json(capsys: pytest.CaptureFixture[str], model: Path, *argv: str) -
     return report
 
 
+@pytest.mark.slow
 def test_constrained_generation_in_process(
     tmp_path: Path, gemma_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -147,6 +188,7 @@ def test_which_answers_are_json(tmp_path: Path, argv: tuple[str, ...], json_answ
     assert answers_json(constraint_from(parse("--prompt", "p", *paths))) is json_answer
 
 
+@pytest.mark.slow
 def test_json_answer_reports_its_content(
     tmp_path: Path, gemma_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
