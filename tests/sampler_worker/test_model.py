@@ -3,6 +3,7 @@ llama.cpp's."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from constraintd.engine.vocab import Vocab
-from sampler_worker.model import Model, ModelError, check_vocab
+from sampler_worker.model import Model, ModelError, check_vocab, default_threads
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +24,48 @@ def gemma(gemma_path: Path) -> Iterator[Model]:
 @pytest.fixture(scope="module")
 def gemma_vocab(gemma_path: Path) -> Vocab:
     return Vocab.from_gguf(gemma_path)
+
+
+def fake_cpus(root: Path, siblings: list[str]) -> Path:
+    """A /sys/devices/system/cpu with one thread_siblings file per logical CPU."""
+    for cpu, mask in enumerate(siblings):
+        topology = root / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "thread_siblings").write_text(mask + "\n")
+    return root
+
+
+# (thread siblings per logical CPU, cgroup cpu.max or None, affinity, threads): llama.cpp's physical
+# core count, bounded by the affinity and the quota
+THREAD_CASES = [
+    (["3", "3", "c", "c"], None, {0, 1, 2, 3}, 2),  # two cores with two hyper-threads each
+    (["1", "2", "4", "8"], None, {0, 1, 2, 3}, 4),  # four cores, no hyper-threads
+    (["1", "2", "4", "8"], "max 100000", {0, 1, 2, 3}, 4),  # no quota
+    (["1", "2", "4", "8"], "150000 100000", {0, 1, 2, 3}, 2),  # 1.5 CPUs of quota: 2 threads
+    (["1", "2", "4", "8"], "50000 100000", {0, 1, 2, 3}, 1),
+    (["1", "2", "4", "8"], None, {2}, 1),  # pinned to one CPU
+]
+
+
+@pytest.mark.parametrize(
+    ("siblings", "cpu_max", "affinity", "threads"), THREAD_CASES,
+    ids=["hyper-threads", "cores", "no-quota", "quota-1.5", "quota-0.5", "affinity"],
+)
+def test_default_threads(
+    tmp_path: Path, siblings: list[str], cpu_max: str | None, affinity: set[int], threads: int
+) -> None:
+    cgroup = tmp_path / "cpu.max"
+    if cpu_max is not None:
+        cgroup.write_text(cpu_max + "\n")
+    sys_cpu = fake_cpus(tmp_path / "cpu", siblings)
+    assert default_threads(sys_cpu=sys_cpu, cgroup_cpu_max=cgroup, affinity=affinity) == threads
+
+
+def test_default_threads_without_topology_follow_llama_cpp(tmp_path: Path) -> None:
+    # no topology to read: llama.cpp takes the logical CPUs up to four, else half of them
+    logical = os.cpu_count() or 1
+    expected = logical if logical <= 4 else logical // 2
+    assert default_threads(sys_cpu=tmp_path, cgroup_cpu_max=tmp_path / "none", affinity=set()) == expected
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -79,6 +122,25 @@ def test_logits_are_llama_cpp_pythons(gemma: Model, gemma_path: Path) -> None:
     theirs_model.close()
     for mine, reference in zip(ours, theirs, strict=True):
         assert np.array_equal(mine, reference)
+
+
+@pytest.mark.slow
+def test_truncated_context_decodes_as_before(gemma: Model) -> None:
+    prompt = gemma.tokenize("Three colours of the sky:")
+    gemma.reset()
+    gemma.decode(prompt)
+    first = [gemma.decode([token]) for token in (4_021, 17)]
+    gemma.truncate(len(prompt))
+    assert gemma.n_past == len(prompt)
+    again = [gemma.decode([token]) for token in (4_021, 17)]
+    for before, after in zip(first, again, strict=True):
+        assert np.array_equal(before, after)
+
+
+@pytest.mark.parametrize("keep", [-1, 1_000], ids=["negative", "past-the-end"])
+def test_truncating_outside_the_context_is_an_error(gemma: Model, keep: int) -> None:
+    with pytest.raises(ModelError, match="cannot keep"):
+        gemma.truncate(keep)
 
 
 @pytest.mark.slow
