@@ -18,7 +18,8 @@
 #   arrays' types and shapes are checked, and the loaded vocabulary's content hash must be the one the
 #   file is named by: a damaged file is passed over with a note, and the vocabulary is read from its GGUF.
 # - Writes are atomic (a temporary file in the same directory, then a rename), so processes may share a
-#   directory; two that save the same vocabulary write the same bytes, and either rename wins.
+#   directory; two that save the same vocabulary write the same arrays, and either rename wins. No fsync:
+#   a file a crash leaves short or empty fails the checks above and is rebuilt.
 # - Members are read into memory rather than mapped: numpy cannot map the members of a zip, and reading
 #   is what lets the CRC-32 turn a damaged file into an error (a 262k-token vocabulary: about 30 MB).
 from __future__ import annotations
@@ -248,8 +249,6 @@ def _write_atomically(target: Path, write: Callable[[IO[bytes]], object]) -> Non
     try:
         with os.fdopen(descriptor, "wb") as file:
             write(file)
-            file.flush()
-            os.fsync(file.fileno())
         os.chmod(temporary, _FILE_MODE)
         os.replace(temporary, target)
     except BaseException:
@@ -328,8 +327,8 @@ def _piece_separator(pieces: Sequence[bytes]) -> bytes:
 
 def _text_separator(texts: Sequence[str]) -> str:
     # A code point no text holds (a vocabulary's texts use few of the million).
-    used = set("".join(texts))
-    return next(chr(c) for c in range(1, 0xD800) if chr(c) not in used)
+    joined = "".join(texts)
+    return next(chr(c) for c in range(1, 0xD800) if chr(c) not in joined)
 
 
 # name -> dtype of every array of a file (all one-dimensional). The optional ones (token texts, attributes,
