@@ -2,8 +2,8 @@
 # `ConstraintdError` its status maps to (clients/status.py), so nothing grpc escapes a transport.
 #
 # gRPC (`GrpcTransport`, `AsyncGrpcTransport`): one RPC per call over grpc's blocking channel or grpc.aio's,
-# except the async transport's Accept, which goes as a Step of one accept on the open Step stream (a message
-# on an open stream costs grpc.aio about half a unary call's round trip); its reply and its errors are the
+# except Accept, which goes as a Step of one accept on a Step stream kept open (a message on an open stream
+# costs grpc about half to two thirds of a unary call's round trip); its reply, errors and deadline are the
 # unary call's.
 # - Calls wait for the channel to be ready (up to their deadline) instead of failing at once while the
 #   server restarts, and the channel reconnects quickly (100 ms first backoff): a client riding out a
@@ -14,7 +14,8 @@
 #   with one while it reads the other's answer. A stream that fails, ends or times out is dropped with
 #   every batch still waiting on it (they fail UNAVAILABLE, so the flows retry them; their positions keep
 #   a retry from applying a token twice), and the next batch opens a new one. The sync transport opens a
-#   stream per batch (grpc's blocking API has no cheaper way to pair a write and a read).
+#   stream per Step batch, and keeps one open for Accepts, one at a time (a thread that finds it busy makes
+#   a unary call); a stream that fails or passes a deadline is dropped, and the next Accept opens another.
 #
 # In-process (`LocalTransport`, `AsyncLocalTransport`): the service's own operations, called directly.
 # - It answers exactly as a server would: the same `Operations` (decode, engine, encode) over its own
@@ -26,8 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import queue
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -74,8 +77,55 @@ def _failure(error: grpc.RpcError) -> ConstraintdError:
     return error_for(error.code().name, error.details() or "")
 
 
+class _BlockingStepStream:
+    """One Step stream over grpc's blocking API, one message at a time: write a request, read its reply.
+
+    grpc's blocking API reads a stream's requests from an iterator, on a thread of its own, and has no
+    deadline for one read. So the iterator (`_feed`) keeps the deadline: after handing grpc a request, it
+    waits for the next one only until the outstanding request's deadline, and if its reply has not been
+    read by then it cancels the call, which ends the blocked read with CANCELLED (`expired` says why).
+    """
+
+    def __init__(self, stub: Any, metadata: Sequence[tuple[str, str]] | None) -> None:
+        self._requests: queue.SimpleQueue[tuple[Any, float | None] | None] = queue.SimpleQueue()
+        self.sent = 0
+        self.answered = 0
+        self.expired = False
+        self.call = stub.Step(self._feed(), metadata=metadata, wait_for_ready=True)
+
+    def _feed(self) -> Iterator[Any]:
+        deadline: float | None = None  # of the request sent last, while its reply may be unread
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                item = self._requests.get(timeout=wait)
+            except queue.Empty:
+                if self.answered < self.sent:
+                    self.expired = True
+                    self.call.cancel()
+                    return
+                deadline = None
+                continue
+            if item is None:
+                return
+            request, deadline = item
+            self.sent += 1
+            yield request
+
+    def exchange(self, request: Any, timeout: float | None) -> Any:
+        """The reply to `request`. Raises grpc.RpcError, or StopIteration when the stream has ended."""
+        self._requests.put((request, None if timeout is None else time.monotonic() + timeout))
+        reply = next(self.call)
+        self.answered += 1
+        return reply
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self.call.cancel()
+
+
 class GrpcTransport:
-    """Blocking calls over a `grpc.Channel`."""
+    """Blocking calls over a `grpc.Channel`; Accept over a Step stream kept open (see `_accept`)."""
 
     def __init__(
         self,
@@ -92,8 +142,15 @@ class GrpcTransport:
             self._channel = grpc.secure_channel(target, _credentials(tls), options=options)
         self._stub = pb_grpc.ConstraintdStub(self._channel)  # type: ignore[no-untyped-call]
         self._metadata = _metadata(token)
+        self._stream: _BlockingStepStream | None = None
+        self._stream_lock = threading.Lock()
 
     def call(self, method: str, request: Any, *, timeout: float | None) -> Any:
+        if method == "Accept" and self._stream_lock.acquire(blocking=False):
+            try:
+                return self._accept(request, timeout)
+            finally:
+                self._stream_lock.release()
         try:
             if method == "Step":
                 replies = self._stub.Step(
@@ -106,7 +163,32 @@ class GrpcTransport:
         except grpc.RpcError as error:
             raise _failure(error) from None
 
+    def _accept(self, request: Any, timeout: float | None) -> Any:
+        """Accept as a one-accept Step on the open stream (with the stream lock held; a thread that finds
+        it taken makes a unary call instead, so threads sharing a client never wait for each other)."""
+        if self._stream is None:
+            self._stream = _BlockingStepStream(self._stub, self._metadata)
+        stream = self._stream
+        try:
+            reply = stream.exchange(pb.StepRequest(ops=[pb.StepOp(accept=request)]), timeout)
+        except grpc.RpcError as error:
+            self._drop_stream()
+            if stream.expired:
+                raise DeadlineError(f"no Accept reply within {timeout} s") from None
+            raise _stream_failure(error.code(), error.details() or "") from None
+        except StopIteration:
+            self._drop_stream()
+            raise UnavailableError("the Step stream ended") from None
+        return _only_accept(reply)
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
     def close(self) -> None:
+        with self._stream_lock:
+            self._drop_stream()
         self._channel.close()
 
 
@@ -156,8 +238,8 @@ class AsyncGrpcTransport:
             self._waiting.append(reply)
             try:
                 await stream.write(request)
-            except grpc.RpcError as error:
-                self._drop_stream(_failure(error))
+            except grpc.RpcError:  # the call is over; its status says why (the write's own error does not)
+                self._drop_stream(await _ending(stream))
             except asyncio.InvalidStateError:  # the stream had ended since the last batch
                 self._drop_stream(UnavailableError("the Step stream had ended"))
         try:
@@ -178,7 +260,7 @@ class AsyncGrpcTransport:
                         answered.set_result(reply)
             failure: ConstraintdError = UnavailableError("the Step stream ended")
         except grpc.RpcError as error:
-            failure = _failure(error)
+            failure = _stream_failure(error.code(), error.details() or "")
         except asyncio.InvalidStateError:
             failure = UnavailableError("the Step stream had ended")
         if self._stream is stream:
@@ -200,6 +282,26 @@ class AsyncGrpcTransport:
     async def close(self) -> None:
         self._drop_stream(UnavailableError("the client is closed"))
         await self._channel.close()
+
+
+# grpc.aio's status for a stream whose connection broke under a write: not the server's (its INTERNAL
+# says "internal error (logged by the server)"), so it is taken for what it is, the service gone.
+_CORE_INTERNAL = "Internal error from Core"
+
+
+def _stream_failure(code: grpc.StatusCode, details: str) -> ConstraintdError:
+    """What a Step stream's end means to its callers: its status, or UNAVAILABLE when it ended well, was
+    cancelled, or its connection broke."""
+    if code in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED) or (
+        code is grpc.StatusCode.INTERNAL and details == _CORE_INTERNAL
+    ):
+        return UnavailableError(f"the Step stream ended ({code.name}: {details})")
+    return error_for(code.name, details)
+
+
+async def _ending(stream: Any) -> ConstraintdError:
+    """Why a Step stream that refused a write ended (the write's own error does not say)."""
+    return _stream_failure(await stream.code(), await stream.details() or "")
 
 
 def _only_accept(reply: pb.StepReply) -> pb.AcceptReply:

@@ -4,8 +4,11 @@ transparent recovery when sessions expire and when the server is killed and rest
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,8 +17,9 @@ from clients import Client, ClientTls, Policy, ServiceError, Session
 from constraintd.engine.grammar import Grammar
 from constraintd.engine.matcher import Matcher
 from constraintd.engine.vocab import Vocab
-from constraintd.errors import GrammarError, InputError, NotFoundError, SchemaError
+from constraintd.errors import DeadlineError, GrammarError, InputError, NotFoundError, SchemaError
 from constraintd.server.config import Limits, TlsFiles
+from constraintd.server.lifecycle import Service
 from tests import reference
 from tests.clients.generation import SCHEMA, generate
 from tests.server.running import (
@@ -241,3 +245,62 @@ def test_a_session_is_a_context_manager_and_the_client_too() -> None:
         with client.session(vocab, gbnf=AB_PLUS) as session:
             assert isinstance(session, Session)
         assert session.record.closed
+
+
+@pytest.fixture
+def served() -> Iterator[Service]:
+    with socket_dir() as directory:
+        server = ServerThread(server_config(directory))
+        try:
+            yield server.start()
+        finally:
+            server.stop()
+
+
+def test_accept_goes_over_a_step_stream_with_the_unary_answers(served: Service) -> None:
+    with Client(served.addresses[0], policy=POLICY) as client:
+        session = client.session(client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG), gbnf=AB_PLUS)
+        assert session.accept(A) and not session.accept(A)
+        mask = session.accept_or_mask(A)
+        assert mask is not None and np.array_equal(mask, engine_mask([A]))
+        with pytest.raises(InputError, match="outside the vocabulary"):
+            session.accept(-5)
+        assert session.history == (A,)
+    assert served.metrics.step_ops.value("accept") == 4 and served.metrics.rpcs.value("Accept", "OK") == 0
+
+
+def test_an_accept_past_its_deadline_is_a_deadline_error_and_the_next_one_works(
+    served: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server stops answering Step messages (its loop blocked) for longer than the call's deadline."""
+    release = threading.Event()
+    answer = served.operations.step_owing
+
+    def stalled(request: Any) -> Any:
+        release.wait(30.0)
+        return answer(request)
+
+    with Client(served.addresses[0], policy=dataclasses.replace(POLICY, timeout=0.2)) as client:
+        session = client.session(client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG), gbnf=AB_PLUS)
+        assert session.accept(A)
+        monkeypatch.setattr(served.operations, "step_owing", stalled)
+        with pytest.raises(DeadlineError, match=r"no Accept reply within 0\.2 s"):
+            session.accept(B)
+        monkeypatch.undo()
+        release.set()
+        assert session.accept(B) and session.history == (A, B)  # rebuilt if the stalled accept landed
+
+
+def test_threads_sharing_a_client_accept_at_once(served: Service) -> None:
+    """One thread holds the Accept stream while the others make unary calls; every answer is its own."""
+    with Client(served.addresses[0], policy=POLICY) as client:
+        vocab = client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+        sessions = [client.session(vocab, gbnf=AB_PLUS) for _ in range(4)]
+
+        def generate_in(session: Session) -> list[bool]:
+            return [session.accept(token) for token in (A, A, B, B, A)]
+
+        with ThreadPoolExecutor(4) as pool:
+            verdicts = list(pool.map(generate_in, sessions))
+    assert verdicts == [[True, False, True, True, False]] * 4
+    assert [s.history for s in sessions] == [(A, B, B)] * 4
