@@ -15,6 +15,7 @@
 #   below decide it); every other verdict is the same whatever lies below.
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -25,7 +26,6 @@ from constraintd.engine.decoded_vocab import (
     END_OF_GENERATION,
     ColumnTable,
     DecodedVocab,
-    decode_partial,
 )
 from constraintd.engine.stacks import TOKEN
 from constraintd.engine.states import State
@@ -73,9 +73,7 @@ def compute_allowed(state: State | None, partial: PartialUtf8, vocab: DecodedVoc
     if after.short_ids.size:
         values = (value << (6 * after.short_lengths)) | after.short_bits
         codes = (values << 2) | (n_remain - after.short_lengths)
-        verdict = {code: state.partial_ok(decode_partial(code)) for code in np.unique(codes).tolist()}
-        keep = np.array([verdict[code] for code in codes.tolist()], dtype=np.bool_)
-        allowed[after.short_ids[keep]] = True
+        allowed[after.short_ids[_partials_ok(state, codes)]] = True
     # the others finish it with their first bytes: column 0 is the finished code point
     table = after.long
     if table.ids.size:
@@ -128,16 +126,30 @@ def walk(
     count_from = table.count_from
     # every row of the table, with its own column 0: that column moves once per distinct code point
     whole = rows is None and bool(columns) and columns[0] is table.columns[0]
-    if rows is None:
-        rows = np.arange(table.ids.size, dtype=np.int64)
-    # rows without a single code point only end in an unfinished sequence
-    split = int(np.searchsorted(rows, count_from[0] if count_from else 0))
-    _judge_ends(table, rows[split:], np.ones(rows.size - split, dtype=np.int64), states, allowed, uncertain)
-    rows = rows[:split]
-    at = np.ones(rows.size, dtype=np.int64)
-    for j, column in enumerate(columns):
+    first = 0
+    if whole and not start.token_tops and not start.has_escape:
+        # nothing to decide at column 0 but the move: only the rows it keeps alive are ever listed
+        _judge_bare(table, start, allowed)
+        rows, at = _first_column(table, *segment_map(1))
+        split = int(np.searchsorted(rows, count_from[1] if len(count_from) > 1 else 0))
+        if split < rows.size:
+            _judge_ends(table, rows[split:], at[split:], states, allowed, uncertain)
+            rows, at = rows[:split], at[:split]
+        first = 1
+    else:
+        if rows is None:
+            rows = np.arange(table.ids.size, dtype=np.int64)
+        # rows without a single code point only end in an unfinished sequence
+        split = int(np.searchsorted(rows, count_from[0] if count_from else 0))
+        _judge_ends(
+            table, rows[split:], np.ones(rows.size - split, dtype=np.int64), states, allowed, uncertain
+        )
+        rows = rows[:split]
+        at = np.ones(rows.size, dtype=np.int64)
+    for j in range(first, len(columns)):
         if rows.size == 0:
             break
+        column = columns[j]
         present = np.flatnonzero(np.bincount(at, minlength=len(states)))
         for index in present.tolist():
             state = states[index]
@@ -147,7 +159,7 @@ def walk(
                 uncertain[rows[at == index]] = True
         if j == 0 and whole:
             bounds, ids = segment_map(1)
-            at = ids[np.searchsorted(bounds, table.first_code_points, side="right")][table.first_index]
+            rows, at = _first_column(table, bounds, ids)
         elif present.size == 1:
             bounds, ids = segment_map(int(present[0]))
             at = ids[np.searchsorted(bounds, column[rows], side="right")]
@@ -171,7 +183,75 @@ def walk(
         if split < rows.size:
             _judge_ends(table, rows[split:], at[split:], states, allowed, uncertain)
             rows, at = rows[:split], at[:split]
-    return np.flatnonzero(allowed), np.flatnonzero(uncertain & ~allowed)
+    unsure = np.flatnonzero(uncertain)
+    return np.flatnonzero(allowed), unsure[~allowed[unsure]]
+
+
+def _first_column(table: ColumnTable, bounds: IntArray, ids: IntArray) -> tuple[IntArray, IntArray]:
+    # Every row with a code point, moved by column 0 from the start state, whose intervals are `bounds`
+    # and lead to `ids`. The table's rows grouped by first code point make each interval's rows one
+    # slice, so when few stay alive (a literal, a digit) only they are touched, not the vocabulary.
+    aux = _first_index(table)
+    values = table.first_code_points
+    # interval i holds the distinct first code points of index edges[i] to edges[i + 1]
+    edges = np.zeros(bounds.size + 2, dtype=np.int64)
+    edges[1:-1] = np.searchsorted(values, bounds, side="left")
+    edges[-1] = values.size
+    live = np.flatnonzero(ids != _DEAD)
+    starts = aux.group_starts[edges[live]]
+    sizes = aux.group_starts[edges[live + 1]] - starts
+    total = int(sizes.sum())
+    if total * 8 >= table.first_index.size:
+        at = np.repeat(ids, np.diff(edges))[table.first_index]
+        rows = np.flatnonzero(at != _DEAD)
+        return rows, at[rows]
+    before = np.cumsum(sizes) - sizes  # rows of the live intervals ahead of each
+    rows = aux.by_value[np.arange(total, dtype=np.int64) + np.repeat(starts - before, sizes)]
+    at = np.repeat(ids[live], sizes)
+    order = np.argsort(rows)
+    return rows[order], at[order]
+
+
+def _judge_bare(table: ColumnTable, start: State, allowed: BoolArray) -> None:
+    # the rows without a single code point, from a start state without escape marks: only their
+    # unfinished sequence is judged, once per distinct sequence
+    aux = _first_index(table)
+    if aux.bare_rows.size:
+        ok = (aux.bare_codes == 0) | _partials_ok(start, aux.bare_codes)
+        allowed[aux.bare_rows[ok[aux.bare_inverse]]] = True
+
+
+@dataclass(frozen=True, slots=True)
+class _FirstIndex:
+    by_value: IntArray  # rows with a code point, by the index of their first one (stable)
+    group_starts: IntArray  # where each first code point's rows start in by_value (one more at the end)
+    bare_rows: IntArray  # rows without a code point (a lone unfinished sequence)
+    bare_codes: IntArray  # their distinct encoded sequences
+    bare_inverse: IntArray  # per bare row, the index of its sequence in bare_codes
+
+
+_FIRST_INDEX: dict[int, tuple[ColumnTable, _FirstIndex]] = {}
+
+
+def _first_index(table: ColumnTable) -> _FirstIndex:
+    found = _FIRST_INDEX.get(id(table))
+    if found is None or found[0] is not table:
+        counts = np.bincount(table.first_index, minlength=table.first_code_points.size)
+        group_starts = np.zeros(counts.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=group_starts[1:])
+        bare_rows = np.arange(table.count_from[0] if table.count_from else 0, table.ids.size, dtype=np.int64)
+        bare_codes, bare_inverse = np.unique(table.partials[bare_rows], return_inverse=True)
+        index = _FirstIndex(
+            by_value=np.argsort(table.first_index, kind="stable").astype(np.int64),
+            group_starts=group_starts,
+            bare_rows=bare_rows,
+            bare_codes=bare_codes,
+            bare_inverse=bare_inverse.reshape(-1),
+        )
+        if len(_FIRST_INDEX) >= 16:
+            _FIRST_INDEX.clear()
+        found = _FIRST_INDEX[id(table)] = (table, index)
+    return found[1]
 
 
 def _judge_token_tops(table: ColumnTable, state: State, rows: IntArray, allowed: BoolArray) -> None:
@@ -202,13 +282,33 @@ def _judge_ends(
     if whole.all():
         return
     rows, at, partials = rows[~whole], at[~whole], partials[~whole]
-    pairs, inverse = np.unique((at << _STATE_SHIFT) | partials, return_inverse=True)
-    verdicts = []
-    unknown = []
-    for pair in pairs.tolist():
-        state = states[pair >> _STATE_SHIFT]
-        verdicts.append(state is not None and state.partial_ok(decode_partial(pair & _LOW_BITS)))
-        unknown.append(state is not None and state.has_escape)
-    inverse = inverse.reshape(-1)
-    allowed[rows[np.array(verdicts, dtype=np.bool_)[inverse]]] = True
-    uncertain[rows[np.array(unknown, dtype=np.bool_)[inverse]]] = True
+    for index in np.unique(at).tolist():
+        state = states[index]
+        if state is None:
+            continue
+        here = at == index
+        allowed[rows[here][_partials_ok(state, partials[here])]] = True
+        if state.has_escape:
+            uncertain[rows[here]] = True
+
+
+def _partials_ok(state: State, codes: IntArray) -> BoolArray:
+    # State.partial_ok over many encoded partial sequences at once: llama_grammar_match_partial_char on
+    # each char class on top, a sequence surviving when one of them could still match it
+    value, n_remain = codes >> 2, codes & 3
+    shift = 6 * n_remain
+    low = value << shift
+    high = low | ((1 << shift) - 1)
+    unset = low == 0
+    low[unset & (n_remain == 2)] = 1 << 11
+    low[unset & (n_remain == 3)] = 1 << 16
+    ok = np.zeros(codes.size, dtype=np.bool_)
+    classes = state.table.rules.classes
+    for pos in state.char_tops:
+        positive, ranges = classes[pos]
+        hit = np.zeros(codes.size, dtype=np.bool_)
+        for range_low, range_high in ranges:
+            hit |= (range_low <= high) & (low <= range_high)
+        ok |= hit if positive else ~hit
+    ok &= ~((n_remain == 1) & (value < 2))  # an overlong 2-byte form of a 7-bit char
+    return ok
