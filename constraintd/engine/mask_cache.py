@@ -3,8 +3,8 @@
 # Contract:
 # - `MaskCache.mask(state, partial, limit)` is exactly `mask.compute_mask(state, partial, ...)`: the packed
 #   mask of the tokens llama.cpp's apply allows (read-only).
-# - Finished masks are kept by (state, partial); states are interned, so a state seen before costs a dict
-#   lookup.
+# - Finished masks are kept by (state, partial), per grammar, up to `max_mask_bytes`; states are interned,
+#   so a state seen before costs a dict lookup.
 # - Per stack top (the top `CONTEXT_DEPTH` positions of a stack), the verdicts that do not depend on what
 #   lies below are kept too (the idea of XGrammar's adaptive token mask cache): walking every token from
 #   that top with an escape mark below (stacks.Rules.escape) splits the vocabulary into tokens allowed
@@ -12,16 +12,25 @@
 #   token is allowed from a stack set when some stack allows it (llama_grammar_reject_candidates), so
 #   the mask of a new state is the OR of its stack tops' allowed tokens, its token-topped stacks' tokens,
 #   the end-of-generation tokens if it may end, and the uncertain tokens that a walk from the whole
-#   state, over those tokens only, allows. Tops are shared by every state whose stacks end alike: the
-#   same JSON string rule at any nesting depth, say. One top position alone would leave most tokens
-#   uncertain (a repeated character class is the last element of its own rule). A state with many
-#   tops not seen before is walked whole instead, without learning them.
+#   state, over those tokens only, allows. A state with many tops not seen before is walked whole
+#   instead, without learning them.
+# - Verdicts are built a level at a time: the top (escape, p3, p2, p1) starts from the verdict of its
+#   shorter top (escape, p2, p1): what that one allows or rejects whatever is below stays so, and only its
+#   uncertain tokens are walked again, from the longer top. A stack no deeper than CONTEXT_DEPTH is its
+#   own top, without a mark, built on the same positions with a mark, and leaves nothing uncertain.
+# - Verdicts are keyed by the tops' structure (structure.py), not their positions, and kept per
+#   vocabulary (`SharedVerdicts`): the string, number and value rules that every converted JSON schema
+#   repeats are walked once per vocabulary, and a new grammar mostly walks the few tokens its own
+#   literals and nesting decide.
 # - After an unfinished UTF-8 sequence (rare: a token cut a character) the mask is walked whole.
-# - Both caches drop their least recently used entries beyond a size; the answers never depend on them.
+# - Every cache drops its least recently used entries beyond its bound (bytes of arrays for masks and
+#   verdicts); the answers never depend on them.
 from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Final, TypeVar
 
 import numpy as np
@@ -32,42 +41,132 @@ from constraintd.engine.decoded_vocab import END_OF_GENERATION, DecodedVocab
 from constraintd.engine.mask import compute_mask, walk
 from constraintd.engine.stacks import TOKEN, Stack
 from constraintd.engine.states import State, StateTable
+from constraintd.engine.structure import Structure
 from constraintd.engine.utf8 import FRESH, PartialUtf8
 
-__all__ = ["CONTEXT_DEPTH", "MAX_NEW_TOPS", "MaskCache"]
+__all__ = [
+    "CONTEXT_DEPTH",
+    "MAX_NEW_TOPS",
+    "MaskCache",
+    "SharedVerdicts",
+    "TopVerdict",
+    "shared_verdicts",
+]
 
 # Positions a stack top keeps (the stack's own positions when it is no deeper).
 CONTEXT_DEPTH: Final = 4
 # Tops not seen before that one mask may learn; above, the state is walked whole.
 MAX_NEW_TOPS: Final = 16
+# Default bounds: a grammar's finished masks; a vocabulary's verdicts (shared by all its grammars).
+MAX_MASK_BYTES: Final = 4 << 20
+MAX_VERDICT_BYTES: Final = 192 << 20
+_VOCABULARIES: Final = 8  # vocabularies whose verdicts are kept
 
 Words = npt.NDArray[np.int32]
 IntArray = npt.NDArray[np.int64]
-K = TypeVar("K")
+K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class TopVerdict:
+    """What one stack top decides whatever lies below it.
+
+    Attributes:
+        words: a packed mask of tokens allowed (possibly shared with the shorter top it was built from),
+            or None.
+        ids: more allowed token ids, beyond `words` (ascending).
+        uncertain: rows of the vocabulary's fresh table that the stacks below decide (ascending).
+        nbytes: bytes of the arrays this verdict holds alone (not those it shares).
+    """
+
+    words: Words | None
+    ids: IntArray
+    uncertain: IntArray
+    nbytes: int
+
+
+class SharedVerdicts:
+    """One vocabulary's top verdicts, keyed by structure, least recently used dropped beyond `max_bytes`."""
+
+    __slots__ = ("_entries", "max_bytes", "nbytes")
+
+    def __init__(self, *, max_bytes: int = MAX_VERDICT_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.nbytes = 0  # exact with one thread; threads racing may skew it, never an answer
+        self._entries: OrderedDict[tuple[int, ...], TopVerdict] = OrderedDict()
+
+    def get(self, key: tuple[int, ...]) -> TopVerdict | None:
+        return _lookup(self._entries, key)
+
+    def put(self, key: tuple[int, ...], verdict: TopVerdict) -> None:
+        entries = self._entries
+        if key in entries:
+            return  # another thread walked it meanwhile: the same verdict
+        entries[key] = verdict
+        self.nbytes += verdict.nbytes
+        while self.nbytes > self.max_bytes and len(entries) > 1:
+            try:
+                _, dropped = entries.popitem(last=False)
+            except KeyError:
+                break
+            self.nbytes -= dropped.nbytes
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_SHARED: dict[int, tuple[DecodedVocab, SharedVerdicts]] = {}
+
+
+def shared_verdicts(vocab: DecodedVocab) -> SharedVerdicts:
+    """The verdicts every grammar on `vocab` shares (those of the last few vocabularies are kept)."""
+    found = _SHARED.get(id(vocab))
+    if found is None or found[0] is not vocab:
+        if len(_SHARED) >= _VOCABULARIES:
+            _SHARED.clear()  # grammars compiled before keep the store they hold
+        found = _SHARED[id(vocab)] = (vocab, SharedVerdicts())
+    return found[1]
 
 
 class MaskCache:
     """The masks of one grammar on its vocabulary (see the module comment)."""
 
-    __slots__ = ("_masks", "_tops", "max_masks", "max_tops", "states", "vocab")
+    __slots__ = (
+        "_mask_bytes",
+        "_masks",
+        "_tops",
+        "max_mask_bytes",
+        "max_tops",
+        "shared",
+        "states",
+        "structure",
+        "vocab",
+    )
 
     def __init__(
         self,
         states: StateTable,
         vocab: DecodedVocab,
         *,
-        max_masks: int = 512,
+        max_mask_bytes: int = MAX_MASK_BYTES,
         max_tops: int = 2048,
+        shared: SharedVerdicts | None = None,
     ) -> None:
         self.states = states
         self.vocab = vocab
-        self.max_masks = max_masks
+        self.structure: Structure | None = None  # built on first use: it needs the vocabulary's table
+        self.shared = shared if shared is not None else shared_verdicts(vocab)
+        self.max_mask_bytes = max_mask_bytes
         self.max_tops = max_tops
         self._masks: OrderedDict[tuple[State, PartialUtf8], Words] = OrderedDict()
-        # stack top -> (the tokens allowed whatever is below: a mask, or their ids when they are few;
-        # the uncertain table rows)
-        self._tops: OrderedDict[Stack, tuple[Words | IntArray, IntArray]] = OrderedDict()
+        self._mask_bytes = 0
+        # stack top -> its verdict (a shortcut past the structural key, for this grammar's tops)
+        self._tops: OrderedDict[Stack, TopVerdict] = OrderedDict()
 
     def mask(self, state: State, partial: PartialUtf8, limit: int) -> Words:
         """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only).
@@ -83,8 +182,21 @@ class MaskCache:
             else:
                 mask = self._compose(state, limit)
                 mask.flags.writeable = False
-            _store(self._masks, key, mask, self.max_masks)
+            self._keep_mask(key, mask)
         return mask
+
+    def _keep_mask(self, key: tuple[State, PartialUtf8], mask: Words) -> None:
+        masks = self._masks
+        if key in masks:
+            return
+        masks[key] = mask
+        self._mask_bytes += mask.nbytes
+        while self._mask_bytes > self.max_mask_bytes and len(masks) > 1:
+            try:
+                _, dropped = masks.popitem(last=False)
+            except KeyError:
+                break
+            self._mask_bytes -= dropped.nbytes
 
     def _compose(self, state: State, limit: int) -> Words:
         escape = self.states.rules.escape
@@ -100,13 +212,18 @@ class MaskCache:
         words = np.zeros(mask_words(vocab.n_tokens), dtype=np.int32)
         extra = np.zeros(vocab.n_tokens, dtype=np.bool_)
         uncertain: list[IntArray] = []
-        for top in tops:
-            allowed, unsure = self._top(top, limit)
-            if allowed.dtype == np.int32:
-                words |= allowed
-            else:
-                extra[allowed] = True
-            uncertain.append(unsure)
+        # verdicts built on one another share their words: OR each array once (held here, so that an id
+        # is not reused by another array while this runs)
+        verdicts = [self._top(top, limit) for top in tops]
+        ored: set[int] = set()
+        for verdict in verdicts:
+            if verdict.words is not None and id(verdict.words) not in ored:
+                ored.add(id(verdict.words))
+                words |= verdict.words
+            if verdict.ids.size:
+                extra[verdict.ids] = True
+            if verdict.uncertain.size:
+                uncertain.append(verdict.uncertain)
         if state.has_empty:
             extra[vocab.kinds == END_OF_GENERATION] = True
         # token-topped stacks take any token with a code point, by id alone
@@ -126,40 +243,74 @@ class MaskCache:
             extra[table.ids[found]] = True
         return words | pack_mask(extra)
 
+    def _top(self, top: Stack, limit: int) -> TopVerdict:
+        verdict = _lookup(self._tops, top)
+        if verdict is None:
+            structure = self.structure
+            if structure is None:
+                # a token matches at most as many char terminals as it has code points, then looks at one more
+                horizon = len(self.vocab.fresh_table().columns) + 1
+                structure = self.structure = Structure(self.states.rules, horizon)
+            key = structure.stack(top)
+            verdict = self.shared.get(key)
+            if verdict is None:
+                verdict = self._walk_top(top, limit)
+                self.shared.put(key, verdict)
+            _store(self._tops, top, verdict, self.max_tops)
+        return verdict
+
+    def _walk_top(self, top: Stack, limit: int) -> TopVerdict:
+        escape = self.states.rules.escape
+        table = self.vocab.fresh_table()
+        start = self.states.intern([top], limit)
+        assert start is not None
+        marked = top[0] == escape
+        if marked and len(top) == 2:
+            allowed_rows, uncertain = walk(table, table.columns, start, limit)
+            return self._verdict(None, table.ids[allowed_rows], uncertain)
+        # built on (escape, p2, p1) for (escape, p3, p2, p1), and on (escape, p3, p2, p1) for the whole
+        # stack (p3, p2, p1)
+        shorter = self._top((escape, *top[2:]) if marked else (escape, *top), limit)
+        if shorter.uncertain.size == 0:
+            return shorter
+        allowed_rows, uncertain = walk(table, table.columns, start, limit, rows=shorter.uncertain)
+        ids = table.ids[allowed_rows]
+        if shorter.ids.size:
+            ids = np.union1d(shorter.ids, ids)
+        return self._verdict(shorter.words, ids, uncertain)
+
+    def _verdict(self, words: Words | None, ids: IntArray, uncertain: IntArray) -> TopVerdict:
+        ids = np.sort(ids)
+        nbytes = ids.nbytes + uncertain.nbytes
+        if ids.size * 64 >= self.vocab.n_tokens:  # a mask takes less room than the ids
+            bits = np.zeros(self.vocab.n_tokens, dtype=np.bool_)
+            bits[ids] = True
+            own = pack_mask(bits)
+            words = own if words is None else words | own
+            ids = np.zeros(0, dtype=np.int64)
+            nbytes = words.nbytes + uncertain.nbytes
+        for array in (words, ids, uncertain):
+            if array is not None:
+                array.flags.writeable = False
+        return TopVerdict(words, ids, uncertain, nbytes)
+
     def __len__(self) -> int:
         return len(self._masks)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the finished masks kept (their arrays only, not the dict around them)."""
-        return sum(mask.nbytes for mask in self._masks.values())
+        return self._mask_bytes
 
     def forget_masks(self) -> None:
         """Drops the finished masks (not the per-top verdicts): the next masks are composed anew."""
         self._masks.clear()
+        self._mask_bytes = 0
 
     @property
     def tops(self) -> int:
-        """How many stack tops' verdicts are kept."""
+        """How many stack tops this grammar has met and keeps a shortcut to."""
         return len(self._tops)
-
-    def _top(self, top: Stack, limit: int) -> tuple[Words | IntArray, IntArray]:
-        found = _lookup(self._tops, top)
-        if found is not None:
-            return found
-        start = self.states.intern([top], limit)
-        assert start is not None
-        table = self.vocab.fresh_table()
-        allowed_rows, uncertain_rows = walk(table, table.columns, start, limit)
-        ids = np.sort(table.ids[allowed_rows])
-        allowed: Words | IntArray = ids
-        if ids.size * 64 >= self.vocab.n_tokens:  # a mask takes less room than the ids
-            bits = np.zeros(self.vocab.n_tokens, dtype=np.bool_)
-            bits[ids] = True
-            allowed = pack_mask(bits)
-        verdicts = (allowed, uncertain_rows)
-        _store(self._tops, top, verdicts, self.max_tops)
-        return verdicts
 
 
 def _lookup(cache: OrderedDict[K, V], key: K) -> V | None:

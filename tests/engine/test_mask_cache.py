@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, Vocab, mask_cache, unpack_mask
 from constraintd.engine.mask import compute_mask
-from constraintd.engine.mask_cache import MaskCache
+from constraintd.engine.mask_cache import MaskCache, SharedVerdicts
 from tests.strategies import grammars, vocabs
 
 # Strings nested at different depths: the same string position under different stacks.
@@ -62,7 +62,9 @@ def test_masks_from_the_caches_are_the_walked_masks() -> None:
 
 def test_tiny_caches_give_the_same_masks() -> None:
     grammar = Grammar.from_gbnf(GRAMMAR, VOCAB)
-    grammar.masks = MaskCache(grammar.states, grammar.decoded, max_masks=1, max_tops=1)
+    grammar.masks = MaskCache(
+        grammar.states, grammar.decoded, max_mask_bytes=1, max_tops=1, shared=SharedVerdicts(max_bytes=1)
+    )
     for text in TEXTS:
         for matcher in walk_states(Matcher(grammar), text):
             assert matcher.mask().tolist() == expected_mask(matcher).tolist()
