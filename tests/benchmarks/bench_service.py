@@ -1,20 +1,27 @@
-"""Benchmark of the constraintd service (not a test): prints a table.
+"""Benchmark of the constraintd service (not a test): prints a table, each measure beside its target.
 
-    python tests/benchmarks/bench_service.py            # about two minutes
+    python tests/benchmarks/bench_service.py            # about three minutes
     python tests/benchmarks/bench_service.py --quick    # fewer samples, for a smoke run
 
-What it measures, against a `constraintd serve` subprocess (uvloop) on a Unix socket and on loopback TCP:
-- Accept round trip, p50 / p99, from the blocking client (`Session.accept`), over each; and in-process
-  (`Client("local")`) for the cost of the client and the engine alone;
-- token commits per second through Step (AsyncClient, one accept per session per message) with 1, 16 and
-  64 sessions;
+What it measures, against a `constraintd serve` subprocess (uvloop) on a Unix socket and on loopback TCP,
+from clients in this process (a separate process from the server, as a model worker is):
+- Accept round trip, p50 / p99: the blocking client (`Session.accept`, which sends it on a Step stream kept
+  open) over each; the async client over the Unix socket; and in-process (`Client("local")`) for the cost
+  of the client and the engine alone;
+- the floor grpc itself sets on this machine: a bare grpc.aio echo server (uvloop, same options, another
+  process; no protobuf, no work) answering the blocking client's unary call and a message on an open
+  stream, over the same kind of Unix socket;
+- token commits per second through Step (AsyncClient, each session's accept in one message's accept
+  batch) with 1, 16 and 64 sessions, one message in flight; and 64 sessions in two groups whose messages
+  are pipelined on the one stream (a worker that decodes one group while the other's answer travels);
 - memory per idle session (traced allocations of the service's session store, fresh and after 100 accepted
   tokens) and sessions per GiB;
 - Accept p99 while another client compiles large JSON schemas (MaskBench's largest) over a 151,936-token
-  vocabulary, beside the same measure with nothing compiling.
+  vocabulary, beside the same measure with nothing compiling, sampled before and after the compiles.
 Vocabularies are llama.cpp's vocabulary-only GGUFs (llama-spm, qwen2) from the reference data
-(`python -m tests.reference fetch`). Numbers depend on the machine and what else runs on it: compare rows
-of one run, not runs of different machines.
+(`python -m tests.reference fetch`). Numbers depend on the machine and what else runs on it (on a shared
+2-core machine p99s swing by several milliseconds from run to run): compare rows of one run, not runs of
+different machines.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import asyncio
 import gc
 import json
 import os
+import queue
 import re
 import socket
 import subprocess
@@ -32,13 +40,14 @@ import tempfile
 import threading
 import time
 import tracemalloc
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from clients import AsyncClient, Client, Policy, Session  # noqa: E402
+from clients import AsyncClient, AsyncSession, Client, Policy, Session  # noqa: E402
 from clients.transports import LocalTransport  # noqa: E402
 from constraintd.engine.vocab import Vocab  # noqa: E402
 from constraintd.v1 import constraintd_pb2 as pb  # noqa: E402
@@ -129,21 +138,115 @@ def bench_accept(server: Server, gguf: Path, tokens: list[int], count: int) -> l
     return rows
 
 
-async def step_rate(target: str, gguf: Path, tokens: list[int], sessions: int, seconds: float) -> float:
+async def async_accept_latencies(
+    target: str, gguf: Path, tokens: list[int], count: int
+) -> tuple[float, float]:
+    async with AsyncClient(target, policy=POLICY) as client:
+        session = await client.session(await client.register_vocab(gguf=gguf), gbnf=LETTERS)
+        samples: list[float] = []
+        for i in range(300 + count):
+            started = time.perf_counter()
+            accepted = await session.accept(tokens[i % len(tokens)])
+            if i >= 300:
+                samples.append(time.perf_counter() - started)
+            assert accepted
+            if len(session.record.history) >= 256:
+                await session.rollback(256)
+        return percentiles(samples)
+
+
+ECHO = "bench.Echo"
+
+
+def serve_echo(address: str) -> None:
+    """A bare grpc.aio server on uvloop that answers every message with itself (the `--echo` process)."""
+    import grpc
+    import uvloop
+
+    async def unary(request: bytes, context: object) -> bytes:
+        return request
+
+    async def stream(requests: AsyncIterator[bytes], context: object) -> AsyncIterator[bytes]:
+        async for request in requests:
+            yield request
+
+    async def main() -> None:
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        handlers = {
+            "Unary": grpc.unary_unary_rpc_method_handler(unary),
+            "Stream": grpc.stream_stream_rpc_method_handler(stream),
+        }
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(ECHO, handlers)])
+        server.add_insecure_port(address)
+        await server.start()
+        print("ready", flush=True)
+        await server.wait_for_termination()
+
+    uvloop.run(main())
+
+
+def bench_echo(directory: Path, count: int) -> list[tuple[str, float, float]]:
+    """The blocking client's unary call and open-stream message to the bare echo server: grpc's floor."""
+    import grpc
+
+    address = f"unix://{directory}/echo.sock"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    echo = subprocess.Popen(
+        [sys.executable, __file__, "--echo", address], cwd=ROOT, env=env, stdout=subprocess.PIPE
+    )
+    try:
+        assert echo.stdout is not None and echo.stdout.readline().strip() == b"ready"
+        payload = b"x" * 48  # about an AcceptRequest
+        with grpc.insecure_channel(address) as channel:
+            unary = channel.unary_unary(f"/{ECHO}/Unary")
+            samples = []
+            for i in range(300 + count):
+                started = time.perf_counter()
+                unary(payload, timeout=60)
+                if i >= 300:
+                    samples.append(time.perf_counter() - started)
+            rows = [("unary call", *percentiles(samples))]
+            requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+            replies = channel.stream_stream(f"/{ECHO}/Stream")(iter(requests.get, None))
+            samples = []
+            for i in range(300 + count):
+                started = time.perf_counter()
+                requests.put(payload)
+                next(replies)
+                if i >= 300:
+                    samples.append(time.perf_counter() - started)
+            requests.put(None)
+            rows.append(("message on an open stream", *percentiles(samples)))
+        return rows
+    finally:
+        echo.terminate()
+        echo.wait(timeout=60)
+
+
+async def step_rate(
+    target: str, gguf: Path, tokens: list[int], sessions: int, seconds: float, *, in_flight: int = 1
+) -> float:
+    """Token commits per second: the sessions split into `in_flight` groups, each stepping its own batches
+    (one Step message per group per round) at the same time, pipelined on the client's one Step stream."""
     async with AsyncClient(target, policy=POLICY) as client:
         vocab = await client.register_vocab(gguf=gguf)
         opened = [await client.session(vocab, gbnf=LETTERS) for _ in range(sessions)]
-        committed = 0
-        rounds = 0
+        groups = [opened[i::in_flight] for i in range(in_flight)]
         started = time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            token = tokens[rounds % len(tokens)]
-            outcomes = await client.step([(s, token) for s in opened], mask_on_reject=False)
-            committed += sum(1 for o in outcomes if o.accepted)
-            rounds += 1
-            if rounds % 200 == 0:  # keep histories short
-                for session in opened:
-                    await session.rollback(len(session.history))
+
+        async def run(group: list[AsyncSession]) -> int:
+            committed = rounds = 0
+            while time.perf_counter() - started < seconds:
+                token = tokens[rounds % len(tokens)]
+                outcomes = await client.step([(s, token) for s in group], mask_on_reject=False)
+                committed += sum(1 for o in outcomes if o.accepted)
+                rounds += 1
+                if rounds % 200 == 0:  # keep histories short
+                    for session in group:
+                        await session.rollback(len(session.record.history))
+            return committed
+
+        committed = sum(await asyncio.gather(*(run(group) for group in groups)))
         return committed / (time.perf_counter() - started)
 
 
@@ -183,17 +286,24 @@ def largest_schemas(count: int) -> list[str]:
 
 def bench_accept_under_compiles(
     server: Server, gguf: Path, big_gguf: Path, tokens: list[int], seconds: float, schemas: list[str]
-) -> tuple[tuple[float, float], tuple[float, float], int]:
+) -> tuple[tuple[float, float], tuple[float, float], int, float]:
+    """Accept latencies with nothing compiling (half before the compiles, half after) and while they run;
+    how many schemas compiled, and how long the compiles took."""
     with Client(server.unix, policy=POLICY) as client:
         session = client.session(client.register_vocab(gguf=gguf), gbnf=LETTERS)
         accept_latencies(session, tokens, 300)
-        stop = threading.Event()
-        quiet: list[float] = []
-        started = time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            quiet += accept_latencies(session, tokens, 200)
+
+        def quietly(for_seconds: float) -> list[float]:
+            samples: list[float] = []
+            started = time.perf_counter()
+            while time.perf_counter() - started < for_seconds:
+                samples += accept_latencies(session, tokens, 200)
+            return samples
+
+        quiet = quietly(seconds / 2)
         with Client(server.unix, policy=POLICY) as compiler:
             big = compiler.register_vocab(gguf=big_gguf)
+            stop = threading.Event()
             compiled = [0]
 
             def compile_all() -> None:
@@ -206,12 +316,15 @@ def bench_accept_under_compiles(
                 stop.set()
 
             worker = threading.Thread(target=compile_all)
+            began = time.perf_counter()
             worker.start()
             busy: list[float] = []
             while not stop.is_set():
                 busy += accept_latencies(session, tokens, 200, stop=stop)
             worker.join()
-    return percentiles(quiet), percentiles(busy), compiled[0]
+            took = time.perf_counter() - began
+        quiet += quietly(seconds / 2)
+    return percentiles(quiet), percentiles(busy), compiled[0], took
 
 
 def micro(seconds: float) -> str:
@@ -221,49 +334,87 @@ def micro(seconds: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples")
+    parser.add_argument("--echo", metavar="ADDRESS", help=argparse.SUPPRESS)  # the floor's echo server
     args = parser.parse_args(argv)
+    if args.echo:
+        serve_echo(args.echo)
+        return 0
     count = 1000 if args.quick else 5000
     seconds = 1.0 if args.quick else 3.0
     gguf = reference.require(reference.vocab_path("llama-spm"))
     big_gguf = reference.require(reference.vocab_path("qwen2"))
     tokens = word_tokens(Vocab.from_gguf(gguf))
-    rows: list[tuple[str, str]] = []
+    rows: list[tuple[str, str, str]] = []  # measure, value, target
     with tempfile.TemporaryDirectory(prefix="cd-", dir="/tmp") as directory:
         server = Server(Path(directory))
         try:
             for name, p50, p99 in bench_accept(server, gguf, tokens, count):
-                rows.append((f"Accept round trip, {name} (p50 / p99)", f"{micro(p50)} / {micro(p99)}"))
-            for sessions in (1, 16, 64):
-                rate = asyncio.run(step_rate(server.unix, gguf, tokens, sessions, seconds))
+                target = "p50 < 150 µs" if name == "Unix socket" else ""
                 rows.append(
-                    (f"Step token commits/s, {sessions} session{'s' * (sessions > 1)} (Unix)", f"{rate:,.0f}")
+                    (f"Accept round trip, {name} (p50 / p99)", f"{micro(p50)} / {micro(p99)}", target)
+                )
+            p50, p99 = asyncio.run(async_accept_latencies(server.unix, gguf, tokens, count))
+            rows.append(("Accept round trip, Unix socket, AsyncClient", f"{micro(p50)} / {micro(p99)}", ""))
+            for name, p50, p99 in bench_echo(Path(directory), count):
+                rows.append((f"floor: bare grpc echo, {name} (Unix)", f"{micro(p50)} / {micro(p99)}", ""))
+            for sessions, in_flight in ((1, 1), (16, 1), (64, 1), (64, 2)):
+                rate = asyncio.run(
+                    step_rate(server.unix, gguf, tokens, sessions, seconds, in_flight=in_flight)
+                )
+                plural = "s" * (sessions > 1)
+                pipelined = f", {in_flight} messages in flight" if in_flight > 1 else ""
+                rows.append(
+                    (
+                        f"Step token commits/s, {sessions} session{plural}{pipelined} (Unix)",
+                        f"{rate:,.0f}",
+                        "≥ 50,000" if sessions == 64 else "",
+                    )
                 )
             for accepted in (0, 100):
                 per_session = bench_memory(gguf, tokens, 2000 if args.quick else 10000, accepted)
                 rows.append(
-                    (f"Memory per idle session, {accepted} tokens accepted", f"{per_session / 1024:,.2f} KiB")
+                    (
+                        f"Memory per idle session, {accepted} tokens accepted",
+                        f"{per_session / 1024:,.2f} KiB",
+                        "",
+                    )
                 )
                 rows.append(
-                    (f"Idle sessions per GiB, {accepted} tokens accepted", f"{(1 << 30) / per_session:,.0f}")
+                    (
+                        f"Idle sessions per GiB, {accepted} tokens accepted",
+                        f"{(1 << 30) / per_session:,.0f}",
+                        "≥ 100,000" if accepted else "",
+                    )
                 )
             schemas = largest_schemas(2 if args.quick else 6)
-            quiet, busy, compiled = bench_accept_under_compiles(
+            quiet, busy, compiled, took = bench_accept_under_compiles(
                 server, gguf, big_gguf, tokens, seconds, schemas
             )
-            rows.append(("Accept p99, nothing compiling (Unix)", micro(quiet[1])))
-            rows.append((f"Accept p99 while {compiled} large schemas compile (qwen2)", micro(busy[1])))
-            rows.append(("Accept p50 while they compile", micro(busy[0])))
+            rows.append(
+                ("Accept p50 / p99, nothing compiling (Unix)", f"{micro(quiet[0])} / {micro(quiet[1])}", "")
+            )
+            rows.append(
+                (
+                    f"Accept p50 / p99 while {compiled} large schemas compile (qwen2, {took:.1f} s)",
+                    f"{micro(busy[0])} / {micro(busy[1])}",
+                    f"p99 ≤ 2 × {micro(quiet[1])}",
+                )
+            )
+            rows.append(
+                ("  p99 while compiling / p99 with nothing compiling", f"{busy[1] / quiet[1]:.1f} ×", "≤ 2 ×")
+            )
         finally:
             server.stop()
-    width = max(len(name) for name, _ in rows)
+    width = max(len(name) for name, _, _ in rows)
+    values = max(len(value) for _, value, _ in rows)
     print(
         f"constraintd service benchmark ({os.cpu_count()} CPUs, Python {sys.version.split()[0]}; "
         f"vocabularies llama-spm 32,000 and qwen2 151,936 tokens)"
     )
-    print(f"{'measure':<{width}}  value")
-    print(f"{'-' * width}  {'-' * 20}")
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+    print(f"{'measure':<{width}}  {'value':<{values}}  target")
+    print(f"{'-' * width}  {'-' * values}  {'-' * 16}")
+    for name, value, target in rows:
+        print(f"{name:<{width}}  {value:<{values}}  {target}".rstrip())
     return 0
 
 
