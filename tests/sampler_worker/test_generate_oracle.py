@@ -2,29 +2,40 @@
 
 The reference is `common_sampler_sample(grammar_first = false)` + `common_sampler_accept`, step by step,
 with llama.cpp's sampler chain (tests/oracle.py `LlamaSamplerChain`, built as `common_sampler_init`
-builds it), llama.cpp's grammar sampler (`LlamaGrammar`) and the model through llama-cpp-python's
-`Llama` class (flash attention on, as llama.cpp's default context has it):
+builds it: the model's suppress tokens as -inf logit biases, then the samplers) and llama.cpp's grammar
+sampler (`LlamaGrammar`, plain or lazy):
     draw with the chain; apply the grammar to that one token; if it is refused, apply the grammar to
     every token and run the whole chain again (same generator); accept the token in grammar and chain.
-Ours: `generate` with a constraintd session (in process, and once through a private server on a Unix
-socket). Compared: every token id and every step where the first draw was refused.
+Ours: `generate` with a constraintd session. Compared: every token id, and every step where the first
+draw was refused.
 
-Sizes (chosen for CI; about 240 generated tokens each way): 6 in-process generations of at most 40
-tokens on Gemma 3 270M (a JSON schema, JSON mode and llama.cpp's list grammar; two sampler settings;
-chat and raw prompts), plus 1 of them again through the Unix socket.
+The identity matrix: 20 prompts (chat and raw) x 7 constraints (JSON mode, three JSON schemas, two GBNF
+grammars, a lazy tool-call grammar) x 2 sampler settings (greedy; llama-server's defaults, temperature
+0.8, with a seed) = 280 generations of at most 24 tokens, in process: about 5,500 tokens (the end-of-run
+table counts them), about 5.5 minutes of one core with the model on one thread. To fit CI, both sides
+take their logits from one `LogitsCache`: the model's logits after each sequence of tokens, evaluated
+once, as llama-server evaluates (the prompt in one batch, then one token per step; another branch is
+reached by cutting the context back to the common prefix), so a side that parts from the other still
+gets the true logits of its own tokens and the difference is found and reported in full. The
+reference's whole-vocabulary masks are kept by (constraint, accepted tokens) in a `MaskCache`: llama.cpp
+computes each once. That the model's logits are llama.cpp's (the `Llama` class with its default context)
+is tests/sampler_worker/test_model.py's `test_logits_are_llama_cpp_pythons`; the generation through a
+Unix socket below runs the reference on a llama.cpp model of its own, end to end (40 tokens, warmer
+sampling with a repetition penalty).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
-from clients import Client
+from clients import Client, VocabHandle
 from constraintd.engine.json_schema import json_schema_to_gbnf
 from constraintd.engine.requests import json_object_grammar
 from sampler_worker.chain import SamplerSettings
@@ -37,7 +48,330 @@ from tests.oracle import LlamaGrammar, LlamaSamplerChain, LlamaVocab, grammar_al
 from tests.sampler_worker.llama_chain import llama_steps
 
 N_CTX = 512
-MAX_TOKENS = 40
+MAX_TOKENS = 24
+Logits = npt.NDArray[np.float32]
+
+# (chat message, or None) and (raw prompt, or None): short, of many kinds, some that suit no constraint.
+PROMPTS: list[tuple[str | None, str | None]] = [
+    ("Tell me about a city you like.", None),
+    ("What should I cook tonight?", None),
+    ("Describe your favourite animal in a few words.", None),
+    ("Will it rain tomorrow in Lisbon?", None),
+    ("Give me one fact about the deep ocean.", None),
+    ("Name a colour and say why you like it.", None),
+    ("How are you feeling today?", None),
+    ("Suggest a name for a small sailing boat.", None),
+    ("What time is it in Tokyo right now?", None),
+    ("Find bicycle repair shops near the station.", None),
+    ("Work out 17 times 23.", None),
+    ("Which planet is the largest?", None),
+    ("Rate this film: a slow story about a lighthouse keeper.", None),
+    ("List some fruits that are yellow.", None),
+    (None, "Answer:"),
+    (None, "Q: Is water wet?\nA:"),
+    (None, "Output as JSON:\n"),
+    (None, "The result is "),
+    (None, "<start_of_turn>user\nPick a number.<end_of_turn>\n<start_of_turn>model\n"),
+    (None, "Notes from the meeting on Tuesday:"),
+]
+
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 16},
+        "celsius": {"type": "integer", "minimum": -50, "maximum": 50},
+        "sunny": {"type": "boolean"},
+    },
+    "required": ["city", "celsius", "sunny"],
+    "additionalProperties": False,
+}
+MOOD_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "mood": {"enum": ["glad", "tired", "curious"]},
+        "score": {"type": "number", "minimum": 0},
+        "note": {"type": "string"},
+    },
+    "required": ["mood"],
+}
+WORDS_SCHEMA = {
+    "type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}, "minItems": 1, "maxItems": 4
+}
+TOOL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "tool": {"enum": ["search", "clock", "calculator"]},
+        "input": {"type": "string", "maxLength": 30},
+    },
+    "required": ["tool", "input"],
+}
+VERDICT_GRAMMAR = """root ::= verdict ", " reason "."
+verdict ::= "Yes" | "No" | "Maybe"
+reason ::= [a-z] [a-z ]{0,40}
+"""
+RECORD_GRAMMAR = """root ::= line{1,3}
+line ::= key ": " value "\\n"
+key ::= [A-Z] [a-z]{1,10}
+value ::= [0-9]{1,4} | "\\"" [^"\\n]{0,20} "\\""
+"""
+# The tool call may come after free text: the grammar starts at the first "{" (a hermes-style trigger).
+TOOL_TRIGGER = r"[\s\S]*?(\{)[\s\S]*"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    name: str
+    session: dict[str, object]  # keyword arguments of Client.session
+    gbnf: str  # the same grammar, for llama.cpp
+    trigger_patterns: tuple[str, ...] = ()
+
+
+def _schema(name: str, schema: Mapping[str, object]) -> Constraint:
+    text = json.dumps(schema)
+    return Constraint(name, {"json_schema": text}, json_schema_to_gbnf(text))
+
+
+CONSTRAINTS = [
+    Constraint("json-mode", {"json_object": True}, json_object_grammar()),
+    _schema("schema-weather", WEATHER_SCHEMA),
+    _schema("schema-mood", MOOD_SCHEMA),
+    _schema("schema-words", WORDS_SCHEMA),
+    Constraint("gbnf-verdict", {"gbnf": VERDICT_GRAMMAR}, VERDICT_GRAMMAR),
+    Constraint("gbnf-record", {"gbnf": RECORD_GRAMMAR}, RECORD_GRAMMAR),
+    Constraint(
+        "lazy-tool-call",
+        {"gbnf": json_schema_to_gbnf(json.dumps(TOOL_SCHEMA)), "trigger_patterns": [TOOL_TRIGGER]},
+        json_schema_to_gbnf(json.dumps(TOOL_SCHEMA)),
+        (TOOL_TRIGGER,),
+    ),
+]
+SETTINGS: list[tuple[str, Callable[[int], SamplerSettings]]] = [
+    ("greedy", lambda seed: SamplerSettings(seed=seed, temperature=0.0)),
+    ("t0.8", lambda seed: SamplerSettings(seed=seed)),
+]
+
+
+@dataclass(frozen=True)
+class Case:
+    prompt: int  # index in PROMPTS
+    constraint: Constraint
+    settings_name: str
+    settings: SamplerSettings
+
+    @property
+    def id(self) -> str:
+        return f"p{self.prompt:02d}-{self.constraint.name}-{self.settings_name}"
+
+
+# Prompt-major order: the cases of one prompt run one after the other and share its evaluation.
+CASES = [
+    Case(prompt, constraint, name, make(1000 + prompt))
+    for prompt in range(len(PROMPTS))
+    for constraint in CONSTRAINTS
+    for name, make in SETTINGS
+]
+
+
+class LogitsCache:
+    """The model's logits after a sequence of tokens (prompt + generated), computed once per sequence.
+
+    Evaluated as llama-server evaluates: the prompt in one batch, then one token per step (a batch of
+    generated tokens would give other bits). The context holds one sequence; another is reached by cutting
+    it back to their common prefix and evaluating the rest one token at a time. Entries are kept for the
+    current prompt only, and at most `limit` of them (a megabyte each).
+    """
+
+    def __init__(self, model: Model, *, limit: int = 160) -> None:
+        self.model = model
+        self.limit = limit
+        self.prompt: tuple[int, ...] = ()
+        self.context: list[int] = []  # the tokens the model's context holds
+        self.entries: dict[tuple[int, ...], Logits] = {}
+        self.evaluations = 0
+
+    def after(self, prompt: Sequence[int], generated: Sequence[int]) -> Logits:
+        key = (*prompt, *generated)
+        if tuple(prompt) != self.prompt:
+            self.prompt, self.context, self.entries = tuple(prompt), [], {}
+        if key in self.entries:
+            return self.entries[key]
+        common = 0
+        for ours, theirs in zip(self.context, key, strict=False):
+            if ours != theirs:
+                break
+            common += 1
+        if common < len(prompt):
+            self.model.reset()
+            logits = self.model.decode(prompt)
+            self.evaluations += 1
+            common = len(prompt)
+        else:
+            common = min(common, len(key) - 1)
+            self.model.truncate(common)
+            logits = self.model.decode(key[common : common + 1])
+            self.evaluations += 1
+            common += 1
+        for token in key[common:]:
+            logits = self.model.decode([token])
+            self.evaluations += 1
+        self.context = list(key)
+        if len(self.entries) >= self.limit:
+            del self.entries[next(iter(self.entries))]
+        self.entries[key] = logits
+        return logits
+
+
+class CachedModel:
+    """`generate`'s view of the model: its logits come from a `LogitsCache`."""
+
+    def __init__(self, cache: LogitsCache) -> None:
+        self.cache = cache
+        self.n_vocab = cache.model.n_vocab
+        self.suppress_tokens = cache.model.suppress_tokens
+        self.prompt: list[int] = []
+        self.generated: list[int] = []
+
+    def reset(self) -> None:
+        self.prompt, self.generated = [], []
+
+    def decode(self, tokens: Sequence[int]) -> Logits:
+        if not self.prompt:
+            self.prompt = list(tokens)
+        else:
+            self.generated.extend(tokens)
+        return self.cache.after(self.prompt, self.generated)
+
+    def is_eog(self, token: int) -> bool:
+        return self.cache.model.is_eog(token)
+
+    def piece(self, token: int, *, special: bool = True) -> bytes:
+        return self.cache.model.piece(token, special=special)
+
+
+class MaskCache:
+    """llama.cpp's grammar masks by (constraint, accepted tokens): the grammar's state is a function of
+    them, and a rejected first draw in the grammar's first state comes back in case after case."""
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[str, tuple[int, ...]], npt.NDArray[np.uint8]] = {}
+
+    def allowed(
+        self, grammar: LlamaGrammar, constraint: str, accepted: Sequence[int]
+    ) -> npt.NDArray[np.bool_]:
+        key = (constraint, tuple(accepted))
+        if key not in self.entries:
+            self.entries[key] = np.packbits(grammar.allowed())
+        return np.unpackbits(self.entries[key], count=grammar.vocab.n_vocab).astype(bool)
+
+
+def reference(
+    logits_after: Callable[[list[int]], Logits],
+    vocab: LlamaVocab,
+    prompt: list[int],
+    settings: SamplerSettings,
+    constraint: Constraint,
+    suppressed: Sequence[int],
+    *,
+    max_tokens: int = MAX_TOKENS,
+    masks: MaskCache | None = None,
+) -> tuple[list[int], list[int]]:
+    """llama-server's tokens and rejection points; `logits_after(generated)` gives each step's logits."""
+    grammar = LlamaGrammar.create(vocab, constraint.gbnf, trigger_patterns=constraint.trigger_patterns)
+    assert grammar is not None
+    # common_sampler_init: the model's suppress tokens join the logit biases
+    bans = tuple((token, float("-inf")) for token in suppressed)
+    settings = replace(settings, logit_bias=settings.logit_bias + bans)
+    generated: list[int] = []
+    rejected: list[int] = []
+    with LlamaSamplerChain(llama_steps(settings, vocab.n_vocab)) as chain, grammar:
+        for token in prompt:
+            chain.accept(token)
+        for index in range(max_tokens):
+            logits = logits_after(generated)
+            token = chain.sample(logits)
+            if not grammar_allows(grammar, token):
+                rejected.append(index)
+                if masks is None:
+                    allowed = grammar.allowed()
+                else:
+                    allowed = masks.allowed(grammar, constraint.name, generated)
+                token = chain.sample(np.where(allowed, logits, np.float32(-np.inf)).astype(np.float32))
+            grammar.accept(token)
+            chain.accept(token)
+            generated.append(token)
+            if vocab.is_eog(token):
+                break
+    return generated, rejected
+
+
+@pytest.fixture(scope="module")
+def gemma(gemma_path: Path) -> Iterator[Model]:
+    # one thread: two threads spin against each other on a busy two-core machine
+    with Model(gemma_path, n_ctx=N_CTX, n_threads=1) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def logits_cache(gemma: Model) -> LogitsCache:
+    return LogitsCache(gemma)
+
+
+@pytest.fixture(scope="module")
+def mask_cache() -> MaskCache:
+    return MaskCache()
+
+
+@pytest.fixture(scope="module")
+def llama_vocab(gemma_path: Path) -> Iterator[LlamaVocab]:
+    with LlamaVocab(gemma_path) as vocab:
+        yield vocab
+
+
+@pytest.fixture(scope="module")
+def local_client(gemma_path: Path) -> Iterator[tuple[Client, VocabHandle]]:
+    with Client("local") as client:
+        yield client, client.register_vocab(gguf=gemma_path)
+
+
+def record(
+    oracle_report: OracleReport, subject: str, ours: Sequence[int], ours_rejected: Sequence[int],
+    expected: list[int], rejected: list[int],
+) -> None:
+    same = sum(a == b for a, b in zip(ours, expected, strict=False))
+    identical = list(ours) == expected and list(ours_rejected) == rejected
+    oracle_report.add("generations (tokens and rejections)", subject, identical=int(identical), total=1)
+    oracle_report.add("generated tokens", subject, identical=same, total=max(len(expected), len(ours)))
+    same_points = len(set(ours_rejected) & set(rejected))
+    oracle_report.add("rejection points", subject, identical=same_points,
+                      total=max(len(rejected), len(ours_rejected)))
+
+
+@pytest.mark.oracle
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_generation_is_llama_servers(
+    case: Case, gemma: Model, logits_cache: LogitsCache, mask_cache: MaskCache, llama_vocab: LlamaVocab,
+    local_client: tuple[Client, VocabHandle], oracle_report: OracleReport,
+) -> None:
+    chat, raw = PROMPTS[case.prompt]
+    tokens = prompt_tokens(gemma, prompt=raw, chat=chat)
+    client, handle = local_client
+    with client.session(handle, **case.constraint.session) as session:  # type: ignore[arg-type]
+        model = CachedModel(logits_cache)
+        ours = generate(model, tokens, case.settings, session=session, max_tokens=MAX_TOKENS)
+    expected, rejected = reference(
+        lambda generated: logits_cache.after(tokens, generated), llama_vocab, tokens, case.settings,
+        case.constraint, gemma.suppress_tokens, masks=mask_cache,
+    )
+    record(oracle_report, "gemma-3-270m local", ours.tokens, ours.rejected_at, expected, rejected)
+    assert list(ours.tokens) == expected
+    assert list(ours.rejected_at) == rejected
+
+
+# Hotter than llama-server's defaults, top-k off and a repetition penalty: more rejections, the
+# full-vocabulary sampler paths, and penalties fed by the prompt.
+WARM = SamplerSettings(seed=12, temperature=1.3, top_k=0, top_p=0.98, min_p=0.02, repeat_penalty=1.1)
+SOCKET_CHAT = "Describe a programmer as JSON."
 PERSON_SCHEMA = {
     "type": "object",
     "properties": {
@@ -47,133 +381,40 @@ PERSON_SCHEMA = {
     },
     "required": ["name", "age", "languages"],
 }
-# Hotter than llama-server's defaults, top-k off and a repetition penalty: more rejections, the
-# full-vocabulary sampler paths, and penalties fed by the prompt.
-WARM = SamplerSettings(temperature=1.3, top_k=0, top_p=0.98, min_p=0.02, repeat_penalty=1.1)
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    constraint: str  # "schema", "json", or a grammar file of llama.cpp's grammars/ directory
-    chat: str | None
-    prompt: str | None
-    settings: SamplerSettings
-
-
-CASES = [
-    Case("schema-chat-defaults", "schema", "Describe a programmer as JSON.", None, SamplerSettings(seed=11)),
-    Case("schema-chat-warm", "schema", "Describe a programmer as JSON.", None,
-         replace(WARM, seed=12)),
-    Case("json-mode-chat-defaults", "json", "Give me a JSON object about the moon.", None,
-         SamplerSettings(seed=13)),
-    Case("json-mode-raw-warm", "json", None, "Weather report:",
-         replace(WARM, seed=14)),
-    Case("list-grammar-raw-defaults", "list.gbnf", None, "Groceries:\n", SamplerSettings(seed=15)),
-    Case("list-grammar-chat-warm", "list.gbnf", "Three things to pack for a hike.", None,
-         replace(WARM, seed=16)),
-]
-
-
-def grammar_text(case: Case, llama_cpp_dir: Path) -> str:
-    if case.constraint == "schema":
-        return json_schema_to_gbnf(json.dumps(PERSON_SCHEMA))
-    if case.constraint == "json":
-        return json_object_grammar()
-    return (llama_cpp_dir / "grammars" / case.constraint).read_text()
-
-
-def session_arguments(case: Case, llama_cpp_dir: Path) -> dict[str, object]:
-    if case.constraint == "schema":
-        return {"json_schema": json.dumps(PERSON_SCHEMA)}
-    if case.constraint == "json":
-        return {"json_object": True}
-    return {"gbnf": grammar_text(case, llama_cpp_dir)}
-
-
-def reference(
-    gemma_path: Path, vocab: LlamaVocab, tokens: list[int], settings: SamplerSettings, gbnf: str
-) -> tuple[list[int], list[int]]:
-    """llama-server's tokens and rejection points, from llama.cpp's chain, grammar sampler and model."""
-    import llama_cpp
-
-    model = llama_cpp.Llama(
-        model_path=str(gemma_path), n_ctx=N_CTX, n_threads=2, flash_attn=True, logits_all=True, verbose=False
-    )
-    grammar = LlamaGrammar.create(vocab, gbnf)
-    assert grammar is not None
-    generated: list[int] = []
-    rejected: list[int] = []
-    with LlamaSamplerChain(llama_steps(settings, vocab.n_vocab)) as chain, grammar:
-        for token in tokens:
-            chain.accept(token)
-        model.eval(tokens)
-        for index in range(MAX_TOKENS):
-            logits = np.array(model.scores[model.n_tokens - 1], dtype=np.float32)
-            token = chain.sample(logits)
-            if not grammar_allows(grammar, token):
-                rejected.append(index)
-                allowed = grammar.allowed()
-                token = chain.sample(np.where(allowed, logits, np.float32(-np.inf)).astype(np.float32))
-            grammar.accept(token)
-            chain.accept(token)
-            generated.append(token)
-            if vocab.is_eog(token):
-                break
-            if index + 1 < MAX_TOKENS:
-                model.eval([token])
-    model.close()
-    return generated, rejected
-
-
-@pytest.fixture(scope="module")
-def gemma(gemma_path: Path) -> Iterator[Model]:
-    with Model(gemma_path, n_ctx=N_CTX, n_threads=2) as model:
-        yield model
-
-
-@pytest.fixture(scope="module")
-def llama_vocab(gemma_path: Path) -> Iterator[LlamaVocab]:
-    with LlamaVocab(gemma_path) as vocab:
-        yield vocab
-
-
-def compare(
-    case: Case, client: Client, gemma: Model, gemma_path: Path, llama_vocab: LlamaVocab, llama_cpp_dir: Path,
-    oracle_report: OracleReport, subject: str,
-) -> None:
-    tokens = prompt_tokens(gemma, prompt=case.prompt, chat=case.chat)
-    handle = client.register_vocab(gguf=gemma_path)
-    with client.session(handle, **session_arguments(case, llama_cpp_dir)) as session:  # type: ignore[arg-type]
-        ours = generate(gemma, tokens, case.settings, session=session, max_tokens=MAX_TOKENS)
-    gbnf = grammar_text(case, llama_cpp_dir)
-    expected, rejected = reference(gemma_path, llama_vocab, tokens, case.settings, gbnf)
-    same = sum(a == b for a, b in zip(ours.tokens, expected, strict=False))
-    total = max(len(expected), len(ours.tokens))
-    oracle_report.add("generated tokens", subject, identical=same, total=total)
-    oracle_report.add("rejection points", subject, identical=int(list(ours.rejected_at) == rejected), total=1)
-    assert list(ours.tokens) == expected
-    assert list(ours.rejected_at) == rejected
-
-
-@pytest.mark.oracle
-@pytest.mark.slow
-@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_in_process_generation_is_llama_servers(
-    case: Case, gemma: Model, gemma_path: Path, llama_vocab: LlamaVocab, llama_cpp_dir: Path,
-    oracle_report: OracleReport,
-) -> None:
-    with Client("local") as client:
-        compare(
-            case, client, gemma, gemma_path, llama_vocab, llama_cpp_dir, oracle_report, "gemma-3-270m local"
-        )
+SOCKET_MAX_TOKENS = 40
 
 
 @pytest.mark.oracle
 @pytest.mark.slow
 def test_generation_through_a_unix_socket_is_llama_servers(
-    gemma: Model, gemma_path: Path, llama_vocab: LlamaVocab, llama_cpp_dir: Path, oracle_report: OracleReport
+    gemma: Model, gemma_path: Path, llama_vocab: LlamaVocab, oracle_report: OracleReport
 ) -> None:
+    """The whole path: a private constraintd process, and the reference on a llama.cpp model of its own."""
+    import llama_cpp
+
+    tokens = prompt_tokens(gemma, chat=SOCKET_CHAT)
+    schema = json.dumps(PERSON_SCHEMA)
     with PrivateConstraintd() as server, Client(server.target) as client:
-        subject = "gemma-3-270m unix"
-        compare(CASES[1], client, gemma, gemma_path, llama_vocab, llama_cpp_dir, oracle_report, subject)
+        handle = client.register_vocab(gguf=gemma_path)
+        with client.session(handle, json_schema=schema) as session:
+            ours = generate(gemma, tokens, WARM, session=session, max_tokens=SOCKET_MAX_TOKENS)
+    # llama.cpp's default context (flash attention on) through the Llama class, as llama-server runs it
+    theirs = llama_cpp.Llama(
+        model_path=str(gemma_path), n_ctx=N_CTX, n_threads=1, flash_attn=True, logits_all=True, verbose=False
+    )
+
+    def logits_after(generated: list[int]) -> Logits:
+        theirs.eval(generated[-1:] if generated else tokens)  # one step at a time, as llama-server
+        return np.array(theirs.scores[theirs.n_tokens - 1], dtype=np.float32)
+
+    constraint = Constraint("schema-person", {}, json_schema_to_gbnf(schema))
+    try:
+        expected, rejected = reference(
+            logits_after, llama_vocab, tokens, WARM, constraint, gemma.suppress_tokens,
+            max_tokens=SOCKET_MAX_TOKENS,
+        )
+    finally:
+        theirs.close()
+    record(oracle_report, "gemma-3-270m unix", ours.tokens, ours.rejected_at, expected, rejected)
+    assert list(ours.tokens) == expected
+    assert list(ours.rejected_at) == rejected
