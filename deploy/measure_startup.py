@@ -3,7 +3,8 @@
 #
 #   python deploy/measure_startup.py --gguf /path/to/model.gguf [--runs 3]
 #
-# Three ways of starting, each a fresh `constraintd serve` process on a temporary Unix socket, `--runs` times:
+# Three ways of starting, each a fresh `constraintd serve` process on a temporary Unix socket, taken in turn
+# `--runs` times:
 #   no cache        no --cache-dir: the vocabulary is read from the GGUF, its tables built at the first mask;
 #   empty cache     --cache-dir on an empty directory: read, built and saved at registration (a first start);
 #   prepared cache  --cache-dir on a directory `constraintd warm` filled: loaded.
@@ -69,10 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         prepared = work / "prepared"
         subprocess.run([sys.executable, "-m", "constraintd", "warm", "--cache-dir", str(prepared),
                         "--vocab", str(gguf)], cwd=ROOT, check=True, capture_output=True)  # fmt: skip
-        empty = [work / f"empty{i}" for i in range(args.runs)]
-        rows.append(("no cache", [one_start(gguf, None, work) for _ in range(args.runs)]))
-        rows.append(("empty cache", [one_start(gguf, empty[i], work) for i in range(args.runs)]))
-        rows.append(("prepared cache", [one_start(gguf, prepared, work) for _ in range(args.runs)]))
+        rows = [("no cache", []), ("empty cache", []), ("prepared cache", [])]
+        for run in range(args.runs):  # the three in turn, so a change in the machine's load hits all alike
+            rows[0][1].append(one_start(gguf, None, work))
+            rows[1][1].append(one_start(gguf, work / f"empty{run}", work))
+            rows[2][1].append(one_start(gguf, prepared, work))
     print(f"{gguf.name}, median of {args.runs} starts, seconds from launching the server process")
     print(f"{'start':<15} {'serving':>8} {'registered':>11} {'first mask':>11}")
     for label, times in rows:
