@@ -277,7 +277,6 @@ def _vocab_arrays(vocab: Vocab, decoded: DecodedVocab) -> Arrays:
         "format_version": np.array(FORMAT_VERSION, dtype=np.int64),
         "builder": np.array(_builder()),
         "content_hash": np.array(vocab.content_hash),
-        **_joined("piece", vocab.pieces, _piece_separator(vocab.pieces)),
         "eog_ids": np.array(sorted(vocab.eog_ids), dtype=np.int64),
         "kinds": decoded.kinds,
         "fresh_ids": table.ids,
@@ -288,6 +287,9 @@ def _vocab_arrays(vocab: Vocab, decoded: DecodedVocab) -> Arrays:
         "fresh_first_code_points": table.first_code_points,
         "fresh_first_index": table.first_index,
     }
+    piece_separator = _piece_separator(vocab.pieces)
+    arrays["piece_bytes"] = np.frombuffer(piece_separator.join(vocab.pieces), np.uint8)
+    arrays["piece_separator"] = np.frombuffer(piece_separator, np.uint8)
     texts = vocab.token_texts
     if texts is not None:
         separator = _text_separator(texts)
@@ -307,13 +309,6 @@ def _vocab_arrays(vocab: Vocab, decoded: DecodedVocab) -> Arrays:
 # Pieces and texts are kept joined by a separator that occurs nowhere else, because splitting one bytes
 # object is several times quicker than slicing it once per token. Splitting with a wrong separator cannot go
 # unseen: the vocabulary's content hash is checked.
-
-
-def _joined(name: str, items: Sequence[bytes], separator: bytes) -> Arrays:
-    return {
-        f"{name}_bytes": np.frombuffer(separator.join(items), dtype=np.uint8),
-        f"{name}_separator": np.frombuffer(separator, dtype=np.uint8),
-    }
 
 
 def _piece_separator(pieces: Sequence[bytes]) -> bytes:
