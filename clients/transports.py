@@ -13,9 +13,10 @@
 #   the batches, to their callers in turn. So a worker with two groups of sequences keeps the server busy
 #   with one while it reads the other's answer. A stream that fails, ends or times out is dropped with
 #   every batch still waiting on it (they fail UNAVAILABLE, so the flows retry them; their positions keep
-#   a retry from applying a token twice), and the next batch opens a new one. The sync transport opens a
-#   stream per Step batch, and keeps one open for Accepts, one at a time (a thread that finds it busy makes
-#   a unary call); a stream that fails or passes a deadline is dropped, and the next Accept opens another.
+#   a retry from applying a token twice), and the next batch opens a new one. The sync transport keeps
+#   one stream open for Accepts and Step batches, one message at a time (a thread that finds it busy makes
+#   its call on a call of its own); a stream that fails or passes a deadline is dropped, and the next call
+#   opens another.
 #
 # In-process (`LocalTransport`, `AsyncLocalTransport`): the service's own operations, called directly.
 # - It answers exactly as a server would: the same `Operations` (decode, engine, encode) over its own
@@ -125,7 +126,7 @@ class _BlockingStepStream:
 
 
 class GrpcTransport:
-    """Blocking calls over a `grpc.Channel`; Accept over a Step stream kept open (see `_accept`)."""
+    """Blocking calls over a `grpc.Channel`; Accept and Step over a Step stream kept open."""
 
     def __init__(
         self,
@@ -146,9 +147,13 @@ class GrpcTransport:
         self._stream_lock = threading.Lock()
 
     def call(self, method: str, request: Any, *, timeout: float | None) -> Any:
-        if method == "Accept" and self._stream_lock.acquire(blocking=False):
+        if method in ("Accept", "Step") and self._stream_lock.acquire(blocking=False):
             try:
-                return self._accept(request, timeout)
+                if method == "Accept":
+                    return _only_accept(
+                        self._exchange(pb.StepRequest(ops=[pb.StepOp(accept=request)]), timeout)
+                    )
+                return self._exchange(request, timeout)
             finally:
                 self._stream_lock.release()
         try:
@@ -163,23 +168,24 @@ class GrpcTransport:
         except grpc.RpcError as error:
             raise _failure(error) from None
 
-    def _accept(self, request: Any, timeout: float | None) -> Any:
-        """Accept as a one-accept Step on the open stream (with the stream lock held; a thread that finds
-        it taken makes a unary call instead, so threads sharing a client never wait for each other)."""
+    def _exchange(self, request: pb.StepRequest, timeout: float | None) -> pb.StepReply:
+        """A Step message on the open stream, and its reply (with the stream lock held; a thread that finds
+        it taken opens a stream of its own for the call, so threads sharing a client never wait for each
+        other)."""
         if self._stream is None:
             self._stream = _BlockingStepStream(self._stub, self._metadata)
         stream = self._stream
         try:
-            reply = stream.exchange(pb.StepRequest(ops=[pb.StepOp(accept=request)]), timeout)
+            reply: pb.StepReply = stream.exchange(request, timeout)
         except grpc.RpcError as error:
             self._drop_stream()
             if stream.expired:
-                raise DeadlineError(f"no Accept reply within {timeout} s") from None
+                raise DeadlineError(f"no Step reply within {timeout} s") from None
             raise _stream_failure(error.code(), error.details() or "") from None
         except StopIteration:
             self._drop_stream()
             raise UnavailableError("the Step stream ended") from None
-        return _only_accept(reply)
+        return reply
 
     def _drop_stream(self) -> None:
         if self._stream is not None:

@@ -284,7 +284,7 @@ def test_an_accept_past_its_deadline_is_a_deadline_error_and_the_next_one_works(
         session = client.session(client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG), gbnf=AB_PLUS)
         assert session.accept(A)
         monkeypatch.setattr(served.operations, "step_owing", stalled)
-        with pytest.raises(DeadlineError, match=r"no Accept reply within 0\.2 s"):
+        with pytest.raises(DeadlineError, match=r"no Step reply within 0\.2 s"):
             session.accept(B)
         monkeypatch.undo()
         release.set()
