@@ -109,6 +109,8 @@ class Tally:
     compared: Counter[str] = field(default_factory=Counter)
     cache_bytes: list[int] = field(default_factory=list)  # constraintd, per grammar
     cache_states: list[int] = field(default_factory=list)
+    shared_bytes: int = 0  # constraintd's shared verdicts, after the last grammar
+    shared_tops: int = 0
 
 
 Samples = dict[str, dict[str, list[int]]]  # engine -> metric -> nanoseconds
@@ -188,7 +190,10 @@ class Run:
                 self.samples[name][COMPILE].append(ns)
                 tally.forms[name][forms[name]] += 1
             if peers.CONSTRAINTD in cursors:
-                cache_bytes, states = peers.constraintd_cache(cursors[peers.CONSTRAINTD])
+                cache_bytes, states, shared_bytes, shared_tops = peers.constraintd_cache(
+                    cursors[peers.CONSTRAINTD]
+                )
+                tally.shared_bytes, tally.shared_tops = shared_bytes, shared_tops
                 tally.cache_bytes.append(cache_bytes)
                 tally.cache_states.append(states)
         else:
@@ -413,10 +418,14 @@ def print_report(
     if tally.cache_bytes:
         sizes = np.array(tally.cache_bytes, dtype=np.float64) / 2**20
         states = np.array(tally.cache_states, dtype=np.float64)
+        shared = tally.shared_bytes / 2**20
         print(
             f"constraintd caches per grammar after its walks: masks p50 {np.percentile(sizes, 50):.2f} MiB, "
             f"max {sizes.max():.2f} MiB; interned states p50 {np.percentile(states, 50):.0f}, "
-            f"max {states.max():.0f}"
+            f"max {states.max():.0f}\n"
+            f"constraintd caches of the vocabulary: verdicts shared by its grammars {shared:.1f} MiB "
+            f"({tally.shared_tops:,} stack tops); with every grammar's masks kept "
+            f"({sizes.size} grammars) {shared + sizes.sum():.1f} MiB"
         )
     print(flush=True)
 

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from constraintd.engine import Grammar, Matcher, Vocab
+from constraintd.engine.warm import warm_vocabulary
 from constraintd.errors import ConstraintdError
 from tests.oracle import LlamaVocab, pack
 
@@ -105,8 +106,9 @@ class ConstraintdEngine:
     def __init__(self, vocab: Vocab) -> None:
         started = time.perf_counter()
         self.vocab = vocab
-        # the per-vocabulary tables are built once and shared by every grammar: build them now
-        ConstraintdCursor(Grammar.from_gbnf('root ::= [a-z]+ "é"', vocab)).compute_mask()
+        # the per-vocabulary tables are built once and shared by every grammar, and the verdicts of the
+        # rules every converted schema repeats are warmed, as a server does when it registers a vocabulary
+        warm_vocabulary(vocab)
         self.setup_seconds = time.perf_counter() - started
 
     def start(self, gbnf: str, schema: str) -> tuple[Cursor, str]:
@@ -116,13 +118,15 @@ class ConstraintdEngine:
             raise Refused(str(exc)) from exc
 
 
-def constraintd_cache(cursor: Cursor) -> tuple[int, int]:
-    """(bytes of finished masks, interned states) a constraintd grammar holds after its walks.
+def constraintd_cache(cursor: Cursor) -> tuple[int, int, int, int]:
+    """What constraintd's caches hold after a grammar's walks: (bytes of the grammar's finished masks,
+    its interned states, bytes of the vocabulary's shared verdicts, their count).
 
-    The mask arrays only, not the dicts and states around them (`MaskCache.nbytes`).
+    Arrays only, not the dicts and objects around them (`MaskCache.nbytes`, `SharedVerdicts.nbytes`).
     """
     assert isinstance(cursor, ConstraintdCursor)
-    return cursor.grammar.masks.nbytes, len(cursor.grammar.states)
+    masks = cursor.grammar.masks
+    return masks.nbytes, len(cursor.grammar.states), masks.shared.nbytes, len(masks.shared)
 
 
 # -- llama.cpp ----------------------------------------------------------------------------------------
