@@ -2,13 +2,16 @@
 that share nothing but a Unix socket in a temporary directory. The worker generates constrained JSON with
 Gemma 3 270M; mid-run the server is killed (SIGKILL, no goodbye) and a new one is started on the same
 socket path; the worker's client re-registers the vocabulary, re-creates the session with the accepted
-tokens replayed, and the generation ends exactly as an uninterrupted run with the same seed does.
+tokens replayed, and the generation ends exactly as an uninterrupted run with the same seed does. The two
+servers share a writable `--cache-dir`, as the sidecar's emptyDir: the first reads the vocabulary from the
+GGUF and saves it there, the second loads it from there, and its answers are the same.
 
-"Mid-run" is observed, never guessed from time: the first server's metrics endpoint counts the Accept
-calls it answered; once it has answered `KILL_AFTER_ACCEPTS`, the worker is frozen (SIGSTOP) so the count
-read then is the first server's final word and the worker cannot finish in between; the server is killed
-and the worker resumed, so the worker sees the outage as it is, then the second server starts. Waits are
-polls of a process, a log file or the metrics endpoint, each bounded by a timeout.
+"Mid-run" is observed, never guessed from time: the first server's metrics endpoint counts the accepts
+it answered (Accept calls, and the Step messages the client sends each accept in on its open stream);
+once it has answered `KILL_AFTER_ACCEPTS`, the worker is frozen (SIGSTOP) so the count read then is the
+first server's final word and the worker cannot finish in between; the server is killed and the worker
+resumed, so the worker sees the outage as it is, then the second server starts. Waits are polls of a
+process, a log file or the metrics endpoint, each bounded by a timeout.
 
 Sizes: one reference run and one interrupted run of about 20 tokens each, `--threads 1`; the model load
 dominates (tens of seconds on a loaded two-core machine)."""
@@ -60,6 +63,10 @@ class Server:
         counts = {(m, c): int(float(v)) for m, c, v in RPC_SAMPLE.findall(text)}
         return counts.get((method, code), 0)
 
+    def accepts(self) -> int:
+        """How many accepts the server answered: unary Accept calls and messages of the Step stream."""
+        return self.rpcs("Accept") + self.rpcs("Step")
+
 
 def wait_until(what: str, timeout: float, ready: Callable[[], T | None]) -> T:
     """Polls `ready()` until it returns something other than None; fails the test after `timeout`."""
@@ -71,10 +78,12 @@ def wait_until(what: str, timeout: float, ready: Callable[[], T | None]) -> T:
     return value
 
 
-def start_server(socket_path: Path, log: Path) -> Server:
+def start_server(socket_path: Path, log: Path, *, cache_dir: Path | None = None) -> Server:
     """Starts `constraintd serve` and returns once its health service says SERVING over the socket."""
     command = [sys.executable, "-m", "constraintd", "serve", "--listen", f"unix://{socket_path}",
                "--metrics", "127.0.0.1:0", "--log-format", "json", "--log-level", "INFO"]
+    if cache_dir is not None:
+        command += ["--cache-dir", str(cache_dir)]
     with log.open("wb") as sink:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=sink)
 
@@ -154,7 +163,8 @@ def test_generation_survives_a_server_killed_and_restarted_mid_run(gemma_path: P
 
     with scratch() as (directory, processes):
         socket_path = directory / "constraintd.sock"
-        first = start_server(socket_path, directory / "first.log")
+        cache = directory / "cache"
+        first = start_server(socket_path, directory / "first.log", cache_dir=cache)
         processes.append(first.process)
         stdout, stderr = directory / "worker.json", directory / "worker.log"
         with stdout.open("wb") as out, stderr.open("wb") as err:
@@ -164,28 +174,39 @@ def test_generation_survives_a_server_killed_and_restarted_mid_run(gemma_path: P
         def mid_run() -> bool | None:
             if worker.poll() is not None:
                 pytest.fail(f"the worker ended before the kill:\n{stderr.read_text()[-2000:]}")
-            return True if first.rpcs("Accept") >= KILL_AFTER_ACCEPTS else None
+            return True if first.accepts() >= KILL_AFTER_ACCEPTS else None
 
-        wait_until(f"{KILL_AFTER_ACCEPTS} Accept calls on the first server", RUN_TIMEOUT, mid_run)
+        wait_until(f"{KILL_AFTER_ACCEPTS} accepts on the first server", RUN_TIMEOUT, mid_run)
         worker.send_signal(signal.SIGSTOP)
-        accepts_before_kill = first.rpcs("Accept")
+        accepts_before_kill = first.accepts()
         assert worker.poll() is None, "the worker finished before it could be interrupted"
         first.process.kill()
         first.process.wait(timeout=30)
         assert socket_path.is_socket(), "the killed server's socket file should be left behind"
         worker.send_signal(signal.SIGCONT)
 
-        second = start_server(socket_path, directory / "second.log")  # binds over the stale socket file
+        second = start_server(socket_path, directory / "second.log", cache_dir=cache)  # over the stale socket
         processes.append(second.process)
         report = finished(worker, stdout, stderr)
 
         assert (report["tokens"], report["content"]) == (reference["tokens"], reference["content"])
         assert (report["text"], report["rejected_at"]) == (reference["text"], reference["rejected_at"])
         assert accepts_before_kill < len(report["tokens"]) + len(report["rejected_at"]), (
-            "the first server answered every Accept: the kill did not land mid-run")
+            "the first server answered every accept: the kill did not land mid-run")
         # the client found its vocabulary and session gone, registered and rebuilt them on the new server,
         # and the rest of the generation was answered there
         assert second.rpcs("RegisterVocab") == 1
         assert second.rpcs("CreateSession") == 1
-        assert second.rpcs("Accept") >= 1
-        assert accepts_before_kill + second.rpcs("Accept") >= len(report["tokens"])
+        assert second.accepts() >= 1
+        assert accepts_before_kill + second.accepts() >= len(report["tokens"])
+        # the first server read the vocabulary and saved it in the shared cache; the second loaded it
+        (read,) = vocabulary_events(first.log)
+        (loaded,) = vocabulary_events(second.log)
+        assert (read["event"], loaded["event"]) == ("vocabulary read", "vocabulary loaded")
+        assert read["saved_to"] == loaded["loaded_from"] and read["saved_to"].startswith(str(cache))
+
+
+def vocabulary_events(log: Path) -> list[dict[str, Any]]:
+    lines = log.read_text(errors="replace").splitlines()
+    events = [json.loads(line) for line in lines if line.startswith("{") and line.endswith("}")]
+    return [e for e in events if e.get("event") in ("vocabulary read", "vocabulary loaded")]
