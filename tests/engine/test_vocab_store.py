@@ -90,17 +90,24 @@ def test_a_loaded_vocabulary_and_its_tables_equal_the_built_ones(
 
 
 def test_loading_hands_the_tables_to_every_grammar_on_the_vocabulary(
-    tmp_path: Path, no_shared_tables: None
+    tmp_path: Path, no_shared_tables: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     vocab = list_vocab(with_texts=True)
     store = VocabStore([tmp_path])
     store.save(vocab)
+    expected = DecodedVocab(vocab).fresh_table().ids.tolist()
     forget_tables()
+
+    def no_building(**_: object) -> ColumnTable:
+        raise AssertionError("a table was built, not loaded")
+
+    monkeypatch.setattr(decoded_vocab_module, "_column_table", no_building)
     loaded = store.load(vocab.content_hash)
     assert loaded is not None
     grammar = Grammar.from_gbnf('root ::= "ab" | [^a]+', vocab)  # the content, not the object, decides
     assert grammar.decoded is decoded_vocab(loaded)
-    assert grammar.decoded.fresh_table().ids.flags.writeable is False
+    assert grammar.decoded.fresh_table().ids.tolist() == expected
+    assert Matcher(grammar).allows(vocab.pieces.index(b"ab"))
 
 
 def test_an_unknown_or_malformed_hash_loads_nothing(tmp_path: Path) -> None:
