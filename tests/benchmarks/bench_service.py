@@ -14,6 +14,8 @@ from clients in this process (a separate process from the server, as a model wor
 - token commits per second through Step (AsyncClient, each session's accept in one message's accept
   batch) with 1, 16 and 64 sessions, one message in flight; and 64 sessions in two groups whose messages
   are pipelined on the one stream (a worker that decodes one group while the other's answer travels);
+  with the server process's CPU time per commit and per message (Linux), and the same 64-session loop
+  in process (`AsyncClient("local")`: client, service operations and engine, no grpc) as a ceiling;
 - memory per idle session (traced allocations of the service's session store, fresh and after 100 accepted
   tokens) and sessions per GiB;
 - Accept p99 while another client compiles large JSON schemas (MaskBench's largest) over a 151,936-token
@@ -30,6 +32,7 @@ import argparse
 import asyncio
 import gc
 import json
+import math
 import os
 import queue
 import re
@@ -223,15 +226,33 @@ def bench_echo(directory: Path, count: int) -> list[tuple[str, float, float]]:
         echo.wait(timeout=60)
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far (Linux: /proc; elsewhere NaN)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def step_rate(
-    target: str, gguf: Path, tokens: list[int], sessions: int, seconds: float, *, in_flight: int = 1
-) -> float:
-    """Token commits per second: the sessions split into `in_flight` groups, each stepping its own batches
-    (one Step message per group per round) at the same time, pipelined on the client's one Step stream."""
+    target: str,
+    gguf: Path,
+    tokens: list[int],
+    sessions: int,
+    seconds: float,
+    *,
+    in_flight: int = 1,
+    server_pid: int | None = None,
+) -> tuple[float, float]:
+    """Token commits per second, and the server's CPU seconds per commit (NaN without `server_pid`): the
+    sessions split into `in_flight` groups, each stepping its own batches (one Step message per group per
+    round) at the same time, pipelined on the client's one Step stream."""
     async with AsyncClient(target, policy=POLICY) as client:
         vocab = await client.register_vocab(gguf=gguf)
         opened = [await client.session(vocab, gbnf=LETTERS) for _ in range(sessions)]
         groups = [opened[i::in_flight] for i in range(in_flight)]
+        cpu_before = process_cpu(server_pid) if server_pid is not None else math.nan
         started = time.perf_counter()
 
         async def run(group: list[AsyncSession]) -> int:
@@ -247,7 +268,9 @@ async def step_rate(
             return committed
 
         committed = sum(await asyncio.gather(*(run(group) for group in groups)))
-        return committed / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        cpu = process_cpu(server_pid) - cpu_before if server_pid is not None else math.nan
+        return committed / elapsed, cpu / committed
 
 
 def bench_memory(gguf: Path, tokens: list[int], count: int, accepted: int) -> float:
@@ -358,8 +381,16 @@ def main(argv: list[str] | None = None) -> int:
             for name, p50, p99 in bench_echo(Path(directory), count):
                 rows.append((f"floor: bare grpc echo, {name} (Unix)", f"{micro(p50)} / {micro(p99)}", ""))
             for sessions, in_flight in ((1, 1), (16, 1), (64, 1), (64, 2)):
-                rate = asyncio.run(
-                    step_rate(server.unix, gguf, tokens, sessions, seconds, in_flight=in_flight)
+                rate, cpu = asyncio.run(
+                    step_rate(
+                        server.unix,
+                        gguf,
+                        tokens,
+                        sessions,
+                        seconds,
+                        in_flight=in_flight,
+                        server_pid=server.process.pid,
+                    )
                 )
                 plural = "s" * (sessions > 1)
                 pipelined = f", {in_flight} messages in flight" if in_flight > 1 else ""
@@ -370,6 +401,11 @@ def main(argv: list[str] | None = None) -> int:
                         "≥ 50,000" if sessions == 64 else "",
                     )
                 )
+                rows.append(
+                    ("  server CPU per commit (per message)", f"{micro(cpu)} ({micro(cpu * sessions)})", "")
+                )
+            local_rate, _ = asyncio.run(step_rate("local", gguf, tokens, 64, seconds))
+            rows.append(("Step token commits/s, 64 sessions, in-process (no grpc)", f"{local_rate:,.0f}", ""))
             for accepted in (0, 100):
                 per_session = bench_memory(gguf, tokens, 2000 if args.quick else 10000, accepted)
                 rows.append(
