@@ -276,29 +276,30 @@ class Operations:
         so it makes no message per item (only per error and per owed mask)."""
         ids = list(batch.session_ids)
         tokens = list(batch.tokens)
-        positions: list[int | None] = list(batch.positions) or [None] * len(ids)
-        if not len(tokens) == len(positions) == len(ids):
+        count = len(ids)
+        positions: list[int | None] = list(batch.positions) or [None] * count
+        if not len(tokens) == len(positions) == count:
             raise InputError(
-                f"an accept batch of {len(ids)} sessions has {len(tokens)} tokens and "
+                f"an accept batch of {count} sessions has {len(tokens)} tokens and "
                 f"{len(batch.positions)} positions (one each, or no positions)"
             )
-        accepted: list[bool] = []
-        complete: list[bool] = []
+        accepted = [False] * count  # an item that fails stays False in both columns
+        complete = [False] * count
         get = self.store.get
-        for index, (session_id, token, position) in enumerate(zip(ids, tokens, positions, strict=True)):
+        now = self.store.now()  # one moment for the whole message
+        for index in range(count):
             try:
-                session = get(session_id, position=position)
-                taken = session.accept(token)
+                session = get(ids[index], position=positions[index], now=now)
+                taken = session.accept(tokens[index])
             except ConstraintdError as error:
-                accepted.append(False)
-                complete.append(False)
                 item = into.errors.add(index=index)
                 item.error.status = error.status
                 item.error.message = str(error)
                 continue
-            accepted.append(taken)
-            complete.append(session.matcher.is_complete())
+            matcher = session.matcher
+            accepted[index] = taken
+            complete[index] = matcher.is_complete()
             if not taken and batch.mask_on_reject:
-                owed.append(OwedMask(into.masks.add(index=index).mask, session.matcher.fork()))
+                owed.append(OwedMask(into.masks.add(index=index).mask, matcher.fork()))
         into.accepted.extend(accepted)
         into.complete.extend(complete)

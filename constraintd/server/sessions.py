@@ -139,21 +139,32 @@ class SessionStore:
         self._check_opening()
         return self._add(compiled, matcher, ttl, len(matcher.history))
 
-    def get(self, session_id: str, *, position: int | None = None) -> Session:
+    def now(self) -> float:
+        """The store's clock: pass it to `get` as `now` for many lookups at one moment (a Step batch)."""
+        return self._clock()
+
+    def get(self, session_id: str, *, position: int | None = None, now: float | None = None) -> Session:
         """The open session with this id, its idle deadline pushed back.
+
+        Args:
+            session_id: the session's id.
+            position: when given, the number of tokens the caller believes the session has accepted.
+            now: the clock's reading to use (`now()`); None reads the clock.
 
         Raises:
             NotFoundError: no open session has this id (never opened, closed, or expired).
             PositionError: `position` is given and differs from the session's.
         """
         session = self._sessions.get(session_id)
-        now = self._clock()
+        if now is None:
+            now = self._clock()
         if session is None or session.expires_at <= now:
             if session is not None:
                 del self._sessions[session_id]
             raise NotFoundError(f"no open session {session_id!r} (closed, expired, or never opened)")
         session.expires_at = now + session.ttl
-        session.check_position(position)
+        if position is not None and position != session.position:
+            session.check_position(position)  # raises, with the message
         return session
 
     def fork(self, session_id: str, *, position: int | None = None) -> Session:

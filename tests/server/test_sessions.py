@@ -68,6 +68,20 @@ def test_an_idle_session_expires_after_its_ttl_and_use_pushes_the_deadline(
     assert len(store) == 0
 
 
+def test_a_lookup_at_a_given_moment_expires_and_pushes_the_deadline_from_it(
+    compiled: CompiledConstraint,
+) -> None:
+    clock = Clock()
+    store = store_with(clock, default_ttl=10.0)
+    session = store.open(compiled)
+    moment = store.now()
+    clock.now += 30.0  # the clock runs on; lookups at `moment` still see the session alive
+    assert store.get(session.id, now=moment + 9.0) is session
+    assert session.expires_at == moment + 19.0
+    with pytest.raises(NotFoundError):
+        store.get(session.id, now=moment + 19.0)
+
+
 def test_reclaim_removes_only_expired_sessions(compiled: CompiledConstraint) -> None:
     clock = Clock()
     store = store_with(clock, default_ttl=10.0)
