@@ -185,6 +185,10 @@ class MaskCache:
             self._keep_mask(key, mask)
         return mask
 
+    def finished(self, state: State, partial: PartialUtf8) -> Words | None:
+        """The mask kept for `state` after `partial`, if one is (no walk, no change to the order kept)."""
+        return self._masks.get((state, partial))
+
     def _keep_mask(self, key: tuple[State, PartialUtf8], mask: Words) -> None:
         masks = self._masks
         if key in masks:

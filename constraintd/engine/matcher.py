@@ -8,7 +8,8 @@
 #   steps while it does not change) and the token (an int32 array; -1 for `accept_bytes`). About 20 bytes
 #   a step, so an idle session of a few hundred tokens stays a few kilobytes.
 # - `allows(t)` is True exactly when llama_grammar_apply_impl leaves t finite; `mask()` packs `allows`
-#   over the vocabulary; neither changes anything.
+#   over the vocabulary; neither changes anything. Where a mask of the current state was already made
+#   (the grammar's cache), `allows` reads its bit instead of walking the token.
 # - `accept(t)` is llama_grammar_accept_impl on a token `allows` allows: it returns False, and changes
 #   nothing, for a token `allows` refuses (llama.cpp would accept some of those blindly: an invalid UTF-8
 #   piece, a piece whose unfinished end cannot match; the sampler never gives it one) and for one whose
@@ -114,11 +115,15 @@ class Matcher:
 
         Raises:
             TokenError: `token` is outside the vocabulary.
-            LimitError: deciding it meets more than `max_stacks` stacks.
+            LimitError: deciding it meets more than `max_stacks` stacks (the bit of a mask already made
+                for this state is read instead, as `mask` does).
         """
         token = self._check(token)
         if self._awaiting:
             return True
+        finished = self.grammar.masks.finished(self._state, self._partial)
+        if finished is not None:  # a mask of this state was made: its bit is the answer
+            return bool((int(finished[token >> 5]) >> (token & 31)) & 1)
         kind = self.grammar.decoded.kinds[token]
         if kind == END_OF_GENERATION:
             return self._state.has_empty
