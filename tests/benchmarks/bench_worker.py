@@ -1,21 +1,28 @@
 """Benchmark of the sampler worker (not a test): prints a table.
 
-    python tests/benchmarks/bench_worker.py            # a few minutes on two cores
-    python tests/benchmarks/bench_worker.py --quick    # fewer and shorter generations, for a smoke run
+    .venv/bin/python -m tests.benchmarks.bench_worker            # 4 prompts x 3 seeds x 5 paths
+    .venv/bin/python -m tests.benchmarks.bench_worker --quick    # 2 prompts x 1 seed, for a smoke run
 
-Gemma 3 270M (262,144 tokens) generates JSON for a chat prompt under a JSON schema, with llama-server's
-default sampling and several seeds, along five paths, in this process one after the other:
+Gemma 3 270M (262,144 tokens) answers chat prompts under a JSON schema, with llama-server's default
+sampling (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05) and a seed, along five paths. Every
+(prompt, seed) pair runs every path in turn before the next pair, so a change in the machine's load
+falls on all paths alike:
 - unconstrained: our numpy sampler chain, no grammar (the floor the constrained paths are measured from);
 - constrained, constraintd in process (`Client("local")`): draw, Accept, on rejection Mask and redraw;
-- constrained, constraintd over a Unix socket (a private `constraintd serve`, started before timing);
+- constrained, constraintd over a Unix socket (a private `constraintd serve` process);
 - llama.cpp's own chain and grammar sampler through ctypes, with llama-server's algorithm (check the
-  drawn token, mask the whole vocabulary only on rejection): the same tokens as ours, C speed;
+  drawn token, mask the whole vocabulary only on rejection), on the same model object as ours: the same
+  tokens as ours, llama.cpp's sampler and grammar in place of ours and constraintd;
 - llama-cpp-python's `Llama.create_completion(grammar=LlamaGrammar)`: its sampler applies the grammar to
   every token of the vocabulary at every step (grammar first), so its tokens differ from llama-server's.
-Reported per path: tokens generated, tokens per second (prompt evaluation included, same prompt for all),
-milliseconds per token in the model, the sampler and constraint calls (where the path can tell them
-apart), and rejected first draws and whole-vocabulary masks per 100 tokens. Numbers depend on the machine
-and on what else runs on it: compare rows of one run.
+constraintd's grammar is compiled and its first mask computed before the timed runs (a service keeps
+compiled grammars; compile time is `bench_masks.py`'s subject).
+
+Reported per path: generations and tokens; the median over generations of tokens per second (prompt
+evaluation included, the same prompts for every path) and that median divided by the unconstrained
+path's; the median milliseconds per token in the model, the sampler and constraint calls (where the
+path can tell them apart); rejected first draws and whole-vocabulary masks per 100 tokens. Numbers
+depend on the machine and on what else runs on it: compare rows of one run.
 """
 
 from __future__ import annotations
@@ -23,10 +30,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -34,10 +44,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from clients import Client  # noqa: E402
+from clients import Client, Session, VocabHandle  # noqa: E402
 from constraintd.engine.json_schema import json_schema_to_gbnf  # noqa: E402
 from sampler_worker.chain import SamplerSettings  # noqa: E402
-from sampler_worker.generate import Generation, generate  # noqa: E402
+from sampler_worker.generate import generate  # noqa: E402
 from sampler_worker.model import Model  # noqa: E402
 from sampler_worker.prompt import prompt_tokens  # noqa: E402
 from sampler_worker.sidecar import PrivateConstraintd  # noqa: E402
@@ -55,170 +65,253 @@ SCHEMA = {
     },
     "required": ["name", "age", "languages", "remote"],
 }
-CHAT = "Describe a software engineer as a JSON object."
+PROMPTS = (
+    "Describe a software engineer as a JSON object.",
+    "Invent a person who writes compilers; answer in JSON.",
+    "Give me a JSON record for a data scientist who works from home.",
+    "Who is a typical web developer? Reply with JSON only.",
+)
 N_CTX = 512
-THREADS = 2
 
 
 @dataclass
-class Row:
-    path: str
-    tokens: int = 0
-    seconds: float = 0.0
+class Run:
+    """One generation: what it made and what it cost (None where the path cannot tell)."""
+
+    tokens: int
+    seconds: float
+    cpu: float = 0.0  # CPU seconds of this process, and of constraintd's when it runs apart
     model: float | None = None
     sampler: float | None = None
     constraint: float | None = None
     rejections: int | None = None
     masks: int | None = None
 
-    def add(self, generation: Generation, seconds: float, *, constrained: bool) -> None:
-        counters = generation.counters
-        self.tokens += len(generation.tokens)
-        self.seconds += seconds
-        self.model = (self.model or 0.0) + counters.model_seconds
-        self.sampler = (self.sampler or 0.0) + counters.sampler_seconds
-        if constrained:
-            self.constraint = (self.constraint or 0.0) + counters.constraint_seconds
-            self.rejections = (self.rejections or 0) + counters.rejections
-            self.masks = (self.masks or 0) + counters.masks
+
+@dataclass
+class PathResults:
+    name: str
+    runs: list[Run] = field(default_factory=list)
+
+    def tokens_per_second(self) -> float:
+        return statistics.median(run.tokens / run.seconds for run in self.runs if run.seconds)
+
+    def tokens_per_cpu_second(self) -> float:
+        return statistics.median(run.tokens / run.cpu for run in self.runs if run.cpu)
+
+    def ms_per_token(self, part: Callable[[Run], float | None]) -> str:
+        values = [(part(run), run.tokens) for run in self.runs]
+        if any(value is None for value, _ in values):
+            return "-"
+        return f"{statistics.median(1000 * v / n for v, n in values if v is not None and n):.1f}"
+
+    def per_hundred(self, part: Callable[[Run], int | None]) -> str:
+        values = [part(run) for run in self.runs]
+        tokens = sum(run.tokens for run in self.runs)
+        if any(value is None for value in values) or not tokens:
+            return "-"
+        return f"{100 * sum(v for v in values if v is not None) / tokens:.1f}"
 
 
-def run_ours(row: Row, model: Model, tokens: list[int], seeds: list[int], max_tokens: int,
-             client: Client | None, gguf: Path) -> None:
-    handle = client.register_vocab(gguf=gguf) if client is not None else None
-    for seed in seeds:
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU time (user + system) of this process, plus that of process `pid` if given."""
+    total = time.process_time()
+    if pid is not None:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+    return total
+
+
+class Runner(Protocol):
+    def run(self, tokens: list[int], seed: int, max_tokens: int) -> Run: ...
+
+
+class Ours:
+    """Our worker: the numpy chain and `generate`, constrained through a client or not."""
+
+    def __init__(
+        self, model: Model, client: Client | None, gguf: Path, *, server_pid: int | None = None
+    ) -> None:
+        self.model = model
+        self.client = client
+        self.server_pid = server_pid
+        self.handle: VocabHandle | None = None
+        if client is not None:
+            self.handle = client.register_vocab(gguf=gguf)
+            with self.session() as session:  # compile the grammar and its first mask before timing
+                session.mask()
+
+    def session(self) -> Session:
+        assert self.client is not None and self.handle is not None
+        return self.client.session(self.handle, json_schema=json.dumps(SCHEMA))
+
+    def run(self, tokens: list[int], seed: int, max_tokens: int) -> Run:
         settings = SamplerSettings(seed=seed)
-        if client is None or handle is None:
-            started = time.perf_counter()
-            generation = generate(model, tokens, settings, max_tokens=max_tokens)
+        if self.client is None:
+            started, cpu = time.perf_counter(), cpu_seconds()
+            generation = generate(self.model, tokens, settings, max_tokens=max_tokens)
+            seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
         else:
-            with client.session(handle, json_schema=json.dumps(SCHEMA)) as session:
-                started = time.perf_counter()
-                generation = generate(model, tokens, settings, session=session, max_tokens=max_tokens)
-        row.add(generation, time.perf_counter() - started, constrained=client is not None)
-
-
-def run_llama_cpp_chain(row: Row, gguf: Path, tokens: list[int], seeds: list[int], max_tokens: int) -> None:
-    import llama_cpp
-
-    gbnf = json_schema_to_gbnf(json.dumps(SCHEMA))
-    model = llama_cpp.Llama(model_path=str(gguf), n_ctx=N_CTX, n_threads=THREADS, flash_attn=True,
-                            logits_all=True, verbose=False)
-    row.rejections = row.masks = 0
-    row.sampler = row.model = 0.0
-    with LlamaVocab(gguf) as vocab:
-        for seed in seeds:
-            grammar = LlamaGrammar.create(vocab, gbnf)
-            assert grammar is not None
-            started = time.perf_counter()
-            model.reset()
-            with LlamaSamplerChain(llama_steps(SamplerSettings(seed=seed), vocab.n_vocab)) as chain, grammar:
-                for token in tokens:
-                    chain.accept(token)
-                clock = time.perf_counter()
-                model.eval(tokens)
-                row.model += time.perf_counter() - clock
-                for index in range(max_tokens):
-                    clock = time.perf_counter()
-                    logits = np.array(model.scores[model.n_tokens - 1], dtype=np.float32)
-                    token = chain.sample(logits)
-                    if not grammar_allows(grammar, token):
-                        row.rejections += 1
-                        row.masks += 1
-                        allowed = grammar.allowed()
-                        masked = np.where(allowed, logits, np.float32(-np.inf)).astype(np.float32)
-                        token = chain.sample(masked)
-                    grammar.accept(token)
-                    chain.accept(token)
-                    row.sampler += time.perf_counter() - clock
-                    row.tokens += 1
-                    if vocab.is_eog(token):
-                        break
-                    if index + 1 < max_tokens:
-                        clock = time.perf_counter()
-                        model.eval([token])
-                        row.model += time.perf_counter() - clock
-            row.seconds += time.perf_counter() - started
-    model.close()
-
-
-def run_llama_cpp_python_grammar(
-    row: Row, gguf: Path, tokens: list[int], seeds: list[int], max_tokens: int
-) -> None:
-    import llama_cpp
-
-    gbnf = json_schema_to_gbnf(json.dumps(SCHEMA))
-    model = llama_cpp.Llama(model_path=str(gguf), n_ctx=N_CTX, n_threads=THREADS, verbose=False)
-    grammar = llama_cpp.LlamaGrammar.from_string(gbnf, verbose=False)
-    for seed in seeds:
-        model.reset()
-        started = time.perf_counter()
-        completion = model.create_completion(
-            tokens, max_tokens=max_tokens, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=seed,
-            grammar=grammar,
+            with self.session() as session:
+                started, cpu = time.perf_counter(), cpu_seconds(self.server_pid)
+                generation = generate(self.model, tokens, settings, session=session, max_tokens=max_tokens)
+                seconds, cpu = time.perf_counter() - started, cpu_seconds(self.server_pid) - cpu
+        counters = generation.counters
+        constrained = self.client is not None
+        return Run(
+            len(generation.tokens), seconds, cpu, counters.model_seconds, counters.sampler_seconds,
+            counters.constraint_seconds if constrained else None,
+            counters.rejections if constrained else None, counters.masks if constrained else None,
         )
-        row.seconds += time.perf_counter() - started
-        row.tokens += int(completion["usage"]["completion_tokens"])  # type: ignore[index]
-    row.masks = row.tokens  # the grammar is applied to the whole vocabulary at every step
-    model.close()
 
 
-def per_token(value: float | None, tokens: int) -> str:
-    return "-" if value is None or not tokens else f"{1000 * value / tokens:.1f}"
+class LlamaCppChain:
+    """llama.cpp's chain and grammar sampler with llama-server's check-then-mask, on our model's logits."""
+
+    def __init__(self, model: Model, gguf: Path) -> None:
+        self.gbnf = json_schema_to_gbnf(json.dumps(SCHEMA))
+        self.model = model
+        self.vocab = LlamaVocab(gguf)
+
+    def run(self, tokens: list[int], seed: int, max_tokens: int) -> Run:
+        grammar = LlamaGrammar.create(self.vocab, self.gbnf)
+        assert grammar is not None
+        generated = rejections = 0
+        model_seconds = sampler_seconds = 0.0
+        started, cpu = time.perf_counter(), cpu_seconds()
+        self.model.reset()
+        with LlamaSamplerChain(llama_steps(SamplerSettings(seed=seed), self.vocab.n_vocab)) as chain, grammar:
+            for token in tokens:
+                chain.accept(token)
+            clock = time.perf_counter()
+            logits = self.model.decode(tokens)
+            model_seconds += time.perf_counter() - clock
+            for index in range(max_tokens):
+                clock = time.perf_counter()
+                token = chain.sample(logits)
+                if not grammar_allows(grammar, token):
+                    rejections += 1
+                    allowed = grammar.allowed()
+                    token = chain.sample(np.where(allowed, logits, np.float32(-np.inf)).astype(np.float32))
+                grammar.accept(token)
+                chain.accept(token)
+                sampler_seconds += time.perf_counter() - clock
+                generated += 1
+                if self.vocab.is_eog(token):
+                    break
+                if index + 1 < max_tokens:
+                    clock = time.perf_counter()
+                    logits = self.model.decode([token])
+                    model_seconds += time.perf_counter() - clock
+        seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+        # the sampler column holds the grammar's time too: llama.cpp's loop does not tell them apart
+        return Run(generated, seconds, cpu, model_seconds, sampler_seconds, None, rejections, rejections)
+
+    def close(self) -> None:
+        self.vocab.close()
 
 
-def per_hundred(value: int | None, tokens: int) -> str:
-    return "-" if value is None or not tokens else f"{100 * value / tokens:.1f}"
+class LlamaCppPythonGrammar:
+    """llama-cpp-python's own path: `create_completion(grammar=LlamaGrammar)` (grammar on every token)."""
+
+    def __init__(self, gguf: Path, threads: int) -> None:
+        import llama_cpp
+
+        self.model: Any = llama_cpp.Llama(
+            model_path=str(gguf), n_ctx=N_CTX, n_threads=threads, flash_attn=True, verbose=False
+        )
+        gbnf = json_schema_to_gbnf(json.dumps(SCHEMA))
+        self.grammar = llama_cpp.llama_grammar.LlamaGrammar.from_string(gbnf, verbose=False)
+
+    def run(self, tokens: list[int], seed: int, max_tokens: int) -> Run:
+        self.model.reset()  # no prompt cache: every path evaluates the prompt
+        started, cpu = time.perf_counter(), cpu_seconds()
+        completion: Any = self.model.create_completion(
+            tokens, max_tokens=max_tokens, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=seed,
+            grammar=self.grammar,
+        )
+        seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+        generated = int(completion["usage"]["completion_tokens"])
+        # the grammar is applied to the whole vocabulary at every step: one mask per token
+        return Run(generated, seconds, cpu, masks=generated)
+
+    def close(self) -> None:
+        self.model.close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 generations of up to 24 tokens per path")
-    parser.add_argument("--seeds", type=int, default=4, help="generations per path (default 4)")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2 prompts x 1 seed of up to 24 tokens")
+    parser.add_argument("--prompts", type=int, default=len(PROMPTS), help=f"prompts (1-{len(PROMPTS)})")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per prompt (default 3)")
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens per generation (default 64)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="model threads, every path (default 1: steady on a shared machine)")
     args = parser.parse_args(argv)
-    count, max_tokens = (2, 24) if args.quick else (args.seeds, args.max_tokens)
-    seeds = list(range(1, count + 1))
+    prompts, seeds, max_tokens = (2, 1, 24) if args.quick else (args.prompts, args.seeds, args.max_tokens)
     gguf = reference.gemma_path()
-    rows = [
-        Row("unconstrained (our chain)"),
-        Row("constrained, constraintd in process"),
-        Row("constrained, constraintd over a Unix socket"),
-        Row("llama.cpp chain + grammar, llama-server's check (ctypes)"),
-        Row("llama-cpp-python LlamaGrammar (grammar on every token)"),
+    paths = [
+        PathResults("unconstrained (our chain)"),
+        PathResults("constrained, constraintd in process"),
+        PathResults("constrained, constraintd over a Unix socket"),
+        PathResults("llama.cpp chain + grammar, llama-server's check (ctypes)"),
+        PathResults("llama-cpp-python LlamaGrammar (grammar on every token)"),
     ]
-    with Model(gguf, n_ctx=N_CTX, n_threads=THREADS) as model:
-        tokens = prompt_tokens(model, chat=CHAT)
-        run_ours(rows[0], model, tokens, seeds, max_tokens, None, gguf)
-        with Client("local") as client:
-            run_ours(rows[1], model, tokens, seeds, max_tokens, client, gguf)
-        with PrivateConstraintd() as server, Client(server.target) as client:
-            run_ours(rows[2], model, tokens, seeds, max_tokens, client, gguf)
-    run_llama_cpp_chain(rows[3], gguf, tokens, seeds, max_tokens)
-    run_llama_cpp_python_grammar(rows[4], gguf, tokens, seeds, max_tokens)
+    with (
+        Model(gguf, n_ctx=N_CTX, n_threads=args.threads) as model,
+        Client("local") as local,
+        PrivateConstraintd() as server,
+        Client(server.target) as remote,
+    ):
+        chain, peer = LlamaCppChain(model, gguf), LlamaCppPythonGrammar(gguf, args.threads)
+        assert server.process is not None
+        runners: list[Runner] = [
+            Ours(model, None, gguf), Ours(model, local, gguf),
+            Ours(model, remote, gguf, server_pid=server.process.pid), chain, peer,
+        ]
+        for prompt in PROMPTS[:prompts]:
+            tokens = prompt_tokens(model, chat=prompt)
+            for seed in range(1, seeds + 1):
+                for path, runner in zip(paths, runners, strict=True):
+                    path.runs.append(runner.run(tokens, seed, max_tokens))
+                print(f"prompt {PROMPTS.index(prompt) + 1}, seed {seed}: done", file=sys.stderr)
+        chain.close()
+        peer.close()
 
-    width = max(len(row.path) for row in rows)
+    floor, cpu_floor = paths[0].tokens_per_second(), paths[0].tokens_per_cpu_second()
+    width = max(len(path.name) for path in paths)
     print(
-        f"sampler worker benchmark: Gemma 3 270M (262,144 tokens), {count} generations x up to {max_tokens} "
-        f"tokens per path, JSON schema, {THREADS} model threads ({os.cpu_count()} CPUs), "
+        f"sampler worker benchmark: Gemma 3 270M (262,144 tokens), {prompts} prompts x {seeds} seeds = "
+        f"{prompts * seeds} generations of up to {max_tokens} tokens per path, JSON schema, llama-server's "
+        f"default sampling, {args.threads} model thread(s) ({os.cpu_count()} CPUs), "
         f"Python {sys.version.split()[0]}"
     )
-    header = ("tokens", "tokens/s", "ms model", "ms sampler", "ms constraint", "rejections/100", "masks/100")
-    print(f"{'path':<{width}}  " + "  ".join(f"{name:>{len(name)}}" for name in header))
+    header = ("tokens", "tokens/s p50", "x unconstr.", "tokens/CPU-s p50", "x unconstr.", "ms model",
+              "ms sampler", "ms constraint", "rejections/100", "masks/100")
+    print(f"{'path':<{width}}  " + "  ".join(header))
     print(f"{'-' * width}  " + "  ".join("-" * len(name) for name in header))
-    for row in rows:
+    for path in paths:
+        speed, cpu_speed = path.tokens_per_second(), path.tokens_per_cpu_second()
         values = (
-            str(row.tokens),
-            f"{row.tokens / row.seconds:.1f}" if row.seconds else "-",
-            per_token(row.model, row.tokens),
-            per_token(row.sampler, row.tokens),
-            per_token(row.constraint, row.tokens),
-            per_hundred(row.rejections, row.tokens),
-            per_hundred(row.masks, row.tokens),
+            str(sum(run.tokens for run in path.runs)),
+            f"{speed:.1f}",
+            f"{speed / floor:.3f}",
+            f"{cpu_speed:.1f}",
+            f"{cpu_speed / cpu_floor:.3f}",
+            path.ms_per_token(lambda run: run.model),
+            path.ms_per_token(lambda run: run.sampler),
+            path.ms_per_token(lambda run: run.constraint),
+            path.per_hundred(lambda run: run.rejections),
+            path.per_hundred(lambda run: run.masks),
         )
         cells = "  ".join(f"{value:>{len(name)}}" for value, name in zip(values, header, strict=True))
-        print(f"{row.path:<{width}}  {cells}")
-    print("(ms columns are per generated token; '-' where a path cannot tell the part apart)")
+        print(f"{path.name:<{width}}  {cells}")
+    print("(tokens/s: median over generations, wall clock; tokens/CPU-s: the same over the CPU time of this "
+          "process and of the constraintd process; ms columns: median per generated token, wall clock; '-' "
+          "where a path cannot tell the part apart)")
     return 0
 
 
