@@ -16,7 +16,7 @@
 # Speed: when the keys involved are all distinct, every correct sort gives the same order, so numpy
 # answers; only when ties (or NaN) are present do we run the ported algorithm, in Python, on the
 # elements that can matter (a heap select only looks at elements that beat the current heap top,
-# which we find a block at a time with numpy).
+# which we find a block at a time with numpy, and never at +inf keys past its first `middle`).
 
 from __future__ import annotations
 
@@ -314,6 +314,14 @@ def partial_sort_order(keys: Keys, middle: int, *, needed: int | None = None) ->
     wanted = middle if needed is None else min(needed, middle)
     if wanted == 0:
         return np.empty(0, dtype=np.intp)
+    if middle < keys.size:
+        # std::__heap_select lets an element past `middle` into the heap only if it compares below
+        # the heap top; a +inf (or NaN) key never does, so leaving those elements out changes
+        # nothing. A grammar mask makes most logits -inf (keys +inf): the sort then sees the few left.
+        later = np.flatnonzero(keys[middle:] < np.inf)
+        if later.size < (keys.size - middle) // 2:
+            subset = np.concatenate((np.arange(middle, dtype=np.intp), later + middle))
+            return subset[partial_sort_order(keys[subset], middle, needed=needed)]
     fast = _unique_prefix(keys, wanted)
     if fast is not None:
         return fast

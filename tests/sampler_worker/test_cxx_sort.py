@@ -10,9 +10,10 @@ from sampler_worker.cxx_sort import bucket_partial_order, bucket_value_order, pa
 from tests.sampler_worker.conftest import LibStdCxx
 
 # Sizes: 50 arrays per kind and algorithm, 1 to 2,000 keys each (enough for introsort's quicksort
-# passes, its depth limit and its final insertion sort, and for heap selects of every width).
+# passes, its depth limit and its final insertion sort, and for heap selects of every width; with
+# mostly +inf keys, for heap selects that have fewer finite keys than their width).
 CASES_PER_KIND = 50
-KINDS = ["distinct", "few-values", "many-ties", "with-nan", "constant"]
+KINDS = ["distinct", "few-values", "many-ties", "with-nan", "constant", "mostly-inf"]
 
 
 def _keys(kind: str, rng: np.random.Generator) -> npt.NDArray[np.float32]:
@@ -26,6 +27,10 @@ def _keys(kind: str, rng: np.random.Generator) -> npt.NDArray[np.float32]:
     if kind == "with-nan":
         keys = (rng.integers(0, 30, size=n) / 7).astype(np.float32)
         keys[rng.random(n) < 0.1] = np.nan
+        return keys
+    if kind == "mostly-inf":  # negated logits under a grammar mask: most are -inf, a few finite, with ties
+        keys = (rng.integers(0, 12, size=n) / 4).astype(np.float32)
+        keys[rng.random(n) < 0.9] = np.inf
         return keys
     return np.full(n, 1.5, dtype=np.float32)
 
