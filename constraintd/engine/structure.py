@@ -15,7 +15,9 @@
 #   once per vocabulary instead of once per grammar, and why a string bounded to 1,000 characters (a
 #   chain of nested rules) shares them with an unbounded one: past the horizon they are the same.
 # - Counting terminals: a char class or a token element is one; a rule reference is the fewest terminals
-#   its rule can match (0 for a rule that can vanish). A reference cycle that matches nothing (a rule
+#   its rule can match (0 for a rule that can vanish; a lower bound inside a cycle, so forms are cut
+#   later, never sooner). A rule that matches at most m terminals gets one form for every budget above
+#   m. A reference cycle that matches nothing (a rule
 #   reaching itself through vanishing rules, which llama.cpp follows only once) gets the position an id
 #   of its own, equal to no other: no sharing, never a wrong one. So does a position whose form takes more
 #   than MAX_WORK elements to write (forms already written for its rules are reused free): those are
@@ -46,7 +48,7 @@ from constraintd.engine.stacks import (
 __all__ = ["ESCAPE_ID", "MAX_WORK", "Structure"]
 
 ESCAPE_ID: Final = -1
-MAX_WORK: Final = 2_000  # elements written for one position's form
+MAX_WORK: Final = 1_000  # elements written for one position's form
 MAX_FORMS: Final = 500_000  # forms numbered before the table starts afresh
 _BEYOND: Final = -2  # the mark where a form is cut off at the horizon
 _TERMINAL_STARTS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY, TOKEN, TOKEN_NOT))
@@ -77,7 +79,7 @@ def _number(form: tuple[int, ...]) -> int:
 class Structure:
     """The structural ids of one grammar's positions for one horizon, computed on first use."""
 
-    __slots__ = ("_busy", "_ids", "_min_terminals", "_rule_ids", "_work", "horizon", "rules")
+    __slots__ = ("_bounds", "_busy", "_ids", "_rule_ids", "_work", "horizon", "rules")
 
     def __init__(self, rules: Rules, horizon: int) -> None:
         self.rules = rules
@@ -85,7 +87,9 @@ class Structure:
         self._ids: dict[int, int] = {rules.escape: ESCAPE_ID}
         self._rule_ids: dict[tuple[int, int], int] = {}
         self._busy: set[tuple[int, int]] = set()
-        self._min_terminals: list[int] | None = None
+        # per rule: the fewest and the most terminals it matches (bounds; -1 until measured)
+        n_rules = len(rules.rule_starts)
+        self._bounds: tuple[list[int], list[int]] = ([-1] * n_rules, [-1] * n_rules)
         self._work = 0
 
     def position(self, pos: int) -> int:
@@ -116,7 +120,7 @@ class Structure:
         # One alternate from `start` to its end, as (kind, value) pairs ending in (END, 0), or in
         # (_BEYOND, 0) where every path has matched `budget` terminals already.
         kinds, values = self.rules.kinds, self.rules.values
-        least = self._least()
+        least = self._least
         form: list[int] = []
         used = 0
         at = start
@@ -132,7 +136,7 @@ class Structure:
                 if kind == RULE_REF:
                     rule = values[at]
                     form += (RULE_REF, self._rule(rule, budget - used))
-                    used += least[rule]
+                    used += least(rule)
                 else:
                     form += (kind, values[at])
                     used += 1
@@ -144,6 +148,8 @@ class Structure:
             at += 1
 
     def _rule(self, rule: int, budget: int) -> int:
+        # a rule that matches at most m terminals is cut nowhere by a budget above m: one form for all
+        budget = min(budget, self._most(rule) + 1)
         key = (rule, budget)
         found = self._rule_ids.get(key)
         if found is None:
@@ -157,27 +163,71 @@ class Structure:
             found = self._rule_ids[key] = _number(tuple(form))
         return found
 
-    def _least(self) -> list[int]:
-        # the fewest terminals each rule can match, to a fixed point (rules start unbounded); the rules
-        # a rule's own parts create come after it, so later rules are settled first
-        if self._min_terminals is None:
-            kinds, values = self.rules.kinds, self.rules.values
-            least = [_UNBOUNDED] * len(self.rules.rule_starts)
-            changed = True
-            while changed:
-                changed = False
-                for rule in reversed(range(len(least))):
-                    for start in self.rules.alternates[rule]:
-                        total = 0
-                        at = start
-                        while at >= 0 and kinds[at] not in (END, ALT) and total < least[rule]:
-                            if kinds[at] == RULE_REF:
-                                total += least[values[at]]
-                            elif kinds[at] in _TERMINAL_STARTS:
-                                total += 1
-                            at += 1
-                        if total < least[rule]:
-                            least[rule] = total
-                            changed = True
-            self._min_terminals = least
-        return self._min_terminals
+    def _least(self, rule: int) -> int:
+        least = self._bounds[0][rule]
+        if least < 0:
+            self._measure(rule)
+            least = self._bounds[0][rule]
+        return least
+
+    def _most(self, rule: int) -> int:
+        most = self._bounds[1][rule]
+        if most < 0:
+            self._measure(rule)
+            most = self._bounds[1][rule]
+        return most
+
+    def _measure(self, root: int) -> None:
+        # The fewest and the most terminals of `root` and the rules it reaches not measured yet, in one
+        # depth-first walk (iterative: chains of nested rules run thousands deep). A rule met again while
+        # it is being measured closes a cycle: it counts as 0 terminals at least and `horizon` at most, a
+        # bound on each side, which is all the forms need (they are cut later, never sooner).
+        least, most = self._bounds
+        open_rules: set[int] = set()
+        pending: dict[int, list[list[int]]] = {}  # the items of the open rules, read once
+        todo: list[tuple[int, bool]] = [(root, False)]
+        while todo:
+            rule, done = todo.pop()
+            if most[rule] >= 0 or (not done and rule in open_rules):
+                continue
+            items = pending.pop(rule, None) or self._items(rule)
+            if not done:
+                pending[rule] = items
+                open_rules.add(rule)
+                todo.append((rule, True))
+                todo.extend(
+                    (r, False)
+                    for alternate in items
+                    for r in alternate
+                    if r >= 0 and most[r] < 0 and r not in open_rules
+                )
+                continue
+            fewest, longest = _UNBOUNDED, 0
+            for alternate in items:
+                low = high = 0
+                for item in alternate:
+                    if item < 0:
+                        low, high = low + 1, high + 1
+                    elif most[item] >= 0:
+                        low, high = low + least[item], high + most[item]
+                    else:  # being measured: a cycle
+                        high = self.horizon
+                fewest, longest = min(fewest, low), max(longest, min(high, self.horizon))
+            least[rule], most[rule] = fewest, longest
+            open_rules.discard(rule)
+
+    def _items(self, rule: int) -> list[list[int]]:
+        # the rule's alternates as items: -1 for a terminal, the rule id of a reference
+        kinds, values = self.rules.kinds, self.rules.values
+        found = []
+        for start in self.rules.alternates[rule]:
+            items: list[int] = []
+            at = start
+            while at >= 0 and kinds[at] not in (END, ALT):
+                if kinds[at] == RULE_REF:
+                    items.append(values[at])
+                elif kinds[at] in _TERMINAL_STARTS:
+                    items.append(-1)
+                at += 1
+            found.append(items)
+        return found
