@@ -83,6 +83,8 @@ class ServerConfig:
         cache_dirs: directories of prepared vocabularies (`constraintd warm`): a GGUF file registered by
             path is loaded from the first that holds its vocabulary, else read and saved in the first that
             can be written (one that cannot, such as a cache baked into a read-only image, is only read).
+        warm_seconds: seconds to spend warming each new vocabulary's JSON verdicts before its registration
+            returns (engine/warm.py); 0 leaves them to the first sessions.
         workers: threads that run compiles off the event loop.
         mask_workers: threads that compute whole-vocabulary masks off the event loop.
         shutdown_grace: seconds in-flight calls get to finish after a shutdown begins.
@@ -101,6 +103,7 @@ class ServerConfig:
     metrics_listen: str | None = None
     gguf_dirs: tuple[Path, ...] = ()
     cache_dirs: tuple[Path, ...] = ()
+    warm_seconds: float = 0.0
     workers: int = 2
     mask_workers: int = 2
     shutdown_grace: float = 10.0

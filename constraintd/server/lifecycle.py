@@ -74,7 +74,9 @@ class Service:
         self.state = ServiceState.CREATED
         limits = config.limits
         vocab_store = VocabStore(config.cache_dirs) if config.cache_dirs else None
-        self.registry = Registry(limits, gguf_dirs=config.gguf_dirs, vocab_store=vocab_store)
+        self.registry = Registry(
+            limits, gguf_dirs=config.gguf_dirs, vocab_store=vocab_store, warm_seconds=config.warm_seconds
+        )
         self.store = SessionStore(limits, clock=clock)
         self.operations = Operations(self.registry, self.store, limits)
         self.metrics = Metrics(

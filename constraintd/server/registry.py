@@ -5,6 +5,8 @@
 #   file) gives the same id and the same `Vocab` object. A GGUF file is read once per (path, size, mtime);
 #   with a vocabulary store (`--cache-dir`), a vocabulary prepared there is loaded instead of read, and
 #   one read is saved there (vocab_store.py: never a stale or damaged file, never an error to not save).
+#   With `warm_seconds`, a new vocabulary's shared JSON verdicts are warmed (engine/warm.py) before the
+#   registration returns, so its first sessions' masks find them.
 # - Two content-addressed caches: a constraint as asked (kind, text, root, triggers, vocabulary hash) ->
 #   its compiled constraint; and a grammar (GBNF text, root, triggers, vocabulary hash) -> its compiled
 #   `Grammar`, so constraints that resolve to the same GBNF (JSON mode asked three ways, a schema sent
@@ -30,6 +32,7 @@ from typing import Generic, TypeVar
 from constraintd.engine.grammar import Grammar
 from constraintd.engine.vocab import TokenizerRules, Vocab
 from constraintd.engine.vocab_store import VocabStore
+from constraintd.engine.warm import warm_vocabulary
 from constraintd.errors import LimitError, NotFoundError, VocabError
 from constraintd.server.config import Limits
 from constraintd.server.constraints import Constraint, ResolvedGrammar, resolve
@@ -82,9 +85,15 @@ class Registry:
     """Vocabularies by content hash, and the shared cache of compiled grammars."""
 
     def __init__(
-        self, limits: Limits, *, gguf_dirs: Sequence[Path] = (), vocab_store: VocabStore | None = None
+        self,
+        limits: Limits,
+        *,
+        gguf_dirs: Sequence[Path] = (),
+        vocab_store: VocabStore | None = None,
+        warm_seconds: float = 0.0,
     ) -> None:
         self._limits = limits
+        self._warm_seconds = warm_seconds
         self._gguf_dirs = tuple(Path(d).resolve() for d in gguf_dirs)
         self._store = vocab_store
         self._lock = threading.Lock()
@@ -244,7 +253,25 @@ class Registry:
             if len(self._vocabs) >= self._limits.max_vocabs:
                 raise LimitError(f"{len(self._vocabs)} vocabularies registered, the limit")
             self._vocabs[key] = vocab
-            return vocab
+        self._warm(vocab)
+        return vocab
+
+    def _warm(self, vocab: Vocab) -> None:
+        # the verdicts every JSON grammar on this vocabulary shares, computed before its first session
+        if self._warm_seconds <= 0:
+            return
+        report = warm_vocabulary(vocab, seconds=self._warm_seconds)
+        log.info(
+            "vocabulary warmed",
+            extra=fields(
+                tokens=len(vocab),
+                masks=report.masks,
+                verdicts=report.verdicts,
+                verdict_bytes=report.verdict_bytes,
+                seconds=round(report.seconds, 3),
+                complete=report.complete,
+            ),
+        )
 
     def _check_size(self, size: int) -> None:
         if size > self._limits.max_vocab_size:

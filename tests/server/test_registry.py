@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from constraintd.engine.decoded_vocab import decoded_vocab
+from constraintd.engine.mask_cache import shared_verdicts
 from constraintd.errors import GrammarError, LimitError, NotFoundError, SchemaError, VocabError
 from constraintd.server.config import Limits
 from constraintd.server.constraints import Constraint, ConstraintKind
@@ -169,3 +171,11 @@ def test_a_gguf_file_is_loaded_from_the_vocabulary_store_once_prepared(
     assert read.fields["saved_to"].startswith(str(tmp_path / "cache"))  # type: ignore[attr-defined]
     assert "not written" in read.fields["notes"][0]  # type: ignore[attr-defined]
     assert loaded.fields["loaded_from"] == read.fields["saved_to"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("seconds", "warmed"), [(0.0, False), (5.0, True)], ids=["off", "on"])
+def test_a_new_vocabulary_is_warmed_when_asked(seconds: float, warmed: bool) -> None:
+    registry = Registry(Limits(), warm_seconds=seconds)
+    # a vocabulary of its own per case: the verdicts are shared by every grammar on the same content
+    vocab = registry.register_pieces([*TINY_PIECES, b"{", b"}", b'"', b":", str(seconds).encode()], TINY_EOG)
+    assert (len(shared_verdicts(decoded_vocab(vocab))) > 0) is warmed
