@@ -74,6 +74,8 @@ class Counters:
         rejections: first draws the grammar refused.
         masks: masks fetched (one per rejection).
         model_seconds: time in the model (prompt and tokens).
+        prompt_seconds: the part of `model_seconds` spent on the prompt (llama-server's `prompt_ms`; the
+            rest of the generation is its `predicted_ms`).
         sampler_seconds: time in the sampler chain.
         constraint_seconds: time in calls to the constraint session.
     """
@@ -82,6 +84,7 @@ class Counters:
     rejections: int = 0
     masks: int = 0
     model_seconds: float = 0.0
+    prompt_seconds: float = 0.0
     sampler_seconds: float = 0.0
     constraint_seconds: float = 0.0
 
@@ -234,7 +237,7 @@ def generate(
     started = clock()
     model.reset()
     logits = model.decode(prompt)
-    counters.model_seconds += clock() - started
+    counters.model_seconds = counters.prompt_seconds = clock() - started
     for token in prompt:
         chain.accept(token)
 

@@ -18,11 +18,12 @@ falls on all paths alike:
 constraintd's grammar is compiled and its first mask computed before the timed runs (a service keeps
 compiled grammars; compile time is `bench_masks.py`'s subject).
 
-Reported per path: generations and tokens; the median over generations of tokens per second (prompt
-evaluation included, the same prompts for every path) and that median divided by the unconstrained
-path's; the median milliseconds per token in the model, the sampler and constraint calls (where the
-path can tell them apart); rejected first draws and whole-vocabulary masks per 100 tokens. Numbers
-depend on the machine and on what else runs on it: compare rows of one run.
+Reported per path: generations and tokens; the median over generations of tokens per second after the
+prompt (its evaluation left out, as llama-server's `predicted_per_second`: generations of different
+lengths would otherwise share the prompt's cost unequally) and that median divided by the unconstrained
+path's, by the wall clock and by CPU time; the median milliseconds per token in the model, the sampler
+and constraint calls (where the path can tell them apart); rejected first draws and whole-vocabulary
+masks per 100 tokens. Numbers depend on the machine and on what else runs on it: compare rows of one run.
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ class Run:
     """One generation: what it made and what it cost (None where the path cannot tell)."""
 
     tokens: int
-    seconds: float
-    cpu: float = 0.0  # CPU seconds of this process, and of constraintd's when it runs apart
+    seconds: float  # the prompt's evaluation left out, as llama-server's predicted_per_second
+    cpu: float = 0.0  # the same in CPU seconds of this process, and of constraintd's when it runs apart
     model: float | None = None
     sampler: float | None = None
     constraint: float | None = None
@@ -161,8 +162,10 @@ class Ours:
                 seconds, cpu = time.perf_counter() - started, cpu_seconds(self.server_pid) - cpu
         counters = generation.counters
         constrained = self.client is not None
+        prompt = counters.prompt_seconds
         return Run(
-            len(generation.tokens), seconds, cpu, counters.model_seconds, counters.sampler_seconds,
+            len(generation.tokens), seconds - prompt, cpu - prompt, counters.model_seconds - prompt,
+            counters.sampler_seconds,
             counters.constraint_seconds if constrained else None,
             counters.rejections if constrained else None, counters.masks if constrained else None,
         )
@@ -188,7 +191,7 @@ class LlamaCppChain:
                 chain.accept(token)
             clock = time.perf_counter()
             logits = self.model.decode(tokens)
-            model_seconds += time.perf_counter() - clock
+            prompt = time.perf_counter() - clock
             for index in range(max_tokens):
                 clock = time.perf_counter()
                 token = chain.sample(logits)
@@ -206,7 +209,7 @@ class LlamaCppChain:
                     clock = time.perf_counter()
                     logits = self.model.decode([token])
                     model_seconds += time.perf_counter() - clock
-        seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+        seconds, cpu = time.perf_counter() - started - prompt, cpu_seconds() - cpu - prompt
         # the sampler column holds the grammar's time too: llama.cpp's loop does not tell them apart
         return Run(generated, seconds, cpu, model_seconds, sampler_seconds, None, rejections, rejections)
 
@@ -227,13 +230,18 @@ class LlamaCppPythonGrammar:
         self.grammar = llama_cpp.llama_grammar.LlamaGrammar.from_string(gbnf, verbose=False)
 
     def run(self, tokens: list[int], seed: int, max_tokens: int) -> Run:
+        import llama_cpp
+
         self.model.reset()  # no prompt cache: every path evaluates the prompt
+        llama_cpp.llama_perf_context_reset(self.model.ctx)
         started, cpu = time.perf_counter(), cpu_seconds()
         completion: Any = self.model.create_completion(
             tokens, max_tokens=max_tokens, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=seed,
             grammar=self.grammar,
         )
         seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
+        prompt = llama_cpp.llama_perf_context(self.model.ctx).t_p_eval_ms / 1000
+        seconds, cpu = seconds - prompt, cpu - prompt
         generated = int(completion["usage"]["completion_tokens"])
         # the grammar is applied to the whole vocabulary at every step: one mask per token
         return Run(generated, seconds, cpu, masks=generated)
@@ -309,9 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         cells = "  ".join(f"{value:>{len(name)}}" for value, name in zip(values, header, strict=True))
         print(f"{path.name:<{width}}  {cells}")
-    print("(tokens/s: median over generations, wall clock; tokens/CPU-s: the same over the CPU time of this "
-          "process and of the constraintd process; ms columns: median per generated token, wall clock; '-' "
-          "where a path cannot tell the part apart)")
+    print("(tokens/s: median over generations, after the prompt, wall clock; tokens/CPU-s: the same over the "
+          "CPU time of this process and of the constraintd process; ms columns: median per generated token, "
+          "wall clock, after the prompt; '-' where a path cannot tell the part apart)")
     return 0
 
 

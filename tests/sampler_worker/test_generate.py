@@ -107,6 +107,7 @@ def test_refused_draw_is_redrawn_on_the_mask() -> None:
     assert result.rejected_at == (1,)
     assert session.accepted == [1, 3, 1, EOS]
     assert (result.counters.draws, result.counters.rejections, result.counters.masks) == (5, 1, 1)
+    assert 0.0 < result.counters.prompt_seconds <= result.counters.model_seconds
 
 
 def test_mask_allowing_nothing_is_an_error() -> None:
