@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -118,8 +118,9 @@ class SessionRecord:
         return twin
 
 
-@dataclass(frozen=True, slots=True)
-class StepOutcome:
+# A named tuple rather than a frozen dataclass: a Step batch makes one per item on the hot path, and a
+# frozen dataclass's __init__ (three object.__setattr__ calls) costs about twice a named tuple's.
+class StepOutcome(NamedTuple):
     """One accept of a batch: whether it was taken, whether the grammar may end, and the mask if asked.
 
     For a mask-only item `accepted` is None and `mask` is the mask.
