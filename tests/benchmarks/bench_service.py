@@ -15,7 +15,8 @@ from clients in this process (a separate process from the server, as a model wor
   batch) with 1, 16 and 64 sessions, one message in flight; and 64 sessions in two groups whose messages
   are pipelined on the one stream (a worker that decodes one group while the other's answer travels);
   with the server process's CPU time per commit and per message (Linux), and the same 64-session loop
-  in process (`AsyncClient("local")`: client, service operations and engine, no grpc) as a ceiling;
+  in process (`AsyncClient("local")`: client, service operations and engine, no grpc) as a ceiling
+  (every 2,000 messages each session's history is rolled back by a unary Rollback, inside the timed loop);
 - memory per idle session (traced allocations of the service's session store, fresh and after 100 accepted
   tokens) and sessions per GiB;
 - Accept p99 while another client compiles large JSON schemas (MaskBench's largest) over a 151,936-token
@@ -262,7 +263,7 @@ async def step_rate(
                 outcomes = await client.step([(s, token) for s in group], mask_on_reject=False)
                 committed += sum(1 for o in outcomes if o.accepted)
                 rounds += 1
-                if rounds % 200 == 0:  # keep histories short
+                if rounds % 2000 == 0:  # keep histories bounded (unary Rollbacks, timed too)
                     for session in group:
                         await session.rollback(len(session.record.history))
             return committed
