@@ -11,17 +11,17 @@ draw was refused.
 
 The identity matrix: 20 prompts (chat and raw) x 7 constraints (JSON mode, three JSON schemas, two GBNF
 grammars, a lazy tool-call grammar) x 2 sampler settings (greedy; llama-server's defaults, temperature
-0.8, with a seed) = 280 generations of at most 24 tokens, in process: about 5,500 tokens (the end-of-run
-table counts them), about 5.5 minutes of one core with the model on one thread. To fit CI, both sides
-take their logits from one `LogitsCache`: the model's logits after each sequence of tokens, evaluated
-once, as llama-server evaluates (the prompt in one batch, then one token per step; another branch is
-reached by cutting the context back to the common prefix), so a side that parts from the other still
-gets the true logits of its own tokens and the difference is found and reported in full. The
-reference's whole-vocabulary masks are kept by (constraint, accepted tokens) in a `MaskCache`: llama.cpp
-computes each once. That the model's logits are llama.cpp's (the `Llama` class with its default context)
-is tests/sampler_worker/test_model.py's `test_logits_are_llama_cpp_pythons`; the generation through a
-Unix socket below runs the reference on a llama.cpp model of its own, end to end (40 tokens, warmer
-sampling with a repetition penalty).
+0.8, with a seed) = 280 generations of at most 24 tokens, in process: about 5,500 tokens and 1,700
+rejected first draws (the end-of-run table counts them), about 5 minutes of one core with the model on
+one thread. To fit CI, both sides take their logits from one `LogitsCache`: the model's logits after
+each sequence of tokens, evaluated once, as llama-server evaluates (the prompt in one batch, then one
+token per step; another branch is reached by cutting the context back to the common prefix), so a side
+that parts from the other still gets the true logits of its own tokens and the difference is found and
+reported in full. The reference's whole-vocabulary masks are kept by (constraint, accepted tokens) in a
+`MaskCache`: llama.cpp computes each once. That the model's logits are llama.cpp's (the `Llama` class
+with its default context) is tests/sampler_worker/test_model.py's `test_logits_are_llama_cpp_pythons`;
+the generation through a Unix socket below runs the reference on a llama.cpp model of its own, end to
+end (40 tokens, warmer sampling with a repetition penalty).
 """
 
 from __future__ import annotations
