@@ -32,7 +32,7 @@ import contextlib
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -48,6 +48,7 @@ from constraintd.engine.utf8 import FRESH, PartialUtf8
 __all__ = [
     "CONTEXT_DEPTH",
     "MAX_NEW_TOPS",
+    "ByteBounded",
     "MaskCache",
     "SharedVerdicts",
     "TopVerdict",
@@ -87,31 +88,40 @@ class TopVerdict:
     nbytes: int
 
 
-class SharedVerdicts:
-    """One vocabulary's top verdicts, keyed by structure, least recently used dropped beyond `max_bytes`."""
+class ByteBounded(Generic[K, V]):
+    """A cache whose least recently used entries are dropped beyond `max_bytes` (each entry's size given
+    when it is put). Without locks: the size may drift when threads race, never an answer."""
 
     __slots__ = ("_entries", "max_bytes", "nbytes")
 
-    def __init__(self, *, max_bytes: int = MAX_VERDICT_BYTES) -> None:
+    def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self.nbytes = 0  # exact with one thread; threads racing may skew it, never an answer
-        self._entries: OrderedDict[tuple[int, ...], TopVerdict] = OrderedDict()
+        self.nbytes = 0
+        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
 
-    def get(self, key: tuple[int, ...]) -> TopVerdict | None:
-        return _lookup(self._entries, key)
+    def get(self, key: K) -> V | None:
+        """The entry, now the most recently used; None if absent."""
+        found = _lookup(self._entries, key)
+        return None if found is None else found[0]
 
-    def put(self, key: tuple[int, ...], verdict: TopVerdict) -> None:
+    def peek(self, key: K) -> V | None:
+        """The entry, its order unchanged; None if absent."""
+        found = self._entries.get(key)
+        return None if found is None else found[0]
+
+    def put(self, key: K, value: V, size: int) -> None:
+        """Keeps `value` (a key already there keeps its first value: another thread made the same)."""
         entries = self._entries
         if key in entries:
-            return  # another thread walked it meanwhile: the same verdict
-        entries[key] = verdict
-        self.nbytes += verdict.nbytes
+            return
+        entries[key] = (value, size)
+        self.nbytes += size
         while self.nbytes > self.max_bytes and len(entries) > 1:
             try:
-                _, dropped = entries.popitem(last=False)
+                _, (_, dropped) = entries.popitem(last=False)
             except KeyError:
                 break
-            self.nbytes -= dropped.nbytes
+            self.nbytes -= dropped
 
     def clear(self) -> None:
         self._entries.clear()
@@ -119,6 +129,15 @@ class SharedVerdicts:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class SharedVerdicts(ByteBounded[tuple[int, ...], TopVerdict]):
+    """One vocabulary's top verdicts, keyed by structure (see the module comment)."""
+
+    __slots__ = ()
+
+    def __init__(self, *, max_bytes: int = MAX_VERDICT_BYTES) -> None:
+        super().__init__(max_bytes)
 
 
 _SHARED: dict[int, tuple[DecodedVocab, SharedVerdicts]] = {}
@@ -138,10 +157,8 @@ class MaskCache:
     """The masks of one grammar on its vocabulary (see the module comment)."""
 
     __slots__ = (
-        "_mask_bytes",
         "_masks",
         "_tops",
-        "max_mask_bytes",
         "max_tops",
         "shared",
         "states",
@@ -162,10 +179,8 @@ class MaskCache:
         self.vocab = vocab
         self.structure: Structure | None = None  # built on first use: it needs the vocabulary's table
         self.shared = shared if shared is not None else shared_verdicts(vocab)
-        self.max_mask_bytes = max_mask_bytes
         self.max_tops = max_tops
-        self._masks: OrderedDict[tuple[State, PartialUtf8], Words] = OrderedDict()
-        self._mask_bytes = 0
+        self._masks: ByteBounded[tuple[State, PartialUtf8], Words] = ByteBounded(max_mask_bytes)
         # stack top -> its verdict (a shortcut past the structural key, for this grammar's tops)
         self._tops: OrderedDict[Stack, TopVerdict] = OrderedDict()
 
@@ -176,32 +191,19 @@ class MaskCache:
             LimitError: a state met inside a token has more than `limit` stacks.
         """
         key = (state, partial)
-        mask = _lookup(self._masks, key)
+        mask = self._masks.get(key)
         if mask is None:
             if partial[1] > 0:
                 mask = compute_mask(state, partial, self.vocab, limit)
             else:
                 mask = self._compose(state, limit)
                 mask.flags.writeable = False
-            self._keep_mask(key, mask)
+            self._masks.put(key, mask, mask.nbytes)
         return mask
 
     def finished(self, state: State, partial: PartialUtf8) -> Words | None:
         """The mask kept for `state` after `partial`, if one is (no walk, no change to the order kept)."""
-        return self._masks.get((state, partial))
-
-    def _keep_mask(self, key: tuple[State, PartialUtf8], mask: Words) -> None:
-        masks = self._masks
-        if key in masks:
-            return
-        masks[key] = mask
-        self._mask_bytes += mask.nbytes
-        while self._mask_bytes > self.max_mask_bytes and len(masks) > 1:
-            try:
-                _, dropped = masks.popitem(last=False)
-            except KeyError:
-                break
-            self._mask_bytes -= dropped.nbytes
+        return self._masks.peek((state, partial))
 
     def _compose(self, state: State, limit: int) -> Words:
         escape = self.states.rules.escape
@@ -264,7 +266,7 @@ class MaskCache:
             verdict = self.shared.get(key)
             if verdict is None:
                 verdict = self._walk_top(top, limit)
-                self.shared.put(key, verdict)
+                self.shared.put(key, verdict, verdict.nbytes)
             _store(self._tops, top, verdict, self.max_tops)
         return verdict
 
@@ -309,12 +311,11 @@ class MaskCache:
     @property
     def nbytes(self) -> int:
         """Bytes of the finished masks kept (their arrays only, not the dict around them)."""
-        return self._mask_bytes
+        return self._masks.nbytes
 
     def forget_masks(self) -> None:
         """Drops the finished masks (not the per-top verdicts): the next masks are composed anew."""
         self._masks.clear()
-        self._mask_bytes = 0
 
     @property
     def tops(self) -> int:

@@ -164,18 +164,16 @@ class Structure:
         return found
 
     def _least(self, rule: int) -> int:
-        least = self._bounds[0][rule]
-        if least < 0:
-            self._measure(rule)
-            least = self._bounds[0][rule]
-        return least
+        return self._measured(rule)[0]
 
     def _most(self, rule: int) -> int:
-        most = self._bounds[1][rule]
-        if most < 0:
+        return self._measured(rule)[1]
+
+    def _measured(self, rule: int) -> tuple[int, int]:
+        least, most = self._bounds
+        if most[rule] < 0:
             self._measure(rule)
-            most = self._bounds[1][rule]
-        return most
+        return least[rule], most[rule]
 
     def _measure(self, root: int) -> None:
         # The fewest and the most terminals of `root` and the rules it reaches not measured yet, in one
