@@ -12,9 +12,8 @@
 #   token is allowed from a stack set when some stack allows it (llama_grammar_reject_candidates), so
 #   the mask of a new state is the OR of its stack tops' allowed tokens, its token-topped stacks' tokens,
 #   the end-of-generation tokens if it may end, and the uncertain tokens that a walk from the whole
-#   state, over those tokens only, allows. A state with more than MAX_NEW_TOPS tops not seen before does
-#   not learn them (each costs a walk of the vocabulary): its known tops' verdicts are ORed, and every
-#   token they leave undecided is walked from the whole state (all of them when no top is known).
+#   state, over those tokens only, allows. A state with more than MAX_NEW_TOPS tops not seen before is
+#   walked whole instead, without learning them.
 # - Verdicts are built a level at a time: the top (escape, p3, p2, p1) starts from the verdict of its
 #   shorter top (escape, p2, p1): what that one allows or rejects whatever is below stays so, and only its
 #   uncertain tokens are walked again, from the longer top. A stack no deeper than CONTEXT_DEPTH is its
@@ -58,7 +57,7 @@ __all__ = [
 # Positions a stack top keeps (the stack's own positions when it is no deeper).
 CONTEXT_DEPTH: Final = 4
 # Tops not seen before that one mask may learn; above, the state is walked whole.
-MAX_NEW_TOPS: Final = 8
+MAX_NEW_TOPS: Final = 16
 # Default bounds: a grammar's finished masks; a vocabulary's verdicts (shared by all its grammars).
 MAX_MASK_BYTES: Final = 4 << 20
 MAX_VERDICT_BYTES: Final = 192 << 20
@@ -212,9 +211,7 @@ class MaskCache:
             for stacks in state.by_top.values()
             for stack in stacks
         }
-        known = [top for top in tops if top in self._tops]
-        learn = len(tops) - len(known) <= MAX_NEW_TOPS
-        if not learn and not known:
+        if sum(top not in self._tops for top in tops) > MAX_NEW_TOPS:
             return compute_mask(state, FRESH, self.vocab, limit)
         vocab = self.vocab
         table = vocab.fresh_table()
@@ -223,7 +220,7 @@ class MaskCache:
         uncertain: list[IntArray] = []
         # verdicts built on one another share their words: OR each array once (held here, so that an id
         # is not reused by another array while this runs)
-        verdicts = [self._top(top, limit) for top in (tops if learn else known)]
+        verdicts = [self._top(top, limit) for top in tops]
         ored: set[int] = set()
         for verdict in verdicts:
             if verdict.words is not None and id(verdict.words) not in ored:
@@ -242,8 +239,6 @@ class MaskCache:
                 extra[with_code_points[with_code_points == value]] = True
             else:
                 extra[with_code_points[with_code_points != value]] = True
-        if not learn:  # the new tops' tokens are among those the known ones leave undecided
-            uncertain = [np.arange(table.ids.size, dtype=np.int64)]
         rows = np.unique(np.concatenate(uncertain)) if uncertain else np.zeros(0, dtype=np.int64)
         if rows.size:
             ids = table.ids[rows]
