@@ -17,11 +17,11 @@
 # - Counting terminals: a char class or a token element is one; a rule reference is the fewest terminals
 #   its rule can match (0 for a rule that can vanish; a lower bound inside a cycle, so forms are cut
 #   later, never sooner). A rule that matches at most m terminals gets one form for every budget above
-#   m. A reference cycle that matches nothing (a rule
-#   reaching itself through vanishing rules, which llama.cpp follows only once) gets the position an id
-#   of its own, equal to no other: no sharing, never a wrong one. So does a position whose form takes more
-#   than MAX_WORK elements to write (forms already written for its rules are reused free): those are
-#   the large, schema-specific ones, met by one grammar and not worth their time.
+#   m. A reference cycle that matches nothing (a rule reaching itself through vanishing rules, which
+#   llama.cpp follows only once) gets the position an id of its own, equal to no other: no sharing, never
+#   a wrong one. So does a position whose form takes more than MAX_WORK elements to write (forms already
+#   written for its rules are reused free): those are the large, schema-specific ones, met by one
+#   grammar and not worth their time.
 # - The escape mark (stacks.Rules.escape) has the id ESCAPE_ID.
 # - Ids are never reused: the table of forms may be dropped when it grows past MAX_FORMS (then equal
 #   forms met later get new ids, which costs sharing, not correctness). Thread-safe without locks: two
