@@ -23,8 +23,9 @@
 #   repeats are walked once per vocabulary, and a new grammar mostly walks the few tokens its own
 #   literals and nesting decide.
 # - After an unfinished UTF-8 sequence (rare: a token cut a character) the mask is walked whole.
-# - Every cache drops its least recently used entries beyond its bound (bytes of arrays for masks and
-#   verdicts); the answers never depend on them.
+# - Every cache is one `LruCache`, dropping its least recently used entries beyond its bound (bytes of
+#   arrays for masks and verdicts, a count for the per-grammar shortcut to them); the answers never
+#   depend on them.
 from __future__ import annotations
 
 import contextlib
@@ -47,7 +48,7 @@ from constraintd.engine.utf8 import FRESH, PartialUtf8
 __all__ = [
     "CONTEXT_DEPTH",
     "MAX_NEW_TOPS",
-    "ByteBounded",
+    "LruCache",
     "MaskCache",
     "SharedVerdicts",
     "TopVerdict",
@@ -87,15 +88,16 @@ class TopVerdict:
     nbytes: int
 
 
-class ByteBounded(Generic[K, V]):
-    """A cache whose least recently used entries are dropped beyond `max_bytes` (each entry's size given
-    when it is put). Without locks: the size may drift when threads race, never an answer."""
+class LruCache(Generic[K, V]):
+    """A cache whose least recently used entries are dropped once their sizes add up past `max_size`
+    (each entry's size given when it is put: bytes for masks and verdicts, 1 to count entries). Without
+    locks: the total may drift when threads race, never an answer."""
 
-    __slots__ = ("_entries", "max_bytes", "nbytes")
+    __slots__ = ("_entries", "max_size", "size")
 
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.nbytes = 0
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self.size = 0
         self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
 
     def get(self, key: K) -> V | None:
@@ -114,29 +116,37 @@ class ByteBounded(Generic[K, V]):
         if key in entries:
             return
         entries[key] = (value, size)
-        self.nbytes += size
-        while self.nbytes > self.max_bytes and len(entries) > 1:
+        self.size += size
+        while self.size > self.max_size and len(entries) > 1:
             try:
                 _, (_, dropped) = entries.popitem(last=False)
             except KeyError:
                 break
-            self.nbytes -= dropped
+            self.size -= dropped
 
     def clear(self) -> None:
         self._entries.clear()
-        self.nbytes = 0
+        self.size = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __contains__(self, key: K) -> bool:
+        return key in self._entries
 
-class SharedVerdicts(ByteBounded[tuple[int, ...], TopVerdict]):
-    """One vocabulary's top verdicts, keyed by structure (see the module comment)."""
+
+class SharedVerdicts(LruCache[tuple[int, ...], TopVerdict]):
+    """One vocabulary's top verdicts, keyed by structure (see the module comment), sized in bytes."""
 
     __slots__ = ()
 
     def __init__(self, *, max_bytes: int = MAX_VERDICT_BYTES) -> None:
         super().__init__(max_bytes)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the verdicts' own arrays."""
+        return self.size
 
 
 _SHARED: dict[int, tuple[DecodedVocab, SharedVerdicts]] = {}
@@ -158,7 +168,6 @@ class MaskCache:
     __slots__ = (
         "_masks",
         "_tops",
-        "max_tops",
         "shared",
         "states",
         "structure",
@@ -178,10 +187,9 @@ class MaskCache:
         self.vocab = vocab
         self.structure: Structure | None = None  # built on first use: it needs the vocabulary's table
         self.shared = shared if shared is not None else shared_verdicts(vocab)
-        self.max_tops = max_tops
-        self._masks: ByteBounded[tuple[State, PartialUtf8], Words] = ByteBounded(max_mask_bytes)
-        # stack top -> its verdict (a shortcut past the structural key, for this grammar's tops)
-        self._tops: OrderedDict[Stack, TopVerdict] = OrderedDict()
+        self._masks: LruCache[tuple[State, PartialUtf8], Words] = LruCache(max_mask_bytes)
+        # stack top -> its verdict (a shortcut past the structural key, for this grammar's tops), counted
+        self._tops: LruCache[Stack, TopVerdict] = LruCache(max_tops)
 
     def mask(self, state: State, partial: PartialUtf8, limit: int) -> Words:
         """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only).
@@ -250,7 +258,7 @@ class MaskCache:
         return words | pack_mask(extra)
 
     def _top(self, top: Stack, limit: int) -> TopVerdict:
-        verdict = _lookup(self._tops, top)
+        verdict = self._tops.get(top)
         if verdict is None:
             structure = self.structure
             if structure is None:
@@ -262,7 +270,7 @@ class MaskCache:
             if verdict is None:
                 verdict = self._walk_top(top, limit)
                 self.shared.put(key, verdict, verdict.nbytes)
-            _store(self._tops, top, verdict, self.max_tops)
+            self._tops.put(top, verdict, 1)
         return verdict
 
     def _walk_top(self, top: Stack, limit: int) -> TopVerdict:
@@ -306,7 +314,7 @@ class MaskCache:
     @property
     def nbytes(self) -> int:
         """Bytes of the finished masks kept (their arrays only, not the dict around them)."""
-        return self._masks.nbytes
+        return self._masks.size
 
     def forget_masks(self) -> None:
         """Drops the finished masks (not the per-top verdicts): the next masks are composed anew."""
@@ -325,11 +333,3 @@ def _lookup(cache: OrderedDict[K, V], key: K) -> V | None:
             cache.move_to_end(key)
     return found
 
-
-def _store(cache: OrderedDict[K, V], key: K, value: V, size: int) -> None:
-    cache[key] = value
-    while len(cache) > size:
-        try:
-            cache.popitem(last=False)
-        except KeyError:
-            break

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from constraintd.engine.grammar import Grammar
-from constraintd.engine.mask_cache import shared_verdicts
 from constraintd.engine.matcher import Matcher
 from constraintd.engine.requests import json_object_grammar
 from constraintd.engine.vocab import Vocab
@@ -58,11 +57,8 @@ class WarmReport:
 
 
 def warm_grammar(grammar: Grammar, samples: Iterable[str], *, seconds: float = 30.0) -> WarmReport:
-    """Compute the masks along each sample text (see the module comment).
-
-    Raises:
-        LimitError: never; a sample that meets the stack limit is left where it is.
-    """
+    """Compute the masks along each sample text (see the module comment); a sample that meets the stack
+    limit is left where it met it."""
     started = time.monotonic()
     deadline = started + seconds
     masks = 0
@@ -84,7 +80,7 @@ def warm_grammar(grammar: Grammar, samples: Iterable[str], *, seconds: float = 3
             continue
         if not complete:
             break
-    shared = shared_verdicts(grammar.decoded)
+    shared = grammar.masks.shared
     return WarmReport(masks, len(shared), shared.nbytes, time.monotonic() - started, complete)
 
 
