@@ -74,6 +74,19 @@ def _metadata(token: str | None) -> Sequence[tuple[str, str]] | None:
     return (("authorization", f"Bearer {token}"),) if token else None
 
 
+def _connect(
+    channels: Any, target: str, tls: ClientTls | None, token: str | None, max_message_bytes: int
+) -> tuple[Any, Any, Sequence[tuple[str, str]] | None]:
+    """A channel from `channels` (`grpc` or `grpc.aio`: the same functions), its stub and call metadata."""
+    options = _options(tls, max_message_bytes)
+    if tls is None:
+        channel = channels.insecure_channel(target, options=options)
+    else:
+        channel = channels.secure_channel(target, _credentials(tls), options=options)
+    stub = pb_grpc.ConstraintdStub(channel)  # type: ignore[no-untyped-call]
+    return channel, stub, _metadata(token)
+
+
 def _failure(error: grpc.RpcError) -> ConstraintdError:
     return error_for(error.code().name, error.details() or "")
 
@@ -136,13 +149,7 @@ class GrpcTransport:
         token: str | None = None,
         max_message_bytes: int = 64 * MIB,
     ) -> None:
-        options = _options(tls, max_message_bytes)
-        if tls is None:
-            self._channel = grpc.insecure_channel(target, options=options)
-        else:
-            self._channel = grpc.secure_channel(target, _credentials(tls), options=options)
-        self._stub = pb_grpc.ConstraintdStub(self._channel)  # type: ignore[no-untyped-call]
-        self._metadata = _metadata(token)
+        self._channel, self._stub, self._metadata = _connect(grpc, target, tls, token, max_message_bytes)
         self._stream: _BlockingStepStream | None = None
         self._stream_lock = threading.Lock()
 
@@ -209,13 +216,9 @@ class AsyncGrpcTransport:
         token: str | None = None,
         max_message_bytes: int = 64 * MIB,
     ) -> None:
-        options = _options(tls, max_message_bytes)
-        if tls is None:
-            self._channel = grpc.aio.insecure_channel(target, options=options)
-        else:
-            self._channel = grpc.aio.secure_channel(target, _credentials(tls), options=options)
-        self._stub = pb_grpc.ConstraintdStub(self._channel)  # type: ignore[no-untyped-call]
-        self._metadata = _metadata(token)
+        self._channel, self._stub, self._metadata = _connect(
+            grpc.aio, target, tls, token, max_message_bytes
+        )
         self._stream: Any = None
         self._waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
         self._reader: asyncio.Task[None] | None = None
