@@ -98,7 +98,7 @@ class PartialTable:
 class DecodedVocab:
     """The pieces of one vocabulary as the grammar decodes them (see the module comment)."""
 
-    __slots__ = ("_fresh", "_fresh_table", "_partial_tables", "kinds", "n_tokens", "pieces")
+    __slots__ = ("_fresh", "_fresh_table", "_partial_tables", "kind_of", "kinds", "n_tokens", "pieces")
 
     def __init__(
         self,
@@ -117,6 +117,8 @@ class DecodedVocab:
             kinds[sorted(vocab.eog_ids)] = END_OF_GENERATION
         kinds.flags.writeable = False
         self.kinds: npt.NDArray[np.int8] = kinds
+        # the same, for one token at a time: indexing bytes gives a Python int without touching numpy
+        self.kind_of: bytes = kinds.astype(np.uint8).tobytes()
         self._fresh: dict[int, tuple[tuple[int, ...], PartialUtf8]] = {}
         self._fresh_table: ColumnTable | None = fresh_table
         self._partial_tables: dict[int, PartialTable] = {}

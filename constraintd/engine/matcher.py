@@ -8,8 +8,12 @@
 #   steps while it does not change) and the token (an int32 array; -1 for `accept_bytes`). About 20 bytes
 #   a step, so an idle session of a few hundred tokens stays a few kilobytes.
 # - `allows(t)` is True exactly when llama_grammar_apply_impl leaves t finite; `mask()` packs `allows`
-#   over the vocabulary; neither changes anything. Where a mask of the current state was already made
-#   (the grammar's cache), `allows` reads its bit instead of walking the token.
+#   over the vocabulary; neither changes anything. Where the answer is known already, `allows` reads it
+#   instead of walking the token: the bit of the last mask this matcher made (held until the next step),
+#   the token's move memoized on the state, or the bit of a mask the grammar's cache holds for the state.
+# - The single-token path touches as little as it can: a token accepted from a state at a fresh UTF-8
+#   start is memoized on that state (`State.moves`, shared by every matcher of the grammar), so a path
+#   some session took before costs one dict lookup a token.
 # - `accept(t)` is llama_grammar_accept_impl on a token `allows` allows: it returns False, and changes
 #   nothing, for a token `allows` refuses (llama.cpp would accept some of those blindly: an invalid UTF-8
 #   piece, a piece whose unfinished end cannot match; the sampler never gives it one) and for one whose
@@ -32,13 +36,15 @@ from constraintd.engine.decoded_vocab import END_OF_GENERATION, NEVER
 from constraintd.engine.grammar import Grammar
 from constraintd.engine.lazy import BufferedToken
 from constraintd.engine.stacks import StackSet
-from constraintd.engine.states import State
+from constraintd.engine.states import Move, State
 from constraintd.engine.utf8 import FRESH, INVALID, PartialUtf8, decode_utf8
 from constraintd.errors import InputError, LimitError, TokenError
 
 __all__ = ["Matcher"]
 
 _BYTES: Final = -1  # trail entry of an accept_bytes call
+_NO_WORDS: Final = np.zeros(0, dtype=np.int32).data
+_index: Final = operator.index
 # (partial, awaiting trigger, tokens buffered) before one step
 _Context = tuple[PartialUtf8, bool, int]
 
@@ -50,6 +56,9 @@ class Matcher:
         "_awaiting",
         "_buffer",
         "_buffered",
+        "_mask_state",
+        "_mask_words",
+        "_n_vocab",
         "_partial",
         "_state",
         "_trail_contexts",
@@ -67,6 +76,7 @@ class Matcher:
         """
         self.grammar = grammar
         self.max_stacks = max_stacks
+        self._n_vocab = grammar.n_vocab
         self._trail_states: list[State] = []
         self._trail_contexts: list[_Context] = []
         self._trail_tokens = array("i")
@@ -82,6 +92,9 @@ class Matcher:
         self._state: State = initial
         self._partial: PartialUtf8 = FRESH
         self._awaiting: bool = self.grammar.lazy
+        # the last mask made, as words, and the state it was made for (at a fresh UTF-8 start)
+        self._mask_state: State | None = None
+        self._mask_words: memoryview = _NO_WORDS
 
     # -- questions (never change the state) --------------------------------------------------------
 
@@ -115,24 +128,33 @@ class Matcher:
 
         Raises:
             TokenError: `token` is outside the vocabulary.
-            LimitError: deciding it meets more than `max_stacks` stacks (the bit of a mask already made
-                for this state is read instead, as `mask` does).
+            LimitError: deciding it meets more than `max_stacks` stacks (an answer already known for this
+                state, from an accept or a mask, is read instead).
         """
-        token = self._check(token)
+        token = _index(token)
+        if not 0 <= token < self._n_vocab:
+            raise self._outside(token)
         if self._awaiting:
             return True
-        finished = self.grammar.masks.finished(self._state, self._partial)
+        state, partial = self._state, self._partial
+        if not partial[1]:
+            if state is self._mask_state:  # the last mask was made here: its bit is the answer
+                return bool((self._mask_words[token >> 5] >> (token & 31)) & 1)
+            move = state.moves.get(token)
+            if move is not None and move[3] <= self.max_stacks:
+                return move[0]
+        finished = self.grammar.masks.finished(state, partial)
         if finished is not None:  # a mask of this state was made: its bit is the answer
-            return bool((int(finished[token >> 5]) >> (token & 31)) & 1)
-        kind = self.grammar.decoded.kinds[token]
+            return bool((finished.item(token >> 5) >> (token & 31)) & 1)
+        kind = self.grammar.decoded.kind_of[token]
         if kind == END_OF_GENERATION:
-            return self._state.has_empty
+            return state.has_empty
         if kind == NEVER:
             return False
-        code_points, partial = self.grammar.decoded.decode(token, self._partial)
+        code_points, partial = self.grammar.decoded.decode(token, partial)
         if partial == INVALID:
             return False
-        return self._state.walk(token, code_points, partial, self.max_stacks)[0]
+        return state.walk(token, code_points, partial, self.max_stacks)[0]
 
     def mask(self) -> npt.NDArray[np.int32]:
         """The packed mask of every token `allows` allows (read-only; copy it to change it). Changes nothing.
@@ -144,7 +166,11 @@ class Matcher:
         grammar = self.grammar
         if self._awaiting:
             return _all_allowed(grammar.n_vocab)
-        return grammar.masks.mask(self._state, self._partial, self.max_stacks)
+        state, partial = self._state, self._partial
+        words = grammar.masks.mask(state, partial, self.max_stacks)
+        if not partial[1]:
+            self._mask_state, self._mask_words = state, words.data
+        return words
 
     def fill_mask(self, out: npt.NDArray[np.int32]) -> None:
         """Write `mask()` into `out` (int32, `ceil(n_vocab / 32)` words or more; extra words get 0).
@@ -170,30 +196,38 @@ class Matcher:
             TokenError: `token` is outside the vocabulary.
             LimitError: the stacks would exceed `max_stacks` (nothing changes).
         """
-        token = self._check(token)
+        token = _index(token)
+        if not 0 <= token < self._n_vocab:
+            raise self._outside(token)
         if self._awaiting:
             return self._accept_awaiting(token)
-        state = self._state
-        kind = self.grammar.decoded.kinds[token]
-        if kind == END_OF_GENERATION:
-            if not state.has_empty:
-                return False
-            self._push(token)
-            return True
-        if kind == NEVER:
-            return False
-        code_points, partial = self.grammar.decoded.decode(token, self._partial)
-        if partial == INVALID:
-            return False
-        allowed, char_after = state.walk(token, code_points, partial, self.max_stacks)
-        if not allowed:
-            return False
-        after = state.accepted(token, code_points, self.max_stacks, char_after=char_after)
+        state, partial = self._state, self._partial
+        if partial[1]:
+            move = self._move(state, token, partial)
+        else:  # the common case: a token from a fresh UTF-8 start, memoized on the state
+            found = state.moves.get(token)
+            if found is None:
+                found = state.moves[token] = self._move(state, token, FRESH)
+            move = found
+        _, after, partial, peak = move
+        if peak > self.max_stacks:
+            raise LimitError(f"the grammar reached {peak} stacks, above the limit of {self.max_stacks}")
         if after is None:
             return False
         self._push(token)
         self._state, self._partial = after, partial
         return True
+
+    def _move(self, state: State, token: int, partial: PartialUtf8) -> Move:
+        kind = self.grammar.decoded.kind_of[token]
+        if kind == END_OF_GENERATION:  # taken when the grammar may end; no stack changes
+            return (True, state, partial, 0) if state.has_empty else (False, None, partial, 0)
+        if kind == NEVER:
+            return False, None, partial, 0
+        code_points, after_partial = self.grammar.decoded.decode(token, partial)
+        if after_partial == INVALID:
+            return False, None, partial, 0
+        return state.move(token, code_points, after_partial, self.max_stacks)
 
     def accept_bytes(self, data: bytes) -> bool:
         """Advance past text that is not a token (a prefill): llama_grammar_accept_str.
@@ -255,6 +289,8 @@ class Matcher:
         twin = Matcher.__new__(Matcher)
         twin.grammar = self.grammar
         twin.max_stacks = self.max_stacks
+        twin._n_vocab = self._n_vocab
+        twin._mask_state, twin._mask_words = self._mask_state, self._mask_words
         twin._state, twin._partial, twin._awaiting = self._state, self._partial, self._awaiting
         twin._trail_states = list(self._trail_states)
         twin._trail_contexts = list(self._trail_contexts)
@@ -298,12 +334,10 @@ class Matcher:
         contexts.append(context)
         self._trail_states.append(self._state)
         self._trail_tokens.append(token)
+        self._mask_state, self._mask_words = None, _NO_WORDS  # not this state's: do not keep it alive
 
-    def _check(self, token: int) -> int:
-        token = operator.index(token)
-        if not 0 <= token < self.grammar.n_vocab:
-            raise TokenError(f"token {token} is outside the vocabulary of {self.grammar.n_vocab}")
-        return token
+    def _outside(self, token: int) -> TokenError:
+        return TokenError(f"token {token} is outside the vocabulary of {self._n_vocab}")
 
     def __repr__(self) -> str:
         waiting = ", awaiting trigger" if self._awaiting else ""

@@ -29,11 +29,16 @@ from constraintd.engine.stacks import CHAR, CHAR_ANY, CHAR_NOT, ESCAPE, TOKEN, R
 from constraintd.engine.utf8 import PartialUtf8
 from constraintd.errors import LimitError
 
-__all__ = ["State", "StateTable"]
+__all__ = ["Move", "State", "StateTable"]
 
 _CHAR_KINDS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY))
 _NO_CODE_POINT: Final = -1
 _TOP_CODE_POINT: Final = 1 << 32  # above every value llama.cpp's decoder can produce
+
+# A token taken from a state: whether llama.cpp's apply allows it, the state and unfinished UTF-8 sequence
+# accepting it leaves (None where llama.cpp's accept would leave no stack, or the token is not allowed), and
+# the most stacks met on the way (for a caller whose limit is lower than the one it was found under).
+Move = tuple[bool, "State | None", PartialUtf8, int]
 
 
 class StateTable:
@@ -83,6 +88,7 @@ class State:
         "char_tops",
         "has_empty",
         "has_escape",
+        "moves",
         "stacks",
         "table",
         "token_tops",
@@ -122,6 +128,8 @@ class State:
         self._partial_ok: dict[PartialUtf8, bool] = {}
         self._segments: tuple[npt.NDArray[np.int64], tuple[State | None, ...]] | None = None
         self._char_only: State | None = None
+        # token -> its Move from a fresh UTF-8 start (filled by matcher.py's accept)
+        self.moves: dict[int, Move] = {}
 
     def __len__(self) -> int:
         return len(self.stacks)
@@ -215,26 +223,39 @@ class State:
 
     def walk(
         self, token: int, code_points: tuple[int, ...], partial: PartialUtf8, limit: int
-    ) -> tuple[bool, State | None]:
+    ) -> tuple[bool, State | None, int]:
         """Decide one token decoded to `code_points` ending in `partial`, not an end-of-generation token.
 
         Returns:
-            Whether llama_grammar_apply_impl leaves it finite, and the state its code points lead to
-            through char classes (the stacks llama_grammar_accept_token keeps from char-topped stacks;
-            None when they die; meaningless when there are no code points).
+            Whether llama_grammar_apply_impl leaves it finite; the state its code points lead to through
+            char classes (the stacks llama_grammar_accept_token keeps from char-topped stacks; None when
+            they die; meaningless when there are no code points); the most stacks met on the way.
         """
         allowed = False
         state: State = self
+        peak = 0
         for code_point in code_points:
             if state.token_tops and not allowed:
                 allowed = state.token_matches(token)
             after = state.step(code_point, limit)
             if after is None:
-                return allowed, None
+                return allowed, None, peak
             state = after
+            if len(after.stacks) > peak:
+                peak = len(after.stacks)
         if not allowed:
             allowed = partial[1] == 0 or state.partial_ok(partial)
-        return allowed, state
+        return allowed, state, peak
+
+    def move(self, token: int, code_points: tuple[int, ...], partial: PartialUtf8, limit: int) -> Move:
+        """`walk`, then, for an allowed token, the state llama_grammar_accept_token leaves."""
+        allowed, char_after, peak = self.walk(token, code_points, partial, limit)
+        if not allowed:
+            return False, None, partial, peak
+        after = self.accepted(token, code_points, limit, char_after=char_after)
+        if after is not None and len(after.stacks) > peak:
+            peak = len(after.stacks)
+        return True, after, partial, peak
 
     def segments(self, limit: int) -> tuple[npt.NDArray[np.int64], tuple[State | None, ...]]:
         """The code points cut into intervals on which every char class on top answers alike.

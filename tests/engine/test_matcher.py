@@ -169,6 +169,12 @@ def test_max_stacks() -> None:
         matcher.accept(ord("a"))
     assert (matcher.stacks, matcher.history) == before
     assert Matcher(grammar, max_stacks=6).accept(ord("a"))
+    # that move is now memoized on the start state: a matcher with a lower limit is still refused
+    lower = Matcher(grammar, max_stacks=4)
+    with pytest.raises(LimitError):
+        lower.accept(ord("a"))
+    with pytest.raises(LimitError):
+        lower.allows(ord("a"))
     with pytest.raises(LimitError):
         Matcher(grammar, max_stacks=3)
 

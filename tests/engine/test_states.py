@@ -51,11 +51,15 @@ def test_walk_and_accepted_agree_with_the_literal_functions(
         if end == INVALID or piece[0] == 0:
             assert not expected_allowed  # the matcher refuses these before walking
         else:
-            allowed, char_after = state.walk(token, code_points, end, 10_000)
+            allowed, char_after, _ = state.walk(token, code_points, end, 10_000)
             assert allowed == expected_allowed
         expected, expected_end = accept_token(rules, stacks, partial, token, piece)
         after = state.accepted(token, code_points, 10_000, char_after=char_after)
         assert (after.stacks if after else frozenset()) == expected
+        if end != INVALID and piece[0] != 0:
+            moved, moved_to, moved_end, _ = state.move(token, code_points, end, 10_000)
+            assert (moved, moved_end) == (expected_allowed, end)
+            assert moved_to is (after if expected_allowed else None)
         assert end == expected_end
         if not expected:
             return
