@@ -2,6 +2,7 @@
 
     python tests/benchmarks/bench_service.py            # about three minutes
     python tests/benchmarks/bench_service.py --quick    # fewer samples, for a smoke run
+    python tests/benchmarks/bench_service.py --only compile   # one section: accept, step, memory, compile
 
 What it measures, against a `constraintd serve` subprocess (uvloop) on a Unix socket and on loopback TCP,
 from clients in this process (a separate process from the server, as a model worker is):
@@ -351,6 +352,85 @@ def bench_accept_under_compiles(
     return percentiles(quiet), percentiles(busy), compiled[0], took
 
 
+Row = tuple[str, str, str]  # measure, value, target
+SECTIONS = ("accept", "step", "memory", "compile")
+
+
+def accept_rows(server: Server, directory: Path, gguf: Path, tokens: list[int], count: int) -> list[Row]:
+    rows: list[Row] = []
+    for name, p50, p99 in bench_accept(server, gguf, tokens, count):
+        target = "p50 < 150 µs" if name == "Unix socket" else ""
+        rows.append((f"Accept round trip, {name} (p50 / p99)", f"{micro(p50)} / {micro(p99)}", target))
+    p50, p99 = asyncio.run(async_accept_latencies(server.unix, gguf, tokens, count))
+    rows.append(("Accept round trip, Unix socket, AsyncClient", f"{micro(p50)} / {micro(p99)}", ""))
+    for name, p50, p99 in bench_echo(directory, count):
+        rows.append((f"floor: bare grpc echo, {name} (Unix)", f"{micro(p50)} / {micro(p99)}", ""))
+    return rows
+
+
+def step_rows(server: Server, gguf: Path, tokens: list[int], seconds: float) -> list[Row]:
+    rows: list[Row] = []
+    for sessions, in_flight in ((1, 1), (16, 1), (64, 1), (64, 2)):
+        rate, cpu = asyncio.run(
+            step_rate(
+                server.unix,
+                gguf,
+                tokens,
+                sessions,
+                seconds,
+                in_flight=in_flight,
+                server_pid=server.process.pid,
+            )
+        )
+        plural = "s" * (sessions > 1)
+        pipelined = f", {in_flight} messages in flight" if in_flight > 1 else ""
+        rows.append(
+            (
+                f"Step token commits/s, {sessions} session{plural}{pipelined} (Unix)",
+                f"{rate:,.0f}",
+                "≥ 50,000" if sessions == 64 else "",
+            )
+        )
+        rows.append(("  server CPU per commit (per message)", f"{micro(cpu)} ({micro(cpu * sessions)})", ""))
+    local_rate, _ = asyncio.run(step_rate("local", gguf, tokens, 64, seconds))
+    rows.append(("Step token commits/s, 64 sessions, in-process (no grpc)", f"{local_rate:,.0f}", ""))
+    return rows
+
+
+def memory_rows(gguf: Path, tokens: list[int], count: int) -> list[Row]:
+    rows: list[Row] = []
+    for accepted in (0, 100):
+        per_session = bench_memory(gguf, tokens, count, accepted)
+        rows.append(
+            (f"Memory per idle session, {accepted} tokens accepted", f"{per_session / 1024:,.2f} KiB", "")
+        )
+        rows.append(
+            (
+                f"Idle sessions per GiB, {accepted} tokens accepted",
+                f"{(1 << 30) / per_session:,.0f}",
+                "≥ 100,000" if accepted else "",
+            )
+        )
+    return rows
+
+
+def compile_rows(
+    server: Server, gguf: Path, big_gguf: Path, tokens: list[int], seconds: float, schemas: list[str]
+) -> list[Row]:
+    quiet, busy, compiled, took = bench_accept_under_compiles(
+        server, gguf, big_gguf, tokens, seconds, schemas
+    )
+    return [
+        ("Accept p50 / p99, nothing compiling (Unix)", f"{micro(quiet[0])} / {micro(quiet[1])}", ""),
+        (
+            f"Accept p50 / p99 while {compiled} large schemas compile (qwen2, {took:.1f} s)",
+            f"{micro(busy[0])} / {micro(busy[1])}",
+            f"p99 ≤ 2 × {micro(quiet[1])}",
+        ),
+        ("  p99 while compiling / p99 with nothing compiling", f"{busy[1] / quiet[1]:.1f} ×", "≤ 2 ×"),
+    ]
+
+
 def micro(seconds: float) -> str:
     return f"{seconds * 1e6:,.0f} µs"
 
@@ -358,6 +438,19 @@ def micro(seconds: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples")
+    parser.add_argument(
+        "--only",
+        choices=SECTIONS,
+        action="append",
+        help="run only this section (repeat for several; default: all)",
+    )
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra argument for `constraintd serve` (repeat; e.g. --server-arg=--compile-processes=0)",
+    )
     parser.add_argument("--echo", metavar="ADDRESS", help=argparse.SUPPRESS)  # the floor's echo server
     args = parser.parse_args(argv)
     if args.echo:
@@ -368,78 +461,20 @@ def main(argv: list[str] | None = None) -> int:
     gguf = reference.require(reference.vocab_path("llama-spm"))
     big_gguf = reference.require(reference.vocab_path("qwen2"))
     tokens = word_tokens(Vocab.from_gguf(gguf))
-    rows: list[tuple[str, str, str]] = []  # measure, value, target
+    sections = set(args.only or SECTIONS)
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="cd-", dir="/tmp") as directory:
-        server = Server(Path(directory))
+        server = Server(Path(directory), *args.server_arg)
         try:
-            for name, p50, p99 in bench_accept(server, gguf, tokens, count):
-                target = "p50 < 150 µs" if name == "Unix socket" else ""
-                rows.append(
-                    (f"Accept round trip, {name} (p50 / p99)", f"{micro(p50)} / {micro(p99)}", target)
-                )
-            p50, p99 = asyncio.run(async_accept_latencies(server.unix, gguf, tokens, count))
-            rows.append(("Accept round trip, Unix socket, AsyncClient", f"{micro(p50)} / {micro(p99)}", ""))
-            for name, p50, p99 in bench_echo(Path(directory), count):
-                rows.append((f"floor: bare grpc echo, {name} (Unix)", f"{micro(p50)} / {micro(p99)}", ""))
-            for sessions, in_flight in ((1, 1), (16, 1), (64, 1), (64, 2)):
-                rate, cpu = asyncio.run(
-                    step_rate(
-                        server.unix,
-                        gguf,
-                        tokens,
-                        sessions,
-                        seconds,
-                        in_flight=in_flight,
-                        server_pid=server.process.pid,
-                    )
-                )
-                plural = "s" * (sessions > 1)
-                pipelined = f", {in_flight} messages in flight" if in_flight > 1 else ""
-                rows.append(
-                    (
-                        f"Step token commits/s, {sessions} session{plural}{pipelined} (Unix)",
-                        f"{rate:,.0f}",
-                        "≥ 50,000" if sessions == 64 else "",
-                    )
-                )
-                rows.append(
-                    ("  server CPU per commit (per message)", f"{micro(cpu)} ({micro(cpu * sessions)})", "")
-                )
-            local_rate, _ = asyncio.run(step_rate("local", gguf, tokens, 64, seconds))
-            rows.append(("Step token commits/s, 64 sessions, in-process (no grpc)", f"{local_rate:,.0f}", ""))
-            for accepted in (0, 100):
-                per_session = bench_memory(gguf, tokens, 2000 if args.quick else 10000, accepted)
-                rows.append(
-                    (
-                        f"Memory per idle session, {accepted} tokens accepted",
-                        f"{per_session / 1024:,.2f} KiB",
-                        "",
-                    )
-                )
-                rows.append(
-                    (
-                        f"Idle sessions per GiB, {accepted} tokens accepted",
-                        f"{(1 << 30) / per_session:,.0f}",
-                        "≥ 100,000" if accepted else "",
-                    )
-                )
-            schemas = largest_schemas(2 if args.quick else 6)
-            quiet, busy, compiled, took = bench_accept_under_compiles(
-                server, gguf, big_gguf, tokens, seconds, schemas
-            )
-            rows.append(
-                ("Accept p50 / p99, nothing compiling (Unix)", f"{micro(quiet[0])} / {micro(quiet[1])}", "")
-            )
-            rows.append(
-                (
-                    f"Accept p50 / p99 while {compiled} large schemas compile (qwen2, {took:.1f} s)",
-                    f"{micro(busy[0])} / {micro(busy[1])}",
-                    f"p99 ≤ 2 × {micro(quiet[1])}",
-                )
-            )
-            rows.append(
-                ("  p99 while compiling / p99 with nothing compiling", f"{busy[1] / quiet[1]:.1f} ×", "≤ 2 ×")
-            )
+            if "accept" in sections:
+                rows += accept_rows(server, Path(directory), gguf, tokens, count)
+            if "step" in sections:
+                rows += step_rows(server, gguf, tokens, seconds)
+            if "memory" in sections:
+                rows += memory_rows(gguf, tokens, 2000 if args.quick else 10000)
+            if "compile" in sections:
+                schemas = largest_schemas(2 if args.quick else 6)
+                rows += compile_rows(server, gguf, big_gguf, tokens, seconds, schemas)
         finally:
             server.stop()
     width = max(len(name) for name, _, _ in rows)
