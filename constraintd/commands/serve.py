@@ -83,6 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--workers", type=int, default=2, help="threads that compile off the event loop")
     parser.add_argument(
+        "--compile-processes",
+        type=int,
+        default=ServerConfig().compile_processes,
+        help="worker processes that convert and parse grammars for those threads, off the server's GIL; "
+        "0 does it in the threads (default %(default)s)",
+    )
+    parser.add_argument(
         "--mask-workers", type=int, default=2, help="threads that compute masks off the event loop"
     )
     parser.add_argument("--grace", type=float, default=10.0, help="seconds in-flight calls get at shutdown")
@@ -139,6 +146,7 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
         cache_dirs=tuple(args.cache_dir),
         warm_seconds=args.warm_seconds,
         workers=args.workers,
+        compile_processes=args.compile_processes,
         mask_workers=args.mask_workers,
         shutdown_grace=args.grace,
         use_uvloop=not args.no_uvloop,

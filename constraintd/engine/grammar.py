@@ -66,6 +66,7 @@ class Grammar:
         trigger_patterns: Sequence[str] = (),
         trigger_tokens: Sequence[int] = (),
         source: str | None = None,
+        rules: Rules | None = None,
     ) -> None:
         """Compile parsed rules; prefer `from_gbnf`.
 
@@ -76,17 +77,20 @@ class Grammar:
             trigger_patterns: ECMAScript patterns that end a lazy grammar's wait.
             trigger_tokens: token ids that end it.
             source: the GBNF text the rules came from, for `key` (else the rules themselves are hashed).
+            rules: `Rules(parsed)`, built by the caller after `check_grammar(parsed, root)` passed (both
+                need no vocabulary: a server does them in another process); then neither is done again.
 
         Raises:
             GrammarError: no such root, left recursion, malformed rules, or a bad trigger pattern.
         """
-        self.root_id: int = check_grammar(parsed, root)
+        # with `rules` given, the caller has checked `parsed` (and so `root` is one of its symbols)
+        self.root_id: int = check_grammar(parsed, root) if rules is None else parsed.symbol_ids[root]
         self.parsed = parsed
         self.vocab = vocab
         self.root = root
         self.triggers = Triggers.compile(trigger_patterns, trigger_tokens)
         self.lazy: bool = bool(trigger_patterns or trigger_tokens)
-        self.rules = Rules(parsed)
+        self.rules = rules if rules is not None else Rules(parsed)
         self.states = StateTable(self.rules)
         self.initial: State | None = self.states.intern(
             self.rules.initial_stacks(self.root_id), _COMPILE_STACK_LIMIT

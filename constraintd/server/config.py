@@ -86,6 +86,9 @@ class ServerConfig:
         warm_seconds: seconds to spend warming each new vocabulary's JSON verdicts before its registration
             returns (engine/warm.py); 0 leaves them to the first sessions.
         workers: threads that run compiles off the event loop.
+        compile_processes: worker processes that run the heavy, vocabulary-free half of a compile (schema
+            conversion, GBNF parse) for those threads, so it does not contend for the server's GIL, and a
+            compile past its time limit can be stopped; started on first need. 0 runs it in the threads.
         mask_workers: threads that compute whole-vocabulary masks off the event loop.
         shutdown_grace: seconds in-flight calls get to finish after a shutdown begins.
         reclaim_interval: seconds between sweeps of idle sessions.
@@ -105,6 +108,7 @@ class ServerConfig:
     cache_dirs: tuple[Path, ...] = ()
     warm_seconds: float = 0.0
     workers: int = 2
+    compile_processes: int = 1
     mask_workers: int = 2
     shutdown_grace: float = 10.0
     reclaim_interval: float = 30.0

@@ -6,6 +6,12 @@
 # - Turning a constraint into GBNF is the engine's work (the JSON-schema converter, JSON mode, request
 #   resolution); this module only picks the engine function for the kind, from one table, and carries the
 #   conversion's warnings along. It does no I/O and imports no grpc.
+# - `prepare` is the half of a compile that needs no vocabulary (the conversion, the GBNF parse, llama.cpp's
+#   checks and the flattened `Rules`): a function of the constraint alone, whose product pickles, so the
+#   server runs it in a worker process (processes.py). What it leaves undone the compile does, with the
+#   same result and the same first error: the parse of a grammar that names a token by its text
+#   (`<think>`), which needs the vocabulary, and the `Rules` of a grammar they refuse (`Grammar` checks its
+#   trigger patterns first).
 from __future__ import annotations
 
 import enum
@@ -14,10 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from constraintd.engine import requests
+from constraintd.engine.gbnf import ParsedGrammar, check_grammar, parse_gbnf
 from constraintd.engine.json_schema import convert_json_schema
-from constraintd.errors import InputError, LimitError
+from constraintd.engine.stacks import Rules
+from constraintd.errors import GrammarError, InputError, LimitError
 
-__all__ = ["Constraint", "ConstraintKind", "ResolvedGrammar", "resolve"]
+__all__ = ["Constraint", "ConstraintKind", "PreparedGrammar", "ResolvedGrammar", "prepare", "resolve"]
 
 
 class ConstraintKind(enum.Enum):
@@ -147,3 +155,49 @@ def resolve(constraint: Constraint) -> ResolvedGrammar:
         InputError: a request body that is not JSON or asks for nothing this service can constrain.
     """
     return _RESOLVERS[constraint.kind](constraint)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedGrammar:
+    """A constraint resolved to GBNF and parsed: what a compile needs that does not depend on a vocabulary.
+
+    Attributes:
+        resolved: the grammar text, root, triggers and the conversion's warnings.
+        parsed: its rules; None when the text names a token by its text, which only a vocabulary resolves.
+        rules: `Rules(parsed)`, built after `check_grammar(parsed, root)` passed (what `Grammar` takes
+            to do neither again); None when not built (no `parsed`, or `Rules` refuses them).
+    """
+
+    resolved: ResolvedGrammar
+    parsed: ParsedGrammar | None
+    rules: Rules | None = None
+
+
+class _NeedsVocabulary(Exception):
+    """A `<text>` token terminal met while parsing without a vocabulary."""
+
+
+def _token_by_text(text: str) -> int | None:
+    raise _NeedsVocabulary(text)
+
+
+def prepare(constraint: Constraint) -> PreparedGrammar:
+    """The constraint's GBNF grammar, parsed and flattened as far as that needs no vocabulary (slow for a
+    large schema).
+
+    Raises:
+        SchemaError, InputError: as `resolve`.
+        GrammarError: the GBNF text is refused (line, column), or its rules are (no root, left recursion),
+            as `Grammar.from_gbnf` refuses them.
+    """
+    resolved = resolve(constraint)
+    try:
+        parsed = parse_gbnf(resolved.gbnf, token_id=_token_by_text)
+    except _NeedsVocabulary:
+        return PreparedGrammar(resolved, None)  # parsed again, whole, with the vocabulary
+    check_grammar(parsed, resolved.root)  # what Grammar does first
+    try:
+        rules = Rules(parsed)
+    except GrammarError:
+        return PreparedGrammar(resolved, parsed)  # Grammar checks its triggers before this
+    return PreparedGrammar(resolved, parsed, rules)

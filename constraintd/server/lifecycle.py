@@ -2,12 +2,12 @@
 #
 # Invariants:
 # - All state lives in one `Service` object passed around explicitly (no module globals): registry,
-#   session store, worker pool, metrics, the grpc.aio server, health.
+#   session store, worker pools (threads, and the compile processes), metrics, the grpc.aio server, health.
 # - startup: bind every address (failing startup if one cannot be bound), start the server, start the
 #   metrics endpoint and the idle-session sweep, then report SERVING.
 # - shutdown, in this order: health NOT_SERVING; stop opening sessions; `server.stop(grace)` (in-flight
-#   calls get `grace` seconds, new calls are refused); stop the sweep, the workers and the metrics
-#   endpoint; release every session.
+#   calls get `grace` seconds, new calls are refused); stop the sweep, the workers (the compile processes
+#   too) and the metrics endpoint; release every session.
 # - The first SIGTERM or SIGINT begins the shutdown; a second one exits the process at once.
 # - The event loop comes from a loop factory: uvloop when installed and wanted, asyncio's otherwise.
 from __future__ import annotations
@@ -29,10 +29,12 @@ from grpc_reflection.v1alpha import reflection
 from constraintd.engine.vocab_store import VocabStore
 from constraintd.errors import UnavailableError
 from constraintd.server.config import ServerConfig
+from constraintd.server.constraints import prepare
 from constraintd.server.health import SERVICE_NAME, Health
 from constraintd.server.logs import fields
 from constraintd.server.metrics import Metrics, MetricsServer
 from constraintd.server.operations import Operations
+from constraintd.server.processes import ProcessPool
 from constraintd.server.registry import Registry
 from constraintd.server.security import BearerTokenInterceptor, server_credentials
 from constraintd.server.servicer import ConstraintdServicer
@@ -74,8 +76,23 @@ class Service:
         self.state = ServiceState.CREATED
         limits = config.limits
         vocab_store = VocabStore(config.cache_dirs) if config.cache_dirs else None
+        # processes start on a first compile, so a service that compiles nothing starts none
+        self.compile_processes = (
+            ProcessPool(
+                config.compile_processes,
+                time_limit=limits.compile_timeout,
+                name="constraintd-compile",
+                preload=[prepare.__module__],
+            )
+            if config.compile_processes > 0
+            else None
+        )
         self.registry = Registry(
-            limits, gguf_dirs=config.gguf_dirs, vocab_store=vocab_store, warm_seconds=config.warm_seconds
+            limits,
+            gguf_dirs=config.gguf_dirs,
+            vocab_store=vocab_store,
+            warm_seconds=config.warm_seconds,
+            processes=self.compile_processes,
         )
         self.store = SessionStore(limits, clock=clock)
         self.operations = Operations(self.registry, self.store, limits)
@@ -178,6 +195,8 @@ class Service:
                 await self._sweeper
         for pool in self._workers:
             pool.shutdown()
+        if self.compile_processes is not None:
+            self.compile_processes.close()
         if self._metrics_server is not None:
             await self._metrics_server.close()
         released = self.store.release_all()

@@ -13,6 +13,13 @@
 #   as a schema and inside a request) share one compiled grammar. One key is worked on once even when
 #   many callers ask at the same time (they wait for the first). Both caches are bounded (least recently
 #   used dropped); a session keeps its own reference, so dropping never harms a running session.
+# - A compile is two halves. The first needs no vocabulary: the constraint's conversion to GBNF, the GBNF
+#   parse and the flattened rules (`constraints.prepare`), the bulk of a large schema's compile (the
+#   service benchmark's largest schemas: 50 to 200 ms of 60 to 250 ms); given a process pool, it runs
+#   in a worker process, so it does not contend for this process's GIL, and a compile past its time limit
+#   is stopped there (DeadlineError). The second builds the `Grammar` over the vocabulary, here. Without a
+#   pool (`processes=None`: the in-process client, or a server told to) both run in the calling thread.
+#   Either way the result and the errors are the same.
 # - Every method is safe to call from worker threads and the event loop at once (one lock guards the maps;
 #   the slow work runs outside it). The registry never imports grpc or asyncio: the in-process client
 #   transport uses it as it is.
@@ -29,14 +36,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from constraintd.engine.gbnf import parse_gbnf
 from constraintd.engine.grammar import Grammar
 from constraintd.engine.vocab import TokenizerRules, Vocab
 from constraintd.engine.vocab_store import VocabStore
 from constraintd.engine.warm import warm_vocabulary
 from constraintd.errors import LimitError, NotFoundError, VocabError
 from constraintd.server.config import Limits
-from constraintd.server.constraints import Constraint, ResolvedGrammar, resolve
+from constraintd.server.constraints import Constraint, PreparedGrammar, prepare
 from constraintd.server.logs import fields
+from constraintd.server.processes import ProcessPool
 
 __all__ = ["CompiledConstraint", "Registry"]
 
@@ -91,8 +100,10 @@ class Registry:
         gguf_dirs: Sequence[Path] = (),
         vocab_store: VocabStore | None = None,
         warm_seconds: float = 0.0,
+        processes: ProcessPool | None = None,
     ) -> None:
         self._limits = limits
+        self._processes = processes
         self._warm_seconds = warm_seconds
         self._gguf_dirs = tuple(Path(d).resolve() for d in gguf_dirs)
         self._store = vocab_store
@@ -198,6 +209,8 @@ class Registry:
         Raises:
             GrammarError, SchemaError: the constraint does not compile (with where).
             InputError: a request that asks for no constraint.
+            DeadlineError: its worker process ran past the compile time limit (it is stopped).
+            UnavailableError: its worker process died, or the pool is closed.
         """
         key = constraint.key(vocab.content_hash)
         found = self._recent(self._compiled, key)
@@ -205,26 +218,38 @@ class Registry:
             return found
 
         def build() -> CompiledConstraint:
-            resolved = resolve(constraint)
-            compiled = CompiledConstraint(self._grammar(resolved, vocab), resolved.warnings)
+            prepared = self._prepare(constraint)
+            compiled = CompiledConstraint(self._grammar(prepared, vocab), prepared.resolved.warnings)
             self._remember(self._compiled, key, compiled)
             return compiled
 
         return self._resolving.run(self._lock, key, build)
 
-    def _grammar(self, resolved: ResolvedGrammar, vocab: Vocab) -> Grammar:
+    def _prepare(self, constraint: Constraint) -> PreparedGrammar:
+        if self._processes is None:
+            return prepare(constraint)
+        return self._processes.run(prepare, constraint, what="compiling the constraint")
+
+    def _grammar(self, prepared: PreparedGrammar, vocab: Vocab) -> Grammar:
+        resolved = prepared.resolved
         key = resolved.key(vocab.content_hash)
         found = self._recent(self._grammars, key)
         if found is not None:
             return found
 
         def build() -> Grammar:
-            grammar = Grammar.from_gbnf(
-                resolved.gbnf,
+            # from_gbnf is parse_gbnf then Grammar(parsed, ..., source=text): with the parse done, the rest
+            parsed = prepared.parsed
+            if parsed is None:
+                parsed = parse_gbnf(resolved.gbnf, token_id=vocab.token_for_text)
+            grammar = Grammar(
+                parsed,
                 vocab,
                 root=resolved.root,
                 trigger_patterns=resolved.trigger_patterns,
                 trigger_tokens=resolved.trigger_tokens,
+                source=resolved.gbnf,
+                rules=prepared.rules,
             )
             self._remember(self._grammars, key, grammar)
             return grammar

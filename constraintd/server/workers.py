@@ -9,13 +9,13 @@
 # - Workers are daemon threads: a compile that never ends cannot keep the process from exiting.
 #   (concurrent.futures' pool joins its threads at exit, which is why it is not used here.)
 # - On Linux each worker thread lowers its own scheduling priority (`nice`, 10 by default): when the CPUs
-#   are busy, the kernel runs the event loop's thread (and grpc's) first, so a compile that shares the GIL
-#   and the cores with them delays their answers less. Measured with the service benchmark, this and a
-#   short GIL switch interval (ServerConfig.switch_interval) keep Accept's median while a large schema
-#   compiles at its median with nothing compiling, and cut its p99 about fourfold; what remains is a
-#   thread holding the GIL while off the CPU, which only a compile in another process would avoid. The
-#   compile itself takes longer when the machine is busy. Elsewhere a thread's priority cannot be set
-#   alone, and `nice` is ignored.
+#   are busy, the kernel runs the event loop's thread (and grpc's) first, so work that shares the GIL and
+#   the cores with them delays their answers less. Measured with the service benchmark, this and a short
+#   GIL switch interval (ServerConfig.switch_interval) keep Accept's median while a large schema compiles
+#   at its median with nothing compiling, and cut its p99 about fourfold; what remains is a thread holding
+#   the GIL while off the CPU. So the heavy half of a compile (conversion, parse, flattened rules) runs in
+#   a worker process (processes.py, registry.py): a compile thread mostly waits for it, without the GIL.
+#   Elsewhere than Linux a thread's priority cannot be set alone, and `nice` is ignored.
 from __future__ import annotations
 
 import asyncio
@@ -66,9 +66,11 @@ class WorkerPool:
             raise UnavailableError("the server is shutting down")
         future: Future[T] = Future()
         self._jobs.put((work, future))
+        outcome = asyncio.wrap_future(future)
         try:
-            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), self.time_limit)
+            return await asyncio.wait_for(asyncio.shield(outcome), self.time_limit)
         except TimeoutError:
+            outcome.add_done_callback(_forget)  # no one waits for it now: not an error to report
             raise DeadlineError(f"{what} ran past its time limit of {self.time_limit:g} s") from None
 
     def shutdown(self) -> None:
@@ -93,6 +95,11 @@ class WorkerPool:
         _lower_priority(self.nice)
         while (job := self._jobs.get()) is not None:
             self._run_one(job)
+
+
+def _forget(outcome: asyncio.Future[Any]) -> None:
+    if not outcome.cancelled():
+        outcome.exception()
 
 
 def _lower_priority(nice: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import shutil
 import signal
 import subprocess
@@ -287,6 +288,33 @@ async def test_shutdown_goes_not_serving_drains_in_flight_calls_then_releases() 
             await asyncio.wait_for(shutdown, timeout=30)
         assert service.state is ServiceState.STOPPED
         assert len(service.store) == 0
+
+
+@pytest.mark.asyncio
+async def test_shutdown_stops_the_compile_processes() -> None:
+    with socket_dir() as directory:
+        service = Service(server_config(directory, compile_processes=1))
+        assert service.compile_processes is not None
+        await service.startup()
+        assert service.compile_processes.pids == []  # started on a first compile
+        async with grpc.aio.insecure_channel(service.addresses[0]) as channel:
+            await open_session(pb_grpc.ConstraintdStub(channel))
+        (worker,) = service.compile_processes.pids
+        await service.shutdown()
+        assert service.compile_processes.pids == []
+        with pytest.raises(ProcessLookupError):  # ended and reaped
+            os.kill(worker, 0)
+
+
+@pytest.mark.asyncio
+async def test_without_compile_processes_compiles_run_in_the_threads() -> None:
+    with socket_dir() as directory:
+        async with (
+            running_service(server_config(directory, compile_processes=0)) as service,
+            grpc.aio.insecure_channel(service.addresses[0]) as channel,
+        ):
+            assert service.compile_processes is None
+            assert await open_session(pb_grpc.ConstraintdStub(channel))
 
 
 @pytest.mark.asyncio

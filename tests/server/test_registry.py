@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from constraintd.engine.decoded_vocab import decoded_vocab
+from constraintd.engine.grammar import Grammar
 from constraintd.engine.mask_cache import shared_verdicts
-from constraintd.errors import GrammarError, LimitError, NotFoundError, SchemaError, VocabError
+from constraintd.errors import (
+    ConstraintdError,
+    GrammarError,
+    LimitError,
+    NotFoundError,
+    SchemaError,
+    VocabError,
+)
 from constraintd.server.config import Limits
-from constraintd.server.constraints import Constraint, ConstraintKind
+from constraintd.server.constraints import Constraint, ConstraintKind, prepare
+from constraintd.server.processes import ProcessPool
 from constraintd.server.registry import Registry
 from tests import reference
 from tests.server.running import AB_PLUS, TINY_EOG, TINY_PIECES
@@ -179,3 +189,74 @@ def test_a_new_vocabulary_is_warmed_when_asked(seconds: float, warmed: bool) -> 
     # a vocabulary of its own per case: the verdicts are shared by every grammar on the same content
     vocab = registry.register_pieces([*TINY_PIECES, b"{", b"}", b'"', b":", str(seconds).encode()], TINY_EOG)
     assert (len(shared_verdicts(decoded_vocab(vocab))) > 0) is warmed
+
+
+@pytest.fixture
+def processes() -> Iterator[ProcessPool]:
+    pool = ProcessPool(1, time_limit=60.0, preload=[prepare.__module__])
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def same_grammar(a: Grammar, b: Grammar) -> bool:
+    # Rules and State have no __eq__ (a State belongs to its grammar's table): compare what they hold
+    same_rules = all(getattr(a.rules, name) == getattr(b.rules, name) for name in a.rules.__slots__)
+    assert a.initial is not None and b.initial is not None
+    same_start = a.initial.stacks == b.initial.stacks
+    return (
+        (a.key, a.parsed, a.root_id, a.lazy) == (b.key, b.parsed, b.root_id, b.lazy)
+        and same_rules
+        and same_start
+    )
+
+
+COMPILED_ALIKE = {
+    "gbnf": Constraint(ConstraintKind.GBNF, AB_PLUS),
+    "token-by-text": Constraint(ConstraintKind.GBNF, 'root ::= "a" </s>'),  # parsed with the vocabulary
+    "lazy": Constraint(ConstraintKind.GBNF, AB_PLUS, trigger_patterns=("b",), trigger_tokens=(3,)),
+    "other-root": Constraint(ConstraintKind.GBNF, 'start ::= "a" x\nx ::= "b"', root="start"),
+    "schema": Constraint(ConstraintKind.JSON_SCHEMA, '{"type": "array", "items": {"enum": [1, "a"]}}'),
+    "json-mode": Constraint(ConstraintKind.JSON_OBJECT),
+    "request": Constraint(ConstraintKind.OLLAMA_REQUEST, '{"format": {"type": "string"}}'),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPILED_ALIKE), ids=list(COMPILED_ALIKE))
+def test_a_compile_in_a_worker_process_equals_one_in_this_process(processes: ProcessPool, name: str) -> None:
+    constraint = COMPILED_ALIKE[name]
+    here, there = Registry(Limits()), Registry(Limits(), processes=processes)
+    compiled_here = here.compile(constraint, here.register_pieces(TINY_PIECES, TINY_EOG))
+    compiled_there = there.compile(constraint, there.register_pieces(TINY_PIECES, TINY_EOG))
+    assert same_grammar(compiled_there.grammar, compiled_here.grammar)
+    assert compiled_there.warnings == compiled_here.warnings
+    assert processes.pids  # it did run there
+
+
+REFUSED_ALIKE = {
+    "syntax": Constraint(ConstraintKind.GBNF, 'root ::= "a" [b'),
+    "unknown-token": Constraint(ConstraintKind.GBNF, "root ::= </x>"),
+    "syntax-before-token": Constraint(ConstraintKind.GBNF, 'root ::= "a" </s> (\nx ::= </x>'),
+    "no-root": Constraint(ConstraintKind.GBNF, 'start ::= "a"'),
+    "left-recursion": Constraint(ConstraintKind.GBNF, 'root ::= root "a" | "b"'),
+    "bad-trigger": Constraint(ConstraintKind.GBNF, AB_PLUS, trigger_patterns=("(",)),
+    "schema": Constraint(ConstraintKind.JSON_SCHEMA, '{"type": "object", "properties": {"a": {"$ref": 1}}}'),
+    "request": Constraint(ConstraintKind.OPENAI_REQUEST, '{"messages": []}'),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSED_ALIKE), ids=list(REFUSED_ALIKE))
+def test_a_compile_refused_in_a_worker_process_raises_what_this_process_raises(
+    processes: ProcessPool, name: str
+) -> None:
+    constraint = REFUSED_ALIKE[name]
+    here, there = Registry(Limits()), Registry(Limits(), processes=processes)
+    with pytest.raises(ConstraintdError) as refused_here:
+        here.compile(constraint, here.register_pieces(TINY_PIECES, TINY_EOG))
+    with pytest.raises(ConstraintdError) as refused_there:
+        there.compile(constraint, there.register_pieces(TINY_PIECES, TINY_EOG))
+    assert type(refused_there.value) is type(refused_here.value)
+    assert str(refused_there.value) == str(refused_here.value)
+    assert vars(refused_there.value) == vars(refused_here.value)
+    assert there.grammar_count == 0

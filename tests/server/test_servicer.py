@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -20,7 +21,9 @@ from constraintd.engine.grammar import Grammar
 from constraintd.engine.matcher import Matcher
 from constraintd.engine.vocab import Vocab
 from constraintd.errors import ConstraintdError, GrammarError, NotFoundError
+from constraintd.server import registry as registry_module
 from constraintd.server.config import Limits
+from constraintd.server.constraints import Constraint, PreparedGrammar, prepare
 from constraintd.server.lifecycle import Service
 from constraintd.server.servicer import status_of
 from constraintd.v1 import constraintd_pb2 as pb
@@ -600,6 +603,41 @@ async def test_a_compile_past_its_time_limit_is_deadline_exceeded() -> None:
             code, message = await status_and_message(stub.RegisterVocab(tiny_registration()))
             assert code is grpc.StatusCode.DEADLINE_EXCEEDED
             assert message == "loading the vocabulary ran past its time limit of 0 s"
+
+
+def prepare_slowly_when_asked(constraint: Constraint) -> PreparedGrammar:
+    """`prepare`, except that a grammar saying "slowly" never ends: a compile stuck in its worker."""
+    if "slowly" in constraint.text:
+        time.sleep(3600)
+    return prepare(constraint)
+
+
+@pytest.mark.asyncio
+async def test_a_compile_stuck_in_its_worker_process_is_deadline_exceeded_and_the_next_one_compiles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(registry_module, "prepare", prepare_slowly_when_asked)
+    limits = dataclasses.replace(Limits(), compile_timeout=1.0)
+    with socket_dir() as directory:
+        async with (
+            running_service(server_config(directory, limits=limits, compile_processes=1)) as running,
+            grpc.aio.insecure_channel(running.addresses[0]) as channel,
+        ):
+            stub = pb_grpc.ConstraintdStub(channel)
+            vocab = await stub.RegisterVocab(tiny_registration())
+            await stub.CreateSession(
+                pb.CreateSessionRequest(vocab_id=vocab.vocab_id, gbnf=pb.Gbnf(text=AB_PLUS))
+            )
+            assert running.compile_processes is not None
+            (stuck,) = running.compile_processes.pids
+            slow = pb.CreateSessionRequest(vocab_id=vocab.vocab_id, gbnf=pb.Gbnf(text='root ::= "slowly"'))
+            code, message = await status_and_message(stub.CreateSession(slow))
+            assert code is grpc.StatusCode.DEADLINE_EXCEEDED
+            assert message == "compiling the constraint ran past its time limit of 1 s"
+            after = pb.CreateSessionRequest(vocab_id=vocab.vocab_id, json_schema='{"type": "integer"}')
+            assert (await stub.CreateSession(after)).session_id
+            (replacement,) = running.compile_processes.pids
+            assert replacement != stuck
 
 
 @pytest.mark.parametrize(
