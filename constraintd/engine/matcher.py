@@ -209,13 +209,21 @@ class Matcher:
             if found is None:
                 found = state.moves[token] = self._move(state, token, FRESH)
             move = found
-        _, after, partial, peak = move
+        _, after, after_partial, peak = move
         if peak > self.max_stacks:
             raise LimitError(f"the grammar reached {peak} stacks, above the limit of {self.max_stacks}")
         if after is None:
             return False
-        self._push(token)
-        self._state, self._partial = after, partial
+        # _push, written out: this is the path every generated token takes
+        context = (partial, False, len(self._buffered))
+        contexts = self._trail_contexts
+        if contexts and contexts[-1] == context:
+            context = contexts[-1]
+        contexts.append(context)
+        self._trail_states.append(state)
+        self._trail_tokens.append(token)
+        self._mask_state, self._mask_words = None, _NO_WORDS
+        self._state, self._partial = after, after_partial
         return True
 
     def _move(self, state: State, token: int, partial: PartialUtf8) -> Move:
