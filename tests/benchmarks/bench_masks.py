@@ -15,6 +15,11 @@ engine at once, on the same vocabulary and the same tokens: at every step a whol
 with the ratio of each peer's time to constraintd's (above 1: constraintd is faster), and checks that
 constraintd's masks equal llama.cpp's, every one of them, in the same run.
 
+With `--again`, each schema's kept documents are walked a second time by the same compiled grammars and
+the masks, allows and accepts of that pass get tables of their own: a grammar that has served its
+documents before, as a server's grammar for a schema its sessions keep asking for (constraintd keeps what
+it learnt on the first pass; the peers keep what they keep).
+
 All engines run on one thread in one process, in turn at each step, so they see the same machine.
 Numbers depend on the machine and on what else runs on it: compare the rows of one run.
 Progress goes to stderr; the tables to stdout. See README.md for the peers' one-time setup.
@@ -134,6 +139,7 @@ class Run:
         *,
         clock: Clock,
         give_up_seconds: float,
+        again: bool = False,
     ) -> None:
         self.engines = list(engines)  # llama.cpp first: it decides which documents are kept
         self.clock = clock
@@ -142,6 +148,8 @@ class Run:
         self.eog = list(eog)
         self.tally = Tally(forms={e.name: Counter() for e in engines})
         self.samples: Samples = {e.name: {m: [] for m in UNITS} for e in engines}
+        # the second walk of each schema's documents (--again), kept apart
+        self.again: Samples | None = {e.name: {m: [] for m in UNITS} for e in engines} if again else None
 
     def schema(self, schema: Schema) -> tuple[int, int]:
         """Walk the documents of one schema; (documents kept, tokens walked)."""
@@ -182,9 +190,14 @@ class Run:
             if index:
                 for cursor in cursors.values():
                     cursor.reset()
-            walked = self.document(cursors, document, first=index == 0)
+            walked = self.document(cursors, document, first=index == 0, into=self.samples)
             kept += walked > 0
             tokens += walked
+        if kept and self.again is not None:
+            for document in documents:
+                for cursor in cursors.values():
+                    cursor.reset()
+                self.document(cursors, document, first=False, into=self.again)
         if kept:
             for name, ns in compile_ns.items():
                 self.samples[name][COMPILE].append(ns)
@@ -229,8 +242,11 @@ class Run:
         cursor.close()
         return kept
 
-    def document(self, cursors: dict[str, peers.Cursor], tokens: list[int], *, first: bool) -> int:
-        """Walk one document with every engine; its token count when llama.cpp accepts it, else 0."""
+    def document(
+        self, cursors: dict[str, peers.Cursor], tokens: list[int], *, first: bool, into: Samples
+    ) -> int:
+        """Walk one document with every engine, its times added to `into`; its token count when llama.cpp
+        accepts it, else 0 (the tally counts documents and tokens of the first walk only)."""
         tally, clock = self.tally, self.clock
         samples: Samples = {name: {m: [] for m in UNITS} for name in cursors}
         equal: Counter[str] = Counter()
@@ -266,12 +282,12 @@ class Run:
                 del alive[name]
             if step == len(tokens):
                 if not any(_bit(reference_words, t) for t in self.eog):
-                    tally.inconsistent += 1
+                    tally.inconsistent += into is self.samples
                     return 0
                 break
             token = tokens[step]
             if not _bit(reference_words, token):
-                tally.inconsistent += 1
+                tally.inconsistent += into is self.samples
                 return 0
             for name, cursor in list(alive.items()):
                 try:
@@ -288,8 +304,9 @@ class Run:
                     continue
                 if allowed is False or not accepted:
                     fail(name, f"refused token {token} at step {step}, which llama.cpp allows")
-        tally.kept += 1
-        tally.tokens += len(tokens)
+        if into is self.samples:
+            tally.kept += 1
+            tally.tokens += len(tokens)
         tally.equal.update(equal)
         tally.compared.update(compared)
         for name in failed:
@@ -297,7 +314,7 @@ class Run:
         tally.gave_up.update(gave_up)
         for name in (*alive, *gave_up):
             for metric, values in samples[name].items():
-                self.samples[name][metric].extend(values)
+                into[name][metric].extend(values)
         return len(tokens)
 
 
@@ -310,7 +327,13 @@ def vocab_file(name: str) -> Path:
 
 
 def run_vocab(
-    name: str, schemas: Sequence[Schema], *, clock: Clock, inputs: Sequence[str], give_up: float
+    name: str,
+    schemas: Sequence[Schema],
+    *,
+    clock: Clock,
+    inputs: Sequence[str],
+    give_up: float,
+    again: bool = False,
 ) -> None:
     path = vocab_file(name)
     _progress(f"[{name}] loading the vocabulary and building each engine's tables")
@@ -325,7 +348,7 @@ def run_vocab(
     eog = sorted(vocab.eog_ids)
     others, missing = peers.load_peers(vocab.pieces, eog, lambda text: llama.tokenize(text), inputs=inputs)
     engines: list[peers.Engine] = [peers.LlamaEngine(llama), constraintd, *others]
-    run = Run(engines, llama, eog, clock=clock, give_up_seconds=give_up)
+    run = Run(engines, llama, eog, clock=clock, give_up_seconds=give_up, again=again)
     started = time.perf_counter()
     for number, schema in enumerate(schemas, 1):
         begun = time.perf_counter()
@@ -394,21 +417,10 @@ def print_report(
     for name, error in tally.errors.items():
         print(f"  first error of {name}: {error}")
     print("÷: the peer's time divided by constraintd's at that percentile (above 1: constraintd is faster)")
-    mine = run.samples[peers.CONSTRAINTD]
-    columns = f"{'n':>8}" + "".join(f"{'p' + str(p) if p < 100 else 'max':>10}" for p in PERCENTILES)
-    for metric, (unit, scale) in UNITS.items():
-        print(f"\n{metric + ' (' + unit + ')':<22}{columns}{'÷ p50':>10}{'÷ p99':>10}")
-        for name in order:
-            values = run.samples[name][metric]
-            if not values:
-                print(f"  {name:<20}{'n/a':>8}")
-                continue
-            cells = "".join(f"{_number(v):>10}" for v in _stats(values, scale))
-            row = f"  {name:<20}{len(values):>8,}{cells}"
-            if name != peers.CONSTRAINTD and mine[metric]:
-                ours, theirs = _stats(mine[metric], 1.0), _stats(values, 1.0)
-                row += f"{_number(theirs[0] / ours[0]):>10}{_number(theirs[2] / ours[2]):>10}"
-            print(row)
+    _print_tables(run.samples, order)
+    if run.again is not None:
+        print("\n-- the same documents walked again by the same compiled grammars --")
+        _print_tables(run.again, order)
     print()
     for name in order:
         if name in tally.compared:
@@ -428,6 +440,26 @@ def print_report(
             f"({sizes.size} grammars) {shared + sizes.sum():.1f} MiB"
         )
     print(flush=True)
+
+
+def _print_tables(samples: Samples, order: Sequence[str]) -> None:
+    mine = samples[peers.CONSTRAINTD]
+    columns = f"{'n':>8}" + "".join(f"{'p' + str(p) if p < 100 else 'max':>10}" for p in PERCENTILES)
+    for metric, (unit, scale) in UNITS.items():
+        if not any(samples[name][metric] for name in order):
+            continue
+        print(f"\n{metric + ' (' + unit + ')':<22}{columns}{'÷ p50':>10}{'÷ p99':>10}")
+        for name in order:
+            values = samples[name][metric]
+            if not values:
+                print(f"  {name:<20}{'n/a':>8}")
+                continue
+            cells = "".join(f"{_number(v):>10}" for v in _stats(values, scale))
+            row = f"  {name:<20}{len(values):>8,}{cells}"
+            if name != peers.CONSTRAINTD and mine[metric]:
+                ours, theirs = _stats(mine[metric], 1.0), _stats(values, 1.0)
+                row += f"{_number(theirs[0] / ours[0]):>10}{_number(theirs[2] / ours[2]):>10}"
+            print(row)
 
 
 def _versions() -> str:
@@ -464,6 +496,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="SECONDS",
         help="an engine (not llama.cpp) whose mask takes longer leaves that document (default 2)",
     )
+    parser.add_argument(
+        "--again",
+        action="store_true",
+        help="walk each schema's documents a second time and report that pass apart",
+    )
     args = parser.parse_args(argv)
     schemas = read_workload(WORKLOAD, count=args.schemas, seed=args.seed)
     print(
@@ -472,7 +509,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for name in VOCABS if args.vocab == "both" else (args.vocab,):
         run_vocab(
-            name, schemas, clock=CLOCKS[args.clock], inputs=PEER_INPUTS[args.peer_input], give_up=args.give_up
+            name,
+            schemas,
+            clock=CLOCKS[args.clock],
+            inputs=PEER_INPUTS[args.peer_input],
+            give_up=args.give_up,
+            again=args.again,
         )
     return 0
 
