@@ -52,6 +52,8 @@ MAX_WORK: Final = 1_000  # elements written for one position's form
 MAX_FORMS: Final = 500_000  # forms numbered before the table starts afresh
 _BEYOND: Final = -2  # the mark where a form is cut off at the horizon
 _TERMINAL_STARTS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY, TOKEN, TOKEN_NOT))
+_CONTINUATIONS: Final = frozenset((CHAR_ALT, CHAR_RNG_UPPER))
+_ENDS: Final = frozenset((END, ALT))
 _UNBOUNDED: Final = 1 << 30
 
 _FORMS: dict[tuple[int, ...], int] = {}
@@ -120,36 +122,44 @@ class Structure:
         # One alternate from `start` to its end, as (kind, value) pairs ending in (END, 0), or in
         # (_BEYOND, 0) where every path has matched `budget` terminals already.
         kinds, values = self.rules.kinds, self.rules.values
-        least = self._least
+        least = self._bounds[0]
         form: list[int] = []
         used = 0
         at = start
+        work = self._work
         while True:
             kind = kinds[at]
-            if used >= budget and kind not in (CHAR_ALT, CHAR_RNG_UPPER):
-                form += (_BEYOND, 0)  # whatever comes next, the end of the alternate included
-                return form
-            if kind in (END, ALT):
-                form += (END, 0)
-                return form
-            if kind == RULE_REF or kind in _TERMINAL_STARTS:
-                if kind == RULE_REF:
-                    rule = values[at]
-                    form += (RULE_REF, self._rule(rule, budget - used))
-                    used += least(rule)
-                else:
-                    form += (kind, values[at])
-                    used += 1
-            else:  # the rest of a char class (CHAR_ALT, CHAR_RNG_UPPER): part of the terminal begun
+            if kind in _CONTINUATIONS:  # the rest of a char class: part of the terminal begun
                 form += (kind, values[at])
-            self._work += 1
-            if self._work > MAX_WORK:
+            elif used >= budget:
+                form += (_BEYOND, 0)  # whatever comes next, the end of the alternate included
+                break
+            elif kind == RULE_REF:
+                rule = values[at]
+                self._work = work
+                form += (RULE_REF, self._rule(rule, budget - used))  # measures the rule
+                work = self._work
+                used += least[rule]
+            elif kind in _ENDS:
+                form += (END, 0)
+                break
+            else:  # a terminal
+                form += (kind, values[at])
+                used += 1
+            work += 1
+            if work > MAX_WORK:
                 raise _TooLarge
             at += 1
+        self._work = work
+        return form
 
     def _rule(self, rule: int, budget: int) -> int:
         # a rule that matches at most m terminals is cut nowhere by a budget above m: one form for all
-        budget = min(budget, self._most(rule) + 1)
+        most = self._bounds[1]
+        if most[rule] < 0:
+            self._measure(rule)
+        if budget > most[rule] + 1:
+            budget = most[rule] + 1
         key = (rule, budget)
         found = self._rule_ids.get(key)
         if found is None:
@@ -163,13 +173,8 @@ class Structure:
             found = self._rule_ids[key] = _number(tuple(form))
         return found
 
-    def _least(self, rule: int) -> int:
-        return self._measured(rule)[0]
-
-    def _most(self, rule: int) -> int:
-        return self._measured(rule)[1]
-
-    def _measured(self, rule: int) -> tuple[int, int]:
+    def bounds(self, rule: int) -> tuple[int, int]:
+        """The fewest and the most terminals `rule` matches (bounds inside cycles, see `_measure`)."""
         least, most = self._bounds
         if most[rule] < 0:
             self._measure(rule)

@@ -111,5 +111,5 @@ def test_rules_are_measured_in_terminals_with_cycles_bounded() -> None:
     # at least: exact outside cycles, a lower bound on them; at most: capped at the horizon on a cycle
     parsed = parse_gbnf('root ::= "a" r1 | r2\nr1 ::= [b-c] r1 | ""\nr2 ::= "xy" | "z" r3\nr3 ::= "" | "q"\n')
     structure = Structure(Rules(parsed), 9)
-    measured = {name: (structure._least(i), structure._most(i)) for name, i in parsed.symbol_ids.items()}
+    measured = {name: structure.bounds(i) for name, i in parsed.symbol_ids.items()}
     assert measured == {"root": (1, 9), "r1": (0, 9), "r2": (1, 2), "r3": (0, 1)}
