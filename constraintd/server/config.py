@@ -89,6 +89,10 @@ class ServerConfig:
         compile_processes: worker processes that run the heavy, vocabulary-free half of a compile (schema
             conversion, GBNF parse) for those threads, so it does not contend for the server's GIL, and a
             compile past its time limit can be stopped; started on first need. 0 runs it in the threads.
+        compile_nice: how far below the server's priority the compile processes run (a nice increment;
+            the lowest, 19, by default). Measured on two cores with the service benchmark's client on the
+            same machine: a busy process at nice 10 triples Accept's p99, at 19 it leaves it within 10%;
+            but a compile at 19 gets almost no CPU while the cores are saturated (see processes.py).
         mask_workers: threads that compute whole-vocabulary masks off the event loop.
         shutdown_grace: seconds in-flight calls get to finish after a shutdown begins.
         reclaim_interval: seconds between sweeps of idle sessions.
@@ -109,6 +113,7 @@ class ServerConfig:
     warm_seconds: float = 0.0
     workers: int = 2
     compile_processes: int = 1
+    compile_nice: int = 19
     mask_workers: int = 2
     shutdown_grace: float = 10.0
     reclaim_interval: float = 30.0

@@ -82,6 +82,7 @@ class Service:
                 config.compile_processes,
                 time_limit=limits.compile_timeout,
                 name="constraintd-compile",
+                nice=config.compile_nice,
                 preload=[prepare.__module__],
             )
             if config.compile_processes > 0
