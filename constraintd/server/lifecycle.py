@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import gc
 import logging
 import os
 import signal
@@ -260,10 +261,16 @@ async def _main(service: Service) -> None:
 def run(config: ServerConfig) -> int:
     """Runs a service until a signal stops it; the process's exit code (0 after a clean shutdown).
 
-    This is a process's entry point: it sets the process-wide GIL switch interval when configured.
+    This is a process's entry point: it sets the process-wide GIL switch interval when configured, and
+    moves what the imports made out of the garbage collector's sight (`gc.freeze`): those objects live as
+    long as the process, and without them a full collection, which stops every thread, takes about a
+    millisecond instead of 15 (measured on two cores with a 151k vocabulary and two large schemas
+    compiled); the service benchmark's compiles set off several.
     """
     if config.switch_interval is not None:
         sys.setswitchinterval(config.switch_interval)
+    gc.collect()  # what is garbage now is not frozen with the rest
+    gc.freeze()
     with asyncio.Runner(loop_factory=loop_factory(config.use_uvloop)) as runner:
         runner.run(_main(Service(config)))
     return 0
