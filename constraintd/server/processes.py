@@ -271,11 +271,19 @@ def _serve(connection: Connection, priority: int) -> None:
             os.setpriority(os.PRIO_PROCESS, 0, priority)
     while True:
         try:
-            job = connection.recv()
-        except EOFError:
+            job = connection.recv_bytes()
+        except (EOFError, OSError):  # the server closed its end, or is gone
             return
-        function, args = job
-        connection.send_bytes(_outcome(function, args))
+        try:
+            function, args = pickle.loads(job)
+        except Exception:  # a function this process cannot import, say
+            reply = _bug()
+        else:
+            reply = _outcome(function, args)
+        try:
+            connection.send_bytes(reply)
+        except OSError:
+            return
 
 
 def _outcome(function: Callable[..., Any], args: tuple[Any, ...]) -> bytes:

@@ -10,6 +10,7 @@ import select
 import sys
 import threading
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -88,6 +89,16 @@ def test_a_bug_in_the_worker_is_a_runtime_error_with_its_traceback(pool: Process
         pool.run(int, "not a number", what="counting")
     assert str(caught.value).startswith("counting failed in a worker process:\nTraceback")
     assert "ValueError: invalid literal for int() with base 10: 'not a number'" in str(caught.value)
+    assert pool.run(len, "still works") == 11
+
+
+def test_a_job_the_worker_cannot_load_is_a_bug(pool: ProcessPool, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a function of a module only this process has: the worker fails to import it
+    module = types.ModuleType("only_in_the_server")
+    exec("def job():\n    return 1\n", module.__dict__)
+    monkeypatch.setitem(sys.modules, "only_in_the_server", module)
+    with pytest.raises(RuntimeError, match="No module named 'only_in_the_server'"):
+        pool.run(module.job)
     assert pool.run(len, "still works") == 11
 
 
