@@ -287,6 +287,11 @@ class MaskCache:
         shorter = self._top((escape, *top[2:]) if marked else (escape, *top), limit)
         if shorter.uncertain.size == 0:
             return shorter
+        if shorter.uncertain.size * 2 > table.ids.size:
+            # most of the vocabulary is left to walk: a whole walk, which moves column 0 by first code
+            # point instead of row by row, costs less (and decides the rest again, alike)
+            allowed_rows, uncertain = walk(table, table.columns, start, limit)
+            return self._verdict(None, table.ids[allowed_rows], uncertain)
         allowed_rows, uncertain = walk(table, table.columns, start, limit, rows=shorter.uncertain)
         ids = table.ids[allowed_rows]
         if shorter.ids.size:
