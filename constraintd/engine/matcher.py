@@ -12,8 +12,8 @@
 #   instead of walking the token: the bit of the last mask this matcher made (held until the next step),
 #   the token's move memoized on the state, or the bit of a mask the grammar's cache holds for the state.
 # - The single-token path touches as little as it can: a token accepted from a state at a fresh UTF-8
-#   start is memoized on that state (`State.moves`, shared by every matcher of the grammar), so a path
-#   some session took before costs one dict lookup a token.
+#   start is memoized on that state (`State.moves`, shared by every matcher of the grammar; MAX_MOVES
+#   tokens a state at most), so a path some session took before costs one dict lookup a token.
 # - `accept(t)` is llama_grammar_accept_impl on a token `allows` allows: it returns False, and changes
 #   nothing, for a token `allows` refuses (llama.cpp would accept some of those blindly: an invalid UTF-8
 #   piece, a piece whose unfinished end cannot match; the sampler never gives it one) and for one whose
@@ -43,6 +43,7 @@ from constraintd.errors import InputError, LimitError, TokenError
 __all__ = ["Matcher"]
 
 _BYTES: Final = -1  # trail entry of an accept_bytes call
+MAX_MOVES: Final = 4096  # tokens whose moves one state remembers (a few hundred kilobytes at most)
 _NO_WORDS: Final = np.zeros(0, dtype=np.int32).data
 _index: Final = operator.index
 # (partial, awaiting trigger, tokens buffered) before one step
@@ -205,9 +206,12 @@ class Matcher:
         if partial[1]:
             move = self._move(state, token, partial)
         else:  # the common case: a token from a fresh UTF-8 start, memoized on the state
-            found = state.moves.get(token)
+            moves = state.moves
+            found = moves.get(token)
             if found is None:
-                found = state.moves[token] = self._move(state, token, FRESH)
+                found = self._move(state, token, FRESH)
+                if len(moves) < MAX_MOVES:
+                    moves[token] = found
             move = found
         _, after, after_partial, peak = move
         if peak > self.max_stacks:

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, TokenError, Vocab, unpack_mask
+from constraintd.engine import matcher as matcher_module
 from constraintd.engine.stacks import accept_token
 from constraintd.errors import InputError
 from tests.strategies import grammars, vocabs
@@ -281,3 +282,16 @@ def test_every_prefix_of_an_accepted_text_stays_alive(
     with contextlib.suppress(LimitError):
         for start, end in itertools.pairwise(cuts):
             assert prefill.accept_bytes(bytes(sample[start:end]))
+
+
+def test_a_state_remembers_at_most_max_moves_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(matcher_module, "MAX_MOVES", 2)
+    matcher = Matcher(Grammar.from_gbnf("root ::= [a-z]*\n", BYTES))
+    loop = matcher._state
+    for char in "abcde":
+        assert matcher.accept(ord(char))
+    assert matcher._state is loop  # [a-z]* comes back to the same state after each letter
+    assert sorted(loop.moves) == [ord("a"), ord("b")]
+    assert matcher.history == tuple(byte_tokens("abcde"))
+    twin = Matcher(matcher.grammar)
+    assert twin.accept(ord("e")) and not twin.accept(ord("A"))  # not remembered, still decided
