@@ -28,7 +28,6 @@
 #   depend on them.
 from __future__ import annotations
 
-import contextlib
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -334,7 +333,10 @@ class MaskCache:
 def _lookup(cache: OrderedDict[K, V], key: K) -> V | None:
     found = cache.get(key)
     if found is not None:
-        with contextlib.suppress(KeyError):  # dropped meanwhile by another thread
+        # not contextlib.suppress: a context manager costs more than the lookup it guards
+        try:  # noqa: SIM105
             cache.move_to_end(key)
+        except KeyError:  # dropped meanwhile by another thread
+            pass
     return found
 

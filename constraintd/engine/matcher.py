@@ -180,6 +180,9 @@ class Matcher:
             InputError: `out` is too small.
         """
         mask = self.mask()
+        if out.shape == mask.shape:  # the usual buffer: one row of exactly the mask's size
+            out[:] = mask
+            return
         if out.shape[-1] < mask.size:
             raise InputError(f"a mask needs {mask.size} words, the buffer has {out.shape[-1]}")
         out[..., : mask.size] = mask
