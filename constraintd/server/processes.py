@@ -245,18 +245,22 @@ class _Stopped(Exception):
 
 
 def _end(process: BaseProcess, *, kill: bool = False) -> int | None:
-    """Ends a worker process (SIGKILL, or SIGTERM then SIGKILL after a grace) and returns its exit code."""
-    if process.is_alive():
-        if kill:
-            process.kill()
-        else:
-            process.terminate()
-        process.join(_STOP_GRACE)
+    """Ends a worker process (SIGKILL, or SIGTERM then SIGKILL after a grace) and returns its exit code;
+    None when another thread has ended it already (a deadline meeting a shutdown)."""
+    try:
         if process.is_alive():
-            process.kill()
-    process.join()
-    exit_code = process.exitcode
-    process.close()
+            if kill:
+                process.kill()
+            else:
+                process.terminate()
+            process.join(_STOP_GRACE)
+            if process.is_alive():
+                process.kill()
+        process.join()
+        exit_code = process.exitcode
+        process.close()
+    except ValueError:  # closed by the other thread
+        return None
     return exit_code
 
 

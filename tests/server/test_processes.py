@@ -141,8 +141,9 @@ def test_a_job_past_the_time_limit_is_stopped_and_its_process_replaced(
     started = [r for r in caplog.records if r.getMessage() == "worker process started"]
     assert [r.__dict__["fields"]["pid"] for r in stopped] == [first]
     assert stopped[0].__dict__["fields"]["reason"] == "past its time limit"
-    assert [r.__dict__["fields"]["pid"] for r in started] == [second]
-    assert started[0].__dict__["fields"]["pool"] == "test-pool"
+    # the first start is logged too when the logger already lets INFO through
+    assert [r.__dict__["fields"]["pid"] for r in started if r.__dict__["fields"]["pid"] != first] == [second]
+    assert started[-1].__dict__["fields"]["pool"] == "test-pool"
 
 
 def test_a_worker_killed_during_a_job_is_replaced(pool: ProcessPool, tmp_path: Path) -> None:
