@@ -165,6 +165,7 @@ class MaskCache:
     """The masks of one grammar on its vocabulary (see the module comment)."""
 
     __slots__ = (
+        "_eog",
         "_masks",
         "_tops",
         "shared",
@@ -189,6 +190,7 @@ class MaskCache:
         self._masks: LruCache[tuple[State, PartialUtf8], Words] = LruCache(max_mask_bytes)
         # stack top -> its verdict (a shortcut past the structural key, for this grammar's tops), counted
         self._tops: LruCache[Stack, TopVerdict] = LruCache(max_tops)
+        self._eog = np.flatnonzero(vocab.kinds == END_OF_GENERATION)
 
     def mask(self, state: State, partial: PartialUtf8, limit: int) -> Words:
         """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only).
@@ -223,7 +225,7 @@ class MaskCache:
         vocab = self.vocab
         table = vocab.fresh_table()
         words = np.zeros(mask_words(vocab.n_tokens), dtype=np.int32)
-        extra = np.zeros(vocab.n_tokens, dtype=np.bool_)
+        extra: list[IntArray] = []  # more allowed token ids
         uncertain: list[IntArray] = []
         # verdicts built on one another share their words: OR each array once (held here, so that an id
         # is not reused by another array while this runs)
@@ -234,27 +236,28 @@ class MaskCache:
                 ored.add(id(verdict.words))
                 words |= verdict.words
             if verdict.ids.size:
-                extra[verdict.ids] = True
+                extra.append(verdict.ids)
             if verdict.uncertain.size:
                 uncertain.append(verdict.uncertain)
         if state.has_empty:
-            extra[vocab.kinds == END_OF_GENERATION] = True
+            extra.append(self._eog)
         # token-topped stacks take any token with a code point, by id alone
         with_code_points = table.ids[: table.count_from[0] if table.count_from else 0]
         for kind, value, _ in state.token_tops:
             if kind == TOKEN:
-                extra[with_code_points[with_code_points == value]] = True
+                extra.append(with_code_points[with_code_points == value])
             else:
-                extra[with_code_points[with_code_points != value]] = True
+                extra.append(with_code_points[with_code_points != value])
+        if extra:
+            _set_bits(words, extra[0] if len(extra) == 1 else np.concatenate(extra))
         rows = np.unique(np.concatenate(uncertain)) if uncertain else np.zeros(0, dtype=np.int64)
         if rows.size:
             ids = table.ids[rows]
-            undecided = ((words[ids >> 5] >> (ids & 31)) & 1) == 0
-            rows = rows[undecided & ~extra[ids]]
+            rows = rows[((words[ids >> 5] >> (ids & 31)) & 1) == 0]  # not allowed already
         if rows.size:
             found, _ = walk(table, table.columns, state, limit, rows=rows)
-            extra[table.ids[found]] = True
-        return words | pack_mask(extra)
+            _set_bits(words, table.ids[found])
+        return words
 
     def _top(self, top: Stack, limit: int) -> TopVerdict:
         verdict = self._tops.get(top)
@@ -328,6 +331,16 @@ class MaskCache:
     def tops(self) -> int:
         """How many stack tops this grammar has met and keeps a shortcut to."""
         return len(self._tops)
+
+
+def _set_bits(words: Words, ids: IntArray) -> None:
+    # allow the tokens `ids` in packed `words`: bit by bit for a few, through a bool row for many
+    if ids.size * 8 < words.size * 32:
+        np.bitwise_or.at(words.view(np.uint32), ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32))
+    else:
+        bits = np.zeros(words.size * 32, dtype=np.bool_)
+        bits[ids] = True
+        words |= pack_mask(bits)
 
 
 def _lookup(cache: OrderedDict[K, V], key: K) -> V | None:
