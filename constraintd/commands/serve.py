@@ -90,6 +90,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "0 does it in the threads (default %(default)s)",
     )
     parser.add_argument(
+        "--compile-nice",
+        type=int,
+        choices=range(20),
+        metavar="0..19",
+        default=ServerConfig().compile_nice,
+        help="how far below the server's priority the compile processes run: 19 keeps answers quick "
+        "while a compile runs, but a compile gets little CPU while the cores are saturated (a model on "
+        "the same CPU); a smaller increment lets it finish sooner (default %(default)s)",
+    )
+    parser.add_argument(
         "--mask-workers", type=int, default=2, help="threads that compute masks off the event loop"
     )
     parser.add_argument("--grace", type=float, default=10.0, help="seconds in-flight calls get at shutdown")
@@ -147,6 +157,7 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
         warm_seconds=args.warm_seconds,
         workers=args.workers,
         compile_processes=args.compile_processes,
+        compile_nice=args.compile_nice,
         mask_workers=args.mask_workers,
         shutdown_grace=args.grace,
         use_uvloop=not args.no_uvloop,

@@ -53,6 +53,10 @@ def test_every_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "5",
         "--workers",
         "3",
+        "--compile-processes",
+        "2",
+        "--compile-nice",
+        "5",
         "--mask-workers",
         "4",
         "--grace",
@@ -96,6 +100,8 @@ def test_every_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         cache_dirs=(Path("/var/cache/constraintd"), Path("/cache")),
         warm_seconds=5.0,
         workers=3,
+        compile_processes=2,
+        compile_nice=5,
         mask_workers=4,
         shutdown_grace=2.5,
         use_uvloop=False,
@@ -116,6 +122,13 @@ def test_every_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             mask_timeout=14.0,
         ),
     )
+
+
+def test_a_compile_nice_outside_the_range_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse("--compile-nice", "20")
+    assert exited.value.code == 2
+    assert "--compile-nice" in capsys.readouterr().err
 
 
 def test_the_token_may_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
