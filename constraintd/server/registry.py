@@ -6,7 +6,8 @@
 #   with a vocabulary store (`--cache-dir`), a vocabulary prepared there is loaded instead of read, and
 #   one read is saved there (vocab_store.py: never a stale or damaged file, never an error to not save).
 #   With `warm_seconds`, a new vocabulary's shared JSON verdicts are warmed (engine/warm.py) before the
-#   registration returns, so its first sessions' masks find them.
+#   registration returns, so its first sessions' masks find them. Either way its decoded pieces (what
+#   every grammar over it reads) are built at registration, not inside its first compile.
 # - Two content-addressed caches: a constraint as asked (kind, text, root, triggers, vocabulary hash) ->
 #   its compiled constraint; and a grammar (GBNF text, root, triggers, vocabulary hash) -> its compiled
 #   `Grammar`, so constraints that resolve to the same GBNF (JSON mode asked three ways, a schema sent
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from constraintd.engine.decoded_vocab import decoded_vocab
 from constraintd.engine.gbnf import parse_gbnf
 from constraintd.engine.grammar import Grammar
 from constraintd.engine.vocab import TokenizerRules, Vocab
@@ -279,6 +281,9 @@ class Registry:
             if len(self._vocabs) >= self._limits.max_vocabs:
                 raise LimitError(f"{len(self._vocabs)} vocabularies registered, the limit")
             self._vocabs[key] = vocab
+        # every grammar over it reads its decoded pieces: built here, at registration, and not inside the
+        # first compile, where it held the GIL for tens of milliseconds in one piece
+        decoded_vocab(vocab)
         self._warm(vocab)
         return vocab
 

@@ -183,6 +183,14 @@ def test_a_gguf_file_is_loaded_from_the_vocabulary_store_once_prepared(
     assert loaded.fields["loaded_from"] == read.fields["saved_to"]  # type: ignore[attr-defined]
 
 
+def test_a_vocabulary_is_decoded_at_registration(monkeypatch: pytest.MonkeyPatch) -> None:
+    from constraintd.engine import decoded_vocab as decoded_vocab_module
+
+    monkeypatch.setattr(decoded_vocab_module, "_CACHE", {})
+    vocab = Registry(Limits()).register_pieces(TINY_PIECES, TINY_EOG)
+    assert decoded_vocab_module._CACHE[vocab.content_hash] is decoded_vocab(vocab)
+
+
 @pytest.mark.parametrize(("seconds", "warmed"), [(0.0, False), (5.0, True)], ids=["off", "on"])
 def test_a_new_vocabulary_is_warmed_when_asked(seconds: float, warmed: bool) -> None:
     registry = Registry(Limits(), warm_seconds=seconds)
