@@ -19,6 +19,8 @@ not a `ConstraintdError` is a bug: the server answers INTERNAL and logs the trac
 
 from __future__ import annotations
 
+from typing import Any, Self
+
 __all__ = [
     "ConstraintdError",
     "DeadlineError",
@@ -38,6 +40,18 @@ class ConstraintdError(Exception):
     """Base of every expected error; `status` is the gRPC status code name it maps to."""
 
     status = "UNKNOWN"
+
+    @classmethod
+    def rebuilt(cls, args: tuple[Any, ...], attributes: dict[str, Any]) -> Self:
+        """The error raised before (in another process, or earlier) with these `args` and attributes.
+
+        Not cls(*args): a subclass's constructor takes its parts (reason, pointer) and writes its own
+        message from them; the message it wrote, and the parts, are restored as they were.
+        """
+        error = cls.__new__(cls, *args)
+        error.args = args
+        vars(error).update(attributes)
+        return error
 
 
 class InputError(ConstraintdError):

@@ -150,7 +150,8 @@ class ProcessPool:
             return value  # type: ignore[no-any-return]
         if isinstance(value, str):
             raise RuntimeError(f"{what} failed in a worker process:\n{value}")
-        raise _rebuilt(*value)
+        kind, args, attributes = value
+        raise kind.rebuilt(args, attributes)
 
     def close(self) -> None:
         """Takes no more jobs and stops every process (a busy caller gets UnavailableError)."""
@@ -310,12 +311,3 @@ def _bug() -> bytes:
     return pickle.dumps((False, traceback.format_exc()), pickle.HIGHEST_PROTOCOL)
 
 
-def _rebuilt(
-    kind: type[ConstraintdError], args: tuple[Any, ...], attributes: dict[str, Any]
-) -> ConstraintdError:
-    # Not kind(*args): a subclass's constructor takes its parts (reason, pointer) and writes its own
-    # message from them; what it wrote, and the parts, are restored as they were.
-    error = kind.__new__(kind, *args)
-    error.args = args
-    vars(error).update(attributes)
-    return error
