@@ -11,9 +11,12 @@
 # - Two content-addressed caches: a constraint as asked (kind, text, root, triggers, vocabulary hash) ->
 #   its compiled constraint; and a grammar (GBNF text, root, triggers, vocabulary hash) -> its compiled
 #   `Grammar`, so constraints that resolve to the same GBNF (JSON mode asked three ways, a schema sent
-#   as a schema and inside a request) share one compiled grammar. One key is worked on once even when
-#   many callers ask at the same time (they wait for the first). Both caches are bounded (least recently
-#   used dropped); a session keeps its own reference, so dropping never harms a running session.
+#   as a schema and inside a request) share one compiled grammar. A constraint refused (GrammarError,
+#   SchemaError: the same answer every time) is remembered too, and asking again raises the same error
+#   without compiling: a large refused schema sent in a loop costs one compile. One key is worked on
+#   once even when many callers ask at the same time (they wait for the first). The caches are bounded
+#   (least recently used dropped); a session keeps its own reference, so dropping never harms a running
+#   session.
 # - A compile is two halves. The first needs no vocabulary: the constraint's conversion to GBNF, the GBNF
 #   parse, its checks and the flattened rules (`constraints.prepare`): nearly all of a large schema's
 #   compile (the service benchmark's largest schemas: 50 to 170 ms each). Given a process pool, it runs in
@@ -44,7 +47,7 @@ from constraintd.engine.grammar import Grammar
 from constraintd.engine.vocab import TokenizerRules, Vocab
 from constraintd.engine.vocab_store import VocabStore
 from constraintd.engine.warm import warm_vocabulary
-from constraintd.errors import LimitError, NotFoundError, VocabError
+from constraintd.errors import GrammarError, LimitError, NotFoundError, SchemaError, VocabError
 from constraintd.server.config import Limits
 from constraintd.server.constraints import Constraint, PreparedGrammar, prepare
 from constraintd.server.logs import fields
@@ -114,6 +117,7 @@ class Registry:
         self._vocabs: dict[str, Vocab] = {}
         self._gguf_hashes: dict[tuple[str, int, int], str] = {}
         self._compiled: OrderedDict[str, CompiledConstraint] = OrderedDict()
+        self._refused: OrderedDict[str, GrammarError | SchemaError] = OrderedDict()
         self._grammars: OrderedDict[str, Grammar] = OrderedDict()
         self._loading: _Once[tuple[str, int, int], Vocab] = _Once()
         self._resolving: _Once[str, CompiledConstraint] = _Once()
@@ -219,10 +223,19 @@ class Registry:
         found = self._recent(self._compiled, key)
         if found is not None:
             return found
+        refused = self._recent(self._refused, key)
+        if refused is not None:
+            raise type(refused).rebuilt(refused.args, vars(refused))
 
         def build() -> CompiledConstraint:
-            prepared = self._prepare(constraint)
-            compiled = CompiledConstraint(self._grammar(prepared, vocab), prepared.resolved.warnings)
+            try:
+                prepared = self._prepare(constraint)
+                grammar = self._grammar(prepared, vocab)
+            except (GrammarError, SchemaError) as error:
+                # kept without its traceback (and the frames it holds)
+                self._remember(self._refused, key, type(error).rebuilt(error.args, vars(error)))
+                raise
+            compiled = CompiledConstraint(grammar, prepared.resolved.warnings)
             self._remember(self._compiled, key, compiled)
             return compiled
 

@@ -146,6 +146,34 @@ def test_refused_constraints_raise_the_engine_error(
     assert registry.grammar_count == 0
 
 
+def test_a_refused_constraint_is_remembered_not_compiled_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from constraintd.server import registry as registry_module
+
+    prepared: list[Constraint] = []
+
+    def counting(constraint: Constraint) -> object:
+        prepared.append(constraint)
+        return prepare(constraint)
+
+    monkeypatch.setattr(registry_module, "prepare", counting)
+    registry = Registry(Limits())
+    vocab = registry.register_pieces(TINY_PIECES, TINY_EOG)
+    schema = '{"type": "object", "properties": {"a": {"$ref": "#/x"}}}'  # a reference to nothing
+    refused = Constraint(ConstraintKind.JSON_SCHEMA, schema)
+    raised = []
+    for _ in range(3):
+        with pytest.raises(SchemaError) as caught:
+            registry.compile(refused, vocab)
+        raised.append(caught.value)
+    assert len(prepared) == 1
+    first, *again = raised
+    for error in again:
+        assert error is not first and error.__traceback__ is not first.__traceback__
+        assert (str(error), error.args, vars(error)) == (str(first), first.args, vars(first))
+    # other constraints still compile, and are not taken for the refused one
+    assert registry.compile(Constraint(ConstraintKind.GBNF, AB_PLUS), vocab).grammar.vocab is vocab
+
+
 def test_constraints_that_resolve_to_one_grammar_share_its_compiled_form() -> None:
     registry = Registry(Limits())
     vocab = registry.register_pieces(TINY_PIECES, TINY_EOG)
