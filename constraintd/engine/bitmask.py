@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from constraintd.errors import InputError
 
-__all__ = ["allowed_tokens", "apply_mask", "mask_words", "pack_mask", "unpack_mask"]
+__all__ = ["allow_tokens", "allowed_tokens", "apply_mask", "mask_words", "pack_mask", "unpack_mask"]
 
 
 def mask_words(n_tokens: int) -> int:
@@ -25,6 +25,17 @@ def pack_mask(allowed: npt.ArrayLike) -> npt.NDArray[np.int32]:
     padded = np.zeros(mask_words(bits.size) * 32, dtype=np.bool_)
     padded[: bits.size] = bits
     return np.packbits(padded, bitorder="little").view("<u4").astype(np.int32)
+
+
+def allow_tokens(words: npt.NDArray[np.int32], ids: npt.NDArray[np.int64]) -> None:
+    """Set the bits of the tokens `ids` in `words`, in place: bit by bit for a few, through a row of
+    bools for many (the cheaper way each)."""
+    if ids.size * 8 < words.size * 32:
+        np.bitwise_or.at(words.view(np.uint32), ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32))
+    else:
+        bits = np.zeros(words.size * 32, dtype=np.bool_)
+        bits[ids] = True
+        words |= pack_mask(bits)
 
 
 def unpack_mask(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.bool_]:

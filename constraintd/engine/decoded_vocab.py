@@ -5,7 +5,8 @@
 #   every grammar and matcher on that vocabulary; immutable once built (tables are built on first use, or
 #   handed in prebuilt: vocab_store.py keeps `kinds` and the fresh table on disk).
 # - `kinds[token]`: END_OF_GENERATION (decided by the grammar's completeness alone), NEVER (empty piece or
-#   one starting with NUL: llama.cpp never allows it) or PLAIN (decided by decoding its piece).
+#   one starting with NUL: llama.cpp never allows it) or PLAIN (decided by decoding its piece); the same
+#   as bytes (`kind_of`, for one token at a time) and the END_OF_GENERATION ids (`eog_tokens`).
 # - `decode(token, partial)` is `decode_utf8(piece, partial)`, cached for a fresh start.
 # - A `ColumnTable` holds the PLAIN tokens that are valid from one start state, sorted by number of code
 #   points (longest first, ties by token id): column j is the j-th code point of the first
@@ -98,7 +99,16 @@ class PartialTable:
 class DecodedVocab:
     """The pieces of one vocabulary as the grammar decodes them (see the module comment)."""
 
-    __slots__ = ("_fresh", "_fresh_table", "_partial_tables", "kind_of", "kinds", "n_tokens", "pieces")
+    __slots__ = (
+        "_fresh",
+        "_fresh_table",
+        "_partial_tables",
+        "eog_tokens",
+        "kind_of",
+        "kinds",
+        "n_tokens",
+        "pieces",
+    )
 
     def __init__(
         self,
@@ -119,6 +129,7 @@ class DecodedVocab:
         self.kinds: npt.NDArray[np.int8] = kinds
         # the same, for one token at a time: indexing bytes gives a Python int without touching numpy
         self.kind_of: bytes = kinds.astype(np.uint8).tobytes()
+        self.eog_tokens: IntArray = np.flatnonzero(kinds == END_OF_GENERATION)  # ascending
         self._fresh: dict[int, tuple[tuple[int, ...], PartialUtf8]] = {}
         self._fresh_table: ColumnTable | None = fresh_table
         self._partial_tables: dict[int, PartialTable] = {}

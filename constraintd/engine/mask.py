@@ -23,7 +23,6 @@ import numpy.typing as npt
 
 from constraintd.engine.bitmask import pack_mask
 from constraintd.engine.decoded_vocab import (
-    END_OF_GENERATION,
     ColumnTable,
     DecodedVocab,
 )
@@ -61,7 +60,7 @@ def compute_allowed(state: State | None, partial: PartialUtf8, vocab: DecodedVoc
     if state is None:
         return allowed
     if state.has_empty:
-        allowed[vocab.kinds == END_OF_GENERATION] = True
+        allowed[vocab.eog_tokens] = True
     if partial[1] <= 0:
         table = vocab.fresh_table()
         rows, _ = walk(table, table.columns, state, limit)

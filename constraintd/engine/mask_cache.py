@@ -36,8 +36,8 @@ from typing import Final, Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.bitmask import mask_words, pack_mask
-from constraintd.engine.decoded_vocab import END_OF_GENERATION, DecodedVocab
+from constraintd.engine.bitmask import allow_tokens, mask_words, pack_mask
+from constraintd.engine.decoded_vocab import DecodedVocab
 from constraintd.engine.mask import compute_mask, walk
 from constraintd.engine.stacks import TOKEN, Stack
 from constraintd.engine.states import State, StateTable
@@ -165,7 +165,6 @@ class MaskCache:
     """The masks of one grammar on its vocabulary (see the module comment)."""
 
     __slots__ = (
-        "_eog",
         "_masks",
         "_tops",
         "shared",
@@ -190,7 +189,6 @@ class MaskCache:
         self._masks: LruCache[tuple[State, PartialUtf8], Words] = LruCache(max_mask_bytes)
         # stack top -> its verdict (a shortcut past the structural key, for this grammar's tops), counted
         self._tops: LruCache[Stack, TopVerdict] = LruCache(max_tops)
-        self._eog = np.flatnonzero(vocab.kinds == END_OF_GENERATION)
 
     def mask(self, state: State, partial: PartialUtf8, limit: int) -> Words:
         """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only).
@@ -240,7 +238,7 @@ class MaskCache:
             if verdict.uncertain.size:
                 uncertain.append(verdict.uncertain)
         if state.has_empty:
-            extra.append(self._eog)
+            extra.append(vocab.eog_tokens)
         # token-topped stacks take any token with a code point, by id alone
         with_code_points = table.ids[: table.count_from[0] if table.count_from else 0]
         for kind, value, _ in state.token_tops:
@@ -249,14 +247,14 @@ class MaskCache:
             else:
                 extra.append(with_code_points[with_code_points != value])
         if extra:
-            _set_bits(words, extra[0] if len(extra) == 1 else np.concatenate(extra))
+            allow_tokens(words, extra[0] if len(extra) == 1 else np.concatenate(extra))
         rows = np.unique(np.concatenate(uncertain)) if uncertain else np.zeros(0, dtype=np.int64)
         if rows.size:
             ids = table.ids[rows]
             rows = rows[((words[ids >> 5] >> (ids & 31)) & 1) == 0]  # not allowed already
         if rows.size:
             found, _ = walk(table, table.columns, state, limit, rows=rows)
-            _set_bits(words, table.ids[found])
+            allow_tokens(words, table.ids[found])
         return words
 
     def _top(self, top: Stack, limit: int) -> TopVerdict:
@@ -331,16 +329,6 @@ class MaskCache:
     def tops(self) -> int:
         """How many stack tops this grammar has met and keeps a shortcut to."""
         return len(self._tops)
-
-
-def _set_bits(words: Words, ids: IntArray) -> None:
-    # allow the tokens `ids` in packed `words`: bit by bit for a few, through a bool row for many
-    if ids.size * 8 < words.size * 32:
-        np.bitwise_or.at(words.view(np.uint32), ids >> 5, np.left_shift(1, ids & 31).astype(np.uint32))
-    else:
-        bits = np.zeros(words.size * 32, dtype=np.bool_)
-        bits[ids] = True
-        words |= pack_mask(bits)
 
 
 def _lookup(cache: OrderedDict[K, V], key: K) -> V | None:

@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from constraintd.engine.bitmask import allowed_tokens, apply_mask, mask_words, pack_mask, unpack_mask
+from constraintd.engine.bitmask import (
+    allow_tokens,
+    allowed_tokens,
+    apply_mask,
+    mask_words,
+    pack_mask,
+    unpack_mask,
+)
 from constraintd.errors import InputError
 
 
@@ -36,6 +43,21 @@ def test_round_trip(bits: list[bool]) -> None:
     assert allowed_tokens(words, len(bits)).tolist() == [i for i, b in enumerate(bits) if b]
     # bits past the vocabulary are 0
     assert not unpack_mask(words, len(words) * 32)[len(bits) :].any()
+
+
+@given(
+    st.lists(st.booleans(), min_size=1, max_size=300),
+    st.lists(st.integers(0, 299), max_size=300),
+)
+def test_allow_tokens_sets_exactly_those_bits(before: list[bool], ids: list[int]) -> None:
+    # few ids take the bit-by-bit way, many the row of bools: both must agree with packing the union
+    ids = [i for i in ids if i < len(before)]
+    words = pack_mask(before)
+    allow_tokens(words, np.array(ids, dtype=np.int64))
+    expected = list(before)
+    for i in ids:
+        expected[i] = True
+    assert words.tolist() == pack_mask(expected).tolist()
 
 
 def test_apply_mask_sets_forbidden_logits_to_minus_infinity() -> None:
