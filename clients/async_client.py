@@ -23,7 +23,7 @@ from clients import flows
 from clients.base import LOCAL, BaseClient, ClientTls, JsonText
 from clients.flows import Flow, Pause, Policy, SessionRecord, StepOutcome, VocabHandle
 from clients.transports import MIB, AsyncGrpcTransport, AsyncLocalTransport
-from constraintd.engine.vocab import Vocab
+from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import ConstraintdError
 
 __all__ = ["AsyncClient", "AsyncSession", "AsyncTransport"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from clients.flows import Policy, VocabHandle
-from constraintd.engine.vocab import Vocab
+from constraintd.engine.vocab.vocab import Vocab
 from constraintd.v1 import constraintd_pb2 as pb
 
 __all__ = ["LOCAL", "BaseClient", "ClientTls"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.bitmask import allowed_tokens, unpack_mask
+from constraintd.engine.masks.bitmask import allowed_tokens, unpack_mask
 from constraintd.v1 import constraintd_pb2 as pb
 
 __all__ = ["allowed_tokens", "apply_mask", "count_allowed", "mask_from_wire", "unpack_mask"]

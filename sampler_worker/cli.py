@@ -118,7 +118,7 @@ def answers_json(constraint: dict[str, Any] | None) -> bool:
     request = constraint.get("openai_request") or constraint.get("ollama_request")
     if request is None:
         return True
-    from constraintd.engine.requests import ConstraintKind, read_request
+    from constraintd.engine.chat.requests import ConstraintKind, read_request
 
     return read_request(request).kind in (ConstraintKind.JSON_OBJECT, ConstraintKind.JSON_SCHEMA)
 
@@ -131,7 +131,7 @@ def _request_constraint(path: Path) -> dict[str, Any] | None:
     # constraintd's `read_request` decides, here as in the service: which dialect, which constraint, or
     # none (a body that asks for free text runs unconstrained, as llama-server runs it). The body goes on
     # whole; the service resolves it with the same function.
-    from constraintd.engine.requests import ConstraintKind, read_request
+    from constraintd.engine.chat.requests import ConstraintKind, read_request
     from constraintd.errors import SchemaError
 
     text = _read(path)
@@ -191,7 +191,7 @@ def _constraintd(target: str | None, say: TextIO) -> Iterator[Any]:
 
 
 def _report(generation: Generation, settings: SamplerSettings, *, json_answer: bool) -> dict[str, Any]:
-    from constraintd.engine.content import json_message
+    from constraintd.engine.chat.content import json_message
 
     counters = asdict(generation.counters)
     return {
@@ -217,7 +217,7 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
     with Model(path, n_ctx=args.n_ctx, n_threads=args.threads, progress=_Progress(say)) as model:
         tokens = prompt_tokens(model, prompt=args.prompt, chat=args.chat)
         streaming = args.output == "text"
-        from constraintd.engine.content import ContentStream
+        from constraintd.engine.chat.content import ContentStream
 
         content = ContentStream() if json_answer else None
 
@@ -232,7 +232,7 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
                 model, tokens, settings, max_tokens=args.max_tokens, stop=args.stop, on_step=show
             )
         else:
-            from constraintd.engine.vocab import Vocab
+            from constraintd.engine.vocab.vocab import Vocab
 
             say.write("checking the vocabulary against llama.cpp's\n")
             vocab = Vocab.from_gguf(path)

@@ -30,7 +30,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.bitmask import unpack_mask
+from constraintd.engine.masks.bitmask import unpack_mask
 from sampler_worker.chain import SamplerChain, SamplerSettings
 
 __all__ = ["Counters", "Generation", "GenerationError", "Step", "generate"]

@@ -3,7 +3,7 @@
 Only oracle tests import this. The rules that keep the test process alive (tests/oracle.py) hold here:
 llama.cpp only ever accepts a token its own mask allows, and never one whose acceptance would leave it
 no stack (it throws across the C boundary and aborts): constraintd's `accept` refuses exactly those
-(stacks.py and states.py hold it to llama.cpp's accept semantics), so a token our accept refuses is
+(grammar/stacks.py and grammar/stack_sets.py hold it to llama.cpp's accept semantics), so a token our accept refuses is
 never given to llama.cpp.
 """
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from constraintd.engine.vocab import Vocab
+from constraintd.engine.vocab.vocab import Vocab
 
 ALPHABET = "abcé中😀"
 RULES = ("root", "r1", "r2", "r3")

@@ -22,10 +22,10 @@ import os
 import sys
 from pathlib import Path
 
-from constraintd.engine.grammar import Grammar
+from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.matcher import Matcher
-from constraintd.engine.utf8 import sequence_length
-from constraintd.engine.vocab import Vocab
+from constraintd.engine.grammar.utf8 import sequence_length
+from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import InputError
 
 PROG = "constraintd check"

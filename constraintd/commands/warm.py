@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from constraintd.engine.vocab_store import VocabStore
+from constraintd.service.vocab_store import VocabStore
 from constraintd.errors import VocabError
 
 PROG = "constraintd warm"

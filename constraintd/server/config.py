@@ -84,7 +84,7 @@ class ServerConfig:
             path is loaded from the first that holds its vocabulary, else read and saved in the first that
             can be written (one that cannot, such as a cache baked into a read-only image, is only read).
         warm_seconds: seconds to spend warming each new vocabulary's JSON verdicts before its registration
-            returns (engine/warm.py); 0 leaves them to the first sessions.
+            returns (engine/masks/warm.py); 0 leaves them to the first sessions.
         workers: threads that run compiles off the event loop.
         compile_processes: worker processes that run the heavy, vocabulary-free half of a compile (schema
             conversion, GBNF parse) for those threads, so it does not contend for the server's GIL, and a

@@ -1,7 +1,7 @@
 # Work that must not share the server's GIL, in a few worker processes, with a time limit.
 #
 # The heavy, vocabulary-free half of a compile (JSON schema to GBNF, the GBNF parse) runs here, so a large
-# schema costs the server's event loop only the cheap rest (see registry.py), not tens of milliseconds
+# schema costs the server's event loop only the cheap rest (see service/registry.py), not tens of milliseconds
 # of bytecode contending for its GIL.
 #
 # Invariants:
@@ -51,7 +51,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 from constraintd.errors import ConstraintdError, DeadlineError, UnavailableError
-from constraintd.server.logs import fields
+from constraintd.service.log_events import fields
 
 __all__ = ["ProcessPool"]
 
@@ -66,11 +66,35 @@ _STOP_GRACE = 5.0
 class _Worker:
     """One worker process and the parent's end of its pipe."""
 
-    __slots__ = ("connection", "process")
+    __slots__ = ("_ended", "_ending", "connection", "process")
 
     def __init__(self, process: BaseProcess, connection: Connection) -> None:
         self.process = process
         self.connection = connection
+        self._ending = threading.Lock()
+        self._ended = False
+
+    def end(self, *, kill: bool = False) -> int | None:
+        """Ends the process (SIGKILL, or SIGTERM then SIGKILL after a grace) and returns its exit code;
+        None when another thread has ended it already (a deadline meeting a shutdown). The lock makes the
+        second caller wait for the first and then do nothing: `Process.close` is not safe to race."""
+        with self._ending:
+            if self._ended:
+                return None
+            self._ended = True
+            process = self.process
+            if process.is_alive():
+                if kill:
+                    process.kill()
+                else:
+                    process.terminate()
+                process.join(_STOP_GRACE)
+                if process.is_alive():
+                    process.kill()
+            process.join()
+            exit_code = process.exitcode
+            process.close()
+            return exit_code
 
 
 class ProcessPool:
@@ -160,7 +184,7 @@ class ProcessPool:
             workers = list(self._workers)
             self._workers.clear()
         for worker in workers:
-            _end(worker.process)
+            worker.end()
         with contextlib.suppress(queue.Empty):
             while True:
                 free = self._free.get_nowait()
@@ -218,7 +242,7 @@ class ProcessPool:
     def _stop(self, worker: _Worker, reason: str) -> None:
         self._forget(worker)
         pid = worker.process.pid
-        exit_code = _end(worker.process, kill=True)
+        exit_code = worker.end(kill=True)
         log.warning(
             "worker process stopped",
             extra=fields(pool=self.name, pid=pid, reason=reason, exit_code=exit_code),
@@ -243,26 +267,6 @@ class _Stopped(Exception):
         super().__init__(str(error))
         self.error = error
         self.replacement = replacement
-
-
-def _end(process: BaseProcess, *, kill: bool = False) -> int | None:
-    """Ends a worker process (SIGKILL, or SIGTERM then SIGKILL after a grace) and returns its exit code;
-    None when another thread has ended it already (a deadline meeting a shutdown)."""
-    try:
-        if process.is_alive():
-            if kill:
-                process.kill()
-            else:
-                process.terminate()
-            process.join(_STOP_GRACE)
-            if process.is_alive():
-                process.kill()
-        process.join()
-        exit_code = process.exitcode
-        process.close()
-    except ValueError:  # closed by the other thread
-        return None
-    return exit_code
 
 
 # --- in the worker process ---

@@ -24,7 +24,7 @@ import grpc
 from constraintd.errors import ConstraintdError
 from constraintd.server.logs import fields
 from constraintd.server.metrics import Metrics
-from constraintd.server.operations import Operations, OwedMask, pay
+from constraintd.service.operations import Operations, OwedMask, pay
 from constraintd.server.workers import WorkerPool
 from constraintd.v1 import constraintd_pb2 as pb
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc

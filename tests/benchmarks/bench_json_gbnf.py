@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from constraintd.engine import Grammar, Matcher, Vocab, unpack_mask
-from constraintd.engine.mask import compute_mask
+from constraintd.engine.masks.compute import compute_mask
 from tests import reference
 from tests.oracle import LlamaGrammar, LlamaVocab
 

@@ -49,7 +49,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from constraintd.engine import Vocab  # noqa: E402
-from constraintd.engine.json_schema import json_schema_to_gbnf  # noqa: E402
+from constraintd.engine.schema.convert import json_schema_to_gbnf  # noqa: E402
 from constraintd.errors import SchemaError  # noqa: E402
 from tests import reference  # noqa: E402
 from tests.benchmarks import peers  # noqa: E402

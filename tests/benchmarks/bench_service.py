@@ -54,7 +54,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from clients import AsyncClient, AsyncSession, Client, Policy, Session  # noqa: E402
 from clients.transports import LocalTransport  # noqa: E402
-from constraintd.engine.vocab import Vocab  # noqa: E402
+from constraintd.engine.vocab.vocab import Vocab  # noqa: E402
 from constraintd.v1 import constraintd_pb2 as pb  # noqa: E402
 from tests import reference  # noqa: E402
 from tests.server.running import wait_serving  # noqa: E402

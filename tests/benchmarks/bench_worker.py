@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from clients import Client, Session, VocabHandle  # noqa: E402
-from constraintd.engine.json_schema import json_schema_to_gbnf  # noqa: E402
+from constraintd.engine.schema.convert import json_schema_to_gbnf  # noqa: E402
 from sampler_worker.chain import SamplerSettings  # noqa: E402
 from sampler_worker.generate import generate  # noqa: E402
 from sampler_worker.model import Model  # noqa: E402

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.warm import warm_vocabulary
+from constraintd.engine.masks.warm import warm_vocabulary
 from constraintd.errors import ConstraintdError
 from tests.oracle import LlamaVocab, pack
 

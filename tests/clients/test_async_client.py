@@ -13,9 +13,9 @@ import pytest
 import pytest_asyncio
 
 from clients import AsyncClient, AsyncSession, Policy
-from constraintd.engine.grammar import Grammar
+from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.matcher import Matcher
-from constraintd.engine.vocab import Vocab
+from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import InputError, NotFoundError
 from constraintd.server.lifecycle import Service
 from tests import reference

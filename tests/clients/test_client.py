@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from clients import Client, ClientTls, Policy, ServiceError, Session
-from constraintd.engine.grammar import Grammar
+from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.matcher import Matcher
-from constraintd.engine.vocab import Vocab
+from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import DeadlineError, GrammarError, InputError, NotFoundError, SchemaError
 from constraintd.server.config import Limits, TlsFiles
 from constraintd.server.lifecycle import Service

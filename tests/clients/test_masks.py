@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from clients.masks import apply_mask, count_allowed, mask_from_wire, unpack_mask
-from constraintd.engine.bitmask import pack_mask
+from constraintd.engine.masks.bitmask import pack_mask
 from constraintd.v1 import constraintd_pb2 as pb
 
 ALLOWED = np.zeros(70, dtype=bool)

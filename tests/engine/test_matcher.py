@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, TokenError, Vocab, unpack_mask
 from constraintd.engine import matcher as matcher_module
-from constraintd.engine.stacks import accept_token
+from constraintd.engine.grammar.stacks import accept_token
 from constraintd.errors import InputError
 from tests.strategies import grammars, vocabs
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from constraintd.engine.requests import ConstraintKind, read_request
+from constraintd.engine.chat.requests import ConstraintKind, read_request
 from sampler_worker.chain import SamplerSettings
 from sampler_worker.cli import (
     UsageError,

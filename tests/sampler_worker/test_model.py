@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from constraintd.engine.vocab import Vocab
+from constraintd.engine.vocab.vocab import Vocab
 from sampler_worker.model import Model, ModelError, check_vocab, default_threads
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from constraintd.engine.json_schema import convert_json_schema
+from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.errors import SchemaError
 from tests.schema_oracle.build import run_harness
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from constraintd.errors import ConstraintdError, DeadlineError, GrammarError, SchemaError, UnavailableError
-from constraintd.server.constraints import Constraint, ConstraintKind, PreparedGrammar, prepare
+from constraintd.service.constraints import Constraint, ConstraintKind, PreparedGrammar, prepare
 from constraintd.server.processes import ProcessPool
 
 SCHEMA = '{"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}'

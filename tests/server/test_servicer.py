@@ -1,5 +1,5 @@
 """Every RPC of constraintd.v1.Constraintd over a real grpc.aio server (Unix socket and TCP), and every
-error path with its status and message (constraintd/server/servicer.py, operations.py)."""
+error path with its status and message (constraintd/server/servicer.py, service/operations.py)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from constraintd.engine.grammar import Grammar
+from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.matcher import Matcher
-from constraintd.engine.vocab import Vocab
+from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import ConstraintdError, GrammarError, NotFoundError
 from constraintd.server import registry as registry_module
 from constraintd.server.config import Limits
-from constraintd.server.constraints import Constraint, PreparedGrammar, prepare
+from constraintd.service.constraints import Constraint, PreparedGrammar, prepare
 from constraintd.server.lifecycle import Service
 from constraintd.server.servicer import status_of
 from constraintd.v1 import constraintd_pb2 as pb
@@ -702,7 +702,7 @@ async def test_masks_over_a_real_vocabulary_equal_the_engines(stub: Stub) -> Non
     session = (
         await stub.CreateSession(pb.CreateSessionRequest(vocab_id=vocab.vocab_id, json_schema=schema))
     ).session_id
-    from constraintd.engine.json_schema import convert_json_schema
+    from constraintd.engine.schema.convert import convert_json_schema
 
     local = Matcher(Grammar.from_gbnf(convert_json_schema(schema).grammar, Vocab.from_gguf(path)))
     rng = random.Random(1234)

@@ -1,0 +1,144 @@
+# The compiled grammar: immutable, shareable by every matcher and thread, keyed by a content hash.
+#
+# Contract:
+# - `Grammar.from_gbnf` refuses (GrammarError) exactly the grammars llama_sampler_init_grammar refuses
+#   (parse errors, a missing root, left recursion), plus left recursion llama.cpp misses and never
+#   returns from (grammar/stacks.py), and trigger patterns that cannot be compiled (grammar/triggers.py).
+# - What is compiled never changes: the flattened rules, the initial stack set, the triggers. What it
+#   learns while serving (interned states and their transitions, finished masks) lives in caches that
+#   give the same answers whether warm or cold.
+# - `key` is a SHA-256 over everything that defines the grammar's behaviour: the GBNF text (or the rules),
+#   the root, the triggers and the vocabulary's content hash.
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Final
+
+from constraintd.engine.vocab.decoded import DecodedVocab, decoded_vocab
+from constraintd.engine.grammar.gbnf import ParsedGrammar, check_grammar, parse_gbnf
+from constraintd.engine.grammar.triggers import Triggers
+from constraintd.engine.masks.cache import MaskCache
+from constraintd.engine.grammar.stacks import Rules
+from constraintd.engine.grammar.stack_sets import State, StateTable
+from constraintd.engine.vocab.vocab import Vocab
+
+__all__ = ["Grammar"]
+
+# Stacks the initial state may hold while compiling; a matcher's own `max_stacks` applies on top.
+_COMPILE_STACK_LIMIT: Final = 1_000_000
+
+
+class Grammar:
+    """A GBNF grammar compiled against one vocabulary; immutable and shared by many `Matcher`s.
+
+    Attributes:
+        vocab: the vocabulary tokens are decided against.
+        parsed: the rules as llama.cpp's parser produces them.
+        root: the start rule's name; `root_id` its id.
+        lazy: whether the grammar waits for a trigger (patterns or tokens were given).
+        triggers: the compiled trigger patterns and tokens.
+        key: SHA-256 hex of the grammar's definition and the vocabulary's content.
+    """
+
+    __slots__ = (
+        "decoded",
+        "initial",
+        "key",
+        "lazy",
+        "masks",
+        "parsed",
+        "root",
+        "root_id",
+        "rules",
+        "states",
+        "triggers",
+        "vocab",
+    )
+
+    def __init__(
+        self,
+        parsed: ParsedGrammar,
+        vocab: Vocab,
+        *,
+        root: str = "root",
+        trigger_patterns: Sequence[str] = (),
+        trigger_tokens: Sequence[int] = (),
+        source: str | None = None,
+        rules: Rules | None = None,
+    ) -> None:
+        """Compile parsed rules; prefer `from_gbnf`.
+
+        Args:
+            parsed: the rules (from `parse_gbnf`, or built by hand in the same shape).
+            vocab: the vocabulary.
+            root: the start rule.
+            trigger_patterns: ECMAScript patterns that end a lazy grammar's wait.
+            trigger_tokens: token ids that end it.
+            source: the GBNF text the rules came from, for `key` (else the rules themselves are hashed).
+            rules: `Rules(parsed)`, built by the caller after `check_grammar(parsed, root)` passed (both
+                need no vocabulary: a server does them in another process); then neither is done again.
+
+        Raises:
+            GrammarError: no such root, left recursion, malformed rules, or a bad trigger pattern.
+        """
+        # with `rules` given, the caller has checked `parsed` (and so `root` is one of its symbols)
+        self.root_id: int = check_grammar(parsed, root) if rules is None else parsed.symbol_ids[root]
+        self.parsed = parsed
+        self.vocab = vocab
+        self.root = root
+        self.triggers = Triggers.compile(trigger_patterns, trigger_tokens)
+        self.lazy: bool = bool(trigger_patterns or trigger_tokens)
+        self.rules = rules if rules is not None else Rules(parsed)
+        self.states = StateTable(self.rules)
+        self.initial: State | None = self.states.intern(
+            self.rules.initial_stacks(self.root_id), _COMPILE_STACK_LIMIT
+        )
+        self.decoded: DecodedVocab = decoded_vocab(vocab)
+        self.masks = MaskCache(self.states, self.decoded)
+        definition = source if source is not None else repr(parsed.rules)
+        self.key: str = _key(definition, root, trigger_patterns, trigger_tokens, vocab.content_hash)
+
+    @classmethod
+    def from_gbnf(
+        cls,
+        text: str,
+        vocab: Vocab,
+        *,
+        root: str = "root",
+        trigger_patterns: Sequence[str] = (),
+        trigger_tokens: Sequence[int] = (),
+    ) -> Grammar:
+        """Parse and compile a GBNF grammar for `vocab` (llama_sampler_init_grammar[_lazy_patterns]).
+
+        `<...>` token terminals are resolved with `vocab.token_for_text`. With trigger patterns or tokens
+        the grammar is lazy: it allows everything until a trigger (see grammar/triggers.py).
+
+        Raises:
+            GrammarError: the text is not a grammar llama.cpp accepts (with line and column), it has no
+                rule `root`, or a trigger pattern cannot be compiled.
+        """
+        parsed = parse_gbnf(text, token_id=vocab.token_for_text)
+        return cls(
+            parsed,
+            vocab,
+            root=root,
+            trigger_patterns=trigger_patterns,
+            trigger_tokens=trigger_tokens,
+            source=text,
+        )
+
+    @property
+    def n_vocab(self) -> int:
+        """Tokens in the vocabulary."""
+        return self.decoded.n_tokens
+
+    def __repr__(self) -> str:
+        lazy = " lazy" if self.lazy else ""
+        return f"<Grammar{lazy} root={self.root!r} {len(self.parsed.rules)} rules, {self.key[:12]}>"
+
+
+def _key(definition: str, root: str, patterns: Sequence[str], tokens: Sequence[int], vocab_hash: str) -> str:
+    payload = json.dumps([definition, root, list(patterns), [int(t) for t in tokens], vocab_hash])
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()

@@ -1,0 +1,289 @@
+# Stack sets as interned, memoizing states: what makes accepting a token cost microseconds.
+#
+# Contract:
+# - A `State` is one stack set (`grammar/stacks.py`), never empty (the empty set is `None`: no way forward), with
+#   the facts every question about it needs: the char-class positions on top of its stacks, its
+#   token-topped stacks, whether it holds the empty stack (the grammar may end here), and whether a stack
+#   has come down to an escape mark (only the stack tops masks/cache.py walks carry one; no character and
+#   no token matches it).
+# - `StateTable.intern` returns one `State` per distinct stack set, so states compare and hash by identity
+#   and memoized transitions are shared by every matcher of the same compiled grammar. The table is a
+#   cache: when it outgrows `max_states` it starts afresh (states already handed out keep working; equal
+#   stack sets may then be two objects, which costs only cache misses).
+# - Transitions give exactly the stack sets of grammar/stacks.py's literal functions (llama.cpp's semantics):
+#   `step(cp)` is llama_grammar_accept of one code point; `walk` decides a token as
+#   llama_grammar_apply_impl does and yields the char-path stacks llama_grammar_accept_token keeps.
+# - A stack set larger than the caller's `limit` raises LimitError and is not cached; a cached one is
+#   checked against each caller's limit on use.
+# - Thread-safety without locks: memo tables are dicts written with single assignments; two threads may
+#   compute the same entry, never a wrong one.
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from constraintd.engine.grammar.stacks import CHAR, CHAR_ANY, CHAR_NOT, ESCAPE, TOKEN, Rules, Stack, StackSet
+from constraintd.engine.grammar.utf8 import PartialUtf8
+from constraintd.errors import LimitError
+
+__all__ = ["Move", "State", "StateTable"]
+
+_CHAR_KINDS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY))
+_NO_CODE_POINT: Final = -1
+_TOP_CODE_POINT: Final = 1 << 32  # above every value llama.cpp's decoder can produce
+
+# A token taken from a state: whether llama.cpp's apply allows it, the state and unfinished UTF-8 sequence
+# accepting it leaves (None where llama.cpp's accept would leave no stack, or the token is not allowed), and
+# the most stacks met on the way (for a caller whose limit is lower than the one it was found under).
+Move = tuple[bool, "State | None", PartialUtf8, int]
+
+
+class StateTable:
+    """The interned states of one compiled grammar."""
+
+    __slots__ = ("_states", "max_states", "rules")
+
+    def __init__(self, rules: Rules, *, max_states: int = 200_000) -> None:
+        self.rules = rules
+        self.max_states = max_states
+        self._states: dict[StackSet, State] = {}
+
+    def intern(self, stacks: Iterable[Stack], limit: int) -> State | None:
+        """The state of a stack set (None when it is empty).
+
+        Raises:
+            LimitError: the set has more than `limit` stacks.
+        """
+        key = stacks if isinstance(stacks, frozenset) else frozenset(stacks)
+        if not key:
+            return None
+        if len(key) > limit:
+            raise LimitError(f"the grammar reached {len(key)} stacks, above the limit of {limit}")
+        state = self._states.get(key)
+        if state is None:
+            if len(self._states) >= self.max_states:
+                for old in self._states.values():
+                    old.forget()
+                self._states = {}
+            state = self._states.setdefault(key, State(self, key))
+        return state
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+
+class State:
+    """One non-empty stack set of a grammar, with its transitions memoized."""
+
+    __slots__ = (
+        "_by_match",
+        "_char_only",
+        "_partial_ok",
+        "_segments",
+        "_steps",
+        "by_top",
+        "char_tops",
+        "has_empty",
+        "has_escape",
+        "moves",
+        "stacks",
+        "table",
+        "token_tops",
+    )
+
+    def __init__(self, table: StateTable, stacks: StackSet) -> None:
+        kinds = table.rules.kinds
+        self.table = table
+        self.stacks = stacks
+        self.has_empty = () in stacks
+        by_top: dict[int, list[Stack]] = {}
+        tokens: list[tuple[int, int, Stack]] = []
+        escapes = False
+        for stack in stacks:
+            if not stack:
+                continue
+            top = stack[-1]
+            if kinds[top] in _CHAR_KINDS:
+                by_top.setdefault(top, []).append(stack)
+            elif kinds[top] == ESCAPE:
+                escapes = True
+            else:
+                tokens.append((kinds[top], table.rules.values[top], stack))
+        # char-class position on top of some stack -> those stacks
+        self.by_top: dict[int, list[Stack]] = by_top
+        self.char_tops: tuple[int, ...] = tuple(sorted(by_top))
+        # (TOKEN or TOKEN_NOT, token id, stack) for every token-topped stack
+        self.token_tops: tuple[tuple[int, int, Stack], ...] = tuple(tokens)
+        # whether a stack has come down to an escape mark (stacks.Rules.escape): the rest is unknown
+        self.has_escape = escapes
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop the memoized transitions (the table was reset)."""
+        self._steps: dict[int, State | None] = {}
+        self._by_match: dict[tuple[int, ...], State | None] = {}
+        self._partial_ok: dict[PartialUtf8, bool] = {}
+        self._segments: tuple[npt.NDArray[np.int64], tuple[State | None, ...]] | None = None
+        self._char_only: State | None = None
+        # token -> its Move from a fresh UTF-8 start (filled by matcher.py's accept)
+        self.moves: dict[int, Move] = {}
+
+    def __len__(self) -> int:
+        return len(self.stacks)
+
+    def __repr__(self) -> str:
+        return f"<State {len(self.stacks)} stacks>"
+
+    def step(self, code_point: int, limit: int) -> State | None:
+        """The state after one code point (llama_grammar_accept), or None when no stack takes it."""
+        try:
+            after = self._steps[code_point]
+        except KeyError:
+            match = self.table.rules.match_char
+            matched = tuple(pos for pos in self.char_tops if match(pos, code_point))
+            after = self._steps[code_point] = self._after_match(matched, limit)
+        if after is not None and len(after.stacks) > limit:
+            raise LimitError(f"the grammar reached {len(after.stacks)} stacks, above the limit of {limit}")
+        return after
+
+    def _after_match(self, matched: tuple[int, ...], limit: int) -> State | None:
+        try:
+            return self._by_match[matched]
+        except KeyError:
+            pass
+        found: set[Stack] = set()
+        pop = self.table.rules.pop_terminal
+        for pos in matched:
+            for stack in self.by_top[pos]:
+                found.update(pop(stack))
+        after = self._by_match[matched] = self.table.intern(found, limit)
+        return after
+
+    def after_token(self, token: int) -> list[Stack]:
+        """Where its token-topped stacks go when they take `token` (llama_grammar_match_token)."""
+        found: list[Stack] = []
+        pop = self.table.rules.pop_terminal
+        for kind, value, stack in self.token_tops:
+            if (value == token) if kind == TOKEN else (value != token):
+                found.extend(pop(stack))
+        return found
+
+    def token_matches(self, token: int) -> bool:
+        """Whether a token-topped stack takes `token` (as a token with code points left to match)."""
+        return any(
+            (value == token) if kind == TOKEN else (value != token) for kind, value, _ in self.token_tops
+        )
+
+    def accepted(
+        self, token: int, code_points: tuple[int, ...], limit: int, *, char_after: State | None = None
+    ) -> State | None:
+        """The state llama_grammar_accept_token leaves after `token` whose piece decoded to `code_points`.
+
+        Token-topped stacks advance if they take `token`; char-topped stacks take the code points
+        (`char_after`, when given, is where `walk` found they lead); empty stacks drop out. None where
+        llama.cpp throws (no stack left).
+        """
+        if code_points:
+            if char_after is None:
+                char_after = self
+                for code_point in code_points:
+                    char_after = char_after.step(code_point, limit)
+                    if char_after is None:
+                        break
+        else:
+            char_after = self.char_only(limit)
+        if not self.token_tops:
+            return char_after
+        stacks = self.after_token(token)
+        if not stacks:
+            return char_after
+        if char_after is not None:
+            stacks.extend(char_after.stacks)
+        return self.table.intern(stacks, limit)
+
+    def char_only(self, limit: int) -> State | None:
+        """This set without its empty and token-topped stacks: what a piece with no code point keeps."""
+        if not self.token_tops and not self.has_empty:
+            return self
+        if self._char_only is None:
+            self._char_only = self.table.intern([s for stacks in self.by_top.values() for s in stacks], limit)
+        return self._char_only
+
+    def partial_ok(self, partial: PartialUtf8) -> bool:
+        """Whether a piece ending in the unfinished sequence `partial` survives here (llama.cpp's apply)."""
+        try:
+            return self._partial_ok[partial]
+        except KeyError:
+            match = self.table.rules.match_partial_char
+            ok = self._partial_ok[partial] = any(match(pos, partial) for pos in self.char_tops)
+            return ok
+
+    def walk(
+        self, token: int, code_points: tuple[int, ...], partial: PartialUtf8, limit: int
+    ) -> tuple[bool, State | None, int]:
+        """Decide one token decoded to `code_points` ending in `partial`, not an end-of-generation token.
+
+        Returns:
+            Whether llama_grammar_apply_impl leaves it finite; the state its code points lead to through
+            char classes (the stacks llama_grammar_accept_token keeps from char-topped stacks; None when
+            they die; meaningless when there are no code points); the most stacks met on the way.
+        """
+        allowed = False
+        state: State = self
+        peak = 0
+        for code_point in code_points:
+            if state.token_tops and not allowed:
+                allowed = state.token_matches(token)
+            after = state.step(code_point, limit)
+            if after is None:
+                return allowed, None, peak
+            state = after
+            if len(after.stacks) > peak:
+                peak = len(after.stacks)
+        if not allowed:
+            allowed = partial[1] == 0 or state.partial_ok(partial)
+        return allowed, state, peak
+
+    def move(self, token: int, code_points: tuple[int, ...], partial: PartialUtf8, limit: int) -> Move:
+        """`walk`, then, for an allowed token, the state llama_grammar_accept_token leaves."""
+        allowed, char_after, peak = self.walk(token, code_points, partial, limit)
+        if not allowed:
+            return False, None, partial, peak
+        after = self.accepted(token, code_points, limit, char_after=char_after)
+        if after is not None and len(after.stacks) > peak:
+            peak = len(after.stacks)
+        return True, after, partial, peak
+
+    def segments(self, limit: int) -> tuple[npt.NDArray[np.int64], tuple[State | None, ...]]:
+        """The code points cut into intervals on which every char class on top answers alike.
+
+        Returns:
+            `bounds` (sorted) and `after`: a code point c falls in interval `searchsorted(bounds, c,
+            "right")`, and `after[i]` is the state interval i leads to.
+        """
+        segments = self._segments  # read once: another thread's table reset may clear the attribute
+        if segments is None:
+            classes = self.table.rules.classes
+            cuts: set[int] = set()
+            for pos in self.char_tops:
+                for low, high in classes[pos][1]:
+                    cuts.add(low)
+                    if high + 1 < _TOP_CODE_POINT:
+                        cuts.add(high + 1)
+            bounds = np.array(sorted(cuts), dtype=np.int64)
+            starts = [_NO_CODE_POINT, *bounds.tolist()]
+            match = self.table.rules.match_char
+            after = tuple(
+                self._after_match(tuple(pos for pos in self.char_tops if match(pos, start)), limit)
+                for start in starts
+            )
+            segments = self._segments = (bounds, after)
+        for state in segments[1]:
+            if state is not None and len(state.stacks) > limit:
+                raise LimitError(
+                    f"the grammar reached {len(state.stacks)} stacks, above the limit of {limit}"
+                )
+        return segments

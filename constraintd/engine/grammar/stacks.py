@@ -1,0 +1,384 @@
+# The pushdown stacks of llama.cpp's grammar (llama-grammar.cpp), over a flattened rule table.
+#
+# Contract:
+# - `Rules` flattens a `ParsedGrammar` into one element array: a grammar position is an int index into
+#   it, a stack is a tuple of positions (bottom first, top last), a stack set is a frozenset of stacks.
+#   llama.cpp keeps a de-duplicated vector of stacks; its order never changes what is allowed, so a set
+#   is the same thing.
+# - Every stack in a set is "advanced" (llama_grammar_advance_stack): empty (the grammar is complete) or
+#   topped by a terminal: a character class or a token element. Positions below the top are what follows
+#   each pending rule reference.
+# - `advance_stack` gives the same set as llama.cpp's advance_stack. It does not walk the rules each time:
+#   `Rules` computes, once per rule-reference position, the stacks that reference expands to (`_Closure`),
+#   in an order that needs no recursion. A cycle there is left recursion; llama.cpp's own check misses
+#   the kind that goes through a rule it does not see may be empty (an alternate of nullable references),
+#   and then never returns, so such a grammar is refused here.
+# - `match_char` and `match_partial_char` are llama.cpp's llama_grammar_match_char and
+#   llama_grammar_match_partial_char, quirks included (a negated class rejects a partial sequence as soon
+#   as one of its ranges overlaps the code points the sequence could still become).
+# - The functions at the end are the literal semantics the faster `grammar/stack_sets.py` memoizes and the tests hold
+#   it to: llama_grammar_accept (one code point), llama_grammar_accept_token, llama_grammar_accept_str,
+#   and whether llama_grammar_apply_impl leaves one token's logit finite.
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+from constraintd.engine.grammar.gbnf import GreType, ParsedGrammar
+from constraintd.engine.grammar.utf8 import FRESH, PartialUtf8, decode_utf8
+from constraintd.errors import GrammarError
+
+__all__ = [
+    "Rules",
+    "Stack",
+    "StackSet",
+    "accept_char",
+    "accept_str",
+    "accept_token",
+    "allows_token",
+]
+
+Stack = tuple[int, ...]
+StackSet = frozenset[Stack]
+
+END: Final = int(GreType.END)
+ALT: Final = int(GreType.ALT)
+RULE_REF: Final = int(GreType.RULE_REF)
+CHAR: Final = int(GreType.CHAR)
+CHAR_NOT: Final = int(GreType.CHAR_NOT)
+CHAR_RNG_UPPER: Final = int(GreType.CHAR_RNG_UPPER)
+CHAR_ALT: Final = int(GreType.CHAR_ALT)
+CHAR_ANY: Final = int(GreType.CHAR_ANY)
+TOKEN: Final = int(GreType.TOKEN)
+TOKEN_NOT: Final = int(GreType.TOKEN_NOT)
+
+# Not an element of llama.cpp's: a mark put under a stack to stand for "whatever is below" (see Rules.escape).
+ESCAPE: Final = -1
+TERMINAL_KINDS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY, TOKEN, TOKEN_NOT))
+TOKEN_KINDS: Final = frozenset((TOKEN, TOKEN_NOT))
+_END_OF_SEQUENCE: Final = frozenset((END, ALT))
+_ANY_RANGE: Final = (0, 0xFFFFFFFF)  # `.` behaves as a range over every uint32
+_MAX_CLOSURE: Final = 1 << 16  # stacks one rule reference may expand to, before left recursion is assumed
+
+# A character class: (positive, inclusive ranges). A single char is the range (c, c); `.` is _ANY_RANGE.
+CharClass = tuple[bool, tuple[tuple[int, int], ...]]
+# What a stack topped by one rule-reference position advances to: the stacks above the reference's own
+# level (each ending at a terminal), and whether the reference can also vanish, uncovering the stack below.
+_Closure = tuple[tuple[Stack, ...], bool]
+
+
+class Rules:
+    """A grammar's rules as one flat element table, with the per-position facts the stacks need."""
+
+    __slots__ = ("_closures", "after", "alternates", "classes", "escape", "kinds", "rule_starts", "values")
+
+    def __init__(self, parsed: ParsedGrammar) -> None:
+        kinds: list[int] = []
+        values: list[int] = []
+        starts: list[int] = []
+        for rule in parsed.rules:
+            starts.append(len(kinds))
+            for kind, value in rule:
+                kinds.append(int(kind))
+                values.append(int(value))
+        # A position past the rules, of kind ESCAPE: a stack (escape, p) is position p with the rest of the
+        # stack unknown. Advancing stops on it as on a terminal; nothing matches it.
+        self.escape = len(kinds)
+        kinds.append(ESCAPE)
+        values.append(0)
+        self.kinds: tuple[int, ...] = tuple(kinds)
+        self.values: tuple[int, ...] = tuple(values)
+        self.rule_starts: tuple[int, ...] = tuple(starts)
+        # alternates[rule]: where each alternate starts; -1 for an empty alternate
+        self.alternates: tuple[tuple[int, ...], ...] = tuple(self._alternates(s) for s in starts)
+        classes: dict[int, CharClass] = {}
+        after: dict[int, int] = {}
+        for pos, kind in enumerate(kinds):
+            if kind in (CHAR, CHAR_NOT, CHAR_ANY):
+                classes[pos], end = self._char_class(pos)
+                after[pos] = -1 if kinds[end] in _END_OF_SEQUENCE else end
+            elif kind in TOKEN_KINDS:
+                after[pos] = -1 if kinds[pos + 1] in _END_OF_SEQUENCE else pos + 1
+        # classes[pos] / after[pos]: the class at a char position, and the position following a terminal
+        # (-1 when the terminal ends its alternate)
+        self.classes: dict[int, CharClass] = classes
+        self.after: dict[int, int] = after
+        self._closures: dict[int, _Closure] = self._compute_closures()
+
+    def _alternates(self, start: int) -> tuple[int, ...]:
+        found: list[int] = []
+        pos = start
+        while True:
+            found.append(-1 if self.kinds[pos] in _END_OF_SEQUENCE else pos)
+            while self.kinds[pos] not in _END_OF_SEQUENCE:
+                pos += 1
+            if self.kinds[pos] != ALT:
+                return tuple(found)
+            pos += 1
+
+    def _char_class(self, pos: int) -> tuple[CharClass, int]:
+        # the loop of llama_grammar_match_char, reading the class instead of testing one code point
+        kinds, values = self.kinds, self.values
+        positive = kinds[pos] in (CHAR, CHAR_ANY)
+        ranges: list[tuple[int, int]] = []
+        while True:
+            if kinds[pos + 1] == CHAR_RNG_UPPER:
+                ranges.append((values[pos], values[pos + 1]))
+                pos += 2
+            elif kinds[pos] == CHAR_ANY:
+                ranges.append(_ANY_RANGE)
+                pos += 1
+            else:
+                ranges.append((values[pos], values[pos]))
+                pos += 1
+            if kinds[pos] != CHAR_ALT:
+                return (positive, tuple(ranges)), pos
+
+    def _compute_closures(self) -> dict[int, _Closure]:
+        # Closure of a rule reference at position q: for each alternate a of the referenced rule, the stack
+        # (q + 1, a) advanced, where q + 1 is dropped when it ends q's alternate. It needs the closures of
+        # the alternates' first positions and, when the referenced rule can vanish, of q + 1, so they are
+        # computed in depth-first post-order. A cycle among these dependencies is left recursion: where it
+        # never grows the stack llama.cpp's `seen` set ends the search, and iterating to a fixed point gives
+        # the same stacks; where it grows the stack llama.cpp never returns, and the grammar is refused.
+        order, cyclic = self._dependency_order()
+        closures: dict[int, _Closure] = dict.fromkeys(order, ((), False))
+        for _ in range(len(order) + 2):
+            changed = False
+            for pos in order:
+                closure = self._closure(pos, closures)
+                if cyclic and (closure[1] != closures[pos][1] or set(closure[0]) != set(closures[pos][0])):
+                    changed = True
+                    if len(closure[0]) > _MAX_CLOSURE:
+                        break
+                closures[pos] = closure
+            else:
+                if not changed:
+                    return closures
+                continue
+            break
+        raise GrammarError("unsupported grammar, left recursion that never ends (llama.cpp does not return)")
+
+    def _dependency_order(self) -> tuple[list[int], bool]:
+        nullable = self._nullable_rules()
+        order: list[int] = []
+        state: dict[int, bool] = {}  # False: in progress, True: done
+        cyclic = False
+        for root in (pos for pos, kind in enumerate(self.kinds) if kind == RULE_REF):
+            if root in state:
+                continue
+            state[root] = False
+            todo: list[tuple[int, list[int]]] = [(root, self._dependencies(root, nullable))]
+            while todo:
+                pos, deps = todo[-1]
+                if deps:
+                    dep = deps.pop()
+                    if dep not in state:
+                        state[dep] = False
+                        todo.append((dep, self._dependencies(dep, nullable)))
+                    elif not state[dep]:
+                        cyclic = True
+                    continue
+                todo.pop()
+                state[pos] = True
+                order.append(pos)
+        return order, cyclic
+
+    def _nullable_rules(self) -> list[bool]:
+        # a rule is nullable when one alternate is made only of references to nullable rules
+        nullable = [False] * len(self.rule_starts)
+        changed = True
+        while changed:
+            changed = False
+            for rule, alternates in enumerate(self.alternates):
+                if nullable[rule]:
+                    continue
+                for start in alternates:
+                    pos = start
+                    while pos >= 0 and self.kinds[pos] == RULE_REF and nullable[self.values[pos]]:
+                        pos += 1
+                    if pos < 0 or self.kinds[pos] in _END_OF_SEQUENCE:
+                        nullable[rule] = changed = True
+                        break
+        return nullable
+
+    def _dependencies(self, pos: int, nullable: list[bool]) -> list[int]:
+        deps = [a for a in self.alternates[self.values[pos]] if a >= 0 and self.kinds[a] == RULE_REF]
+        if nullable[self.values[pos]] and self.kinds[pos + 1] == RULE_REF:
+            deps.append(pos + 1)
+        return deps
+
+    def _closure(self, pos: int, closures: dict[int, _Closure]) -> _Closure:
+        kinds = self.kinds
+        follow = pos + 1
+        base: Stack = () if kinds[follow] in _END_OF_SEQUENCE else (follow,)
+        stacks: dict[Stack, None] = {}
+        vanishes = False
+        for start in self.alternates[self.values[pos]]:
+            uncovered = True  # the alternate can vanish, leaving `base` to advance
+            if start >= 0:
+                if kinds[start] == RULE_REF:
+                    above, uncovered = closures[start]
+                    for stack in above:
+                        stacks[base + stack] = None
+                else:
+                    stacks[(*base, start)] = None
+                    uncovered = False
+            if uncovered:
+                if not base:
+                    vanishes = True
+                elif kinds[follow] == RULE_REF:
+                    above, follow_vanishes = closures[follow]
+                    stacks.update(dict.fromkeys(above))
+                    vanishes = vanishes or follow_vanishes
+                else:
+                    stacks[base] = None
+        return tuple(stacks), vanishes
+
+    def advance_stack(self, stack: Stack) -> list[Stack]:
+        """llama_grammar_advance_stack: the advanced stacks `stack` stands for (no duplicates)."""
+        found: list[Stack] = []
+        start_depth = len(stack)
+        while True:
+            if not stack:
+                found.append(stack)
+                return list(dict.fromkeys(found)) if start_depth else found
+            top = stack[-1]
+            if self.kinds[top] != RULE_REF:
+                found.append(stack)
+                return list(dict.fromkeys(found)) if len(stack) < start_depth else found
+            rest = stack[:-1]
+            above, vanishes = self._closures[top]
+            found.extend(rest + s for s in above)
+            if not vanishes:
+                # stacks from different levels can coincide; one level alone has no duplicates
+                return list(dict.fromkeys(found)) if len(stack) < start_depth else found
+            stack = rest
+
+    def initial_stacks(self, root_id: int) -> StackSet:
+        """The stacks llama_grammar_init_impl starts from: every alternate of the root rule, advanced."""
+        stacks: set[Stack] = set()
+        for start in self.alternates[root_id]:
+            stacks.update(self.advance_stack(() if start < 0 else (start,)))
+        return frozenset(stacks)
+
+    def pop_terminal(self, stack: Stack) -> list[Stack]:
+        """The stacks after the terminal on top of `stack` matched: top replaced by what follows, advanced."""
+        follow = self.after[stack[-1]]
+        return self.advance_stack(stack[:-1] if follow < 0 else (*stack[:-1], follow))
+
+    def match_char(self, pos: int, code_point: int) -> bool:
+        """llama_grammar_match_char: whether the class at `pos` matches `code_point`."""
+        positive, ranges = self.classes[pos]
+        for low, high in ranges:
+            if low <= code_point <= high:
+                return positive
+        return not positive
+
+    def match_partial_char(self, pos: int, partial: PartialUtf8) -> bool:
+        """llama_grammar_match_partial_char: whether a continuation of `partial` could match at `pos`."""
+        value, n_remain = partial
+        if n_remain < 0 or (n_remain == 1 and value < 2):
+            return False  # invalid, or an overlong 2-byte form of a 7-bit char
+        low = value << (n_remain * 6)
+        high = low | ((1 << (n_remain * 6)) - 1)
+        if low == 0:
+            if n_remain == 2:
+                low = 1 << 11
+            elif n_remain == 3:
+                low = 1 << 16
+        positive, ranges = self.classes[pos]
+        for range_low, range_high in ranges:
+            if range_low <= high and low <= range_high:
+                return positive
+        return not positive
+
+
+def _match_token(kind: int, value: int, token: int) -> bool:
+    return (value == token) if kind == TOKEN else (value != token)
+
+
+def accept_char(rules: Rules, stacks: Iterable[Stack], code_point: int) -> StackSet:
+    """llama_grammar_accept: the stacks after one code point (empty and token-topped stacks drop out)."""
+    found: set[Stack] = set()
+    for stack in stacks:
+        if stack and rules.kinds[stack[-1]] not in TOKEN_KINDS and rules.match_char(stack[-1], code_point):
+            found.update(rules.pop_terminal(stack))
+    return frozenset(found)
+
+
+def accept_token(
+    rules: Rules, stacks: StackSet, partial: PartialUtf8, token: int, piece: bytes
+) -> tuple[StackSet, PartialUtf8]:
+    """llama_grammar_accept_token: the stacks after `token` with `piece`; empty where llama.cpp throws."""
+    code_points, partial_after = decode_utf8(piece, partial)
+    found: set[Stack] = set()
+    for stack in stacks:
+        if not stack:
+            continue
+        kind = rules.kinds[stack[-1]]
+        if kind in TOKEN_KINDS:
+            if _match_token(kind, rules.values[stack[-1]], token):
+                found.update(rules.pop_terminal(stack))
+            continue
+        current: StackSet = frozenset((stack,))
+        for code_point in code_points:
+            current = accept_char(rules, current, code_point)
+            if not current:
+                break
+        found.update(current)
+    return frozenset(found), partial_after
+
+
+def accept_str(
+    rules: Rules, stacks: StackSet, partial: PartialUtf8, data: bytes
+) -> tuple[StackSet, PartialUtf8]:
+    """llama_grammar_accept_str: the stacks after the code points of `data`; empty where llama.cpp throws."""
+    code_points, partial_after = decode_utf8(data, partial)
+    for code_point in code_points:
+        stacks = accept_char(rules, stacks, code_point)
+    return stacks, partial_after
+
+
+def allows_token(
+    rules: Rules,
+    stacks: StackSet,
+    token: int,
+    piece: bytes,
+    *,
+    partial: PartialUtf8 = FRESH,
+    eog: bool = False,
+) -> bool:
+    """Whether llama_grammar_apply_impl leaves `token` finite (from a grammar not awaiting a trigger).
+
+    A token is rejected only when every stack rejects it (llama_grammar_reject_candidates); this follows
+    llama_grammar_reject_candidates_for_stack for one candidate.
+    """
+    if eog:
+        return () in stacks
+    if not piece or piece[0] == 0:
+        return False
+    code_points, partial_after = decode_utf8(piece, partial)
+    return any(_stack_allows(rules, stack, code_points, 0, partial_after, token) for stack in stacks)
+
+
+def _stack_allows(
+    rules: Rules, stack: Stack, code_points: tuple[int, ...], index: int, partial: PartialUtf8, token: int
+) -> bool:
+    done = index == len(code_points)
+    if not stack:
+        return done and partial[1] == 0
+    top = stack[-1]
+    kind = rules.kinds[top]
+    if kind in TOKEN_KINDS:
+        if done:
+            return partial[1] == 0
+        return _match_token(kind, rules.values[top], token)
+    if done:
+        return partial[1] == 0 or rules.match_partial_char(top, partial)
+    if not rules.match_char(top, code_points[index]):
+        return False
+    return any(
+        _stack_allows(rules, after, code_points, index + 1, partial, token)
+        for after in rules.pop_terminal(stack)
+    )

@@ -1,0 +1,343 @@
+# Masks of one grammar, cached two ways so that most masks cost a few array ORs.
+#
+# Contract:
+# - `MaskCache.mask(state, partial, limit)` is exactly `mask.compute_mask(state, partial, ...)`: the packed
+#   mask of the tokens llama.cpp's apply allows (read-only).
+# - Finished masks are kept by (state, partial), per grammar, up to `max_mask_bytes`; states are interned,
+#   so a state seen before costs a dict lookup.
+# - Per stack top (the top `CONTEXT_DEPTH` positions of a stack), the verdicts that do not depend on what
+#   lies below are kept too (the idea of XGrammar's adaptive token mask cache): walking every token from
+#   that top with an escape mark below (stacks.Rules.escape) splits the vocabulary into tokens allowed
+#   whatever is below, tokens rejected whatever is below, and the "uncertain" few that reach below. A
+#   token is allowed from a stack set when some stack allows it (llama_grammar_reject_candidates), so
+#   the mask of a new state is the OR of its stack tops' allowed tokens, its token-topped stacks' tokens,
+#   the end-of-generation tokens if it may end, and the uncertain tokens that a walk from the whole
+#   state, over those tokens only, allows. A state with more than MAX_NEW_TOPS tops not seen before is
+#   walked whole instead, without learning them.
+# - Verdicts are built a level at a time: the top (escape, p3, p2, p1) starts from the verdict of its
+#   shorter top (escape, p2, p1): what that one allows or rejects whatever is below stays so, and only its
+#   uncertain tokens are walked again, from the longer top. A stack no deeper than CONTEXT_DEPTH is its
+#   own top, without a mark, built on the same positions with a mark, and leaves nothing uncertain.
+# - Verdicts are keyed by the tops' structure (masks/structural_ids.py), not their positions, and kept per
+#   vocabulary (`SharedVerdicts`): the string, number and value rules that every converted JSON schema
+#   repeats are walked once per vocabulary, and a new grammar mostly walks the few tokens its own
+#   literals and nesting decide.
+# - After an unfinished UTF-8 sequence (rare: a token cut a character) the mask is walked whole.
+# - Every cache is one `LruCache`, dropping its least recently used entries beyond its bound (bytes of
+#   arrays for masks and verdicts, a count for the per-grammar shortcut to them); the answers never
+#   depend on them.
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from constraintd.engine.masks.bitmask import allow_tokens, mask_words, pack_mask
+from constraintd.engine.vocab.decoded import DecodedVocab
+from constraintd.engine.masks.compute import compute_mask, walk
+from constraintd.engine.grammar.stacks import TOKEN, Stack
+from constraintd.engine.grammar.stack_sets import State, StateTable
+from constraintd.engine.masks.structural_ids import Structure
+from constraintd.engine.grammar.utf8 import FRESH, PartialUtf8
+
+__all__ = [
+    "CONTEXT_DEPTH",
+    "MAX_NEW_TOPS",
+    "LruCache",
+    "MaskCache",
+    "SharedVerdicts",
+    "TopVerdict",
+    "shared_verdicts",
+]
+
+# Positions a stack top keeps (the stack's own positions when it is no deeper).
+CONTEXT_DEPTH: Final = 4
+# Tops not seen before that one mask may learn; above, the state is walked whole.
+MAX_NEW_TOPS: Final = 16
+# Default bounds: a grammar's finished masks; a vocabulary's verdicts (shared by all its grammars).
+MAX_MASK_BYTES: Final = 4 << 20
+MAX_VERDICT_BYTES: Final = 192 << 20
+_VOCABULARIES: Final = 8  # vocabularies whose verdicts are kept
+
+Words = npt.NDArray[np.int32]
+IntArray = npt.NDArray[np.int64]
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class TopVerdict:
+    """What one stack top decides whatever lies below it.
+
+    Attributes:
+        words: a packed mask of tokens allowed (possibly shared with the shorter top it was built from),
+            or None.
+        ids: more allowed token ids, beyond `words` (ascending).
+        uncertain: rows of the vocabulary's fresh table that the stacks below decide (ascending).
+        nbytes: bytes of the arrays this verdict holds alone (not those it shares).
+    """
+
+    words: Words | None
+    ids: IntArray
+    uncertain: IntArray
+    nbytes: int
+
+
+class LruCache(Generic[K, V]):
+    """A cache whose least recently used entries are dropped once their sizes add up past `max_size`
+    (each entry's size given when it is put: bytes for masks and verdicts, 1 to count entries). Without
+    locks: the total may drift when threads race, never an answer."""
+
+    __slots__ = ("_entries", "max_size", "size")
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self.size = 0
+        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        """The entry, now the most recently used; None if absent."""
+        found = _lookup(self._entries, key)
+        return None if found is None else found[0]
+
+    def peek(self, key: K) -> V | None:
+        """The entry, its order unchanged; None if absent."""
+        found = self._entries.get(key)
+        return None if found is None else found[0]
+
+    def put(self, key: K, value: V, size: int) -> None:
+        """Keeps `value` (a key already there keeps its first value: another thread made the same)."""
+        entries = self._entries
+        if key in entries:
+            return
+        entries[key] = (value, size)
+        self.size += size
+        while self.size > self.max_size and len(entries) > 1:
+            try:
+                _, (_, dropped) = entries.popitem(last=False)
+            except KeyError:
+                break
+            self.size -= dropped
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.size = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: K) -> bool:
+        return key in self._entries
+
+
+class SharedVerdicts(LruCache[tuple[int, ...], TopVerdict]):
+    """One vocabulary's top verdicts, keyed by structure (see the module comment), sized in bytes."""
+
+    __slots__ = ()
+
+    def __init__(self, *, max_bytes: int = MAX_VERDICT_BYTES) -> None:
+        super().__init__(max_bytes)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the verdicts' own arrays."""
+        return self.size
+
+
+_SHARED: dict[int, tuple[DecodedVocab, SharedVerdicts]] = {}
+
+
+def shared_verdicts(vocab: DecodedVocab) -> SharedVerdicts:
+    """The verdicts every grammar on `vocab` shares (those of the last few vocabularies are kept)."""
+    found = _SHARED.get(id(vocab))
+    if found is None or found[0] is not vocab:
+        if len(_SHARED) >= _VOCABULARIES:
+            _SHARED.clear()  # grammars compiled before keep the store they hold
+        found = _SHARED[id(vocab)] = (vocab, SharedVerdicts())
+    return found[1]
+
+
+class MaskCache:
+    """The masks of one grammar on its vocabulary (see the module comment)."""
+
+    __slots__ = (
+        "_masks",
+        "_tops",
+        "shared",
+        "states",
+        "structure",
+        "vocab",
+    )
+
+    def __init__(
+        self,
+        states: StateTable,
+        vocab: DecodedVocab,
+        *,
+        max_mask_bytes: int = MAX_MASK_BYTES,
+        max_tops: int = 2048,
+        shared: SharedVerdicts | None = None,
+    ) -> None:
+        self.states = states
+        self.vocab = vocab
+        self.structure: Structure | None = None  # built on first use: it needs the vocabulary's table
+        self.shared = shared if shared is not None else shared_verdicts(vocab)
+        self._masks: LruCache[tuple[State, PartialUtf8], Words] = LruCache(max_mask_bytes)
+        # stack top -> its verdict (a shortcut past the structural key, for this grammar's tops), counted
+        self._tops: LruCache[Stack, TopVerdict] = LruCache(max_tops)
+
+    def mask(self, state: State, partial: PartialUtf8, limit: int) -> Words:
+        """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only).
+
+        Raises:
+            LimitError: a state met inside a token has more than `limit` stacks.
+        """
+        key = (state, partial)
+        mask = self._masks.get(key)
+        if mask is None:
+            if partial[1] > 0:
+                mask = compute_mask(state, partial, self.vocab, limit)
+            else:
+                mask = self._compose(state, limit)
+                mask.flags.writeable = False
+            self._masks.put(key, mask, mask.nbytes)
+        return mask
+
+    def finished(self, state: State, partial: PartialUtf8) -> Words | None:
+        """The mask kept for `state` after `partial`, if one is (no walk, no change to the order kept)."""
+        return self._masks.peek((state, partial))
+
+    def _compose(self, state: State, limit: int) -> Words:
+        escape = self.states.rules.escape
+        tops = {
+            stack if len(stack) <= CONTEXT_DEPTH else (escape, *stack[-CONTEXT_DEPTH:])
+            for stacks in state.by_top.values()
+            for stack in stacks
+        }
+        if sum(top not in self._tops for top in tops) > MAX_NEW_TOPS:
+            return compute_mask(state, FRESH, self.vocab, limit)
+        vocab = self.vocab
+        table = vocab.fresh_table()
+        words = np.zeros(mask_words(vocab.n_tokens), dtype=np.int32)
+        extra: list[IntArray] = []  # more allowed token ids
+        uncertain: list[IntArray] = []
+        # verdicts built on one another share their words: OR each array once (held here, so that an id
+        # is not reused by another array while this runs)
+        verdicts = [self._top(top, limit) for top in tops]
+        ored: set[int] = set()
+        for verdict in verdicts:
+            if verdict.words is not None and id(verdict.words) not in ored:
+                ored.add(id(verdict.words))
+                words |= verdict.words
+            if verdict.ids.size:
+                extra.append(verdict.ids)
+            if verdict.uncertain.size:
+                uncertain.append(verdict.uncertain)
+        if state.has_empty:
+            extra.append(vocab.eog_tokens)
+        # token-topped stacks take any token with a code point, by id alone
+        with_code_points = table.ids[: table.count_from[0] if table.count_from else 0]
+        for kind, value, _ in state.token_tops:
+            if kind == TOKEN:
+                extra.append(with_code_points[with_code_points == value])
+            else:
+                extra.append(with_code_points[with_code_points != value])
+        if extra:
+            allow_tokens(words, extra[0] if len(extra) == 1 else np.concatenate(extra))
+        rows = np.unique(np.concatenate(uncertain)) if uncertain else np.zeros(0, dtype=np.int64)
+        if rows.size:
+            ids = table.ids[rows]
+            rows = rows[((words[ids >> 5] >> (ids & 31)) & 1) == 0]  # not allowed already
+        if rows.size:
+            found, _ = walk(table, table.columns, state, limit, rows=rows)
+            allow_tokens(words, table.ids[found])
+        return words
+
+    def _top(self, top: Stack, limit: int) -> TopVerdict:
+        verdict = self._tops.get(top)
+        if verdict is None:
+            structure = self.structure
+            if structure is None:
+                # a token matches at most as many char terminals as it has code points, then looks at one more
+                horizon = len(self.vocab.fresh_table().columns) + 1
+                structure = self.structure = Structure(self.states.rules, horizon)
+            key = structure.stack(top)
+            verdict = self.shared.get(key)
+            if verdict is None:
+                verdict = self._walk_top(top, limit)
+                self.shared.put(key, verdict, verdict.nbytes)
+            self._tops.put(top, verdict, 1)
+        return verdict
+
+    def _walk_top(self, top: Stack, limit: int) -> TopVerdict:
+        escape = self.states.rules.escape
+        table = self.vocab.fresh_table()
+        start = self.states.intern([top], limit)
+        assert start is not None
+        marked = top[0] == escape
+        if marked and len(top) == 2:
+            allowed_rows, uncertain = walk(table, table.columns, start, limit)
+            return self._verdict(None, table.ids[allowed_rows], uncertain)
+        # built on (escape, p2, p1) for (escape, p3, p2, p1), and on (escape, p3, p2, p1) for the whole
+        # stack (p3, p2, p1)
+        shorter = self._top((escape, *top[2:]) if marked else (escape, *top), limit)
+        if shorter.uncertain.size == 0:
+            return shorter
+        if shorter.uncertain.size * 2 > table.ids.size:
+            # most of the vocabulary is left to walk: a whole walk, which moves column 0 by first code
+            # point instead of row by row, costs less (and decides the rest again, alike)
+            allowed_rows, uncertain = walk(table, table.columns, start, limit)
+            return self._verdict(None, table.ids[allowed_rows], uncertain)
+        allowed_rows, uncertain = walk(table, table.columns, start, limit, rows=shorter.uncertain)
+        ids = table.ids[allowed_rows]
+        if shorter.ids.size:
+            ids = np.union1d(shorter.ids, ids)
+        return self._verdict(shorter.words, ids, uncertain)
+
+    def _verdict(self, words: Words | None, ids: IntArray, uncertain: IntArray) -> TopVerdict:
+        ids = np.sort(ids)
+        nbytes = ids.nbytes + uncertain.nbytes
+        if ids.size * 64 >= self.vocab.n_tokens:  # a mask takes less room than the ids
+            bits = np.zeros(self.vocab.n_tokens, dtype=np.bool_)
+            bits[ids] = True
+            own = pack_mask(bits)
+            words = own if words is None else words | own
+            ids = np.zeros(0, dtype=np.int64)
+            nbytes = words.nbytes + uncertain.nbytes
+        for array in (words, ids, uncertain):
+            if array is not None:
+                array.flags.writeable = False
+        return TopVerdict(words, ids, uncertain, nbytes)
+
+    def __len__(self) -> int:
+        return len(self._masks)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the finished masks kept (their arrays only, not the dict around them)."""
+        return self._masks.size
+
+    def forget_masks(self) -> None:
+        """Drops the finished masks (not the per-top verdicts): the next masks are composed anew."""
+        self._masks.clear()
+
+    @property
+    def tops(self) -> int:
+        """How many stack tops this grammar has met and keeps a shortcut to."""
+        return len(self._tops)
+
+
+def _lookup(cache: OrderedDict[K, V], key: K) -> V | None:
+    found = cache.get(key)
+    if found is not None:
+        # not contextlib.suppress: a context manager costs more than the lookup it guards
+        try:  # noqa: SIM105
+            cache.move_to_end(key)
+        except KeyError:  # dropped meanwhile by another thread
+            pass
+    return found
+

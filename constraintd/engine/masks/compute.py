@@ -1,0 +1,313 @@
+# The whole-vocabulary mask: every token llama_grammar_apply_impl leaves finite, from one grammar state.
+#
+# Contract:
+# - `compute_mask(state, partial, vocab, limit)` returns, for a grammar that is not awaiting a trigger, the
+#   packed mask (masks/bitmask.py's layout) of exactly the tokens llama.cpp's apply allows from the stack set
+#   `state` (None: no stacks) after a piece left `partial` unfinished: end-of-generation tokens when
+#   the empty stack is among the stacks; never a NEVER token; otherwise the tokens some stack takes whole
+#   (llama_grammar_reject_candidates), an unfinished last sequence judged by match_partial_char.
+# - No Python loop over tokens. The tokens are walked column by column (vocab/decoded.py): all tokens
+#   that share a state at column j are moved on at once with numpy, through the state's code-point
+#   intervals (`State.segments`); Python runs once per (state, column), plus once per interval the first
+#   time a state meets it. Token-topped stacks decide the tokens they meet by id.
+# - `walk` also runs from stacks cut short by an escape mark (stacks.Rules.escape), for masks/cache.py:
+#   a row that reaches the mark on some path and is not allowed on another is "uncertain" (the stacks
+#   below decide it); every other verdict is the same whatever lies below.
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from constraintd.engine.masks.bitmask import pack_mask
+from constraintd.engine.vocab.decoded import (
+    ColumnTable,
+    DecodedVocab,
+)
+from constraintd.engine.grammar.stacks import TOKEN
+from constraintd.engine.grammar.stack_sets import State
+from constraintd.engine.grammar.utf8 import PartialUtf8
+
+__all__ = ["compute_allowed", "compute_mask", "walk"]
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+_DEAD: Final = 0
+# Keys (state << _STATE_SHIFT | value) order rows by state, then by a code point or a partial code, both
+# below 2 ** 33 (llama.cpp's decoder never yields a code point of 23 bits or more).
+_STATE_SHIFT: Final = 33
+_LOW_BITS: Final = (1 << _STATE_SHIFT) - 1
+
+
+def compute_mask(
+    state: State | None, partial: PartialUtf8, vocab: DecodedVocab, limit: int
+) -> npt.NDArray[np.int32]:
+    """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only).
+
+    Raises:
+        LimitError: a state met inside a token has more than `limit` stacks.
+    """
+    mask = pack_mask(compute_allowed(state, partial, vocab, limit))
+    mask.flags.writeable = False
+    return mask
+
+
+def compute_allowed(state: State | None, partial: PartialUtf8, vocab: DecodedVocab, limit: int) -> BoolArray:
+    """One bool per token: what `compute_mask` packs."""
+    allowed = np.zeros(vocab.n_tokens, dtype=np.bool_)
+    if state is None:
+        return allowed
+    if state.has_empty:
+        allowed[vocab.eog_tokens] = True
+    if partial[1] <= 0:
+        table = vocab.fresh_table()
+        rows, _ = walk(table, table.columns, state, limit)
+        allowed[table.ids[rows]] = True
+        return allowed
+    value, n_remain = partial
+    after = vocab.partial_table(n_remain)
+    # pieces too short to finish the sequence: only their unfinished end is judged
+    if after.short_ids.size:
+        values = (value << (6 * after.short_lengths)) | after.short_bits
+        codes = (values << 2) | (n_remain - after.short_lengths)
+        allowed[after.short_ids[_partials_ok(state, codes)]] = True
+    # the others finish it with their first bytes: column 0 is the finished code point
+    table = after.long
+    if table.ids.size:
+        first = (value << (6 * n_remain)) | after.long_bits
+        rows, _ = walk(table, (first, *table.columns[1:]), state, limit)
+        allowed[table.ids[rows]] = True
+    return allowed
+
+
+def walk(
+    table: ColumnTable,
+    columns: tuple[IntArray, ...],
+    start: State,
+    limit: int,
+    *,
+    rows: IntArray | None = None,
+) -> tuple[IntArray, IntArray]:
+    """Walk `rows` of `table` (all by default; ascending) from `start`, a column at a time.
+
+    `columns` are the table's, possibly with column 0 replaced (a finished partial sequence).
+
+    Returns:
+        The rows allowed, and the rows not allowed that reached an escape mark (ascending).
+
+    Raises:
+        LimitError: a state met has more than `limit` stacks.
+    """
+    allowed = np.zeros(table.ids.size, dtype=np.bool_)
+    uncertain = np.zeros(table.ids.size, dtype=np.bool_)
+    states: list[State | None] = [None, start]
+    local: dict[State | None, int] = {None: _DEAD, start: 1}
+    next_ids: dict[int, IntArray] = {}
+
+    def local_id(state: State | None) -> int:
+        found = local.get(state)
+        if found is None:
+            found = local[state] = len(states)
+            states.append(state)
+        return found
+
+    def segment_map(index: int) -> tuple[IntArray, IntArray]:
+        state = states[index]
+        assert state is not None
+        bounds, after = state.segments(limit)
+        ids = next_ids.get(index)
+        if ids is None:
+            ids = next_ids[index] = np.array([local_id(s) for s in after], dtype=np.int64)
+        return bounds, ids
+
+    count_from = table.count_from
+    # every row of the table, with its own column 0: that column moves once per distinct code point
+    whole = rows is None and bool(columns) and columns[0] is table.columns[0]
+    first = 0
+    if whole and not start.token_tops and not start.has_escape:
+        # nothing to decide at column 0 but the move: only the rows it keeps alive are ever listed
+        _judge_bare(table, start, allowed)
+        rows, at = _first_column(table, *segment_map(1))
+        split = int(np.searchsorted(rows, count_from[1] if len(count_from) > 1 else 0))
+        if split < rows.size:
+            _judge_ends(table, rows[split:], at[split:], states, allowed, uncertain)
+            rows, at = rows[:split], at[:split]
+        first = 1
+    else:
+        if rows is None:
+            rows = np.arange(table.ids.size, dtype=np.int64)
+        # rows without a single code point only end in an unfinished sequence
+        split = int(np.searchsorted(rows, count_from[0] if count_from else 0))
+        _judge_ends(
+            table, rows[split:], np.ones(rows.size - split, dtype=np.int64), states, allowed, uncertain
+        )
+        rows = rows[:split]
+        at = np.ones(rows.size, dtype=np.int64)
+    for j in range(first, len(columns)):
+        if rows.size == 0:
+            break
+        column = columns[j]
+        present = np.flatnonzero(np.bincount(at, minlength=len(states)))
+        for index in present.tolist():
+            state = states[index]
+            if state is not None and state.token_tops:
+                _judge_token_tops(table, state, rows[at == index], allowed)
+            if state is not None and state.has_escape:
+                uncertain[rows[at == index]] = True
+        if j == 0 and whole:
+            bounds, ids = segment_map(1)
+            rows, at = _first_column(table, bounds, ids)
+        elif present.size == 1:
+            bounds, ids = segment_map(int(present[0]))
+            at = ids[np.searchsorted(bounds, column[rows], side="right")]
+        else:
+            # every present state's intervals in one sorted array, each state's shifted to its own range
+            # of keys (state << _STATE_SHIFT | code point): one search moves every row
+            keys: list[IntArray] = []
+            targets: list[IntArray] = [np.zeros(1, dtype=np.int64)]
+            for index in present.tolist():
+                bounds, ids = segment_map(index)
+                base = index << _STATE_SHIFT
+                keys.append(np.array([base], dtype=np.int64))
+                keys.append(bounds + base)
+                targets.append(ids)
+            found = np.searchsorted(np.concatenate(keys), (at << _STATE_SHIFT) | column[rows], side="right")
+            at = np.concatenate(targets)[found]
+        alive = at != _DEAD
+        rows, at = rows[alive], at[alive]
+        # rows are in table order, so the ones whose code points end here are a suffix
+        split = int(np.searchsorted(rows, count_from[j + 1] if j + 1 < len(count_from) else 0))
+        if split < rows.size:
+            _judge_ends(table, rows[split:], at[split:], states, allowed, uncertain)
+            rows, at = rows[:split], at[:split]
+    unsure = np.flatnonzero(uncertain)
+    return np.flatnonzero(allowed), unsure[~allowed[unsure]]
+
+
+def _first_column(table: ColumnTable, bounds: IntArray, ids: IntArray) -> tuple[IntArray, IntArray]:
+    # Every row with a code point, moved by column 0 from the start state, whose intervals are `bounds`
+    # and lead to `ids`. The table's rows grouped by first code point make each interval's rows one
+    # slice, so when few stay alive (a literal, a digit) only they are touched, not the vocabulary.
+    aux = _first_index(table)
+    values = table.first_code_points
+    # interval i holds the distinct first code points of index edges[i] to edges[i + 1]
+    edges = np.zeros(bounds.size + 2, dtype=np.int64)
+    edges[1:-1] = np.searchsorted(values, bounds, side="left")
+    edges[-1] = values.size
+    live = np.flatnonzero(ids != _DEAD)
+    starts = aux.group_starts[edges[live]]
+    sizes = aux.group_starts[edges[live + 1]] - starts
+    total = int(sizes.sum())
+    if total * 8 >= table.first_index.size:
+        at = np.repeat(ids, np.diff(edges))[table.first_index]
+        rows = np.flatnonzero(at != _DEAD)
+        return rows, at[rows]
+    before = np.cumsum(sizes) - sizes  # rows of the live intervals ahead of each
+    rows = aux.by_value[np.arange(total, dtype=np.int64) + np.repeat(starts - before, sizes)]
+    at = np.repeat(ids[live], sizes)
+    order = np.argsort(rows)
+    return rows[order], at[order]
+
+
+def _judge_bare(table: ColumnTable, start: State, allowed: BoolArray) -> None:
+    # the rows without a single code point, from a start state without escape marks: only their
+    # unfinished sequence is judged, once per distinct sequence
+    aux = _first_index(table)
+    if aux.bare_rows.size:
+        ok = (aux.bare_codes == 0) | _partials_ok(start, aux.bare_codes)
+        allowed[aux.bare_rows[ok[aux.bare_inverse]]] = True
+
+
+@dataclass(frozen=True, slots=True)
+class _FirstIndex:
+    by_value: IntArray  # rows with a code point, by the index of their first one (stable)
+    group_starts: IntArray  # where each first code point's rows start in by_value (one more at the end)
+    bare_rows: IntArray  # rows without a code point (a lone unfinished sequence)
+    bare_codes: IntArray  # their distinct encoded sequences
+    bare_inverse: IntArray  # per bare row, the index of its sequence in bare_codes
+
+
+_FIRST_INDEX: dict[int, tuple[ColumnTable, _FirstIndex]] = {}
+
+
+def _first_index(table: ColumnTable) -> _FirstIndex:
+    found = _FIRST_INDEX.get(id(table))
+    if found is None or found[0] is not table:
+        counts = np.bincount(table.first_index, minlength=table.first_code_points.size)
+        group_starts = np.zeros(counts.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=group_starts[1:])
+        bare_rows = np.arange(table.count_from[0] if table.count_from else 0, table.ids.size, dtype=np.int64)
+        bare_codes, bare_inverse = np.unique(table.partials[bare_rows], return_inverse=True)
+        index = _FirstIndex(
+            by_value=np.argsort(table.first_index, kind="stable").astype(np.int64),
+            group_starts=group_starts,
+            bare_rows=bare_rows,
+            bare_codes=bare_codes,
+            bare_inverse=bare_inverse.reshape(-1),
+        )
+        if len(_FIRST_INDEX) >= 16:
+            _FIRST_INDEX.clear()
+        found = _FIRST_INDEX[id(table)] = (table, index)
+    return found[1]
+
+
+def _judge_token_tops(table: ColumnTable, state: State, rows: IntArray, allowed: BoolArray) -> None:
+    # rows reaching a token-topped stack with code points left: decided by token id alone
+    ids = table.ids[rows]
+    for kind, value, _ in state.token_tops:
+        if kind == TOKEN:
+            allowed[rows[ids == value]] = True
+        else:
+            allowed[rows[ids != value]] = True
+
+
+def _judge_ends(
+    table: ColumnTable,
+    rows: IntArray,
+    at: IntArray,
+    states: list[State | None],
+    allowed: BoolArray,
+    uncertain: BoolArray,
+) -> None:
+    # rows whose code points all matched: allowed unless they end in an unfinished sequence that no char
+    # class on top could still match (uncertain if the stacks below an escape mark still might)
+    if rows.size == 0:
+        return
+    partials = table.partials[rows]
+    whole = partials == 0
+    allowed[rows[whole]] = True
+    if whole.all():
+        return
+    rows, at, partials = rows[~whole], at[~whole], partials[~whole]
+    for index in np.unique(at).tolist():
+        state = states[index]
+        if state is None:
+            continue
+        here = at == index
+        allowed[rows[here][_partials_ok(state, partials[here])]] = True
+        if state.has_escape:
+            uncertain[rows[here]] = True
+
+
+def _partials_ok(state: State, codes: IntArray) -> BoolArray:
+    # State.partial_ok over many encoded partial sequences at once: llama_grammar_match_partial_char on
+    # each char class on top, a sequence surviving when one of them could still match it
+    value, n_remain = codes >> 2, codes & 3
+    shift = 6 * n_remain
+    low = value << shift
+    high = low | ((1 << shift) - 1)
+    unset = low == 0
+    low[unset & (n_remain == 2)] = 1 << 11
+    low[unset & (n_remain == 3)] = 1 << 16
+    ok = np.zeros(codes.size, dtype=np.bool_)
+    classes = state.table.rules.classes
+    for pos in state.char_tops:
+        positive, ranges = classes[pos]
+        hit = np.zeros(codes.size, dtype=np.bool_)
+        for range_low, range_high in ranges:
+            hit |= (range_low <= high) & (low <= range_high)
+        ok |= hit if positive else ~hit
+    ok &= ~((n_remain == 1) & (value < 2))  # an overlong 2-byte form of a 7-bit char
+    return ok

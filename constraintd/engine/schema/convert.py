@@ -1,0 +1,391 @@
+# JSON schema to GBNF, identical to llama.cpp's `json_schema_to_grammar` (common/json-schema-to-grammar.cpp
+# of the pinned llama.cpp): the schema tree of schema/nodes.py walked by `common_chat_schema_converter`.
+#
+# Contract:
+# - For every schema text llama.cpp converts, `convert_json_schema` returns the same grammar, byte for
+#   byte once encoded as UTF-8 (rule names, de-duplication, rule order, whitespace rule), and the warnings
+#   llama.cpp prints (an untranslatable `pattern` becomes any string, with a warning).
+# - Where llama.cpp throws, we raise SchemaError whose `reason` is the message of the exception llama.cpp's
+#   `json_schema_to_grammar` throws, and whose `pointer` is the JSON pointer of the offending node.
+# - Where llama.cpp never answers or crashes (a `$ref` cycle inside allOf), and where our limits are reached
+#   (nesting, time, grammar size: the module constants), we raise SchemaError too. Where llama.cpp would
+#   return a grammar that is not valid UTF-8 (a quantifier after a non-ASCII pattern character repeats its
+#   last byte), we refuse rather than hand out broken text. Nothing else escapes.
+#
+# Invariants: rule texts are byte strings held in `str`, one character per byte (latin-1), because llama.cpp
+# works on bytes and sorts its rule map by bytes; `to_bytes` converts JSON text in, the end converts back.
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from constraintd.engine.schema.json_text import JsonValue, dump_json, dump_string, parse_json
+from constraintd.engine.schema.nodes import (
+    FAILED,
+    INT64_MAX,
+    INT64_MIN,
+    AllOfNode,
+    AnyNode,
+    AnyOfNode,
+    ArrayNode,
+    BooleanNode,
+    ConstNode,
+    EnumNode,
+    IntegerNode,
+    NullNode,
+    NumberNode,
+    ObjectNode,
+    RefNode,
+    SchemaDocument,
+    SchemaNode,
+    StringFormat,
+    StringNode,
+    TupleNode,
+    WorkLimit,
+    schema_from_json,
+)
+from constraintd.engine.schema.ranges import INT_MAX, build_min_max_int, build_repetition
+from constraintd.engine.schema.patterns import InvalidPattern, UnsupportedPattern, pattern_to_rule
+from constraintd.engine.schema.rules import (
+    INVALID_RULE_CHARS,
+    PRIMITIVE_RULES,
+    RESERVED_NAMES,
+    SPACE_RULE,
+    STRING_FORMAT_RULES,
+    BuiltinRule,
+    format_literal,
+    from_bytes,
+    is_utf8,
+    not_strings,
+    to_bytes,
+)
+from constraintd.errors import SchemaError
+
+__all__ = [
+    "MAX_CONVERSION_SECONDS",
+    "MAX_GRAMMAR_CHARS",
+    "MAX_SCHEMA_DEPTH",
+    "SchemaConversion",
+    "convert_json_schema",
+    "convert_schema_value",
+    "json_schema_to_gbnf",
+]
+
+MAX_SCHEMA_DEPTH: Final = 128  # schema levels, counted through $ref too (each costs a few Python frames)
+MAX_GRAMMAR_CHARS: Final = 8_000_000
+MAX_CONVERSION_SECONDS: Final = 10.0
+
+_FORMAT_RULE_NAMES: Final = {
+    StringFormat.DATE: "date-string",
+    StringFormat.TIME: "time-string",
+    StringFormat.DATE_TIME: "date-time-string",
+}
+_BAD_UTF8: Final = (
+    "the grammar llama.cpp makes of this pattern is not valid UTF-8 (a quantifier after a non-ASCII "
+    "character repeats only its last byte)"
+)
+
+
+class _Converter:
+    """common_chat_schema_converter, with dotall off (the JSON-schema path)."""
+
+    def __init__(self, document: SchemaDocument, limit: WorkLimit, max_chars: int) -> None:
+        self.document = document
+        self.limit = limit
+        self.max_chars = max_chars
+        self.chars = len("space") + len(SPACE_RULE)
+        self.rules: dict[str, str] = {"space": SPACE_RULE}
+        self.refs_being_resolved: set[str] = set()
+        self.errors: list[tuple[str, str]] = []  # (message, pointer)
+        self.warnings: list[str] = []
+        self.journal: list[str] | None = None  # rule names added while a pattern is being translated
+        self.bad_utf8_pointer: str | None = None
+
+    def add_rule(self, name: str, rule: str) -> str:
+        esc_name = INVALID_RULE_CHARS.sub("-", name)
+        key = esc_name
+        i = 0
+        while key in self.rules and self.rules[key] != rule:
+            key = f"{esc_name}{i}"
+            i += 1
+        if key not in self.rules:
+            self.chars += len(key) + len(rule)
+            if self.chars > self.max_chars:
+                raise SchemaError(f"the grammar grows past {self.max_chars} characters")
+            self.rules[key] = rule
+            if self.journal is not None:
+                self.journal.append(key)
+        return key
+
+    def add_primitive(self, name: str, rule: BuiltinRule) -> str:
+        result = self.add_rule(name, rule.content)
+        for dep in rule.deps:
+            dep_rule = PRIMITIVE_RULES.get(dep) or STRING_FORMAT_RULES.get(dep)
+            if dep_rule is None:
+                self.errors.append((f"Rule {dep} not known", "#"))
+            elif dep not in self.rules:
+                self.add_primitive(dep, dep_rule)
+        return result
+
+    def visit_primitive(self, rule_name: str, kind: str) -> str:
+        return self.add_primitive("root" if rule_name == "root" else kind, PRIMITIVE_RULES[kind])
+
+    @staticmethod
+    def constant_rule(value: JsonValue) -> str:
+        return format_literal(to_bytes(dump_json(value)))
+
+    def visit_pattern(self, node: StringNode, name: str) -> str:
+        # _visit_pattern: an untranslatable pattern leaves no rule behind and becomes any string
+        self.journal = []
+        try:
+            result = pattern_to_rule(to_bytes(node.pattern), name, self.add_rule)
+            added = [self.rules[key] for key in self.journal]
+        except (UnsupportedPattern, InvalidPattern) as err:
+            for key in self.journal:  # llama.cpp restores its rule map as it was before the pattern
+                self.chars -= len(key) + len(self.rules.pop(key))
+            self.journal = None
+            if isinstance(err, InvalidPattern):
+                self.errors.append((f"Invalid pattern {node.pattern}: {from_bytes(str(err))}", node.pointer))
+                return ""
+            reason = from_bytes(str(err))
+            self.warnings.append(f"pattern {node.pattern} is not supported ({reason}), accepting any string")
+            return self.add_rule(name, self.add_primitive("string", PRIMITIVE_RULES["string"]))
+        finally:
+            self.journal = None
+        if self.bad_utf8_pointer is None and not all(map(is_utf8, added)):
+            self.bad_utf8_pointer = node.pointer
+        return result
+
+    def resolve_ref(self, node: RefNode) -> str:
+        fragment = node.ref[node.ref.find("#") + 1 :]
+        ref_name = "ref" + INVALID_RULE_CHARS.sub("-", to_bytes(fragment))
+        if ref_name not in self.rules and node.ref not in self.refs_being_resolved:
+            target = self.document.refs.get(node.ref)
+            if target is None:
+                self.errors.append((f"Unresolved $ref {node.ref}", node.pointer))
+                return ""
+            self.refs_being_resolved.add(node.ref)
+            ref_name = self.visit(target, ref_name)
+            self.refs_being_resolved.discard(node.ref)
+        return ref_name
+
+    def object_rule(self, properties: Sequence[tuple[str, SchemaNode]], required: set[str], name: str,
+                    additional: SchemaNode | None) -> str:
+        """_build_object_rule; `properties` names are byte strings."""
+        prefix = name + "-" if name else ""
+        required_props: list[str] = []
+        optional_props: list[str] = []
+        kv_rule_names: dict[str, str] = {}
+        for prop_name, prop_schema in properties:
+            prop_rule_name = self.visit(prop_schema, prefix + prop_name)
+            key_literal = format_literal(dump_string(prop_name))
+            kv_rule_names[prop_name] = self.add_rule(
+                f"{prefix}{prop_name}-kv", f'{key_literal} space ":" space {prop_rule_name}'
+            )
+            (required_props if prop_name in required else optional_props).append(prop_name)
+        if additional is not None:
+            sub_name = prefix + "additional"
+            value_rule = (self.visit(additional, sub_name + "-value") if not isinstance(additional, AnyNode)
+                          else self.add_primitive("value", PRIMITIVE_RULES["value"]))
+            names = [prop_name for prop_name, _ in properties]
+            char_rule = "" if not names else self.add_primitive("char", PRIMITIVE_RULES["char"])
+            key_rule = (self.add_primitive("string", PRIMITIVE_RULES["string"]) if not names
+                        else self.add_rule(sub_name + "-k", not_strings(names, char_rule)))
+            kv_rule_names["*"] = self.add_rule(sub_name + "-kv", f'{key_rule} ":" space {value_rule}')
+            optional_props.append("*")
+        if not required_props and not optional_props:
+            return '"{" space "}"'
+        rule = '"{" space ' + ' "," space '.join(kv_rule_names[prop] for prop in required_props)
+        if optional_props:
+            rule += " (" + (' "," space ( ' if required_props else "")
+            rule += " | ".join(self.optional_chains(optional_props, kv_rule_names, prefix))
+            rule += (" )" if required_props else "") + " )?"
+        return rule + ' space "}"'
+
+    def optional_chains(self, keys: list[str], kv_rule_names: dict[str, str], prefix: str) -> list[str]:
+        # llama.cpp's get_recursive_refs, unrolled: for each start i, the first key then a rule "<k>-rest"
+        # holding the optional rest. Its later calls repeat the first one's add_rule calls (same names, same
+        # texts), which change nothing, so each rest rule is added once, innermost first, as there.
+        def comma_ref(key: str) -> str:
+            return f'( "," space {kv_rule_names[key]} )' + ("*" if key == "*" else "?")
+
+        rest_names: dict[int, str] = {}
+        for j in range(len(keys) - 2, -1, -1):
+            content = comma_ref(keys[j + 1]) + (f" {rest_names[j + 1]}" if j + 1 < len(keys) - 1 else "")
+            rest_names[j] = self.add_rule(f"{prefix}{keys[j]}-rest", content)
+        chains = []
+        for i, key in enumerate(keys):
+            kv = kv_rule_names[key]
+            chain = kv + (f' ( "," space {kv} )*' if key == "*" else "")
+            chains.append(chain + (f" {rest_names[i]}" if i < len(keys) - 1 else ""))
+        return chains
+
+    def visit_all_of(self, node: AllOfNode, name: str, rule_name: str) -> str:
+        required: set[str] = set()
+        properties: list[tuple[str, SchemaNode]] = []
+        enum_values: dict[str, int] = {}
+
+        def add_component(component: SchemaNode, is_required: bool) -> None:
+            seen: set[str] = set()
+            while isinstance(component, RefNode):
+                if component.ref in seen:
+                    raise SchemaError(f"{FAILED}$ref cycle through {component.ref} inside allOf "
+                                      "(llama.cpp recurses without end)", pointer=node.pointer)
+                seen.add(component.ref)
+                target = self.document.refs.get(component.ref)
+                if target is None:
+                    return
+                component = target
+            if isinstance(component, ObjectNode):
+                for prop in component.properties:
+                    properties.append((to_bytes(prop.name), prop.schema))
+                    if is_required:
+                        required.add(to_bytes(prop.name))
+            elif isinstance(component, EnumNode):
+                for value in component.values:
+                    literal = self.constant_rule(value)
+                    enum_values[literal] = enum_values.get(literal, 0) + 1
+
+        for child in node.children:
+            if isinstance(child, AnyOfNode):
+                for alt in child.children:
+                    add_component(alt, False)
+            else:
+                add_component(child, True)
+        intersection = [value for value, count in sorted(enum_values.items()) if count == len(node.children)]
+        if intersection:
+            return self.add_rule(rule_name, "(" + " | ".join(intersection) + ")")
+        return self.add_rule(rule_name, self.object_rule(properties, required, name, None))
+
+    def visit(self, node: SchemaNode, name: str) -> str:
+        self.limit.enter(node.pointer)
+        try:
+            rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
+            return _VISITORS[type(node)](self, node, name, rule_name)
+        finally:
+            self.limit.leave()
+
+    def visit_object(self, node: ObjectNode, name: str, rule_name: str) -> str:
+        if not node.properties and isinstance(node.additional, AnyNode):
+            return self.add_rule(rule_name, self.add_primitive("object", PRIMITIVE_RULES["object"]))
+        properties = [(to_bytes(prop.name), prop.schema) for prop in node.properties]
+        required = {to_bytes(prop.name) for prop in node.properties if prop.required}
+        return self.add_rule(rule_name, self.object_rule(properties, required, name, node.additional))
+
+    def visit_tuple(self, node: TupleNode, name: str, rule_name: str) -> str:
+        sub_name = name + "-" if name else ""
+        items = [self.visit(item, f"{sub_name}tuple-{i}") for i, item in enumerate(node.items)]
+        return self.add_rule(rule_name, '"[" space ' + ' "," space '.join(items) + ' space "]"')
+
+    def visit_array(self, node: ArrayNode, name: str, rule_name: str) -> str:
+        if isinstance(node.items, AnyNode) and node.min_items == 0 and node.max_items < 0:
+            return self.visit_primitive(rule_name, "array")
+        item_rule_name = self.visit(node.items, (name + "-" if name else "") + "item")
+        max_items = INT_MAX if node.max_items < 0 else node.max_items
+        repetition = build_repetition(item_rule_name, node.min_items, max_items, '"," space')
+        return self.add_rule(rule_name, f'"[" space {repetition} space "]"')
+
+    def visit_string(self, node: StringNode, name: str, rule_name: str) -> str:
+        if node.pattern:
+            return self.visit_pattern(node, rule_name)
+        if node.format is StringFormat.UUID:
+            return self.visit_primitive(rule_name, "uuid")
+        if node.format is not StringFormat.NONE:
+            prim_name = _FORMAT_RULE_NAMES[node.format]
+            return self.add_rule(rule_name, self.add_primitive(prim_name, STRING_FORMAT_RULES[prim_name]))
+        if node.min_length > 0 or node.max_length >= 0:
+            char_rule = self.add_primitive("char", PRIMITIVE_RULES["char"])
+            max_len = INT_MAX if node.max_length < 0 else node.max_length
+            repetition = build_repetition(char_rule, node.min_length, max_len)
+            return self.add_rule(rule_name, f'"\\"" {repetition} "\\""')
+        return self.visit_primitive(rule_name, "string")
+
+    def visit_integer(self, node: IntegerNode, name: str, rule_name: str) -> str:
+        if node.minimum == INT64_MIN and node.maximum == INT64_MAX:
+            return self.visit_primitive(rule_name, "integer")
+        try:
+            return self.add_rule(rule_name, f"({build_min_max_int(node.minimum, node.maximum)})")
+        except SchemaError as err:
+            raise SchemaError(err.reason, pointer=node.pointer) from None
+
+    def format_grammar(self) -> str:
+        return "".join(f"{key} ::= {self.rules[key]}\n" for key in sorted(self.rules))
+
+
+# node kind -> visitor (the node argument is of the key's type)
+_Visitor = Callable[[_Converter, Any, str, str], str]
+_VISITORS: Final[dict[type, _Visitor]] = {
+    RefNode: lambda c, node, name, rule_name: c.add_rule(rule_name, c.resolve_ref(node)),
+    AnyOfNode: lambda c, node, name, rule_name: c.add_rule(rule_name, " | ".join(
+        c.visit(alt, name + ("-" if name else "alternative-") + str(i)) for i, alt in enumerate(node.children)
+    )),
+    AllOfNode: _Converter.visit_all_of,
+    ConstNode: lambda c, node, name, rule_name: c.add_rule(rule_name, c.constant_rule(node.value)),
+    EnumNode: lambda c, node, name, rule_name: c.add_rule(
+        rule_name, "(" + " | ".join(map(c.constant_rule, node.values)) + ")"
+    ),
+    ObjectNode: _Converter.visit_object,
+    TupleNode: _Converter.visit_tuple,
+    ArrayNode: _Converter.visit_array,
+    StringNode: _Converter.visit_string,
+    IntegerNode: _Converter.visit_integer,
+    NumberNode: lambda c, node, name, rule_name: c.visit_primitive(rule_name, "number"),
+    BooleanNode: lambda c, node, name, rule_name: c.visit_primitive(rule_name, "boolean"),
+    NullNode: lambda c, node, name, rule_name: c.visit_primitive(rule_name, "null"),
+    AnyNode: lambda c, node, name, rule_name: c.add_rule(
+        rule_name, c.add_primitive("value", PRIMITIVE_RULES["value"])
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaConversion:
+    """A converted schema: the GBNF text (root rule `root`) and llama.cpp's warnings, one per issue."""
+
+    grammar: str
+    warnings: tuple[str, ...]
+
+
+def convert_schema_value(
+    schema: JsonValue, *, time_limit: float = MAX_CONVERSION_SECONDS
+) -> SchemaConversion:
+    """Convert an already parsed schema (a `parse_json` value, so numbers and key order are llama.cpp's).
+
+    Raises:
+        SchemaError: llama.cpp refuses the schema (its message), or a limit of this module is reached.
+    """
+    limit = WorkLimit(max_depth=MAX_SCHEMA_DEPTH, deadline=time.monotonic() + time_limit)
+    document = schema_from_json(schema, limit)
+    converter = _Converter(document, limit, MAX_GRAMMAR_CHARS)
+    converter.visit(document.root, "")
+    if converter.errors:
+        message = FAILED + "\n".join(text for text, _ in converter.errors)
+        raise SchemaError(message, pointer=converter.errors[0][1])
+    try:
+        grammar = converter.format_grammar().encode("latin-1").decode("utf-8")
+    except UnicodeDecodeError:
+        raise SchemaError(f"{FAILED}{_BAD_UTF8}", pointer=converter.bad_utf8_pointer or "#") from None
+    return SchemaConversion(grammar, tuple(converter.warnings))
+
+
+def convert_json_schema(schema_text: str, *, time_limit: float = MAX_CONVERSION_SECONDS) -> SchemaConversion:
+    """Convert a JSON schema text to GBNF exactly as llama.cpp's `json_schema_to_grammar` does.
+
+    The text is read as llama.cpp reads it (nlohmann ordered_json; see schema/json_text.py).
+
+    Raises:
+        SchemaError: the text is not JSON, llama.cpp refuses the schema (`reason` is its message, `pointer`
+            the node), or the conversion exceeds this module's depth, size or time limits.
+    """
+    return convert_schema_value(parse_json(schema_text), time_limit=time_limit)
+
+
+def json_schema_to_gbnf(schema_text: str) -> str:
+    """The GBNF grammar of a JSON schema text (see `convert_json_schema`; warnings are dropped).
+
+    Raises:
+        SchemaError: as `convert_json_schema`.
+    """
+    return convert_json_schema(schema_text).grammar

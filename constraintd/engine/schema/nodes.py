@@ -1,0 +1,427 @@
+# The schema tree llama.cpp's converter walks: a port of common/json-schema.cpp (common_chat_schema_*).
+#
+# Contract: `schema_from_json(value)` builds, from a parsed JSON schema, the same tree llama.cpp's
+# `common_chat_schema_from_json` builds, and refuses the same schemas with the same message
+# ("JSON schema conversion failed:\nJSON schema error at <path>: <what>", where <path> is llama.cpp's
+# own, e.g. `#/properties/a` or `#/type/1`). The SchemaError's pointer is the RFC 6901 pointer of the
+# offending schema object in the document (a `$ref` target's pointer is the `$ref` text itself).
+#
+# Invariants:
+# - Nodes are immutable. A `$ref` node names its target by the `$ref` text; the targets live in
+#   `SchemaDocument.refs`, each built once, so a cycle through `$ref` is a cycle of names, not of objects.
+# - Keyword precedence is llama.cpp's: `$ref` beats everything, then oneOf/anyOf, a `type` list (one
+#   alternative per entry, the rest of the schema copied), const, enum, then `type` or, without one, the
+#   structural keywords. Numbers are narrowed as C++ narrows them (`to_int32`, `to_int64`, and a double
+#   outside int64 turning into INT64_MIN, what x86-64's conversion yields).
+# - Work is bounded by a `WorkLimit`: nesting (through `$ref` too) and time; exceeding it is a SchemaError.
+from __future__ import annotations
+
+import enum
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, TypeAlias
+
+from constraintd.engine.schema.json_text import JsonValue, is_integer, to_int32, to_int64
+from constraintd.errors import SchemaError
+
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "AllOfNode",
+    "AnyNode",
+    "AnyOfNode",
+    "ArrayNode",
+    "BooleanNode",
+    "ConstNode",
+    "EnumNode",
+    "IntegerNode",
+    "NullNode",
+    "NumberNode",
+    "ObjectNode",
+    "Property",
+    "RefNode",
+    "SchemaDocument",
+    "SchemaNode",
+    "StringFormat",
+    "StringNode",
+    "TupleNode",
+    "WorkLimit",
+    "schema_from_json",
+]
+
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+FAILED: Final = "JSON schema conversion failed:\n"
+
+
+class StringFormat(enum.Enum):
+    NONE = "none"
+    UUID = "uuid"  # uuid, uuid1 .. uuid5
+    DATE = "date"
+    TIME = "time"
+    DATE_TIME = "date-time"
+
+
+@dataclass(frozen=True, slots=True)
+class AnyNode:
+    pointer: str
+
+
+@dataclass(frozen=True, slots=True)
+class RefNode:
+    pointer: str
+    ref: str  # "#/...", a key of SchemaDocument.refs
+
+
+@dataclass(frozen=True, slots=True)
+class AnyOfNode:  # oneOf / anyOf, or a "type" list
+    pointer: str
+    children: tuple[SchemaNode, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AllOfNode:
+    pointer: str
+    children: tuple[SchemaNode, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConstNode:
+    pointer: str
+    value: JsonValue
+
+
+@dataclass(frozen=True, slots=True)
+class EnumNode:
+    pointer: str
+    values: tuple[JsonValue, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NullNode:
+    pointer: str
+
+
+@dataclass(frozen=True, slots=True)
+class BooleanNode:
+    pointer: str
+
+
+@dataclass(frozen=True, slots=True)
+class NumberNode:
+    pointer: str
+
+
+@dataclass(frozen=True, slots=True)
+class IntegerNode:  # inclusive bounds; INT64_MIN / INT64_MAX mean unbounded
+    pointer: str
+    minimum: int = INT64_MIN
+    maximum: int = INT64_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class StringNode:
+    pointer: str
+    pattern: str = ""  # "" when absent
+    format: StringFormat = StringFormat.NONE
+    min_length: int = 0
+    max_length: int = -1  # -1 for unbounded
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayNode:
+    pointer: str
+    items: SchemaNode  # an AnyNode when "items" is absent
+    min_items: int = 0
+    max_items: int = -1  # -1 for unbounded
+
+
+@dataclass(frozen=True, slots=True)
+class TupleNode:
+    pointer: str
+    items: tuple[SchemaNode, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Property:
+    name: str
+    schema: SchemaNode
+    required: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectNode:
+    pointer: str
+    properties: tuple[Property, ...]  # in schema order
+    additional: SchemaNode | None  # None when additional properties are not allowed
+
+
+SchemaNode: TypeAlias = (
+    AnyNode | RefNode | AnyOfNode | AllOfNode | ConstNode | EnumNode | NullNode | BooleanNode | NumberNode
+    | IntegerNode | StringNode | ArrayNode | TupleNode | ObjectNode
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaDocument:
+    root: SchemaNode
+    refs: Mapping[str, SchemaNode]
+
+
+@dataclass(slots=True)
+class WorkLimit:
+    """How deep the conversion may recurse and until when it may run (time.monotonic())."""
+
+    max_depth: int
+    deadline: float
+    depth: int = field(default=0)
+
+    def enter(self, pointer: str) -> None:
+        self.depth += 1
+        if self.depth > self.max_depth:
+            raise SchemaError(f"the schema nests deeper than {self.max_depth} levels", pointer=pointer)
+        if time.monotonic() > self.deadline:
+            raise SchemaError("the conversion ran past its time limit", pointer=pointer)
+
+    def leave(self) -> None:
+        self.depth -= 1
+
+
+def escape_pointer_token(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _c_stoull(text: str) -> int | None:
+    """std::stoull: leading space, a sign, decimal digits; None where it throws (nothing, or > 2**64-1)."""
+    rest = text.lstrip(" \t\n\v\f\r")
+    sign = -1 if rest.startswith("-") else 1
+    rest = rest[1:] if rest[:1] in ("+", "-") else rest
+    digits = len(rest) - len(rest.lstrip("0123456789"))
+    if digits == 0 or not rest[:digits].isascii():
+        return None
+    value = int(rest[:digits])
+    if value >= 2**64:
+        return None
+    return (sign * value) % 2**64  # strtoull negates in unsigned arithmetic
+
+
+class _Builder:
+    """common_chat_schema_builder: one pass over the document, each $ref target built once."""
+
+    def __init__(self, root: JsonValue, limit: WorkLimit) -> None:
+        self.root = root
+        self.limit = limit
+        self.refs: dict[str, SchemaNode | None] = {}
+
+    @staticmethod
+    def fail(path: str, message: str, pointer: str) -> SchemaError:
+        return SchemaError(f"{FAILED}JSON schema error at {path}: {message}", pointer=pointer)
+
+    def count(self, schema: dict[str, JsonValue], key: str, path: str, pointer: str, default: int) -> int:
+        if key not in schema:
+            return default
+        value = schema[key]
+        if not is_integer(value) or to_int32(value) < 0:  # type: ignore[arg-type]
+            raise self.fail(path, f"{key} must be a non-negative integer", pointer)
+        return to_int32(value)  # type: ignore[arg-type]
+
+    def bound(
+        self, schema: dict[str, JsonValue], key: str, path: str, pointer: str, *, round_up: bool
+    ) -> int:
+        value = schema[key]
+        if is_integer(value):
+            return to_int64(value)  # type: ignore[arg-type]
+        if not isinstance(value, float):
+            raise self.fail(path, f"{key} must be a number", pointer)
+        rounded = math.ceil(value) if round_up else math.floor(value)
+        return rounded if INT64_MIN <= rounded <= INT64_MAX else INT64_MIN
+
+    def format(self, schema: dict[str, JsonValue], path: str, pointer: str) -> StringFormat:
+        if "format" not in schema:
+            return StringFormat.NONE
+        value = schema["format"]
+        if not isinstance(value, str):
+            raise self.fail(path, "format must be a string", pointer)
+        if value in ("date", "time", "date-time"):
+            return StringFormat(value)
+        if value == "uuid" or (len(value) == 5 and value.startswith("uuid") and "1" <= value[4] <= "5"):
+            return StringFormat.UUID
+        return StringFormat.NONE
+
+    def resolve(self, ref: str, path: str, pointer: str) -> JsonValue:
+        target = self.root
+        for token in ref[1:].split("/")[1:]:
+            if isinstance(target, dict) and token in target:
+                target = target[token]
+            elif isinstance(target, list):
+                index = _c_stoull(token)
+                if index is None or index >= len(target):
+                    raise self.fail(path, f"cannot resolve $ref {ref}, {token} is out of range", pointer)
+                target = target[index]
+            else:
+                raise self.fail(path, f"cannot resolve $ref {ref}, {token} not found", pointer)
+        return target
+
+    def ref(self, value: JsonValue, path: str, pointer: str) -> SchemaNode:
+        if not isinstance(value, str):
+            raise self.fail(path, "$ref must be a string", pointer)
+        if not value.startswith("#/"):
+            message = f"unsupported $ref {value}, only references into the same document are supported"
+            raise self.fail(path, message, pointer)
+        if value not in self.refs:
+            self.refs[value] = None  # reserved first, so that a cycle back to this $ref stops here
+            self.refs[value] = self.node(self.resolve(value, path, pointer), value, value)
+        return RefNode(pointer, value)
+
+    def alternatives(self, alts: JsonValue, path: str, pointer: str) -> tuple[SchemaNode, ...]:
+        if not isinstance(alts, list):
+            raise self.fail(path, "must be an array of schemas", pointer)
+        if not alts:
+            raise self.fail(path, "must not be empty", pointer)
+        return tuple(self.node(alt, f"{path}/{i}", f"{pointer}/{i}") for i, alt in enumerate(alts))
+
+    def keyword_alternatives(self, kind: Callable[[str, tuple[SchemaNode, ...]], SchemaNode],
+                             schema: dict[str, JsonValue], key: str, path: str, pointer: str) -> SchemaNode:
+        return kind(pointer, self.alternatives(schema[key], f"{path}/{key}", f"{pointer}/{key}"))
+
+    def object(self, schema: dict[str, JsonValue], path: str, pointer: str) -> SchemaNode:
+        listed = schema.get("required")
+        required = {name for name in listed if isinstance(name, str)} if isinstance(listed, list) else set()
+        properties: list[Property] = []
+        if "properties" in schema:
+            declared = schema["properties"]
+            if not isinstance(declared, dict):
+                raise self.fail(path, "properties must be an object", pointer)
+            for name, prop in declared.items():
+                node = self.node(prop, f"{path}/properties/{name}",
+                                 f"{pointer}/properties/{escape_pointer_token(name)}")
+                properties.append(Property(name, node, name in required))
+        additional: SchemaNode | None = None
+        if "additionalProperties" in schema:
+            extra = schema["additionalProperties"]
+            if isinstance(extra, bool):
+                additional = AnyNode(f"{pointer}/additionalProperties") if extra else None
+            elif isinstance(extra, dict):
+                key = "/additionalProperties"
+                additional = self.node(extra, path + key, pointer + key)
+            else:
+                raise self.fail(path, "additionalProperties must be a boolean or a schema", pointer)
+        elif "properties" not in schema:
+            additional = AnyNode(pointer)  # {"type": "object"} on its own accepts any object
+        return ObjectNode(pointer, tuple(properties), additional)
+
+    def array(self, schema: dict[str, JsonValue], path: str, pointer: str) -> SchemaNode:
+        if "items" in schema or "prefixItems" in schema:
+            key = "items" if "items" in schema else "prefixItems"  # "items" wins when both are there
+            items = schema[key]
+            if isinstance(items, list):  # a tuple: minItems / maxItems are not even read
+                built = [self.node(item, f"{path}/{key}/{i}", f"{pointer}/{key}/{i}")
+                         for i, item in enumerate(items)]
+                return TupleNode(pointer, tuple(built))
+            item_node = self.node(items, f"{path}/{key}", f"{pointer}/{key}")
+        else:
+            item_node = AnyNode(pointer)
+        return ArrayNode(pointer, item_node, self.count(schema, "minItems", path, pointer, 0),
+                         self.count(schema, "maxItems", path, pointer, -1))
+
+    def string(self, schema: dict[str, JsonValue], path: str, pointer: str) -> SchemaNode:
+        pattern = ""
+        if "pattern" in schema:
+            value = schema["pattern"]
+            if not isinstance(value, str):
+                raise self.fail(path, "pattern must be a string", pointer)
+            pattern = value
+        return StringNode(pointer, pattern, self.format(schema, path, pointer),
+                          self.count(schema, "minLength", path, pointer, 0),
+                          self.count(schema, "maxLength", path, pointer, -1))
+
+    def integer(self, schema: dict[str, JsonValue], path: str, pointer: str) -> SchemaNode:
+        minimum, maximum = INT64_MIN, INT64_MAX
+        if "minimum" in schema:
+            minimum = self.bound(schema, "minimum", path, pointer, round_up=True)
+        elif "exclusiveMinimum" in schema:
+            minimum = to_int64(self.bound(schema, "exclusiveMinimum", path, pointer, round_up=False) + 1)
+        if "maximum" in schema:
+            maximum = self.bound(schema, "maximum", path, pointer, round_up=False)
+        elif "exclusiveMaximum" in schema:
+            maximum = to_int64(self.bound(schema, "exclusiveMaximum", path, pointer, round_up=True) - 1)
+        return IntegerNode(pointer, minimum, maximum)
+
+    def node(self, schema: JsonValue, path: str, pointer: str) -> SchemaNode:
+        self.limit.enter(pointer)
+        try:
+            return self.node_of(schema, path, pointer)
+        finally:
+            self.limit.leave()
+
+    def node_of(self, schema: JsonValue, path: str, pointer: str) -> SchemaNode:
+        if not isinstance(schema, dict):
+            raise self.fail(path, "schema must be an object", pointer)
+        if "$ref" in schema:
+            return self.ref(schema["$ref"], path, pointer)
+        if "oneOf" in schema or "anyOf" in schema:
+            return self.keyword_alternatives(AnyOfNode, schema, "oneOf" if "oneOf" in schema else "anyOf",
+                                             path, pointer)
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            # {"type": ["a", "b"], ...} is {"anyOf": [{"type": "a", ...}, {"type": "b", ...}]}
+            if not kind:
+                raise self.fail(path, "type must not be empty", pointer)
+            alternatives = [self.node({**schema, "type": entry}, f"{path}/type/{i}", pointer)
+                            for i, entry in enumerate(kind)]
+            return AnyOfNode(pointer, tuple(alternatives))
+        if "const" in schema:
+            return ConstNode(pointer, schema["const"])
+        if "enum" in schema:
+            values = schema["enum"]
+            if not isinstance(values, list) or not values:
+                raise self.fail(path, "enum must be a non-empty array", pointer)
+            return EnumNode(pointer, tuple(values))
+        if kind is not None and not isinstance(kind, str):
+            raise self.fail(path, "type must be a string or an array of strings", pointer)
+        has_properties = "properties" in schema or (
+            "additionalProperties" in schema and schema["additionalProperties"] is not True
+        )
+        if not kind:  # absent, null or "": the structural keywords decide, in the converter's order
+            if has_properties:
+                return self.object(schema, path, pointer)
+            if "allOf" in schema:
+                return self.keyword_alternatives(AllOfNode, schema, "allOf", path, pointer)
+            if "items" in schema or "prefixItems" in schema:
+                return self.array(schema, path, pointer)
+            if any(key in schema for key in ("pattern", "minLength", "maxLength")) or (
+                self.format(schema, path, pointer) is not StringFormat.NONE
+            ):
+                return self.string(schema, path, pointer)
+            return AnyNode(pointer)
+        if kind in ("object", "string") and "allOf" in schema and not (kind == "object" and has_properties):
+            return self.keyword_alternatives(AllOfNode, schema, "allOf", path, pointer)
+        build = _TYPED.get(kind)
+        if build is None:
+            raise self.fail(path, f"unrecognized type {kind}", pointer)
+        return build(self, schema, path, pointer)
+
+
+_TYPED: Final[dict[str, Callable[[_Builder, dict[str, JsonValue], str, str], SchemaNode]]] = {
+    "object": _Builder.object,
+    "string": _Builder.string,
+    "array": _Builder.array,
+    "integer": _Builder.integer,
+    "number": lambda _builder, _schema, _path, pointer: NumberNode(pointer),
+    "boolean": lambda _builder, _schema, _path, pointer: BooleanNode(pointer),
+    "null": lambda _builder, _schema, _path, pointer: NullNode(pointer),
+}
+
+
+def schema_from_json(value: JsonValue, limit: WorkLimit) -> SchemaDocument:
+    """Build the schema tree of a parsed JSON schema, as `common_chat_schema_from_json` does.
+
+    Raises:
+        SchemaError: the schema falls outside what llama.cpp converts (its message), or exceeds `limit`.
+    """
+    builder = _Builder(value, limit)
+    root = builder.node(value, "#", "#")
+    refs = {ref: node for ref, node in builder.refs.items() if node is not None}
+    return SchemaDocument(root, refs)

@@ -1,0 +1,280 @@
+# A vocabulary's pieces decoded as llama.cpp's grammar decodes them, laid out for whole-vocabulary masks.
+#
+# Contract:
+# - Built once per vocabulary content (`decoded_vocab(vocab)` caches by `Vocab.content_hash`), shared by
+#   every grammar and matcher on that vocabulary; immutable once built (tables are built on first use, or
+#   handed in prebuilt: service/vocab_store.py keeps `kinds` and the fresh table on disk).
+# - `kinds[token]`: END_OF_GENERATION (decided by the grammar's completeness alone), NEVER (empty piece or
+#   one starting with NUL: llama.cpp never allows it) or PLAIN (decided by decoding its piece); the same
+#   as bytes (`kind_of`, for one token at a time) and the END_OF_GENERATION ids (`eog_tokens`).
+# - `decode(token, partial)` is `decode_utf8(piece, partial)`, cached for a fresh start.
+# - A `ColumnTable` holds the PLAIN tokens that are valid from one start state, sorted by number of code
+#   points (longest first, ties by token id): column j is the j-th code point of the first
+#   `count_from[j]` tokens. `fresh` is every token decoded from a fresh start; `after_partial(k)` the
+#   tokens that can finish a sequence missing k bytes, whose column 0 is filled in per partial value.
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from constraintd.engine.grammar.utf8 import FRESH, INVALID, PartialUtf8, decode_utf8
+from constraintd.engine.vocab.vocab import Vocab
+
+__all__ = [
+    "END_OF_GENERATION",
+    "NEVER",
+    "PLAIN",
+    "ColumnTable",
+    "DecodedVocab",
+    "PartialTable",
+    "decoded_vocab",
+    "encode_partial",
+]
+
+PLAIN: Final = 0
+END_OF_GENERATION: Final = 1
+NEVER: Final = 2
+
+_CACHE_SIZE: Final = 8
+_CACHE: dict[str, DecodedVocab] = {}
+
+IntArray = npt.NDArray[np.int64]
+
+
+def encode_partial(partial: PartialUtf8) -> int:
+    """An unfinished sequence as one positive int (0 stands for none)."""
+    return (partial[0] << 2) | partial[1] if partial[1] > 0 else 0
+
+
+def decode_partial(code: int) -> PartialUtf8:
+    return (code >> 2, code & 3)
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnTable:
+    """Tokens by code points, column-major (see the module comment).
+
+    Attributes:
+        ids: token id at each row.
+        columns: columns[j][row] is the j-th code point of the rows that have one (rows < count_from[j]).
+        count_from: rows with more than j code points, per j (non-increasing).
+        partials: per row, `encode_partial` of the sequence the piece leaves unfinished (0: none).
+        row_of: per token id, its row, or -1 when the token is not in the table.
+        first_code_points / first_index: column 0 as its distinct values (ascending) and, per row, the
+            index of its value there (all rows start from one state: column 0 moves once per value).
+    """
+
+    ids: IntArray
+    columns: tuple[IntArray, ...]
+    count_from: tuple[int, ...]
+    partials: IntArray
+    row_of: IntArray
+    first_code_points: IntArray
+    first_index: IntArray
+
+
+@dataclass(frozen=True, slots=True)
+class PartialTable:
+    """The tokens that can follow a piece that left a sequence missing `k` bytes.
+
+    Attributes:
+        short_ids / short_lengths / short_bits: tokens of fewer than k bytes, all continuation bytes: the
+            sequence is still unfinished after them; their byte count and the bits they add.
+        long: tokens of at least k bytes starting with k continuation bytes, then valid UTF-8; their rows
+            hold the code points after the k bytes, from column 1 on (column 0 is a placeholder).
+        long_bits: per row of `long`, the bits its first k bytes add to the unfinished sequence.
+    """
+
+    k: int
+    short_ids: IntArray
+    short_lengths: IntArray
+    short_bits: IntArray
+    long: ColumnTable
+    long_bits: IntArray
+
+
+class DecodedVocab:
+    """The pieces of one vocabulary as the grammar decodes them (see the module comment)."""
+
+    __slots__ = (
+        "_fresh",
+        "_fresh_table",
+        "_partial_tables",
+        "eog_tokens",
+        "kind_of",
+        "kinds",
+        "n_tokens",
+        "pieces",
+    )
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        *,
+        kinds: npt.NDArray[np.int8] | None = None,
+        fresh_table: ColumnTable | None = None,
+    ) -> None:
+        """`kinds` and `fresh_table`, when given, are this vocabulary's as built before (service/vocab_store.py
+        reads them from disk); they are taken as they are, read-only, not checked."""
+        self.pieces = vocab.pieces
+        self.n_tokens = len(vocab)
+        if kinds is None:
+            kinds = np.full(self.n_tokens, PLAIN, dtype=np.int8)
+            kinds[[i for i, p in enumerate(self.pieces) if not p or p[0] == 0]] = NEVER
+            kinds[sorted(vocab.eog_ids)] = END_OF_GENERATION
+        kinds.flags.writeable = False
+        self.kinds: npt.NDArray[np.int8] = kinds
+        # the same, for one token at a time: indexing bytes gives a Python int without touching numpy
+        self.kind_of: bytes = kinds.astype(np.uint8).tobytes()
+        self.eog_tokens: IntArray = np.flatnonzero(kinds == END_OF_GENERATION)  # ascending
+        self._fresh: dict[int, tuple[tuple[int, ...], PartialUtf8]] = {}
+        self._fresh_table: ColumnTable | None = fresh_table
+        self._partial_tables: dict[int, PartialTable] = {}
+
+    def decode(self, token: int, partial: PartialUtf8 = FRESH) -> tuple[tuple[int, ...], PartialUtf8]:
+        """`decode_utf8(piece, partial)` of a token (cached for a fresh start)."""
+        if partial[1] > 0:
+            return decode_utf8(self.pieces[token], partial)
+        try:
+            return self._fresh[token]
+        except KeyError:
+            decoded = self._fresh[token] = decode_utf8(self.pieces[token])
+            return decoded
+
+    def fresh_table(self) -> ColumnTable:
+        """Every PLAIN token valid from a fresh start."""
+        if self._fresh_table is None:
+            # Well-formed UTF-8 without NUL (nearly every piece) is decoded by Python, all at once as
+            # UTF-32; the rest by llama.cpp's decoder.
+            texts: list[str] = []
+            text_ids: list[int] = []
+            rows: list[tuple[int, tuple[int, ...], int]] = []
+            for token in np.flatnonzero(self.kinds == PLAIN).tolist():
+                piece = self.pieces[token]
+                if 0 not in piece:
+                    try:
+                        texts.append(piece.decode("utf-8"))
+                    except UnicodeDecodeError:
+                        pass
+                    else:
+                        text_ids.append(token)
+                        continue
+                code_points, partial = decode_utf8(piece)
+                if partial != INVALID:
+                    rows.append((token, code_points, encode_partial(partial)))
+            fast = np.frombuffer("".join(texts).encode("utf-32-le"), dtype="<u4").astype(np.int64)
+            slow = np.fromiter((cp for row in rows for cp in row[1]), dtype=np.int64)
+            self._fresh_table = _column_table(
+                ids=np.array(text_ids + [row[0] for row in rows], dtype=np.int64),
+                flat=np.concatenate((fast, slow)),
+                lengths=np.array([len(t) for t in texts] + [len(row[1]) for row in rows], dtype=np.int64),
+                partials=np.array([0] * len(texts) + [row[2] for row in rows], dtype=np.int64),
+                n_tokens=self.n_tokens,
+            )
+        return self._fresh_table
+
+    def partial_table(self, k: int) -> PartialTable:
+        """The tokens that can finish a sequence missing `k` bytes (1 to 3)."""
+        table = self._partial_tables.get(k)
+        if table is None:
+            table = self._partial_tables[k] = self._build_partial_table(k)
+        return table
+
+    def _build_partial_table(self, k: int) -> PartialTable:
+        short: list[tuple[int, int, int]] = []
+        long: list[tuple[int, tuple[int, ...], int]] = []
+        long_bits: dict[int, int] = {}
+        for token in np.flatnonzero(self.kinds == PLAIN).tolist():
+            piece = self.pieces[token]
+            if piece[0] >> 6 != 2:
+                continue  # not a continuation byte: invalid after a partial sequence
+            nul = piece.find(0)
+            if nul >= 0:
+                piece = piece[:nul]
+            head = piece[:k]
+            if any(byte >> 6 != 2 for byte in head):
+                continue
+            bits = 0
+            for byte in head:
+                bits = (bits << 6) | (byte & 0x3F)
+            if len(piece) < k:
+                short.append((token, len(piece), bits))
+                continue
+            code_points, partial = decode_utf8(piece[k:])
+            if partial == INVALID:
+                continue
+            long.append((token, (0, *code_points), encode_partial(partial)))
+            long_bits[token] = bits
+        table = _rows_table(long, self.n_tokens)
+        return PartialTable(
+            k=k,
+            short_ids=np.array([s[0] for s in short], dtype=np.int64),
+            short_lengths=np.array([s[1] for s in short], dtype=np.int64),
+            short_bits=np.array([s[2] for s in short], dtype=np.int64),
+            long=table,
+            long_bits=np.array([long_bits[t] for t in table.ids.tolist()], dtype=np.int64),
+        )
+
+
+def _rows_table(rows: list[tuple[int, tuple[int, ...], int]], n_tokens: int) -> ColumnTable:
+    return _column_table(
+        ids=np.array([row[0] for row in rows], dtype=np.int64),
+        flat=np.fromiter((cp for row in rows for cp in row[1]), dtype=np.int64),
+        lengths=np.array([len(row[1]) for row in rows], dtype=np.int64),
+        partials=np.array([row[2] for row in rows], dtype=np.int64),
+        n_tokens=n_tokens,
+    )
+
+
+def _column_table(
+    *, ids: IntArray, flat: IntArray, lengths: IntArray, partials: IntArray, n_tokens: int
+) -> ColumnTable:
+    # rows' code points are consecutive in `flat`, in row order
+    starts = np.zeros(ids.size, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    order = np.lexsort((ids, -lengths))  # longest first, then by id
+    ids, starts, lengths, partials = ids[order], starts[order], lengths[order], partials[order]
+    longest = int(lengths[0]) if ids.size else 0
+    count_from = tuple(int(np.count_nonzero(lengths > j)) for j in range(longest))
+    row_of = np.full(n_tokens, -1, dtype=np.int64)
+    row_of[ids] = np.arange(ids.size, dtype=np.int64)
+    columns = tuple(flat[starts[:count] + j] for j, count in enumerate(count_from))
+    first_code_points, first_index = np.unique(
+        columns[0] if columns else np.zeros(0, dtype=np.int64), return_inverse=True
+    )
+    table = ColumnTable(
+        ids=ids,
+        columns=columns,
+        count_from=count_from,
+        partials=partials,
+        row_of=row_of,
+        first_code_points=first_code_points,
+        first_index=first_index.reshape(-1),
+    )
+    for array in (
+        table.ids,
+        table.partials,
+        table.row_of,
+        table.first_code_points,
+        table.first_index,
+        *columns,
+    ):
+        array.flags.writeable = False
+    return table
+
+
+def decoded_vocab(vocab: Vocab, *, prebuilt: DecodedVocab | None = None) -> DecodedVocab:
+    """The decoded form of `vocab`, shared by every vocabulary with the same content.
+
+    `prebuilt` (tables read from disk) becomes the shared one when none is held yet.
+    """
+    key = vocab.content_hash
+    found = _CACHE.get(key)
+    if found is None:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        found = _CACHE[key] = prebuilt if prebuilt is not None else DecodedVocab(vocab)
+    return found

@@ -1,0 +1,203 @@
+# What a session is asked to follow, and how each kind of ask becomes one GBNF grammar.
+#
+# Invariants:
+# - A `Constraint` is a value that says everything a compile depends on except the vocabulary; its key
+#   (with the vocabulary's hash) addresses the compiled grammar in the registry.
+# - Turning a constraint into GBNF is the engine's work (the JSON-schema converter, JSON mode, request
+#   resolution); this module only picks the engine function for the kind, from one table, and carries the
+#   conversion's warnings along. It does no I/O and imports no grpc.
+# - `prepare` is the half of a compile that needs no vocabulary (the conversion, the GBNF parse, llama.cpp's
+#   checks and the flattened `Rules`): a function of the constraint alone, whose product pickles, so the
+#   server runs it in a worker process (processes.py). What it leaves undone the compile does, with the
+#   same result and the same first error: the parse of a grammar that names a token by its text
+#   (`<think>`), which needs the vocabulary, and the `Rules` of a grammar they refuse (`Grammar` checks its
+#   trigger patterns first).
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from constraintd.engine import requests
+from constraintd.engine.grammar.gbnf import ParsedGrammar, check_grammar, parse_gbnf
+from constraintd.engine.schema.convert import convert_json_schema
+from constraintd.engine.grammar.stacks import Rules
+from constraintd.errors import GrammarError, InputError, LimitError
+
+__all__ = ["Constraint", "ConstraintKind", "PreparedGrammar", "ResolvedGrammar", "prepare", "resolve"]
+
+
+class ConstraintKind(enum.Enum):
+    GBNF = "gbnf"
+    JSON_SCHEMA = "json_schema"
+    JSON_OBJECT = "json_object"
+    OPENAI_REQUEST = "openai_request"
+    OLLAMA_REQUEST = "ollama_request"
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """One constraint as a client asked for it.
+
+    Attributes:
+        kind: what `text` is.
+        text: the GBNF text, the JSON schema, or the request body (JSON text); empty for JSON mode.
+        root: the GBNF start symbol (GBNF only).
+        trigger_patterns: lazy-grammar patterns (llama.cpp's grammar_trigger_patterns).
+        trigger_tokens: lazy-grammar trigger tokens.
+    """
+
+    kind: ConstraintKind
+    text: str = ""
+    root: str = "root"
+    trigger_patterns: tuple[str, ...] = ()
+    trigger_tokens: tuple[int, ...] = ()
+
+    def key(self, vocab_hash: str) -> str:
+        """Content hash of this constraint over the vocabulary with `vocab_hash`."""
+        return _digest(
+            b"constraint",
+            (self.kind.value, self.text, self.root, vocab_hash),
+            self.trigger_patterns,
+            self.trigger_tokens,
+        )
+
+    def check_size(self, max_bytes: int) -> None:
+        """Raises LimitError when the text is larger than `max_bytes` (UTF-8)."""
+        size = len(self.text.encode("utf-8", "surrogatepass"))
+        if size > max_bytes:
+            raise LimitError(f"the {self.kind.value} is {size} bytes, over the limit of {max_bytes}")
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedGrammar:
+    """A constraint as one GBNF grammar, ready to compile over a vocabulary."""
+
+    gbnf: str
+    root: str = "root"
+    trigger_patterns: tuple[str, ...] = ()
+    trigger_tokens: tuple[int, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def key(self, vocab_hash: str) -> str:
+        """Content hash of the grammar (text, root, triggers) over the vocabulary with `vocab_hash`: two
+        constraints that resolve to the same grammar share one compiled grammar."""
+        return _digest(
+            b"grammar", (self.gbnf, self.root, vocab_hash), self.trigger_patterns, self.trigger_tokens
+        )
+
+
+def _digest(tag: bytes, texts: tuple[str, ...], patterns: tuple[str, ...], tokens: tuple[int, ...]) -> str:
+    # Every part is written with its length first, so different parts never give the same stream.
+    digest = hashlib.sha256(b"constraintd " + tag + b" 1")
+    for part in (*texts, *patterns):
+        data = part.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    digest.update(len(patterns).to_bytes(8, "little"))
+    digest.update(len(tokens).to_bytes(8, "little"))
+    for token in tokens:
+        digest.update(token.to_bytes(8, "little", signed=True))
+    return digest.hexdigest()
+
+
+def _gbnf(constraint: Constraint) -> ResolvedGrammar:
+    return ResolvedGrammar(
+        constraint.text, constraint.root, constraint.trigger_patterns, constraint.trigger_tokens
+    )
+
+
+def _json_schema(constraint: Constraint) -> ResolvedGrammar:
+    conversion = convert_json_schema(constraint.text)
+    return ResolvedGrammar(
+        conversion.grammar,
+        "root",
+        constraint.trigger_patterns,
+        constraint.trigger_tokens,
+        tuple(conversion.warnings),
+    )
+
+
+def _json_object(constraint: Constraint) -> ResolvedGrammar:
+    return ResolvedGrammar(
+        requests.json_object_grammar(), "root", constraint.trigger_patterns, constraint.trigger_tokens
+    )
+
+
+def _request(constraint: Constraint) -> ResolvedGrammar:
+    resolved = requests.resolve_request(constraint.text)
+    if resolved.gbnf is None:
+        raise InputError(f"the {constraint.kind.value} asks for free text: there is no constraint to hold")
+    return ResolvedGrammar(
+        resolved.gbnf,
+        resolved.root,
+        constraint.trigger_patterns,
+        constraint.trigger_tokens,
+        resolved.warnings,
+    )
+
+
+_RESOLVERS: dict[ConstraintKind, Callable[[Constraint], ResolvedGrammar]] = {
+    ConstraintKind.GBNF: _gbnf,
+    ConstraintKind.JSON_SCHEMA: _json_schema,
+    ConstraintKind.JSON_OBJECT: _json_object,
+    ConstraintKind.OPENAI_REQUEST: _request,
+    ConstraintKind.OLLAMA_REQUEST: _request,
+}
+
+
+def resolve(constraint: Constraint) -> ResolvedGrammar:
+    """The GBNF grammar (with root, triggers and warnings) a constraint stands for.
+
+    Raises:
+        SchemaError: a JSON schema or a request body the engine refuses (with its JSON pointer).
+        InputError: a request body that is not JSON or asks for nothing this service can constrain.
+    """
+    return _RESOLVERS[constraint.kind](constraint)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedGrammar:
+    """A constraint resolved to GBNF and parsed: what a compile needs that does not depend on a vocabulary.
+
+    Attributes:
+        resolved: the grammar text, root, triggers and the conversion's warnings.
+        parsed: its rules; None when the text names a token by its text, which only a vocabulary resolves.
+        rules: `Rules(parsed)`, built after `check_grammar(parsed, root)` passed (what `Grammar` takes
+            to do neither again); None when not built (no `parsed`, or `Rules` refuses them).
+    """
+
+    resolved: ResolvedGrammar
+    parsed: ParsedGrammar | None
+    rules: Rules | None = None
+
+
+class _NeedsVocabulary(Exception):
+    """A `<text>` token terminal met while parsing without a vocabulary."""
+
+
+def _token_by_text(text: str) -> int | None:
+    raise _NeedsVocabulary(text)
+
+
+def prepare(constraint: Constraint) -> PreparedGrammar:
+    """The constraint's GBNF grammar, parsed and flattened as far as that needs no vocabulary (slow for a
+    large schema).
+
+    Raises:
+        SchemaError, InputError: as `resolve`.
+        GrammarError: the GBNF text is refused (line, column), or its rules are (no root, left recursion),
+            as `Grammar.from_gbnf` refuses them.
+    """
+    resolved = resolve(constraint)
+    try:
+        parsed = parse_gbnf(resolved.gbnf, token_id=_token_by_text)
+    except _NeedsVocabulary:
+        return PreparedGrammar(resolved, None)  # parsed again, whole, with the vocabulary
+    check_grammar(parsed, resolved.root)  # what Grammar does first
+    try:
+        rules = Rules(parsed)
+    except GrammarError:
+        return PreparedGrammar(resolved, parsed)  # Grammar checks its triggers before this
+    return PreparedGrammar(resolved, parsed, rules)

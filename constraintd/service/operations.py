@@ -1,0 +1,305 @@
+# Every RPC of constraintd.v1 as a plain function of its request message: decode, call the engine, encode.
+#
+# Invariants:
+# - This is the one place that translates between the wire messages and the engine; it decides nothing
+#   the engine decides (which tokens are allowed, what a grammar means) and holds no state of its own
+#   (the registry and the session store hold it).
+# - No grpc and no asyncio here: the gRPC servicer calls these on the event loop (and the slow ones,
+#   `register_vocab` and `compile`, in worker threads), and the in-process client transport calls them
+#   directly, so both speak exactly the same protocol.
+# - Errors are raised as `ConstraintdError`s; the caller turns them into statuses. In a Step, each
+#   operation's error is answered in its place and the others still run; a Step's accept batch (the
+#   columns of many sessions' accepts) is answered after its operations, in columns too, with no message
+#   built per item but per error and per owed mask: it is the hot path of a worker decoding many sequences.
+# - A whole-vocabulary mask can take milliseconds to seconds the first time a grammar state is met, so the
+#   `*_owing` forms answer everything else at once and return the masks they owe as `OwedMask`es: a fork
+#   of the matcher taken at that moment (so later accepts cannot change what the mask is of) and the reply
+#   field to fill. The server pays them in a worker thread; the plain forms pay them inline.
+# - A mask goes on the wire as the engine makes it: little-endian 32-bit words, token j = bit j % 32 of
+#   word j // 32.
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from constraintd.engine.matcher import Matcher
+from constraintd.engine.vocab.vocab import TokenizerRules
+from constraintd.errors import ConstraintdError, InputError, LimitError, TokenError
+from constraintd.server.config import Limits
+from constraintd.service.constraints import Constraint, ConstraintKind
+from constraintd.service.registry import CompiledConstraint, Registry
+from constraintd.service.sessions import Session, SessionStore
+from constraintd.v1 import constraintd_pb2 as pb
+
+__all__ = ["Operations", "OwedMask", "SessionPlan", "encode_mask", "pay"]
+
+
+def encode_mask(words: npt.NDArray[np.int32], vocab_size: int) -> pb.Mask:
+    """The wire form of a packed mask."""
+    little = np.asarray(words, dtype="<i4")
+    allowed = int(np.unpackbits(little.view(np.uint8)).sum())
+    return pb.Mask(words=little.tobytes(), vocab_size=vocab_size, allowed=allowed)
+
+
+class OwedMask:
+    """A mask a reply still needs: of `matcher` (a fork nobody else holds), into the message `into`."""
+
+    __slots__ = ("into", "matcher")
+
+    def __init__(self, into: pb.Mask, matcher: Matcher) -> None:
+        self.into = into
+        self.matcher = matcher
+
+    def pay(self) -> None:
+        self.into.CopyFrom(encode_mask(self.matcher.mask(), self.matcher.grammar.n_vocab))
+
+
+def pay(owed: list[OwedMask]) -> None:
+    """Computes every owed mask into its reply (the slow part; safe in a worker thread)."""
+    for mask in owed:
+        mask.pay()
+
+
+def _state(session: Session) -> pb.SessionState:
+    return pb.SessionState(complete=session.matcher.is_complete(), position=session.position)
+
+
+def _position(request: Any) -> int | None:
+    return int(request.position) if request.HasField("position") else None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPlan:
+    """A CreateSession request checked and decoded, waiting for its compiled constraint."""
+
+    vocab_id: str
+    constraint: Constraint
+    ttl: float
+    prefill: bytes
+    replay: tuple[int, ...]
+    compiled: CompiledConstraint | None
+
+
+# CreateSession's `constraint` field -> (kind, its text and start symbol in the request)
+_CONSTRAINT_FIELDS: dict[str, tuple[ConstraintKind, Callable[[pb.CreateSessionRequest], tuple[str, str]]]] = {
+    "gbnf": (ConstraintKind.GBNF, lambda r: (r.gbnf.text, r.gbnf.root or "root")),
+    "json_schema": (ConstraintKind.JSON_SCHEMA, lambda r: (r.json_schema, "root")),
+    "json_object": (ConstraintKind.JSON_OBJECT, lambda r: ("", "root")),
+    "openai_request": (ConstraintKind.OPENAI_REQUEST, lambda r: (r.openai_request, "root")),
+    "ollama_request": (ConstraintKind.OLLAMA_REQUEST, lambda r: (r.ollama_request, "root")),
+}
+
+
+class Operations:
+    """The RPCs over one registry and one session store."""
+
+    def __init__(self, registry: Registry, store: SessionStore, limits: Limits) -> None:
+        self.registry = registry
+        self.store = store
+        self._limits = limits
+        self._step_ops: dict[str, Callable[[Any], tuple[Any, list[OwedMask]]]] = {
+            "accept": self.accept_owing,
+            "mask": self.mask_owing,
+            "allows": lambda request: (self.allows(request), []),
+        }
+
+    def register_vocab(self, request: pb.RegisterVocabRequest) -> pb.RegisterVocabReply:
+        """RegisterVocab; slow for a large vocabulary (the server runs it in a worker thread)."""
+        source = request.WhichOneof("source")
+        if source == "gguf_path":
+            vocab = self.registry.register_gguf(request.gguf_path)
+        elif source == "pieces":
+            given = request.pieces
+            tokenizer = None
+            if given.HasField("tokenizer") and given.tokenizer.model:
+                tokenizer = TokenizerRules(
+                    given.tokenizer.model,
+                    given.tokenizer.add_space_prefix,
+                    given.tokenizer.escape_whitespaces,
+                )
+            vocab = self.registry.register_pieces(
+                list(given.pieces),
+                list(given.eog),
+                token_texts=list(given.token_texts) or None,
+                token_attrs=list(given.token_attrs) or None,
+                tokenizer=tokenizer,
+            )
+        else:
+            raise InputError("RegisterVocab needs `pieces` or `gguf_path`")
+        return pb.RegisterVocabReply(
+            vocab_id=vocab.content_hash, size=len(vocab), content_hash=vocab.content_hash
+        )
+
+    def plan_session(self, request: pb.CreateSessionRequest) -> SessionPlan:
+        """Checks and decodes a CreateSession request; finds its compiled constraint when cached. Fast."""
+        field = request.WhichOneof("constraint")
+        if field is None:
+            raise InputError("CreateSession needs a constraint: " + ", ".join(_CONSTRAINT_FIELDS))
+        kind, read = _CONSTRAINT_FIELDS[field]
+        text, root = read(request)
+        options = request.options
+        constraint = Constraint(
+            kind,
+            text,
+            root=root,
+            trigger_patterns=tuple(options.trigger_patterns),
+            trigger_tokens=tuple(options.trigger_tokens),
+        )
+        constraint.check_size(self._limits.max_grammar_bytes)
+        if len(options.prefill) > self._limits.max_prefill_bytes:
+            raise LimitError(
+                f"a prefill of {len(options.prefill)} bytes is over the limit of "
+                f"{self._limits.max_prefill_bytes}"
+            )
+        vocab = self.registry.vocab(request.vocab_id)
+        for token in constraint.trigger_tokens:
+            if not 0 <= token < len(vocab):
+                raise TokenError(f"trigger token {token} is outside the vocabulary of {len(vocab)}")
+        return SessionPlan(
+            vocab_id=request.vocab_id,
+            constraint=constraint,
+            ttl=float(options.ttl_seconds),
+            prefill=bytes(options.prefill),
+            replay=tuple(request.replay),
+            compiled=self.registry.cached(constraint, vocab),
+        )
+
+    def compile(self, plan: SessionPlan) -> CompiledConstraint:
+        """The plan's compiled constraint, compiled now if not cached (slow: a worker thread's job)."""
+        if plan.compiled is not None:
+            return plan.compiled
+        return self.registry.compile(plan.constraint, self.registry.vocab(plan.vocab_id))
+
+    def start(self, plan: SessionPlan, compiled: CompiledConstraint) -> Matcher:
+        """The planned session's matcher past its prefill and replay (slow for a long replay: a worker
+        thread's job; it touches no shared state)."""
+        return self.store.start(compiled, prefill=plan.prefill, replay=plan.replay)
+
+    def open_session(
+        self, plan: SessionPlan, compiled: CompiledConstraint, started: Matcher | None = None
+    ) -> pb.CreateSessionReply:
+        """Opens the planned session on its compiled constraint (and on its started matcher, if given)."""
+        matcher = started if started is not None else self.start(plan, compiled)
+        session = self.store.adopt(compiled, matcher, ttl=plan.ttl)
+        return pb.CreateSessionReply(
+            session_id=session.id,
+            warnings=compiled.warnings,
+            state=_state(session),
+            vocab_size=len(compiled.grammar.vocab),
+        )
+
+    def create_session(self, request: pb.CreateSessionRequest) -> pb.CreateSessionReply:
+        """CreateSession in one go (plan, compile, open), for callers with no event loop to keep free."""
+        plan = self.plan_session(request)
+        return self.open_session(plan, self.compile(plan))
+
+    def accept(self, request: pb.AcceptRequest) -> pb.AcceptReply:
+        reply, owed = self.accept_owing(request)
+        pay(owed)
+        return reply
+
+    def accept_owing(self, request: pb.AcceptRequest) -> tuple[pb.AcceptReply, list[OwedMask]]:
+        session = self.store.get(request.session_id, position=_position(request))
+        accepted = session.accept(request.token)
+        reply = pb.AcceptReply(accepted=accepted, state=_state(session))
+        if not accepted and request.mask_on_reject:
+            return reply, [OwedMask(reply.mask, session.matcher.fork())]
+        return reply, []
+
+    def allows(self, request: pb.AllowsRequest) -> pb.AllowsReply:
+        session = self.store.get(request.session_id)
+        allows = session.matcher.allows
+        return pb.AllowsReply(allowed=[allows(token) for token in request.tokens], state=_state(session))
+
+    def mask(self, request: pb.MaskRequest) -> pb.MaskReply:
+        reply, owed = self.mask_owing(request)
+        pay(owed)
+        return reply
+
+    def mask_owing(self, request: pb.MaskRequest) -> tuple[pb.MaskReply, list[OwedMask]]:
+        session = self.store.get(request.session_id)
+        reply = pb.MaskReply(state=_state(session))
+        return reply, [OwedMask(reply.mask, session.matcher.fork())]
+
+    def rollback(self, request: pb.RollbackRequest) -> pb.RollbackReply:
+        session = self.store.get(request.session_id, position=_position(request))
+        session.rollback(request.count)
+        return pb.RollbackReply(state=_state(session))
+
+    def fork(self, request: pb.ForkRequest) -> pb.ForkReply:
+        child = self.store.fork(request.session_id, position=_position(request))
+        return pb.ForkReply(session_id=child.id, state=_state(child))
+
+    def close(self, request: pb.CloseRequest) -> pb.CloseReply:
+        self.store.close(request.session_id)
+        return pb.CloseReply()
+
+    def step(self, request: pb.StepRequest) -> pb.StepReply:
+        reply, owed = self.step_owing(request)
+        pay(owed)
+        return reply
+
+    def step_owing(self, request: pb.StepRequest) -> tuple[pb.StepReply, list[OwedMask]]:
+        """One Step message: every operation in order, each failure answered in its place."""
+        batch = request.accepts
+        count = len(request.ops) + len(batch.session_ids)
+        if count > self._limits.max_step_ops:
+            raise LimitError(
+                f"a Step message of {count} operations is over the limit of {self._limits.max_step_ops}"
+            )
+        reply = pb.StepReply()
+        owed: list[OwedMask] = []
+        for op in request.ops:
+            result = reply.results.add()
+            kind = op.WhichOneof("op")
+            try:
+                if kind is None:
+                    raise InputError("a Step operation needs `accept`, `mask` or `allows`")
+                answer, owes = self._step_ops[kind](getattr(op, kind))
+                target = getattr(result, kind)
+                target.CopyFrom(answer)
+                # the owed masks point into `answer`; point them into the copy in the reply instead
+                owed.extend(OwedMask(target.mask, mask.matcher) for mask in owes)
+            except ConstraintdError as error:
+                result.error.status = error.status
+                result.error.message = str(error)
+        if batch.session_ids:
+            self._accept_batch(batch, reply.accepts, owed)
+        return reply, owed
+
+    def _accept_batch(self, batch: pb.AcceptBatch, into: pb.AcceptBatchReply, owed: list[OwedMask]) -> None:
+        """A Step's accept batch, column in, column out: the hot path of a worker decoding many sequences,
+        so it makes no message per item (only per error and per owed mask)."""
+        ids = list(batch.session_ids)
+        tokens = list(batch.tokens)
+        count = len(ids)
+        positions: list[int | None] = list(batch.positions) or [None] * count
+        if not len(tokens) == len(positions) == count:
+            raise InputError(
+                f"an accept batch of {count} sessions has {len(tokens)} tokens and "
+                f"{len(batch.positions)} positions (one each, or no positions)"
+            )
+        accepted = [False] * count  # an item that fails stays False in both columns
+        complete = [False] * count
+        get = self.store.get
+        now = self.store.now()  # one moment for the whole message
+        for index in range(count):
+            try:
+                session = get(ids[index], position=positions[index], now=now)
+                taken = session.accept(tokens[index])
+            except ConstraintdError as error:
+                item = into.errors.add(index=index)
+                item.error.status = error.status
+                item.error.message = str(error)
+                continue
+            matcher = session.matcher
+            accepted[index] = taken
+            complete[index] = matcher.is_complete()
+            if not taken and batch.mask_on_reject:
+                owed.append(OwedMask(into.masks.add(index=index).mask, matcher.fork()))
+        into.accepted.extend(accepted)
+        into.complete.extend(complete)

@@ -1,0 +1,332 @@
+# The registry: vocabularies and compiled grammars, content-addressed and shared by every session.
+#
+# Invariants:
+# - A vocabulary's id is its content hash: registering the same content twice (from pieces or from a GGUF
+#   file) gives the same id and the same `Vocab` object. A GGUF file is read once per (path, size, mtime);
+#   with a vocabulary store (`--cache-dir`), a vocabulary prepared there is loaded instead of read, and
+#   one read is saved there (service/vocab_store.py: never a stale or damaged file, never an error to not save).
+#   With `warm_seconds`, a new vocabulary's shared JSON verdicts are warmed (engine/masks/warm.py) before the
+#   registration returns, so its first sessions' masks find them. Either way its decoded pieces (what
+#   every grammar over it reads) are built at registration, not inside its first compile.
+# - Two content-addressed caches: a constraint as asked (kind, text, root, triggers, vocabulary hash) ->
+#   its compiled constraint; and a grammar (GBNF text, root, triggers, vocabulary hash) -> its compiled
+#   `Grammar`, so constraints that resolve to the same GBNF (JSON mode asked three ways, a schema sent
+#   as a schema and inside a request) share one compiled grammar. A constraint refused (GrammarError,
+#   SchemaError: the same answer every time) is remembered too, and asking again raises the same error
+#   without compiling: a large refused schema sent in a loop costs one compile. One key is worked on
+#   once even when many callers ask at the same time (they wait for the first). The caches are bounded
+#   (least recently used dropped); a session keeps its own reference, so dropping never harms a running
+#   session.
+# - A compile is two halves. The first needs no vocabulary: the constraint's conversion to GBNF, the GBNF
+#   parse, its checks and the flattened rules (`constraints.prepare`): nearly all of a large schema's
+#   compile (the service benchmark's largest schemas: 50 to 170 ms each). Given a process pool, it runs in
+#   a worker process, so it does not contend for this process's GIL, and a compile past its time limit is
+#   stopped there (DeadlineError). The second builds the `Grammar` over the vocabulary, here: under a
+#   millisecond, after loading the first half's product (5 to 13 ms for those schemas, in one piece).
+#   Without a pool (`processes=None`: the in-process client, or a server told to) both run in the calling
+#   thread. Either way the result and the errors are the same.
+# - Every method is safe to call from worker threads and the event loop at once (one lock guards the maps;
+#   the slow work runs outside it). The registry never imports grpc or asyncio: the in-process client
+#   transport uses it as it is.
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from constraintd.engine.vocab.decoded import decoded_vocab
+from constraintd.engine.grammar.gbnf import parse_gbnf
+from constraintd.engine.grammar.compiled import Grammar
+from constraintd.engine.vocab.vocab import TokenizerRules, Vocab
+from constraintd.service.vocab_store import VocabStore
+from constraintd.engine.masks.warm import warm_vocabulary
+from constraintd.errors import GrammarError, LimitError, NotFoundError, SchemaError, VocabError
+from constraintd.server.config import Limits
+from constraintd.service.constraints import Constraint, PreparedGrammar, prepare
+from constraintd.server.logs import fields
+from constraintd.server.processes import ProcessPool
+
+__all__ = ["CompiledConstraint", "Registry"]
+
+log = logging.getLogger("constraintd.server")
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledConstraint:
+    """A constraint made ready for sessions: its compiled grammar and what its conversion warned about."""
+
+    grammar: Grammar
+    warnings: tuple[str, ...]
+
+
+class _Once(Generic[K, V]):
+    """Keys being computed right now: the first caller computes, the others wait for its result."""
+
+    def __init__(self) -> None:
+        self._pending: dict[K, Future[V]] = {}
+
+    def run(self, lock: threading.Lock, key: K, compute: Callable[[], V]) -> V:
+        with lock:
+            pending = self._pending.get(key)
+            owner = pending is None
+            if pending is None:
+                pending = self._pending[key] = Future()
+        if not owner:
+            return pending.result()
+        try:
+            value = compute()
+        except BaseException as exc:
+            pending.set_exception(exc)
+            raise
+        else:
+            pending.set_result(value)
+            return value
+        finally:
+            with lock:
+                del self._pending[key]
+
+
+class Registry:
+    """Vocabularies by content hash, and the shared cache of compiled grammars."""
+
+    def __init__(
+        self,
+        limits: Limits,
+        *,
+        gguf_dirs: Sequence[Path] = (),
+        vocab_store: VocabStore | None = None,
+        warm_seconds: float = 0.0,
+        processes: ProcessPool | None = None,
+    ) -> None:
+        self._limits = limits
+        self._processes = processes
+        self._warm_seconds = warm_seconds
+        self._gguf_dirs = tuple(Path(d).resolve() for d in gguf_dirs)
+        self._store = vocab_store
+        self._lock = threading.Lock()
+        self._vocabs: dict[str, Vocab] = {}
+        self._gguf_hashes: dict[tuple[str, int, int], str] = {}
+        self._compiled: OrderedDict[str, CompiledConstraint] = OrderedDict()
+        self._refused: OrderedDict[str, GrammarError | SchemaError] = OrderedDict()
+        self._grammars: OrderedDict[str, Grammar] = OrderedDict()
+        self._loading: _Once[tuple[str, int, int], Vocab] = _Once()
+        self._resolving: _Once[str, CompiledConstraint] = _Once()
+        self._compiling: _Once[str, Grammar] = _Once()
+
+    @property
+    def vocab_count(self) -> int:
+        return len(self._vocabs)
+
+    @property
+    def grammar_count(self) -> int:
+        return len(self._grammars)
+
+    def vocab(self, vocab_id: str) -> Vocab:
+        """The registered vocabulary with this id.
+
+        Raises:
+            NotFoundError: no vocabulary has this id (never registered, or the server restarted).
+        """
+        try:
+            return self._vocabs[vocab_id]
+        except KeyError:
+            raise NotFoundError(f"unknown vocabulary {vocab_id!r}: register it first") from None
+
+    def register_pieces(
+        self,
+        pieces: Sequence[bytes],
+        eog_ids: Sequence[int],
+        *,
+        token_texts: Sequence[str] | None = None,
+        token_attrs: Sequence[int] | None = None,
+        tokenizer: TokenizerRules | None = None,
+    ) -> Vocab:
+        """Registers a vocabulary given token by token; slow for a large one (run it off the event loop).
+
+        Raises:
+            LimitError: too many tokens, or too many vocabularies registered.
+            VocabError: the pieces do not make a vocabulary.
+        """
+        self._check_size(len(pieces))
+        vocab = Vocab(pieces, eog_ids, token_texts=token_texts, token_attrs=token_attrs, tokenizer=tokenizer)
+        return self._keep(vocab)
+
+    def register_gguf(self, path: str) -> Vocab:
+        """Registers the vocabulary of a GGUF file readable by this process (read once per file version).
+
+        Raises:
+            VocabError: the path is outside the allowed directories, missing, or not a GGUF vocabulary.
+            LimitError: too many tokens, or too many vocabularies registered.
+        """
+        resolved = self._allowed_path(path)
+        try:
+            stat = resolved.stat()
+        except OSError as exc:
+            raise VocabError(f"cannot read GGUF file {path!r}: {exc.strerror}") from None
+        key = (str(resolved), stat.st_size, stat.st_mtime_ns)
+        known = self._gguf_hashes.get(key)
+        if known is not None and known in self._vocabs:
+            return self._vocabs[known]
+
+        def load() -> Vocab:
+            vocab = self._read_gguf(resolved)
+            self._check_size(len(vocab))
+            kept = self._keep(vocab)
+            with self._lock:
+                self._gguf_hashes[key] = kept.content_hash
+            return kept
+
+        return self._loading.run(self._lock, key, load)
+
+    def _read_gguf(self, path: Path) -> Vocab:
+        if self._store is None:
+            return Vocab.from_gguf(path)
+        started = time.perf_counter()
+        opened = self._store.open_gguf(path)
+        log.info(
+            "vocabulary loaded" if opened.loaded_from is not None else "vocabulary read",
+            extra=fields(
+                gguf=str(path),
+                tokens=len(opened.vocab),
+                seconds=round(time.perf_counter() - started, 3),
+                loaded_from=str(opened.loaded_from) if opened.loaded_from else None,
+                saved_to=str(opened.saved_to) if opened.saved_to else None,
+                notes=list(opened.notes),
+            ),
+        )
+        return opened.vocab
+
+    def cached(self, constraint: Constraint, vocab: Vocab) -> CompiledConstraint | None:
+        """The compiled constraint if it is in the cache already; never compiles."""
+        return self._recent(self._compiled, constraint.key(vocab.content_hash))
+
+    def compile(self, constraint: Constraint, vocab: Vocab) -> CompiledConstraint:
+        """The compiled constraint, from the cache or compiled now (slow: run it off the event loop).
+
+        Raises:
+            GrammarError, SchemaError: the constraint does not compile (with where).
+            InputError: a request that asks for no constraint.
+            DeadlineError: its worker process ran past the compile time limit (it is stopped).
+            UnavailableError: its worker process died, or the pool is closed.
+        """
+        key = constraint.key(vocab.content_hash)
+        found = self._recent(self._compiled, key)
+        if found is not None:
+            return found
+        refused = self._recent(self._refused, key)
+        if refused is not None:
+            raise type(refused).rebuilt(refused.args, vars(refused))
+
+        def build() -> CompiledConstraint:
+            try:
+                prepared = self._prepare(constraint)
+                grammar = self._grammar(prepared, vocab)
+            except (GrammarError, SchemaError) as error:
+                # kept without its traceback (and the frames it holds)
+                self._remember(self._refused, key, type(error).rebuilt(error.args, vars(error)))
+                raise
+            compiled = CompiledConstraint(grammar, prepared.resolved.warnings)
+            self._remember(self._compiled, key, compiled)
+            return compiled
+
+        return self._resolving.run(self._lock, key, build)
+
+    def _prepare(self, constraint: Constraint) -> PreparedGrammar:
+        if self._processes is None:
+            return prepare(constraint)
+        return self._processes.run(prepare, constraint, what="compiling the constraint")
+
+    def _grammar(self, prepared: PreparedGrammar, vocab: Vocab) -> Grammar:
+        resolved = prepared.resolved
+        key = resolved.key(vocab.content_hash)
+        found = self._recent(self._grammars, key)
+        if found is not None:
+            return found
+
+        def build() -> Grammar:
+            # from_gbnf is parse_gbnf then Grammar(parsed, ..., source=text): with the parse done, the rest
+            parsed = prepared.parsed
+            if parsed is None:
+                parsed = parse_gbnf(resolved.gbnf, token_id=vocab.token_for_text)
+            grammar = Grammar(
+                parsed,
+                vocab,
+                root=resolved.root,
+                trigger_patterns=resolved.trigger_patterns,
+                trigger_tokens=resolved.trigger_tokens,
+                source=resolved.gbnf,
+                rules=prepared.rules,
+            )
+            self._remember(self._grammars, key, grammar)
+            return grammar
+
+        return self._compiling.run(self._lock, key, build)
+
+    def _recent(self, cache: OrderedDict[str, V], key: str) -> V | None:
+        with self._lock:
+            found = cache.get(key)
+            if found is not None:
+                cache.move_to_end(key)
+            return found
+
+    def _remember(self, cache: OrderedDict[str, V], key: str, value: V) -> None:
+        with self._lock:
+            cache[key] = value
+            while len(cache) > self._limits.max_grammars:
+                cache.popitem(last=False)
+
+    def _keep(self, vocab: Vocab) -> Vocab:
+        key = vocab.content_hash
+        with self._lock:
+            known = self._vocabs.get(key)
+            if known is not None:
+                return known
+            if len(self._vocabs) >= self._limits.max_vocabs:
+                raise LimitError(f"{len(self._vocabs)} vocabularies registered, the limit")
+            self._vocabs[key] = vocab
+        # every grammar over it reads its decoded pieces: built here, at registration, and not inside the
+        # first compile, where it held the GIL for tens of milliseconds in one piece
+        decoded_vocab(vocab)
+        self._warm(vocab)
+        return vocab
+
+    def _warm(self, vocab: Vocab) -> None:
+        # the verdicts every JSON grammar on this vocabulary shares, computed before its first session
+        if self._warm_seconds <= 0:
+            return
+        report = warm_vocabulary(vocab, seconds=self._warm_seconds)
+        log.info(
+            "vocabulary warmed",
+            extra=fields(
+                tokens=len(vocab),
+                masks=report.masks,
+                verdicts=report.verdicts,
+                verdict_bytes=report.verdict_bytes,
+                seconds=round(report.seconds, 3),
+                complete=report.complete,
+            ),
+        )
+
+    def _check_size(self, size: int) -> None:
+        if size > self._limits.max_vocab_size:
+            raise LimitError(
+                f"a vocabulary of {size} tokens is over the limit of {self._limits.max_vocab_size}"
+            )
+
+    def _allowed_path(self, path: str) -> Path:
+        resolved = Path(os.path.expanduser(path)).resolve()
+        if self._gguf_dirs and not any(resolved.is_relative_to(d) for d in self._gguf_dirs):
+            raise VocabError(
+                f"GGUF file {path!r} is outside the directories this server reads vocabularies from"
+            )
+        return resolved

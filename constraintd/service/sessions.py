@@ -1,0 +1,222 @@
+# The session store: open sessions by id, their idle deadlines, and the limits on them.
+#
+# Invariants:
+# - A session id is 144 random bits from `secrets` (URL-safe text): holding the id is the only way in.
+# - A session is a matcher over a shared compiled grammar; the store never shares a matcher between ids
+#   (Fork copies). Every successful lookup pushes the idle deadline back by the session's TTL.
+# - An expired session is gone whether or not the sweep (`reclaim`) has run yet: a lookup past the
+#   deadline removes it and answers NotFoundError, so correctness never waits for the sweep.
+# - After `stop_opening` no session is opened or forked (UnavailableError); `release_all` drops the rest.
+# - The clock is injected (monotonic seconds), so expiry is tested without sleeping.
+# The store does no I/O and imports neither grpc nor asyncio; it runs on one thread (the event loop's, or
+# the caller's in the in-process transport).
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Sequence
+
+from constraintd.engine.matcher import Matcher
+from constraintd.errors import InputError, LimitError, NotFoundError, PositionError, UnavailableError
+from constraintd.server.config import Limits
+from constraintd.service.registry import CompiledConstraint
+
+__all__ = ["Session", "SessionStore"]
+
+ID_BYTES = 18
+
+
+class Session:
+    """One generation's grammar state: a matcher, its compiled constraint, and its idle deadline.
+
+    `position` counts the tokens the matcher accepted (the prefill is not a token); it is kept here
+    because `Matcher.history` builds a tuple, and the count is read on every call.
+    """
+
+    __slots__ = ("compiled", "expires_at", "id", "matcher", "position", "ttl")
+
+    def __init__(
+        self,
+        session_id: str,
+        compiled: CompiledConstraint,
+        matcher: Matcher,
+        ttl: float,
+        expires_at: float,
+        position: int,
+    ) -> None:
+        self.id = session_id
+        self.compiled = compiled
+        self.matcher = matcher
+        self.ttl = ttl
+        self.expires_at = expires_at
+        self.position = position
+
+    def accept(self, token: int) -> bool:
+        """The matcher's accept, counted."""
+        accepted = self.matcher.accept(token)
+        self.position += accepted
+        return accepted
+
+    def rollback(self, count: int) -> None:
+        """Undoes the last `count` accepted tokens.
+
+        Raises:
+            InputError: more than were accepted.
+        """
+        if not 0 <= count <= self.position:
+            raise InputError(
+                f"cannot roll back {count} tokens: session {self.id} has accepted {self.position}"
+            )
+        self.matcher.rollback(count)
+        self.position -= count
+
+    def check_position(self, position: int | None) -> None:
+        """Raises PositionError unless `position` is None or the number of tokens accepted so far."""
+        if position is not None and position != self.position:
+            raise PositionError(f"session {self.id} has accepted {self.position} tokens, not {position}")
+
+
+class SessionStore:
+    """Open sessions by id, with idle TTLs and a bound on how many are open."""
+
+    def __init__(self, limits: Limits, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._limits = limits
+        self._clock = clock
+        self._sessions: dict[str, Session] = {}
+        self._opening = True
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def open(
+        self,
+        compiled: CompiledConstraint,
+        *,
+        ttl: float = 0.0,
+        prefill: bytes = b"",
+        replay: Sequence[int] = (),
+    ) -> Session:
+        """Opens a session on a compiled constraint, takes the prefill text, then accepts `replay`.
+
+        Args:
+            compiled: the shared compiled constraint.
+            ttl: idle seconds before the session is reclaimed; 0 means the default; capped by the maximum.
+            prefill: text taken as already generated (llama.cpp's llama_grammar_accept_str).
+            replay: tokens to accept at once (a client rebuilding a session it lost).
+
+        Raises:
+            UnavailableError: the store stopped opening sessions (shutting down).
+            LimitError: as many sessions are open as allowed, or the prefill is too long.
+            InputError: the grammar rejects the prefill or a replayed token.
+            TokenError: a replayed token outside the vocabulary.
+        """
+        self._check_opening()
+        return self.adopt(compiled, self.start(compiled, prefill=prefill, replay=replay), ttl=ttl)
+
+    def start(
+        self, compiled: CompiledConstraint, *, prefill: bytes = b"", replay: Sequence[int] = ()
+    ) -> Matcher:
+        """A new matcher past the prefill and the replayed tokens, not yet a session: it touches nothing
+        of the store, so a long replay may run in a worker thread. Raises as `open`."""
+        if len(prefill) > self._limits.max_prefill_bytes:
+            raise LimitError(
+                f"a prefill of {len(prefill)} bytes is over the limit of {self._limits.max_prefill_bytes}"
+            )
+        matcher = Matcher(compiled.grammar, max_stacks=self._limits.max_stacks)
+        if prefill and not matcher.accept_bytes(prefill):
+            raise InputError(f"the grammar rejects the prefill {prefill[:64]!r}")
+        for position, token in enumerate(replay):
+            if not matcher.accept(token):
+                raise InputError(f"the grammar rejects replayed token {token} at position {position}")
+        return matcher
+
+    def adopt(self, compiled: CompiledConstraint, matcher: Matcher, *, ttl: float = 0.0) -> Session:
+        """Opens a session on a matcher from `start`.
+
+        Raises:
+            UnavailableError, LimitError: as `open`.
+        """
+        self._check_opening()
+        return self._add(compiled, matcher, ttl, len(matcher.history))
+
+    def now(self) -> float:
+        """The store's clock: pass it to `get` as `now` for many lookups at one moment (a Step batch)."""
+        return self._clock()
+
+    def get(self, session_id: str, *, position: int | None = None, now: float | None = None) -> Session:
+        """The open session with this id, its idle deadline pushed back.
+
+        Args:
+            session_id: the session's id.
+            position: when given, the number of tokens the caller believes the session has accepted.
+            now: the clock's reading to use (`now()`); None reads the clock.
+
+        Raises:
+            NotFoundError: no open session has this id (never opened, closed, or expired).
+            PositionError: `position` is given and differs from the session's.
+        """
+        session = self._sessions.get(session_id)
+        if now is None:
+            now = self._clock()
+        if session is None or session.expires_at <= now:
+            if session is not None:
+                del self._sessions[session_id]
+            raise NotFoundError(f"no open session {session_id!r} (closed, expired, or never opened)")
+        session.expires_at = now + session.ttl
+        if position is not None and position != session.position:
+            session.check_position(position)  # raises, with the message
+        return session
+
+    def fork(self, session_id: str, *, position: int | None = None) -> Session:
+        """Opens a new session in the state of an open one (same grammar, same accepted tokens).
+
+        Raises:
+            NotFoundError, PositionError: as `get`.
+            UnavailableError, LimitError: as `open`.
+        """
+        parent = self.get(session_id, position=position)
+        self._check_opening()
+        return self._add(parent.compiled, parent.matcher.fork(), parent.ttl, parent.position)
+
+    def close(self, session_id: str) -> None:
+        """Closes a session.
+
+        Raises:
+            NotFoundError: no open session has this id.
+        """
+        self.get(session_id)
+        del self._sessions[session_id]
+
+    def reclaim(self) -> int:
+        """Removes every session past its idle deadline; returns how many."""
+        now = self._clock()
+        expired = [sid for sid, session in self._sessions.items() if session.expires_at <= now]
+        for sid in expired:
+            del self._sessions[sid]
+        return len(expired)
+
+    def stop_opening(self) -> None:
+        """From now on, opening or forking a session fails with UnavailableError."""
+        self._opening = False
+
+    def release_all(self) -> int:
+        """Drops every session; returns how many there were."""
+        count = len(self._sessions)
+        self._sessions.clear()
+        return count
+
+    def _check_opening(self) -> None:
+        if not self._opening:
+            raise UnavailableError("the server is shutting down and opens no new sessions")
+        if len(self._sessions) >= self._limits.max_sessions:
+            self.reclaim()
+            if len(self._sessions) >= self._limits.max_sessions:
+                raise LimitError(f"{len(self._sessions)} sessions are open, the limit")
+
+    def _add(self, compiled: CompiledConstraint, matcher: Matcher, ttl: float, position: int) -> Session:
+        limits = self._limits
+        ttl = min(ttl or limits.default_ttl, limits.max_ttl)
+        session_id = secrets.token_urlsafe(ID_BYTES)
+        session = Session(session_id, compiled, matcher, ttl, self._clock() + ttl, position)
+        self._sessions[session_id] = session
+        return session

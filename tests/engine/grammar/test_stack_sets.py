@@ -1,0 +1,111 @@
+"""Interned states: memoized transitions give exactly the literal stack semantics of grammar/stacks.py."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from constraintd.engine.grammar.gbnf import check_grammar, parse_gbnf
+from constraintd.engine.grammar.stacks import Rules, accept_char, accept_token, allows_token
+from constraintd.engine.grammar.stack_sets import StateTable
+from constraintd.engine.grammar.utf8 import FRESH, INVALID, decode_utf8
+from constraintd.errors import GrammarError, LimitError
+from tests.strategies import grammars, texts
+
+PIECES = st.one_of(
+    st.text(alphabet="abcé中😀", min_size=1, max_size=3).map(str.encode),
+    st.binary(min_size=1, max_size=3),
+    st.sampled_from([b"\xe4", b"\xb8\xad", b"\xad", b"\xc3", b"\xa9c", b"\x9f\x98\x80"]),
+)
+
+
+def table_for(text: str) -> tuple[Rules, StateTable, int]:
+    parsed = parse_gbnf(text)
+    rules = Rules(parsed)
+    return rules, StateTable(rules), check_grammar(parsed)
+
+
+@settings(max_examples=50, deadline=None)
+@given(grammars(), texts(), st.lists(PIECES, min_size=1, max_size=4), st.integers(0, 3))
+def test_walk_and_accepted_agree_with_the_literal_functions(
+    text: str, prefix: str, pieces: list[bytes], token: int
+) -> None:
+    try:
+        rules, table, root = table_for(text)
+    except GrammarError:
+        return
+    stacks = rules.initial_stacks(root)
+    for char in prefix:
+        after = accept_char(rules, stacks, ord(char))
+        if not after:
+            break
+        stacks = after
+    partial = FRESH
+    for piece in pieces:
+        state = table.intern(stacks, 10_000)
+        assert state is not None
+        code_points, end = decode_utf8(piece, partial)
+        expected_allowed = allows_token(rules, stacks, token, piece, partial=partial)
+        char_after = None
+        if end == INVALID or piece[0] == 0:
+            assert not expected_allowed  # the matcher refuses these before walking
+        else:
+            allowed, char_after, _ = state.walk(token, code_points, end, 10_000)
+            assert allowed == expected_allowed
+        expected, expected_end = accept_token(rules, stacks, partial, token, piece)
+        after = state.accepted(token, code_points, 10_000, char_after=char_after)
+        assert (after.stacks if after else frozenset()) == expected
+        if end != INVALID and piece[0] != 0:
+            moved, moved_to, moved_end, _ = state.move(token, code_points, end, 10_000)
+            assert (moved, moved_end) == (expected_allowed, end)
+            assert moved_to is (after if expected_allowed else None)
+        assert end == expected_end
+        if not expected:
+            return
+        stacks, partial = expected, (FRESH if end == INVALID else end)
+
+
+def test_states_are_interned() -> None:
+    rules, table, root = table_for('root ::= ("a" | "b")*\n')
+    start = table.intern(rules.initial_stacks(root), 100)
+    assert start is not None
+    assert start.step(ord("a"), 100) is start.step(ord("b"), 100)
+    assert start.step(ord("c"), 100) is None
+    assert table.intern(set(start.stacks), 100) is start
+
+
+def test_a_state_above_the_limit_raises_and_is_not_cached() -> None:
+    # every "a" doubles the ways to read the text so far: x{n} is ambiguous
+    rules, table, root = table_for('root ::= x*\nx ::= "a" | "a" "b"? | "a" "c"?\n')
+    start = table.intern(rules.initial_stacks(root), 100)
+    assert start is not None
+    with pytest.raises(LimitError):
+        start.step(ord("a"), 1)
+    assert start.step(ord("a"), 100) is not None
+
+
+def test_a_full_table_starts_afresh_and_old_states_keep_working() -> None:
+    rules, _, root = table_for('root ::= [a-z]+ "."\n')
+    table = StateTable(rules, max_states=2)
+    start = table.intern(rules.initial_stacks(root), 100)
+    assert start is not None
+    state = start
+    for char in "abc":
+        after = state.step(ord(char), 100)
+        assert after is not None
+        state = after
+    assert len(table) <= 2
+    final = state.step(ord("."), 100)
+    assert final is not None and final.has_empty
+
+
+def test_segments_cut_code_points_where_the_classes_change() -> None:
+    rules, table, root = table_for('root ::= [a-c] "x" | [b-d] "y" | [^b]\n')
+    start = table.intern(rules.initial_stacks(root), 100)
+    assert start is not None
+    bounds, after = start.segments(100)
+    assert bounds.tolist() == [ord("a"), ord("b"), ord("c"), ord("d"), ord("e")]
+    for code_point in (0x10, ord("a"), ord("b"), ord("c"), ord("d"), ord("e"), 0x4E2D):
+        index = int(bounds.searchsorted(code_point, side="right"))
+        assert after[index] is start.step(code_point, 100)

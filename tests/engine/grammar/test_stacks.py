@@ -1,0 +1,200 @@
+"""The pushdown stacks: the flattened rules, advance_stack, and llama.cpp's accept / apply semantics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from constraintd.engine.grammar.gbnf import GreType, ParsedGrammar, check_grammar, parse_gbnf
+from constraintd.engine.schema.convert import json_schema_to_gbnf
+from constraintd.engine.grammar.stacks import (
+    RULE_REF,
+    Rules,
+    Stack,
+    StackSet,
+    accept_char,
+    accept_str,
+    accept_token,
+    allows_token,
+)
+from constraintd.engine.grammar.utf8 import FRESH
+from constraintd.errors import GrammarError
+from tests import reference
+from tests.grammar_vectors import GrammarCase, Part, read_integration_cases
+from tests.strategies import grammars, texts
+
+
+def compile_rules(text: str) -> tuple[Rules, StackSet]:
+    parsed = parse_gbnf(text)
+    rules = Rules(parsed)
+    return rules, rules.initial_stacks(check_grammar(parsed))
+
+
+def literal_advance_stack(rules: Rules, stack: Stack) -> set[Stack]:
+    # llama_grammar_advance_stack as written in C++: a work list and a `seen` set, rules walked each time
+    todo, seen, found = [stack], set(), set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if not current or rules.kinds[current[-1]] != RULE_REF:
+            found.add(current)
+            continue
+        pos = current[-1]
+        follow = () if rules.kinds[pos + 1] in (0, 1) else (pos + 1,)
+        for start in rules.alternates[rules.values[pos]]:
+            todo.append(current[:-1] + follow + (() if start < 0 else (start,)))
+    return found
+
+
+def literal_match(rules: Rules, stacks: StackSet, parts: tuple[Part, ...]) -> bool:
+    # test-grammar-integration.cpp's match_string: text as token 0 one code point at a time
+    partial = FRESH
+    for part in parts:
+        pieces = (
+            [(part, f"<[{part}]>".encode())] if isinstance(part, int) else [(0, c.encode()) for c in part]
+        )
+        for token, piece in pieces:
+            stacks, partial = accept_token(rules, stacks, partial, token, piece)
+            if not stacks:
+                return False
+    return () in stacks
+
+
+def test_rules_flatten_the_parsed_rules() -> None:
+    parsed = ParsedGrammar(
+        symbol_ids={"root": 0, "x": 1},
+        rules=(
+            ((GreType.RULE_REF, 1), (GreType.CHAR, ord("b")), (GreType.END, 0)),
+            (
+                (GreType.CHAR, ord("a")),
+                (GreType.CHAR_RNG_UPPER, ord("c")),
+                (GreType.ALT, 0),
+                (GreType.END, 0),
+            ),
+        ),
+    )
+    rules = Rules(parsed)
+    assert rules.rule_starts == (0, 3)
+    assert rules.alternates == ((0,), (3, -1))
+    assert rules.classes[3] == (True, ((ord("a"), ord("c")),))
+    assert rules.after == {1: -1, 3: -1}
+    # root = x "b", x = [a-c] | empty: the root starts at [a-c] (with "b" below) or, x vanishing, at "b"
+    assert rules.initial_stacks(0) == {(1, 3), (1,)}
+
+
+def test_advance_of_a_reference_that_vanishes_uncovers_the_stack_below() -> None:
+    rules, initial = compile_rules('root ::= a "x"\na ::= b? c?\nb ::= "b"\nc ::= "c"\n')
+    assert {rules.kinds[s[-1]] for s in initial} == {GreType.CHAR}
+    assert sorted(chr(rules.values[s[-1]]) for s in initial) == ["b", "c", "x"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(grammars(), st.lists(texts(), max_size=3))
+def test_advance_stack_agrees_with_the_literal_algorithm(text: str, inputs: list[str]) -> None:
+    try:
+        rules, stacks = compile_rules(text)
+    except GrammarError:
+        return
+    for stack in stacks:
+        assert set(rules.advance_stack(stack[:-1])) == literal_advance_stack(rules, stack[:-1])
+    for sample in inputs:
+        current = stacks
+        for char in sample:
+            for stack in current:
+                if stack:
+                    below = stack[:-1]
+                    assert sorted(rules.advance_stack(below)) == sorted(literal_advance_stack(rules, below))
+            current = accept_char(rules, current, ord(char))
+
+
+def test_left_recursion_llama_cpp_misses_but_survives_is_followed() -> None:
+    # `a ::= n b`, n may be empty without an empty alternate, b ::= a | "x": llama.cpp's check misses the
+    # left recursion, and its `seen` set ends the search because the stack does not grow
+    rules, stacks = compile_rules('root ::= a\na ::= n b\nn ::= m\nm ::= "y" | ""\nb ::= a | "x"\n')
+    for char in "yyy":
+        stacks = accept_char(rules, stacks, ord(char))
+        assert stacks
+    assert () in accept_char(rules, stacks, ord("x"))
+
+
+def test_left_recursion_that_grows_the_stack_is_refused() -> None:
+    # llama.cpp's check misses it too, and then never returns from advance_stack
+    with pytest.raises(GrammarError, match="left recursion"):
+        compile_rules('root ::= n root "b" | "c"\nn ::= m\nm ::= "y" | ""\n')
+
+
+PARTIAL_CASES = [
+    # (class, partial, expected)
+    ("[a-z]", (0x3, 1), False),  # é is not a-z
+    ("[à-ÿ]", (0x3, 1), True),  # a 2-byte sequence from 0xC3 can be 0xC0-0xFF
+    ("[^à-ÿ]", (0x3, 1), False),  # a negated class refuses as soon as a range overlaps
+    ("[^a]", (0x3, 1), True),
+    ("[a-z]", (0x1, 1), False),  # 0xC1: an overlong form of a 7-bit char
+    ("[\\u0800-\\u0fff]", (0x0, 2), True),  # 0xE0 starts 0x800 and above
+    ("[\\u0000-\\u07ff]", (0x0, 2), False),
+    ("[\\U00010000-\\U0001ffff]", (0x0, 3), True),
+    (".", (0x4, 2), True),
+    ("[中]", (0x4 << 6 | 0x38, 1), True),
+    ("[文]", (0x4 << 6 | 0x38, 1), False),
+]
+
+
+@pytest.mark.parametrize(
+    ("klass", "partial", "expected"), PARTIAL_CASES, ids=[f"{c[0]}-{c[1]}" for c in PARTIAL_CASES]
+)
+def test_match_partial_char(klass: str, partial: tuple[int, int], expected: bool) -> None:
+    rules, stacks = compile_rules(f"root ::= {klass}\n")
+    (stack,) = stacks
+    assert rules.match_partial_char(stack[-1], partial) is expected
+
+
+def test_apply_and_accept_differ_where_llama_cpp_does() -> None:
+    rules, stacks = compile_rules('root ::= "a" "b"\n')
+    # an unfinished end that cannot become "b": apply refuses, accept_token keeps the stacks
+    assert not allows_token(rules, stacks, 1, b"a\xc3")
+    after, partial = accept_token(rules, stacks, FRESH, 1, b"a\xc3")
+    assert after and partial == (0x3, 1)
+    # invalid UTF-8: apply refuses, accept_token decodes nothing and keeps every stack
+    assert not allows_token(rules, stacks, 1, b"\x80")
+    assert accept_token(rules, stacks, FRESH, 1, b"\x80")[0] == stacks
+    # a token terminal after characters inside one token: apply decides by id, accept_token drops it
+    rules, stacks = compile_rules('root ::= "a" <[7]>\n')
+    assert allows_token(rules, stacks, 7, b"ab")
+    assert not accept_token(rules, stacks, FRESH, 7, b"ab")[0]
+
+
+def test_accept_str_keeps_a_partial_sequence_for_later() -> None:
+    rules, stacks = compile_rules('root ::= "中" "a"\n')
+    stacks, partial = accept_str(rules, stacks, FRESH, "中".encode()[:2])
+    assert stacks and partial[1] == 1
+    stacks, partial = accept_str(rules, stacks, partial, "中".encode()[2:] + b"a")
+    assert () in stacks and partial == FRESH
+
+
+def integration_cases() -> list[GrammarCase]:
+    directory = reference.llama_cpp_dir()
+    return read_integration_cases(directory) if directory.exists() else []
+
+
+@pytest.mark.parametrize(
+    "case", integration_cases(), ids=lambda case: f"{case.kind}-{case.description or 'unnamed'}"
+)
+def test_llama_cpp_integration_vectors(case: GrammarCase, llama_cpp_dir: Path) -> None:
+    # test_schema cases go through our JSON-schema converter (llama.cpp's, byte for byte) first
+    del llama_cpp_dir  # the cases come from it; the fixture fails clearly when it is missing
+    rules, stacks = compile_rules(case.text if case.kind == "grammar" else json_schema_to_gbnf(case.text))
+    for parts in case.passing:
+        assert literal_match(rules, stacks, parts), parts
+    for parts in case.failing:
+        assert not literal_match(rules, stacks, parts), parts
+
+
+def test_integration_vectors_are_found(llama_cpp_dir: Path) -> None:
+    cases = read_integration_cases(llama_cpp_dir)
+    assert len([c for c in cases if c.kind == "grammar"]) >= 14
+    assert len([c for c in cases if c.kind == "schema"]) >= 30

@@ -1,0 +1,201 @@
+"""Whole-vocabulary masks: the column walk gives exactly llama.cpp's apply, token by token."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, Vocab, unpack_mask
+from constraintd.engine.schema.convert import json_schema_to_gbnf
+from constraintd.engine.masks.compute import compute_allowed
+from constraintd.engine.chat.requests import json_object_grammar
+from constraintd.engine.grammar.stacks import allows_token
+from tests import reference
+from tests.lockstep import Lockstep, SampleGrammar, Tally, byte_tokens, sample_grammars
+from tests.oracle import LlamaGrammar, LlamaVocab
+from tests.strategies import grammars, vocabs
+
+MASKBENCH = Path(__file__).parents[1] / "vectors" / "maskbench-sample"
+
+if TYPE_CHECKING:
+    from tests.conftest import OracleReport
+    from tests.engine.conftest import OpenVocab
+
+PREFILLS = st.lists(
+    st.sampled_from(
+        [b"a", b"b", b"c", "é".encode(), "中".encode(), b"\xc3", b"\xe4", b"\xe4\xb8", b"\xf0\x9f"]
+    ),
+    max_size=4,
+)
+
+
+def literal_mask(matcher: Matcher) -> list[bool]:
+    grammar = matcher.grammar
+    vocab = grammar.vocab
+    return [
+        allows_token(
+            grammar.rules,
+            matcher.stacks,
+            token,
+            vocab.pieces[token],
+            partial=matcher.partial_utf8,
+            eog=token in vocab.eog_ids,
+        )
+        for token in range(len(vocab))
+    ]
+
+
+@settings(max_examples=80, deadline=None)
+@given(grammars(), vocabs(), PREFILLS, st.lists(st.integers(0, 10**6), max_size=4))
+def test_mask_is_the_literal_apply_of_every_token(
+    text: str, vocab: Vocab, prefill: list[bytes], choices: list[int]
+) -> None:
+    try:
+        grammar = Grammar.from_gbnf(text, vocab)
+    except GrammarError:
+        assume(False)
+        return
+    matcher = Matcher(grammar, max_stacks=300)  # ambiguous random grammars stop there (LimitError)
+    with contextlib.suppress(LimitError):
+        for data in prefill:
+            if not matcher.accept_bytes(data):
+                break
+        for choice in [*choices, None]:
+            mask = unpack_mask(matcher.mask(), len(vocab))
+            assert mask.tolist() == literal_mask(matcher)
+            assert (
+                mask.tolist()
+                == compute_allowed(
+                    grammar.states.intern(matcher.stacks, 10**6), matcher.partial_utf8, grammar.decoded, 10**6
+                ).tolist()
+            )
+            allowed = np.flatnonzero(mask)
+            if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
+                break
+
+
+def test_long_pieces_and_all_partial_lengths() -> None:
+    pieces = [b"</s>", b" " * 40, b" " * 39 + b"x", "中".encode()[:1], "中".encode()[1:], "中".encode()[2:]]
+    pieces += ["😀".encode()[:k] for k in (1, 2, 3)] + ["😀".encode()[k:] for k in (1, 2, 3)]
+    pieces += [bytes((b,)) for b in range(0x80, 0xC0)]
+    vocab = Vocab(pieces, eog_ids=[0])
+    matcher = Matcher(Grammar.from_gbnf('root ::= " "* ("中" | "😀")*\n', vocab))
+    for prefix in (b"", b"\xe4", b"\xe4\xb8", b"\xf0", b"\xf0\x9f", b"\xf0\x9f\x98"):
+        twin = matcher.fork()
+        assert twin.accept_bytes(prefix)
+        assert unpack_mask(twin.mask(), len(vocab)).tolist() == literal_mask(twin)
+
+
+# Oracle: masks identical to llama.cpp's, bit for bit, at every step. For each vocabulary and each sample
+# grammar (tests/vectors/grammar-samples): every sample text tokenized by the vocabulary, then one token
+# per byte (where the vocabulary has a token for every byte), then seeded random walks over the tokens
+# llama.cpp allows. Steps are capped per vocabulary (llama.cpp's own mask costs ~0.1 s on 150k tokens,
+# ~0.2 s on 262k); about 3,000 masks in all, a few minutes on two cores.
+@dataclass(frozen=True)
+class Budget:
+    tokenized: int  # steps along each sample text, tokenized
+    bytes: int  # steps along each sample text, a token per byte
+    walks: int  # random walks per grammar
+    walk: int  # steps per random walk
+
+
+BUDGETS = {
+    "qwen2": Budget(tokenized=12, bytes=8, walks=1, walk=8),
+    "llama-bpe": Budget(tokenized=10, bytes=6, walks=1, walk=6),
+    "llama-spm": Budget(tokenized=40, bytes=24, walks=2, walk=16),
+    "gemma": Budget(tokenized=10, bytes=6, walks=1, walk=6),
+}
+
+
+# JSON mode (llama-server's grammar for {"type": "object"}) and a few MaskBench schemas through our converter
+# (byte for byte llama.cpp's), with their valid documents as samples.
+SCHEMA_SAMPLES = (
+    "Glaiveai2K---calculate_area_0bc8b268.json",
+    "Github_medium---o9782.json",
+    "Kubernetes---kb_35_Normalized.json",
+)
+
+
+def sample_cases() -> list[SampleGrammar]:
+    if not reference.llama_cpp_dir().exists():
+        return []
+    cases = sample_grammars()
+    json_samples = next(case.samples for case in cases if case.name == "json")
+    cases.append(SampleGrammar("json-mode", json_object_grammar(), json_samples))
+    for name in SCHEMA_SAMPLES:
+        document = json.loads((MASKBENCH / name).read_text())
+        grammar = json_schema_to_gbnf(json.dumps(document["schema"]))
+        valid = [json.dumps(t["data"], separators=(",", ":"), ensure_ascii=False) for t in document["tests"]]
+        cases.append(SampleGrammar(f"schema-{name.split('---')[0]}", grammar, tuple(valid[:2])))
+    return cases
+
+
+def trigger_tokens(llama_vocab: LlamaVocab, texts: tuple[str, ...]) -> list[int] | None:
+    tokens = [llama_vocab.tokenize(t.encode(), parse_special=True) for t in texts]
+    return [t[0] for t in tokens] if all(len(t) == 1 for t in tokens) else None
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("vocab_name", list(BUDGETS))
+@pytest.mark.parametrize("case", sample_cases(), ids=lambda case: case.name)
+def test_masks_identical_to_llama_cpp(
+    case: SampleGrammar, vocab_name: str, oracle_vocab: OpenVocab, oracle_report: OracleReport
+) -> None:
+    llama_vocab, vocab = oracle_vocab(vocab_name)
+    triggers = trigger_tokens(llama_vocab, case.trigger_texts)
+    if triggers is None:
+        pytest.skip(f"a trigger text is not one token in {vocab_name}")
+    options = {"trigger_patterns": case.trigger_patterns, "trigger_tokens": triggers}
+    expected = LlamaGrammar.create(llama_vocab, case.text, **options)
+    try:
+        grammar: Grammar | None = Grammar.from_gbnf(case.text, vocab, **options)
+    except GrammarError:
+        grammar = None
+    alike = (expected is None) == (grammar is None)
+    oracle_report.add("grammars refused alike", vocab_name, identical=int(alike), total=1)
+    assert (expected is None) == (grammar is None)
+    if expected is None or grammar is None:
+        return
+    expected.close()
+    budget = BUDGETS[vocab_name]
+    tally = Tally()
+    rng = np.random.default_rng(zlib.crc32(f"{vocab_name}/{case.name}".encode()))
+    by_byte = byte_tokens(vocab)
+
+    def lockstep() -> Lockstep:
+        llama = LlamaGrammar.create(llama_vocab, case.text, **options)
+        assert llama is not None and grammar is not None
+        return Lockstep(llama, Matcher(grammar), tally, rng)
+
+    runs: list[Callable[[Lockstep], None]] = []
+    for text in case.samples:
+        tokens = llama_vocab.tokenize(text.encode(), parse_special=True)
+        runs.append(lambda s, tokens=tokens: s.follow(tokens, budget.tokenized))
+        if by_byte is not None:
+            as_bytes = [by_byte[b] for b in text.encode()]
+            runs.append(lambda s, as_bytes=as_bytes: s.follow(as_bytes, budget.bytes))
+    runs.extend(lambda s: s.walk(budget.walk) for _ in range(budget.walks))
+    for run in runs:
+        session = lockstep()
+        try:
+            run(session)
+        finally:
+            session.llama.close()
+    oracle_report.add("masks", vocab_name, identical=tally.identical_masks, total=tally.masks)
+    oracle_report.add("allows verdicts", vocab_name, identical=tally.identical_verdicts, total=tally.verdicts)
+    # every token llama.cpp accepted (its mask allowed it and it did not abort), constraintd accepted too
+    oracle_report.add("accept verdicts", vocab_name, identical=tally.accepted, total=tally.accepted)
+    assert not tally.differences, tally.differences[:3]
+    assert tally.identical_verdicts == tally.verdicts
+    if grammar.lazy and case.samples:
+        assert tally.triggered, "no sample reached the trigger"

@@ -1,0 +1,115 @@
+"""Structural ids: equal exactly where a token cannot tell two positions apart, and masks stay exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from constraintd.engine import Grammar, Matcher, Vocab, unpack_mask
+from constraintd.engine.grammar.gbnf import parse_gbnf
+from constraintd.engine.masks.compute import compute_mask
+from constraintd.engine.grammar.stacks import CHAR, RULE_REF, Rules
+from constraintd.engine.masks.structural_ids import ESCAPE_ID, Structure
+
+HORIZON = 4  # a vocabulary whose longest token has 3 code points
+
+
+def class_positions(text: str, horizon: int = HORIZON) -> tuple[Structure, list[int]]:
+    """The grammar's structure and its char positions whose class is [a-z], in rule order."""
+    rules = Rules(parse_gbnf(text))
+    structure = Structure(rules, horizon)
+    found = [
+        pos
+        for pos, kind in enumerate(rules.kinds)
+        if kind == CHAR and rules.values[pos] == ord("a") and rules.values[pos + 1] == ord("z")
+    ]
+    return structure, found
+
+
+def first_class_id(text: str, horizon: int = HORIZON) -> int:
+    structure, found = class_positions(text, horizon)
+    return structure.position(found[0])
+
+
+def repeated_class_id(text: str) -> int:
+    """The id of the first position of the rule the root's first reference names (the repetition)."""
+    rules = Rules(parse_gbnf(text))
+    root_ref = next(pos for pos, kind in enumerate(rules.kinds) if kind == RULE_REF)
+    return Structure(rules, HORIZON).position(rules.rule_starts[rules.values[root_ref]])
+
+
+def test_the_same_rule_in_two_grammars_has_one_id() -> None:
+    word = 'word ::= [a-z] [a-z]* "."\n'
+    one = first_class_id('root ::= "(" word ")"\n' + word)
+    other = first_class_id('root ::= "{" word "," word "}" | "x"\n' + word)
+    assert one == other
+
+
+@pytest.mark.parametrize(
+    ("bounded", "same"),
+    [("{0,50}", True), ("{0,4}", True), ("{0,3}", False), ("{0,1}", False), ("+", True)],
+    ids=["far-past-the-horizon", "at-the-horizon", "inside-the-horizon", "one", "plus"],
+)
+def test_a_bounded_repetition_is_the_unbounded_one_past_the_horizon(bounded: str, same: bool) -> None:
+    # a token of 3 code points cannot tell [a-z]{0,4} from [a-z]* after the first [a-z]: both still take
+    # 3 more letters and then look at a fourth; {0,3} refuses that fourth letter
+    unbounded = repeated_class_id('root ::= "a" [a-z]* "."\n')
+    assert (repeated_class_id(f'root ::= "a" [a-z]{bounded} "."\n') == unbounded) is same
+
+
+def test_what_follows_within_the_horizon_tells_positions_apart() -> None:
+    assert first_class_id('root ::= [a-z] "x"\n') != first_class_id('root ::= [a-z] "y"\n')
+    # ...and what follows past it does not
+    assert first_class_id('root ::= [a-z] "xyz" "1"\n') == first_class_id('root ::= [a-z] "xyz" "2"\n')
+    assert first_class_id('root ::= [a-z] "xyz" "1"\n', horizon=5) != first_class_id(
+        'root ::= [a-z] "xyz" "2"\n', horizon=5
+    )
+
+
+def test_the_escape_mark_and_a_stack() -> None:
+    structure, found = class_positions('root ::= [a-z] "."\n')
+    assert structure.position(structure.rules.escape) == ESCAPE_ID
+    assert structure.stack((structure.rules.escape, found[0])) == (ESCAPE_ID, structure.position(found[0]))
+
+
+def test_a_cycle_that_matches_nothing_is_shared_with_nothing() -> None:
+    # r reaches itself through s without a terminal: llama.cpp follows it once; no finite form
+    text = 'root ::= [a-z] r\nr ::= s | "b"\ns ::= r | "c"\n'
+    structure, found = class_positions(text)
+    again, found_again = class_positions(text)
+    assert structure.position(found[0]) != again.position(found_again[0])
+
+
+# A vocabulary of pieces of 1 to 3 code points over a few letters, so that the horizon is 4.
+PIECES = [b"</s>", b"a", b"b", b"ab", b"ba", b"aab", b".", b"a.", b"b.a", b"..", b"x", b"ax", b"\xc3"]
+REPEATS = ["{0,1}", "{0,2}", "{0,3}", "{0,4}", "{0,9}", "*", "+", "{2,5}"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from(REPEATS), min_size=1, max_size=4),
+    st.lists(st.integers(0, 10**6), max_size=8),
+)
+def test_grammars_sharing_verdicts_give_the_walked_masks(repeats: list[str], choices: list[int]) -> None:
+    # several grammars on one vocabulary, in turn: verdicts learned from one are used by the next
+    vocab = Vocab(PIECES, eog_ids=[0])
+    for repeat in repeats:
+        grammar = Grammar.from_gbnf(f'root ::= "a" [ab]{repeat} ("." | "x" [ab]{repeat}) "."?\n', vocab)
+        matcher = Matcher(grammar)
+        for choice in [*choices, None]:
+            mask = matcher.mask()
+            state = grammar.states.intern(matcher.stacks, 10**6)
+            assert mask.tolist() == compute_mask(state, matcher.partial_utf8, grammar.decoded, 10**6).tolist()
+            allowed = np.flatnonzero(unpack_mask(mask, len(vocab)))
+            if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
+                break
+
+
+def test_rules_are_measured_in_terminals_with_cycles_bounded() -> None:
+    # at least: exact outside cycles, a lower bound on them; at most: capped at the horizon on a cycle
+    parsed = parse_gbnf('root ::= "a" r1 | r2\nr1 ::= [b-c] r1 | ""\nr2 ::= "xy" | "z" r3\nr3 ::= "" | "q"\n')
+    structure = Structure(Rules(parsed), 9)
+    measured = {name: structure.bounds(i) for name, i in parsed.symbol_ids.items()}
+    assert measured == {"root": (1, 9), "r1": (0, 9), "r2": (1, 2), "r3": (0, 1)}

@@ -1,0 +1,43 @@
+"""Warming: caches filled ahead of time, the same masks afterwards."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from constraintd.engine import Grammar, Matcher, Vocab, json_object_grammar
+from constraintd.engine.masks.compute import compute_mask
+from constraintd.engine.masks.cache import shared_verdicts
+from constraintd.engine.masks.warm import JSON_SAMPLES, warm_grammar, warm_vocabulary
+
+PIECES = [b"</s>", b"{", b"}", b'"', b'{"', b'":', b" ", b"a", b"ab", b"1", b"12", b",", b"e", b'"}']
+PIECES.append("é".encode())
+
+
+def test_warming_fills_the_caches_and_changes_no_mask() -> None:
+    vocab = Vocab(PIECES, eog_ids=[0])
+    grammar = Grammar.from_gbnf(json_object_grammar(), vocab)
+    report = warm_grammar(grammar, ['{"ab": 12, "a": "é"}'])
+    assert report.complete and report.masks == len('{"ab": 12, "a": "é"}') + 1
+    assert report.verdicts == len(shared_verdicts(grammar.decoded)) > 0
+    assert len(grammar.masks) > 0
+    matcher = Matcher(grammar)
+    for token in (1, 3, 8, 5, 6, 10, 11):  # {"ab": 12,
+        state = grammar.states.intern(matcher.stacks, 10**6)
+        walked = compute_mask(state, matcher.partial_utf8, grammar.decoded, 10**6)
+        assert np.array_equal(matcher.mask(), walked)
+        assert matcher.accept(token)
+
+
+def test_a_sample_the_grammar_refuses_stops_there_and_time_is_bounded() -> None:
+    vocab = Vocab(PIECES, eog_ids=[0])
+    grammar = Grammar.from_gbnf(json_object_grammar(), vocab)
+    refused = warm_grammar(grammar, ["[1]", '{"a"'])
+    assert refused.masks == 1 + len('{"a"') + 1  # "[" refused at once; the second sample walks to its end
+    assert not warm_grammar(grammar, JSON_SAMPLES, seconds=0.0).complete
+
+
+def test_the_json_samples_are_json_mode_documents() -> None:
+    vocab = Vocab(PIECES, eog_ids=[0])
+    report = warm_vocabulary(vocab)
+    assert report.complete
+    assert report.masks == sum(len(sample) + 1 for sample in JSON_SAMPLES)

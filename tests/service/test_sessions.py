@@ -1,0 +1,200 @@
+"""The session store (constraintd/service/sessions.py): ids, idle expiry with an injected clock, limits."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+
+import pytest
+
+from constraintd.engine.vocab.vocab import Vocab
+from constraintd.errors import (
+    InputError,
+    LimitError,
+    NotFoundError,
+    PositionError,
+    TokenError,
+    UnavailableError,
+)
+from constraintd.server.config import Limits
+from constraintd.service.constraints import Constraint, ConstraintKind
+from constraintd.service.registry import CompiledConstraint, Registry
+from constraintd.service.sessions import ID_BYTES, SessionStore
+from tests.server.running import AB_PLUS, TINY_EOG, TINY_PIECES
+
+A, B = 3, 4
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def compiled() -> CompiledConstraint:
+    registry = Registry(Limits())
+    vocab = registry.register_pieces(TINY_PIECES, TINY_EOG)
+    return registry.compile(Constraint(ConstraintKind.GBNF, AB_PLUS), vocab)
+
+
+def store_with(clock: Clock, **limits: float) -> SessionStore:
+    return SessionStore(dataclasses.replace(Limits(), **limits), clock=clock)  # type: ignore[arg-type]
+
+
+def test_ids_are_random_url_safe_and_distinct(compiled: CompiledConstraint) -> None:
+    store = store_with(Clock())
+    ids = {store.open(compiled).id for _ in range(200)}
+    assert len(ids) == 200
+    for session_id in ids:
+        assert len(base64.urlsafe_b64decode(session_id + "=" * (-len(session_id) % 4))) == ID_BYTES
+
+
+def test_an_idle_session_expires_after_its_ttl_and_use_pushes_the_deadline(
+    compiled: CompiledConstraint,
+) -> None:
+    clock = Clock()
+    store = store_with(clock, default_ttl=10.0)
+    session = store.open(compiled)
+    clock.now += 9.0
+    assert store.get(session.id) is session  # used: the deadline moves to now + 10
+    clock.now += 9.0
+    assert store.get(session.id) is session
+    clock.now += 10.0
+    with pytest.raises(NotFoundError, match="no open session"):
+        store.get(session.id)
+    assert len(store) == 0
+
+
+def test_a_lookup_at_a_given_moment_expires_and_pushes_the_deadline_from_it(
+    compiled: CompiledConstraint,
+) -> None:
+    clock = Clock()
+    store = store_with(clock, default_ttl=10.0)
+    session = store.open(compiled)
+    moment = store.now()
+    clock.now += 30.0  # the clock runs on; lookups at `moment` still see the session alive
+    assert store.get(session.id, now=moment + 9.0) is session
+    assert session.expires_at == moment + 19.0
+    with pytest.raises(NotFoundError):
+        store.get(session.id, now=moment + 19.0)
+
+
+def test_reclaim_removes_only_expired_sessions(compiled: CompiledConstraint) -> None:
+    clock = Clock()
+    store = store_with(clock, default_ttl=10.0)
+    old = [store.open(compiled) for _ in range(3)]
+    clock.now += 5.0
+    young = store.open(compiled, ttl=60.0)
+    clock.now += 6.0
+    assert store.reclaim() == 3
+    assert len(store) == 1
+    assert store.get(young.id) is young
+    for session in old:
+        with pytest.raises(NotFoundError):
+            store.get(session.id)
+
+
+def test_a_requested_ttl_is_capped_by_the_maximum(compiled: CompiledConstraint) -> None:
+    store = store_with(Clock(), default_ttl=10.0, max_ttl=30.0)
+    assert store.open(compiled, ttl=1e9).ttl == 30.0
+    assert store.open(compiled).ttl == 10.0
+    assert store.open(compiled, ttl=5.0).ttl == 5.0
+
+
+def test_the_session_limit_refuses_then_frees_after_reclaiming(compiled: CompiledConstraint) -> None:
+    clock = Clock()
+    store = store_with(clock, max_sessions=2, default_ttl=10.0)
+    first, second = store.open(compiled), store.open(compiled)
+    with pytest.raises(LimitError, match="2 sessions are open, the limit"):
+        store.open(compiled)
+    with pytest.raises(LimitError):
+        store.fork(first.id)
+    store.close(second.id)
+    store.open(compiled)
+    clock.now += 11.0  # both expire; opening reclaims them first
+    store.open(compiled)
+    assert len(store) == 1
+
+
+def test_prefill_and_replay(compiled: CompiledConstraint) -> None:
+    store = store_with(Clock())
+    session = store.open(compiled, prefill=b"a", replay=[B, B])
+    assert session.position == 2
+    assert session.matcher.history == (B, B)
+    assert session.matcher.is_complete()
+    with pytest.raises(InputError, match="rejects the prefill"):
+        store.open(compiled, prefill=b"b")
+    with pytest.raises(InputError, match="rejects replayed token 3 at position 1"):
+        store.open(compiled, replay=[A, A])
+    with pytest.raises(TokenError):
+        store.open(compiled, replay=[999])
+
+
+def test_a_prefill_over_the_limit_is_refused(compiled: CompiledConstraint) -> None:
+    store = store_with(Clock(), max_prefill_bytes=4)
+    with pytest.raises(LimitError, match="prefill of 5 bytes"):
+        store.open(compiled, prefill=b"abbbb")
+
+
+def test_accept_and_rollback_keep_the_position(compiled: CompiledConstraint) -> None:
+    store = store_with(Clock())
+    session = store.open(compiled)
+    assert not session.accept(B)
+    assert session.position == 0
+    assert session.accept(A) and session.accept(B)
+    assert session.position == 2
+    session.rollback(1)
+    assert session.position == 1
+    assert session.matcher.history == (A,)
+    with pytest.raises(InputError, match="cannot roll back 2 tokens"):
+        session.rollback(2)
+
+
+def test_a_position_that_differs_is_refused(compiled: CompiledConstraint) -> None:
+    store = store_with(Clock())
+    session = store.open(compiled, replay=[A])
+    assert store.get(session.id, position=1) is session
+    with pytest.raises(PositionError, match="has accepted 1 tokens, not 0"):
+        store.get(session.id, position=0)
+    assert PositionError.status == "ABORTED"
+
+
+def test_fork_copies_the_state_and_the_copies_go_separate_ways(compiled: CompiledConstraint) -> None:
+    store = store_with(Clock())
+    parent = store.open(compiled, replay=[A])
+    child = store.fork(parent.id)
+    assert child.id != parent.id and child.position == 1
+    assert child.accept(B)
+    assert parent.position == 1 and parent.matcher.history == (A,)
+    assert child.matcher.history == (A, B)
+
+
+def test_close_and_shutdown(compiled: CompiledConstraint) -> None:
+    store = store_with(Clock())
+    session = store.open(compiled)
+    store.close(session.id)
+    with pytest.raises(NotFoundError):
+        store.close(session.id)
+    kept = store.open(compiled)
+    store.stop_opening()
+    with pytest.raises(UnavailableError, match="shutting down"):
+        store.open(compiled)
+    with pytest.raises(UnavailableError):
+        store.fork(kept.id)
+    assert store.get(kept.id) is kept  # open sessions keep working while the server drains
+    assert store.release_all() == 1
+    assert len(store) == 0
+
+
+def test_a_grammar_whose_stacks_exceed_the_limit_is_refused() -> None:
+    registry = Registry(Limits())
+    vocab = Vocab(TINY_PIECES, TINY_EOG)
+    # every alternate of `x` is a separate stack: 11 of them at the start
+    grammar = "root ::= x x\nx ::= " + " | ".join(f'"{c}"' for c in "ab12:, {}tn")
+    compiled = registry.compile(Constraint(ConstraintKind.GBNF, grammar), vocab)
+    store = store_with(Clock(), max_stacks=4)
+    with pytest.raises(LimitError, match="stacks"):
+        store.open(compiled)
