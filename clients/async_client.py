@@ -14,7 +14,7 @@ import asyncio
 import os
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -22,22 +22,15 @@ import numpy.typing as npt
 from clients import flows
 from clients.base import LOCAL, BaseClient, ClientTls, JsonText
 from clients.flows import Flow, Pause, Policy, SessionRecord, StepOutcome, VocabHandle
-from clients.transports import MIB, AsyncGrpcTransport, AsyncLocalTransport
+from clients.transports import MIB, AsyncGrpcTransport, AsyncLocalTransport, AsyncTransport
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import ConstraintdError
 
-__all__ = ["AsyncClient", "AsyncSession", "AsyncTransport"]
+__all__ = ["AsyncClient", "AsyncSession"]
 
 T = TypeVar("T")
 Mask = npt.NDArray[np.int32]
 
-
-class AsyncTransport(Protocol):
-    """Where an `AsyncClient`'s calls go: one request in, its reply out, errors as ConstraintdError."""
-
-    async def call(self, method: str, request: object, *, timeout: float | None) -> object: ...
-
-    async def close(self) -> None: ...
 
 
 class AsyncClient(BaseClient):

@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -20,22 +20,15 @@ import numpy.typing as npt
 from clients import flows
 from clients.base import LOCAL, BaseClient, ClientTls, JsonText
 from clients.flows import Flow, Pause, Policy, SessionRecord, StepOutcome, VocabHandle
-from clients.transports import MIB, GrpcTransport, LocalTransport
+from clients.transports import MIB, GrpcTransport, LocalTransport, Transport
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import ConstraintdError
 
-__all__ = ["Client", "Session", "Transport"]
+__all__ = ["Client", "Session"]
 
 T = TypeVar("T")
 Mask = npt.NDArray[np.int32]
 
-
-class Transport(Protocol):
-    """Where a `Client`'s calls go: one request message in, its reply out, errors as ConstraintdError."""
-
-    def call(self, method: str, request: object, *, timeout: float | None) -> object: ...
-
-    def close(self) -> None: ...
 
 
 class Client(BaseClient):

@@ -3,8 +3,8 @@
 Only oracle tests import this. The rules that keep the test process alive (tests/oracle.py) hold here:
 llama.cpp only ever accepts a token its own mask allows, and never one whose acceptance would leave it
 no stack (it throws across the C boundary and aborts): constraintd's `accept` refuses exactly those
-(grammar/stacks.py and grammar/stack_sets.py hold it to llama.cpp's accept semantics), so a token our accept refuses is
-never given to llama.cpp.
+(grammar/stacks.py and grammar/stack_sets.py hold it to llama.cpp's accept semantics), so a token our
+accept refuses is never given to llama.cpp.
 """
 
 from __future__ import annotations

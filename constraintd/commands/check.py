@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 
 from constraintd.engine.grammar.compiled import Grammar
-from constraintd.engine.matcher import Matcher
 from constraintd.engine.grammar.utf8 import sequence_length
+from constraintd.engine.matcher import Matcher
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import InputError
 

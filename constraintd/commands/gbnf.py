@@ -17,8 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.engine.chat.requests import ConstraintKind, resolve_request
+from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.errors import InputError
 
 PROG = "constraintd gbnf"

@@ -20,9 +20,10 @@ import sys
 from pathlib import Path
 
 from constraintd.errors import ConstraintdError
-from constraintd.server.config import Limits, LogFormat, ServerConfig, TlsFiles
+from constraintd.server.config import LogFormat, ServerConfig, TlsFiles
 from constraintd.server.lifecycle import run as run_service
 from constraintd.server.logs import configure
+from constraintd.service.limits import Limits
 
 TOKEN_ENVIRONMENT = "CONSTRAINTD_TOKEN"
 

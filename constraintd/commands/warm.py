@@ -20,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from constraintd.service.vocab_store import VocabStore
 from constraintd.errors import VocabError
+from constraintd.service.vocab_store import VocabStore
 
 PROG = "constraintd warm"
 

@@ -8,13 +8,13 @@ Standard library and numpy only; no I/O. The usual path::
     words = matcher.mask()         # packed: token j is bit j % 32 of word j // 32
 """
 
-from constraintd.engine.masks.bitmask import allowed_tokens, apply_mask, mask_words, pack_mask, unpack_mask
 from constraintd.engine.chat.content import ContentStream, json_content, json_message
-from constraintd.engine.grammar.gbnf import GreType, ParsedGrammar, check_grammar, parse_gbnf
-from constraintd.engine.grammar.compiled import Grammar
-from constraintd.engine.schema.convert import SchemaConversion, convert_json_schema, json_schema_to_gbnf
-from constraintd.engine.matcher import Matcher
 from constraintd.engine.chat.requests import Constraint, ConstraintKind, json_object_grammar, resolve_request
+from constraintd.engine.grammar.compiled import Grammar
+from constraintd.engine.grammar.gbnf import GreType, ParsedGrammar, check_grammar, parse_gbnf
+from constraintd.engine.masks.bitmask import allowed_tokens, apply_mask, mask_words, pack_mask, unpack_mask
+from constraintd.engine.matcher import Matcher
+from constraintd.engine.schema.convert import SchemaConversion, convert_json_schema, json_schema_to_gbnf
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import (
     ConstraintdError,

@@ -31,13 +31,13 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from constraintd.engine.grammar.compiled import Grammar
+from constraintd.engine.grammar.stack_sets import Move, State
+from constraintd.engine.grammar.stacks import StackSet
+from constraintd.engine.grammar.triggers import BufferedToken
+from constraintd.engine.grammar.utf8 import FRESH, INVALID, PartialUtf8, decode_utf8
 from constraintd.engine.masks.bitmask import pack_mask
 from constraintd.engine.vocab.decoded import END_OF_GENERATION, NEVER
-from constraintd.engine.grammar.compiled import Grammar
-from constraintd.engine.grammar.triggers import BufferedToken
-from constraintd.engine.grammar.stacks import StackSet
-from constraintd.engine.grammar.stack_sets import Move, State
-from constraintd.engine.grammar.utf8 import FRESH, INVALID, PartialUtf8, decode_utf8
 from constraintd.errors import InputError, LimitError, TokenError
 
 __all__ = ["Matcher"]

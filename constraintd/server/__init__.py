@@ -1,12 +1,11 @@
-"""The constraintd service: the engine behind gRPC (with the generated stubs, the only code importing grpc).
+"""The gRPC shell around the service core (`constraintd.service`): the only package that imports grpc.
 
-    registry      vocabularies and compiled grammars, content-addressed and shared
-    sessions      the session store: ids, idle TTLs, limits
-    operations    every RPC as a function of its request message (no grpc: the in-process client uses it)
-    servicer      the grpc.aio servicer, and the one mapping of errors to statuses
-    lifecycle     startup, serve, shutdown; signals; uvloop
-    health, metrics, security, workers, logs, config
+    servicer   the grpc.aio servicer, and the one mapping of errors to statuses
+    lifecycle  startup, serve, shutdown; signals; uvloop
+    workers    threads that run slow work (compiles, masks) off the event loop, with a time limit
+    processes  worker processes for the vocabulary-free half of a compile
+    health, metrics, security, logs, config
 
 Importing this package imports nothing else; import the module you need (`constraintd.server.lifecycle`
-to run a server), so that the in-process transport can use the registry and sessions without grpc.
+to run a server).
 """

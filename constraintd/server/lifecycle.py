@@ -27,20 +27,20 @@ import grpc
 from grpc_health.v1.health import SERVICE_NAME as HEALTH_SERVICE_NAME
 from grpc_reflection.v1alpha import reflection
 
-from constraintd.service.vocab_store import VocabStore
 from constraintd.errors import UnavailableError
 from constraintd.server.config import ServerConfig
-from constraintd.service.constraints import prepare
 from constraintd.server.health import SERVICE_NAME, Health
-from constraintd.server.logs import fields
 from constraintd.server.metrics import Metrics, MetricsServer
-from constraintd.service.operations import Operations
 from constraintd.server.processes import ProcessPool
-from constraintd.service.registry import Registry
 from constraintd.server.security import BearerTokenInterceptor, server_credentials
 from constraintd.server.servicer import ConstraintdServicer
-from constraintd.service.sessions import SessionStore
 from constraintd.server.workers import WorkerPool
+from constraintd.service.constraints import prepare
+from constraintd.service.log_events import fields
+from constraintd.service.operations import Operations
+from constraintd.service.registry import Registry
+from constraintd.service.sessions import SessionStore
+from constraintd.service.vocab_store import VocabStore
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
 
 __all__ = ["EXIT_FORCED", "Service", "ServiceState", "loop_factory", "run"]

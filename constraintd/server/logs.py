@@ -2,8 +2,8 @@
 # text for a terminal.
 #
 # Invariants:
-# - Code logs an event name as the message and its facts as `extra={"fields": {...}}`; the formatter never
-#   drops a field and never fails on a value it cannot encode (it writes its repr).
+# - Code logs an event name as the message and its facts as `extra=fields(...)` (service/log_events.py);
+#   the formatter never drops a field and never fails on a value it cannot encode (it writes its repr).
 # - `configure` is called once, by the process's entry point (`constraintd serve`); library code only gets
 #   loggers, so embedding the server in another process leaves that process's logging alone.
 from __future__ import annotations
@@ -16,14 +16,9 @@ from typing import Any
 
 from constraintd.server.config import LogFormat
 
-__all__ = ["JsonFormatter", "configure", "fields"]
+__all__ = ["JsonFormatter", "configure"]
 
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
-
-
-def fields(**values: Any) -> dict[str, Any]:
-    """The `extra` argument of a logging call that carries these fields."""
-    return {"fields": values}
 
 
 class JsonFormatter(logging.Formatter):

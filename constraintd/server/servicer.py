@@ -22,10 +22,10 @@ from typing import Any, TypeAlias, TypeVar
 import grpc
 
 from constraintd.errors import ConstraintdError
-from constraintd.server.logs import fields
 from constraintd.server.metrics import Metrics
-from constraintd.service.operations import Operations, OwedMask, pay
 from constraintd.server.workers import WorkerPool
+from constraintd.service.log_events import fields
+from constraintd.service.operations import Operations, OwedMask, pay
 from constraintd.v1 import constraintd_pb2 as pb
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
 

@@ -14,7 +14,8 @@
 #   GIL switch interval (ServerConfig.switch_interval) keep Accept's median while a large schema compiles
 #   at its median with nothing compiling, and cut its p99 about fourfold; what remains is a thread holding
 #   the GIL while off the CPU. So the heavy half of a compile (conversion, parse, flattened rules) runs in
-#   a worker process (processes.py, service/registry.py): a compile thread mostly waits for it, without the GIL.
+#   a worker process (processes.py, service/registry.py): a compile thread mostly waits for it, without
+#   the GIL.
 #   Elsewhere than Linux a thread's priority cannot be set alone, and `nice` is ignored.
 from __future__ import annotations
 

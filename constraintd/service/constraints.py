@@ -19,10 +19,10 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from constraintd.engine import requests
+from constraintd.engine.chat import requests
 from constraintd.engine.grammar.gbnf import ParsedGrammar, check_grammar, parse_gbnf
-from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.engine.grammar.stacks import Rules
+from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.errors import GrammarError, InputError, LimitError
 
 __all__ = ["Constraint", "ConstraintKind", "PreparedGrammar", "ResolvedGrammar", "prepare", "resolve"]

@@ -29,8 +29,8 @@ import numpy.typing as npt
 from constraintd.engine.matcher import Matcher
 from constraintd.engine.vocab.vocab import TokenizerRules
 from constraintd.errors import ConstraintdError, InputError, LimitError, TokenError
-from constraintd.server.config import Limits
 from constraintd.service.constraints import Constraint, ConstraintKind
+from constraintd.service.limits import Limits
 from constraintd.service.registry import CompiledConstraint, Registry
 from constraintd.service.sessions import Session, SessionStore
 from constraintd.v1 import constraintd_pb2 as pb

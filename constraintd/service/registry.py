@@ -4,7 +4,7 @@
 # - A vocabulary's id is its content hash: registering the same content twice (from pieces or from a GGUF
 #   file) gives the same id and the same `Vocab` object. A GGUF file is read once per (path, size, mtime);
 #   with a vocabulary store (`--cache-dir`), a vocabulary prepared there is loaded instead of read, and
-#   one read is saved there (service/vocab_store.py: never a stale or damaged file, never an error to not save).
+#   one read is saved there (vocab_store.py: never a stale or damaged file, never an error to not save).
 #   With `warm_seconds`, a new vocabulary's shared JSON verdicts are warmed (engine/masks/warm.py) before the
 #   registration returns, so its first sessions' masks find them. Either way its decoded pieces (what
 #   every grammar over it reads) are built at registration, not inside its first compile.
@@ -39,26 +39,35 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from constraintd.engine.vocab.decoded import decoded_vocab
-from constraintd.engine.grammar.gbnf import parse_gbnf
 from constraintd.engine.grammar.compiled import Grammar
-from constraintd.engine.vocab.vocab import TokenizerRules, Vocab
-from constraintd.service.vocab_store import VocabStore
+from constraintd.engine.grammar.gbnf import parse_gbnf
 from constraintd.engine.masks.warm import warm_vocabulary
+from constraintd.engine.vocab.decoded import decoded_vocab
+from constraintd.engine.vocab.vocab import TokenizerRules, Vocab
 from constraintd.errors import GrammarError, LimitError, NotFoundError, SchemaError, VocabError
-from constraintd.server.config import Limits
 from constraintd.service.constraints import Constraint, PreparedGrammar, prepare
-from constraintd.server.logs import fields
-from constraintd.server.processes import ProcessPool
+from constraintd.service.limits import Limits
+from constraintd.service.log_events import fields
+from constraintd.service.vocab_store import VocabStore
 
-__all__ = ["CompiledConstraint", "Registry"]
+__all__ = ["CompiledConstraint", "Offload", "Registry"]
 
 log = logging.getLogger("constraintd.server")
 
 K = TypeVar("K")
 V = TypeVar("V")
+R = TypeVar("R")
+
+
+class Offload(Protocol):
+    """Where the vocabulary-free half of a compile runs: the server's compile processes
+    (`constraintd.server.processes.ProcessPool`); without one, the calling thread."""
+
+    def run(self, function: Callable[..., R], *args: Any, what: str = ...) -> R:
+        """Runs `function(*args)` elsewhere and returns its result, or raises its `ConstraintdError`."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +115,7 @@ class Registry:
         gguf_dirs: Sequence[Path] = (),
         vocab_store: VocabStore | None = None,
         warm_seconds: float = 0.0,
-        processes: ProcessPool | None = None,
+        processes: Offload | None = None,
     ) -> None:
         self._limits = limits
         self._processes = processes

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from constraintd.engine.matcher import Matcher
 from constraintd.errors import InputError, LimitError, NotFoundError, PositionError, UnavailableError
-from constraintd.server.config import Limits
+from constraintd.service.limits import Limits
 from constraintd.service.registry import CompiledConstraint
 
 __all__ = ["Session", "SessionStore"]

@@ -40,10 +40,14 @@ from typing import IO, Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine import decoded_vocab as decoded_vocab_module
-from constraintd.engine import gguf_file, gguf_pieces, gguf_vocab, token_lookup, utf8
-from constraintd.engine import vocab as vocab_module
+from constraintd.engine.grammar import utf8
+from constraintd.engine.vocab import decoded as decoded_vocab_module
+from constraintd.engine.vocab import token_lookup
+from constraintd.engine.vocab import vocab as vocab_module
 from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab, decoded_vocab
+from constraintd.engine.vocab.gguf import metadata as gguf_file
+from constraintd.engine.vocab.gguf import pieces as gguf_pieces
+from constraintd.engine.vocab.gguf import reader as gguf_vocab
 from constraintd.engine.vocab.gguf.metadata import gguf_metadata_size
 from constraintd.engine.vocab.vocab import TokenizerRules, Vocab
 from constraintd.errors import VocabError

@@ -18,8 +18,9 @@ from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.matcher import Matcher
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import DeadlineError, GrammarError, InputError, NotFoundError, SchemaError
-from constraintd.server.config import Limits, TlsFiles
+from constraintd.server.config import TlsFiles
 from constraintd.server.lifecycle import Service
+from constraintd.service.limits import Limits
 from tests import reference
 from tests.clients.generation import SCHEMA, generate
 from tests.server.running import (

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from constraintd.cli import main
-from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.engine.chat.requests import json_object_grammar
+from constraintd.engine.schema.convert import convert_json_schema
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}
 

@@ -11,7 +11,8 @@ import pytest
 
 from constraintd.cli import build_parser, main
 from constraintd.commands.serve import TOKEN_ENVIRONMENT, config_from
-from constraintd.server.config import Limits, LogFormat, ServerConfig, TlsFiles
+from constraintd.server.config import LogFormat, ServerConfig, TlsFiles
+from constraintd.service.limits import Limits
 
 
 def parse(*argv: str) -> ServerConfig:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from constraintd.cli import main
-from constraintd.engine import decoded_vocab as decoded_vocab_module
+from constraintd.engine.vocab import decoded as decoded_vocab_module
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.service.vocab_store import VocabStore
 from tests import reference

@@ -36,8 +36,8 @@ import numpy.typing as npt
 import pytest
 
 from clients import Client, VocabHandle
-from constraintd.engine.schema.convert import json_schema_to_gbnf
 from constraintd.engine.chat.requests import json_object_grammar
+from constraintd.engine.schema.convert import json_schema_to_gbnf
 from sampler_worker.chain import SamplerSettings
 from sampler_worker.generate import generate
 from sampler_worker.model import Model

@@ -19,8 +19,9 @@ import pytest_asyncio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from constraintd.server.config import Limits, TlsFiles
+from constraintd.server.config import TlsFiles
 from constraintd.server.lifecycle import EXIT_FORCED, Service, ServiceState, loop_factory
+from constraintd.service.limits import Limits
 from constraintd.v1 import constraintd_pb2 as pb
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
 from tests.server.running import (

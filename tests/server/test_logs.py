@@ -6,7 +6,8 @@ import json
 import logging
 import sys
 
-from constraintd.server.logs import JsonFormatter, fields
+from constraintd.server.logs import JsonFormatter
+from constraintd.service.log_events import fields
 
 
 def record(message: str, **extra: object) -> logging.LogRecord:

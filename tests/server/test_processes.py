@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from constraintd.errors import ConstraintdError, DeadlineError, GrammarError, SchemaError, UnavailableError
-from constraintd.service.constraints import Constraint, ConstraintKind, PreparedGrammar, prepare
 from constraintd.server.processes import ProcessPool
+from constraintd.service.constraints import Constraint, ConstraintKind, PreparedGrammar, prepare
 
 SCHEMA = '{"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}'
 PRELOAD = [prepare.__module__]

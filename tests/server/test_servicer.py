@@ -21,11 +21,11 @@ from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.matcher import Matcher
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import ConstraintdError, GrammarError, NotFoundError
-from constraintd.server import registry as registry_module
-from constraintd.server.config import Limits
-from constraintd.service.constraints import Constraint, PreparedGrammar, prepare
 from constraintd.server.lifecycle import Service
 from constraintd.server.servicer import status_of
+from constraintd.service import registry as registry_module
+from constraintd.service.constraints import Constraint, PreparedGrammar, prepare
+from constraintd.service.limits import Limits
 from constraintd.v1 import constraintd_pb2 as pb
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
 from tests import reference

@@ -1,4 +1,4 @@
-"""The registry (constraintd/service/registry.py): content-addressed vocabularies, shared compiled grammars."""
+"""The registry (constraintd/service/registry.py): content-addressed vocabularies, shared grammars."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from constraintd.engine.vocab.decoded import decoded_vocab
 from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.masks.cache import shared_verdicts
+from constraintd.engine.vocab.decoded import decoded_vocab
 from constraintd.errors import (
     ConstraintdError,
     GrammarError,
@@ -20,9 +20,9 @@ from constraintd.errors import (
     SchemaError,
     VocabError,
 )
-from constraintd.server.config import Limits
-from constraintd.service.constraints import Constraint, ConstraintKind, prepare
 from constraintd.server.processes import ProcessPool
+from constraintd.service.constraints import Constraint, ConstraintKind, prepare
+from constraintd.service.limits import Limits
 from constraintd.service.registry import Registry
 from tests import reference
 from tests.server.running import AB_PLUS, TINY_EOG, TINY_PIECES
@@ -147,7 +147,7 @@ def test_refused_constraints_raise_the_engine_error(
 
 
 def test_a_refused_constraint_is_remembered_not_compiled_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from constraintd.server import registry as registry_module
+    from constraintd.service import registry as registry_module
 
     prepared: list[Constraint] = []
 
@@ -192,7 +192,7 @@ def test_constraints_that_resolve_to_one_grammar_share_its_compiled_form() -> No
 def test_a_gguf_file_is_loaded_from_the_vocabulary_store_once_prepared(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from constraintd.engine import decoded_vocab as decoded_vocab_module
+    from constraintd.engine.vocab import decoded as decoded_vocab_module
     from constraintd.service.vocab_store import VocabStore
 
     source = reference.require(reference.vocab_path("llama-spm"))
@@ -212,7 +212,7 @@ def test_a_gguf_file_is_loaded_from_the_vocabulary_store_once_prepared(
 
 
 def test_a_vocabulary_is_decoded_at_registration(monkeypatch: pytest.MonkeyPatch) -> None:
-    from constraintd.engine import decoded_vocab as decoded_vocab_module
+    from constraintd.engine.vocab import decoded as decoded_vocab_module
 
     monkeypatch.setattr(decoded_vocab_module, "_CACHE", {})
     vocab = Registry(Limits()).register_pieces(TINY_PIECES, TINY_EOG)

@@ -16,8 +16,8 @@ from constraintd.errors import (
     TokenError,
     UnavailableError,
 )
-from constraintd.server.config import Limits
 from constraintd.service.constraints import Constraint, ConstraintKind
+from constraintd.service.limits import Limits
 from constraintd.service.registry import CompiledConstraint, Registry
 from constraintd.service.sessions import ID_BYTES, SessionStore
 from tests.server.running import AB_PLUS, TINY_EOG, TINY_PIECES

@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from constraintd.engine import decoded_vocab as decoded_vocab_module
-from constraintd.engine import vocab_store
-from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab, decoded_vocab
 from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.matcher import Matcher
+from constraintd.engine.vocab import decoded as decoded_vocab_module
+from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab, decoded_vocab
 from constraintd.engine.vocab.vocab import TokenizerRules, Vocab
-from constraintd.service.vocab_store import OpenedVocab, VocabStore
 from constraintd.errors import VocabError
+from constraintd.service import vocab_store
+from constraintd.service.vocab_store import OpenedVocab, VocabStore
 from tests import reference
 
 # Pieces the decoder treats differently: end of generation, empty, NUL-led, a NUL inside, invalid and

@@ -16,12 +16,12 @@ import json
 from collections.abc import Sequence
 from typing import Final
 
-from constraintd.engine.vocab.decoded import DecodedVocab, decoded_vocab
 from constraintd.engine.grammar.gbnf import ParsedGrammar, check_grammar, parse_gbnf
+from constraintd.engine.grammar.stack_sets import State, StateTable
+from constraintd.engine.grammar.stacks import Rules
 from constraintd.engine.grammar.triggers import Triggers
 from constraintd.engine.masks.cache import MaskCache
-from constraintd.engine.grammar.stacks import Rules
-from constraintd.engine.grammar.stack_sets import State, StateTable
+from constraintd.engine.vocab.decoded import DecodedVocab, decoded_vocab
 from constraintd.engine.vocab.vocab import Vocab
 
 __all__ = ["Grammar"]

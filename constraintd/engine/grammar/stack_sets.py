@@ -1,7 +1,7 @@
 # Stack sets as interned, memoizing states: what makes accepting a token cost microseconds.
 #
 # Contract:
-# - A `State` is one stack set (`grammar/stacks.py`), never empty (the empty set is `None`: no way forward), with
+# - A `State` is one stack set (stacks.py), never empty (the empty set is `None`: no way forward), with
 #   the facts every question about it needs: the char-class positions on top of its stacks, its
 #   token-topped stacks, whether it holds the empty stack (the grammar may end here), and whether a stack
 #   has come down to an escape mark (only the stack tops masks/cache.py walks carry one; no character and

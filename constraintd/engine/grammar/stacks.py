@@ -16,7 +16,7 @@
 # - `match_char` and `match_partial_char` are llama.cpp's llama_grammar_match_char and
 #   llama_grammar_match_partial_char, quirks included (a negated class rejects a partial sequence as soon
 #   as one of its ranges overlaps the code points the sequence could still become).
-# - The functions at the end are the literal semantics the faster `grammar/stack_sets.py` memoizes and the tests hold
+# - The functions at the end are the literal semantics the faster stack_sets.py memoizes and the tests hold
 #   it to: llama_grammar_accept (one code point), llama_grammar_accept_token, llama_grammar_accept_str,
 #   and whether llama_grammar_apply_impl leaves one token's logit finite.
 from __future__ import annotations

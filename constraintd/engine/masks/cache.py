@@ -36,13 +36,13 @@ from typing import Final, Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.masks.bitmask import allow_tokens, mask_words, pack_mask
-from constraintd.engine.vocab.decoded import DecodedVocab
-from constraintd.engine.masks.compute import compute_mask, walk
-from constraintd.engine.grammar.stacks import TOKEN, Stack
 from constraintd.engine.grammar.stack_sets import State, StateTable
-from constraintd.engine.masks.structural_ids import Structure
+from constraintd.engine.grammar.stacks import TOKEN, Stack
 from constraintd.engine.grammar.utf8 import FRESH, PartialUtf8
+from constraintd.engine.masks.bitmask import allow_tokens, mask_words, pack_mask
+from constraintd.engine.masks.compute import compute_mask, walk
+from constraintd.engine.masks.structural_ids import Structure
+from constraintd.engine.vocab.decoded import DecodedVocab
 
 __all__ = [
     "CONTEXT_DEPTH",

@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from constraintd.engine.chat.requests import json_object_grammar
 from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.matcher import Matcher
-from constraintd.engine.chat.requests import json_object_grammar
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import LimitError
 

@@ -46,8 +46,8 @@ from constraintd.engine.schema.nodes import (
     WorkLimit,
     schema_from_json,
 )
-from constraintd.engine.schema.ranges import INT_MAX, build_min_max_int, build_repetition
 from constraintd.engine.schema.patterns import InvalidPattern, UnsupportedPattern, pattern_to_rule
+from constraintd.engine.schema.ranges import INT_MAX, build_min_max_int, build_repetition
 from constraintd.engine.schema.rules import (
     INVALID_RULE_CHARS,
     PRIMITIVE_RULES,

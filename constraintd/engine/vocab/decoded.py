@@ -117,7 +117,7 @@ class DecodedVocab:
         kinds: npt.NDArray[np.int8] | None = None,
         fresh_table: ColumnTable | None = None,
     ) -> None:
-        """`kinds` and `fresh_table`, when given, are this vocabulary's as built before (service/vocab_store.py
+        """`kinds` and `fresh_table`, when given, are this vocabulary's as built before (the vocabulary store
         reads them from disk); they are taken as they are, read-only, not checked."""
         self.pieces = vocab.pieces
         self.n_tokens = len(vocab)

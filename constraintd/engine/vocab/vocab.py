@@ -8,8 +8,8 @@
 # - A `Vocab` never changes after construction. What it derives lazily (the content hash, piece lengths,
 #   the lookup tables of `token_for_text`) is a pure function of what it was built from.
 # - Ids outside [0, len) raise `TokenError`; a vocabulary that cannot be built raises `VocabError`.
-# Reading a GGUF file (token texts and types -> pieces, the end-of-generation set) lives in vocab/gguf/reader.py;
-# finding the token a text names (`token_for_text`) in vocab/token_lookup.py.
+# Reading a GGUF file (token texts and types -> pieces, the end-of-generation set) lives in
+# gguf/reader.py; finding the token a text names (`token_for_text`) in token_lookup.py.
 from __future__ import annotations
 
 import hashlib
@@ -204,7 +204,7 @@ class Vocab:
         the tokenizer would split (a BPE pre-tokenizer boundary, a merge order that never builds it,
         normalisation not imitated) this returns the token where llama.cpp makes several, and a text the
         tokenizer makes into one token some other way (a lone byte-fallback or unknown token) gives None.
-        See vocab/token_lookup.py for the details. Builds its tables on first use; does not change the vocabulary.
+        See engine/vocab/token_lookup.py. Builds its tables on first use; does not change the vocabulary.
         """
         if self._lookup is None:
             self._lookup = TokenLookup(self._pieces, self._texts, self._attrs, self._rules)

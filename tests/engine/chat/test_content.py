@@ -1,5 +1,5 @@
-"""The content rule (constraintd/engine/chat/content.py): what llama-server answers as the content of a structured
-answer, complete, open, streamed and cut short.
+"""The content rule (constraintd/engine/chat/content.py): what llama-server answers as the content of a
+structured answer, complete, open, streamed and cut short.
 
 The expected contents follow llama-server's response-format parser (common/chat-auto-parser-generator.cpp,
 `autoparser::build_parser`) over llama.cpp's lenient JSON parser (common/peg-parser.cpp); llama.cpp's own

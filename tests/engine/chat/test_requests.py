@@ -1,4 +1,5 @@
-"""Request resolution (constraintd/engine/chat/requests.py): which constraint an OpenAI or Ollama request asks for.
+"""Request resolution (constraintd/engine/chat/requests.py): the constraint an OpenAI or Ollama request
+asks for.
 
 The cases follow llama-server's `oaicompat_chat_params_parse` (tools/server/server-common.cpp) and Ollama's
 `llamaServerChatResponseFormat`; the JSON-mode grammars are compared with llama.cpp's converter itself.
@@ -12,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.engine.chat.requests import (
     ANY_JSON_SCHEMA,
     JSON_OBJECT_SCHEMA,
@@ -24,6 +24,7 @@ from constraintd.engine.chat.requests import (
     read_request,
     resolve_request,
 )
+from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.errors import SchemaError
 
 NONE, OBJECT, SCHEMA, GRAMMAR = (ConstraintKind.NONE, ConstraintKind.JSON_OBJECT, ConstraintKind.JSON_SCHEMA,

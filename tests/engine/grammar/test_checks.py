@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from constraintd.engine.grammar.gbnf import ERRORS, GreType, ParsedGrammar, check_grammar, format_gbnf, parse_gbnf
+from constraintd.engine.grammar.gbnf import (
+    ERRORS,
+    GreType,
+    ParsedGrammar,
+    check_grammar,
+    format_gbnf,
+    parse_gbnf,
+)
 from constraintd.errors import GrammarError
 
 # (message key, grammar, root, message fields): refused by check_grammar, at no one spot.

@@ -45,7 +45,7 @@ from constraintd.engine.grammar.gbnf import (
 )
 from constraintd.errors import GrammarError
 from tests import reference
-from tests.engine.test_gbnf_checks import CHECK_REFUSALS
+from tests.engine.grammar.test_checks import CHECK_REFUSALS
 
 if TYPE_CHECKING:
     from tests.conftest import OracleReport
@@ -517,7 +517,7 @@ def _reason_key(reason: str) -> str:
 
 # Hand-written texts at the edges of the syntax, each decided by llama.cpp in the oracle tests below.
 TRICKY: list[str] = json.loads(
-    (Path(__file__).parent.parent / "vectors" / "gbnf" / "edge_cases.json").read_text(encoding="utf-8")
+    (Path(__file__).parents[2] / "vectors" / "gbnf" / "edge_cases.json").read_text(encoding="utf-8")
 )
 
 # Texts llama.cpp never returns from (or crashes on), that the oracle must never be given, and what

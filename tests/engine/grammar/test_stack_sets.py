@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from constraintd.engine.grammar.gbnf import check_grammar, parse_gbnf
-from constraintd.engine.grammar.stacks import Rules, accept_char, accept_token, allows_token
 from constraintd.engine.grammar.stack_sets import StateTable
+from constraintd.engine.grammar.stacks import Rules, accept_char, accept_token, allows_token
 from constraintd.engine.grammar.utf8 import FRESH, INVALID, decode_utf8
 from constraintd.errors import GrammarError, LimitError
 from tests.strategies import grammars, texts

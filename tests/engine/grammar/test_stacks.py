@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from constraintd.engine.grammar.gbnf import GreType, ParsedGrammar, check_grammar, parse_gbnf
-from constraintd.engine.schema.convert import json_schema_to_gbnf
 from constraintd.engine.grammar.stacks import (
     RULE_REF,
     Rules,
@@ -21,6 +20,7 @@ from constraintd.engine.grammar.stacks import (
     allows_token,
 )
 from constraintd.engine.grammar.utf8 import FRESH
+from constraintd.engine.schema.convert import json_schema_to_gbnf
 from constraintd.errors import GrammarError
 from tests import reference
 from tests.grammar_vectors import GrammarCase, Part, read_integration_cases

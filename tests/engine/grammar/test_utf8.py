@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from constraintd.engine.grammar.utf8 import FRESH, INVALID, PartialUtf8, _decode_exactly, decode_utf8, sequence_length
+from constraintd.engine.grammar.utf8 import (
+    FRESH,
+    INVALID,
+    PartialUtf8,
+    _decode_exactly,
+    decode_utf8,
+    sequence_length,
+)
 
 CASES = [
     # (data, partial at start, code points, partial at end)

@@ -9,9 +9,10 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, Vocab, mask_cache, unpack_mask
-from constraintd.engine.masks.compute import compute_mask
+from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, Vocab, unpack_mask
+from constraintd.engine.masks import cache as mask_cache
 from constraintd.engine.masks.cache import MaskCache, SharedVerdicts
+from constraintd.engine.masks.compute import compute_mask
 from tests.strategies import grammars, vocabs
 
 # Strings nested at different depths: the same string position under different stacks.

@@ -16,16 +16,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, Vocab, unpack_mask
-from constraintd.engine.schema.convert import json_schema_to_gbnf
-from constraintd.engine.masks.compute import compute_allowed
 from constraintd.engine.chat.requests import json_object_grammar
 from constraintd.engine.grammar.stacks import allows_token
+from constraintd.engine.masks.compute import compute_allowed
+from constraintd.engine.schema.convert import json_schema_to_gbnf
 from tests import reference
 from tests.lockstep import Lockstep, SampleGrammar, Tally, byte_tokens, sample_grammars
 from tests.oracle import LlamaGrammar, LlamaVocab
 from tests.strategies import grammars, vocabs
 
-MASKBENCH = Path(__file__).parents[1] / "vectors" / "maskbench-sample"
+MASKBENCH = Path(__file__).parents[2] / "vectors" / "maskbench-sample"
 
 if TYPE_CHECKING:
     from tests.conftest import OracleReport

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, Matcher, Vocab, unpack_mask
 from constraintd.engine.grammar.gbnf import parse_gbnf
-from constraintd.engine.masks.compute import compute_mask
 from constraintd.engine.grammar.stacks import CHAR, RULE_REF, Rules
+from constraintd.engine.masks.compute import compute_mask
 from constraintd.engine.masks.structural_ids import ESCAPE_ID, Structure
 
 HORIZON = 4  # a vocabulary whose longest token has 3 code points

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from constraintd.engine import Grammar, Matcher, Vocab, json_object_grammar
-from constraintd.engine.masks.compute import compute_mask
 from constraintd.engine.masks.cache import shared_verdicts
+from constraintd.engine.masks.compute import compute_mask
 from constraintd.engine.masks.warm import JSON_SAMPLES, warm_grammar, warm_vocabulary
 
 PIECES = [b"</s>", b"{", b"}", b'"', b'{"', b'":', b" ", b"a", b"ab", b"1", b"12", b",", b"e", b'"}']

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from constraintd.engine import json_schema
-from constraintd.engine.grammar.gbnf import parse_gbnf
 from constraintd.engine.grammar.checks import check_grammar
+from constraintd.engine.grammar.gbnf import parse_gbnf
+from constraintd.engine.schema import convert as json_schema
 from constraintd.engine.schema.convert import (
     MAX_SCHEMA_DEPTH,
     SchemaConversion,
@@ -38,7 +38,7 @@ from tests.schema_oracle.strategies import schema_documents
 
 LLAMA_CASES = read_cases(reference.require(reference.llama_cpp_dir()))
 LLAMA_CASE_COUNT = 81  # test({...}) initializers in the pinned llama.cpp's test file, 3 of them failures
-MASKBENCH = sorted((Path(__file__).parents[1] / "vectors" / "maskbench-sample").glob("*.json"))
+MASKBENCH = sorted((Path(__file__).parents[2] / "vectors" / "maskbench-sample").glob("*.json"))
 FAILED = "JSON schema conversion failed:\n"
 
 

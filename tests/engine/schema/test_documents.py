@@ -30,7 +30,7 @@ from tests.oracle import LlamaGrammar, LlamaVocab  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 
-SAMPLE = Path(__file__).resolve().parents[1] / "vectors" / "maskbench-sample"
+SAMPLE = Path(__file__).resolve().parents[2] / "vectors" / "maskbench-sample"
 SCHEMAS = sorted(SAMPLE.glob("*.json"))
 
 _ONE = np.zeros(1, dtype=[("id", np.int32), ("logit", np.float32), ("p", np.float32)])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from constraintd.engine.grammar.utf8 import decode_utf8
 from constraintd.engine.vocab.decoded import (
     END_OF_GENERATION,
     NEVER,
@@ -10,7 +11,6 @@ from constraintd.engine.vocab.decoded import (
     decoded_vocab,
     encode_partial,
 )
-from constraintd.engine.grammar.utf8 import decode_utf8
 from constraintd.engine.vocab.vocab import Vocab
 
 PIECES = [

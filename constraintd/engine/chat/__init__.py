@@ -1,0 +1,9 @@
+"""llama-server's request layer: which constraint a request asks for, and what its answer's content is.
+
+    requests  OpenAI and Ollama request bodies resolved to one constraint and its GBNF grammar, as
+              llama-server and Ollama resolve them (`response_format`, `json_schema`, `grammar`, `format`)
+    content   the content rule: the message content llama-server returns for a JSON-shaped answer,
+              whole or streamed
+
+Contract: the grammar a request resolves to is the one llama-server would sample with.
+"""

@@ -1,0 +1,13 @@
+"""JSON schema to GBNF, byte for byte llama.cpp's `json_schema_to_grammar`, and JSON as llama.cpp reads it.
+
+    convert     the converter: a schema text -> the GBNF text and the warnings llama.cpp gives
+    nodes       the schema tree llama.cpp's converter walks (common/json-schema.cpp), with JSON pointers
+    patterns    a `pattern` as GBNF (llama.cpp's regex subset)
+    ranges      counted repetitions and integer ranges as GBNF
+    rules       the fixed pieces of GBNF the converter writes (primitives, whitespace, string literals)
+    json_text   JSON read and printed as nlohmann::ordered_json reads and prints it
+    float_text  doubles printed as nlohmann's `dump()` prints them
+
+Contract: a schema llama.cpp converts gives the same text; a schema it refuses raises `SchemaError` with
+llama.cpp's reason and the JSON pointer of the node.
+"""

@@ -1,0 +1,54 @@
+# The bounds the service keeps, whatever its callers send.
+#
+# Invariants:
+# - Limits are a value: frozen, built once (by `constraintd serve`, the in-process client or a test) and
+#   passed explicitly to the registry, the session store and the operations; nothing reads them from
+#   module globals or the environment.
+# - Every limit a caller can reach has a name here and a clear error when reached (LimitError for sizes and
+#   counts, DeadlineError for time); `Limits()` holds defaults fit for a sidecar beside one model server.
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["MIB", "Limits"]
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The bounds a server keeps, whatever its callers send.
+
+    Attributes:
+        max_sessions: open sessions at once; CreateSession and Fork beyond it fail with RESOURCE_EXHAUSTED.
+        max_vocabs: registered vocabularies at once.
+        max_vocab_size: tokens in one vocabulary.
+        max_grammar_bytes: size of a GBNF text, a JSON schema or a request body (UTF-8 bytes).
+        max_prefill_bytes: size of a session's prefill text.
+        max_stacks: parse stacks one session may hold (llama.cpp's grammars can blow up; this keeps one
+            session from taking the process down); an accept that would exceed it fails.
+        max_message_bytes: a gRPC message, either way (a 262k-token vocabulary's pieces are about 3 MiB).
+        max_step_ops: operations in one Step message.
+        max_grammars: compiled grammars kept in the shared cache (least recently used are dropped; sessions
+            keep using theirs).
+        default_ttl: seconds a session may stay idle when its creator did not say.
+        max_ttl: the longest idle time a creator may ask for.
+        compile_timeout: seconds a compile (conversion, grammar, vocabulary) may take before the caller
+            gets DEADLINE_EXCEEDED.
+        mask_timeout: seconds a whole-vocabulary mask may take (the first one of a grammar state is the
+            slow one).
+    """
+
+    max_sessions: int = 10_000
+    max_vocabs: int = 16
+    max_vocab_size: int = 1 << 20
+    max_grammar_bytes: int = 1 * MIB
+    max_prefill_bytes: int = 64 * 1024
+    max_stacks: int = 10_000
+    max_message_bytes: int = 64 * MIB
+    max_step_ops: int = 4096
+    max_grammars: int = 256
+    default_ttl: float = 600.0
+    max_ttl: float = 24 * 3600.0
+    compile_timeout: float = 60.0
+    mask_timeout: float = 30.0
