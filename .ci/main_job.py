@@ -25,7 +25,7 @@ def main_job_command(readme: str) -> str:
         raise SystemExit("main job: the README has no shell block after '**The main job**'")
     command = found.group(1).strip()
     if "--output json" not in command or "--max-tokens" not in command:
-        raise SystemExit(f"main job: expected --output json and --max-tokens in the README's command: {command}")
+        raise SystemExit(f"main job: no --output json or --max-tokens in the README's command: {command}")
     return re.sub(r"--max-tokens \d+", f"--max-tokens {MAX_TOKENS}", command)
 
 
