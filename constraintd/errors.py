@@ -15,13 +15,21 @@
 Each class names the gRPC status it maps to as a string, so the engine (which never imports grpc)
 and the server (which maps the name to `grpc.StatusCode` in one place) agree. Anything raised that is
 not a `ConstraintdError` is a bug: the server answers INTERNAL and logs the traceback.
+
+An error travels as its class name, its message and its parts (`PARTS`: a GrammarError's reason, line,
+column and excerpt, a SchemaError's reason and pointer), and is made again on the other side by
+`ERRORS_BY_NAME[name].from_parts(message, parts)`: the same class, message and attributes. Nothing here
+knows the wire (constraintd/service/status.py writes the google.rpc.Status, clients/status.py reads it).
 """
 
 from __future__ import annotations
 
-from typing import Any, Self
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
 
 __all__ = [
+    "DOMAIN",
+    "ERRORS_BY_NAME",
     "ConstraintdError",
     "DeadlineError",
     "GrammarError",
@@ -40,6 +48,24 @@ class ConstraintdError(Exception):
     """Base of every expected error; `status` is the gRPC status code name it maps to."""
 
     status = "UNKNOWN"
+    # The attributes that say what and where, with their types (the message is made from them).
+    PARTS: ClassVar[Mapping[str, type[str] | type[int]]] = {}
+
+    def parts(self) -> dict[str, str]:
+        """The error's parts (`PARTS`) as text, by name; empty for an error that has none."""
+        return {name: str(getattr(self, name)) for name in self.PARTS}
+
+    @classmethod
+    def from_parts(cls, message: str, parts: Mapping[str, str]) -> Self:
+        """The error with this message and these parts (as `parts()` gives them), as it was raised.
+
+        A part missing from `parts` keeps the class's default.
+
+        Raises:
+            ValueError: a part that is not text of its type (a line that is not a number).
+        """
+        attributes = {name: kind(parts[name]) for name, kind in cls.PARTS.items() if name in parts}
+        return cls.rebuilt((message,), attributes)
 
     @classmethod
     def rebuilt(cls, args: tuple[Any, ...], attributes: dict[str, Any]) -> Self:
@@ -70,6 +96,18 @@ class GrammarError(InputError):
         excerpt: the text around the spot.
     """
 
+    PARTS: ClassVar[Mapping[str, type[str] | type[int]]] = {
+        "reason": str,
+        "line": int,
+        "column": int,
+        "excerpt": str,
+    }
+    # defaults for an error made again from parts that lack some (see ConstraintdError.from_parts)
+    reason = ""
+    line = 0
+    column = 0
+    excerpt = ""
+
     def __init__(self, reason: str, *, line: int = 0, column: int = 0, excerpt: str = "") -> None:
         self.reason = reason
         self.line = line
@@ -87,6 +125,10 @@ class SchemaError(InputError):
         reason: what is wrong, in llama.cpp's words where llama.cpp has them.
         pointer: JSON pointer of the offending node, `#` for the root.
     """
+
+    PARTS: ClassVar[Mapping[str, type[str] | type[int]]] = {"reason": str, "pointer": str}
+    reason = ""
+    pointer = "#"
 
     def __init__(self, reason: str, *, pointer: str = "#") -> None:
         self.reason = reason
@@ -133,3 +175,25 @@ class UnavailableError(ConstraintdError):
     """The service cannot answer now (shutting down)."""
 
     status = "UNAVAILABLE"
+
+
+# The name of this tree among others, where errors of many services meet (a google.rpc.ErrorInfo's domain).
+DOMAIN = "constraintd"
+
+# Every class of the tree by its name: how an error that travelled as its name is made again.
+ERRORS_BY_NAME: dict[str, type[ConstraintdError]] = {
+    cls.__name__: cls
+    for cls in (
+        ConstraintdError,
+        InputError,
+        GrammarError,
+        SchemaError,
+        VocabError,
+        TokenError,
+        NotFoundError,
+        PositionError,
+        LimitError,
+        DeadlineError,
+        UnavailableError,
+    )
+}

@@ -41,7 +41,35 @@ def test_each_error_names_its_status(name: str, status: str) -> None:
 
 
 def test_every_error_is_listed() -> None:
-    assert sorted(errors.__all__) == sorted([*STATUSES, "ConstraintdError"])
+    assert sorted(errors.__all__) == sorted([*STATUSES, "ConstraintdError", "DOMAIN", "ERRORS_BY_NAME"])
+
+
+def test_every_error_is_found_by_its_name() -> None:
+    by_name = {name: getattr(errors, name) for name in [*STATUSES, "ConstraintdError"]}
+    assert by_name == errors.ERRORS_BY_NAME
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        errors.GrammarError("expecting name", line=3, column=7, excerpt="::= x"),
+        errors.SchemaError("Unrecognized schema", pointer="#/properties/a/items"),
+        errors.NotFoundError("no open session s1"),
+    ],
+    ids=["grammar", "schema", "not-found"],
+)
+def test_an_error_is_made_again_from_its_message_and_parts(error: errors.ConstraintdError) -> None:
+    again = type(error).from_parts(str(error), error.parts())
+    assert type(again) is type(error) and str(again) == str(error) and vars(again) == vars(error)
+
+
+def test_parts_are_text_and_missing_parts_are_the_defaults() -> None:
+    error = errors.GrammarError("expecting name", line=3, column=7)
+    assert error.parts() == {"reason": "expecting name", "line": "3", "column": "7", "excerpt": ""}
+    bare = errors.SchemaError.from_parts("refused", {})
+    assert (bare.reason, bare.pointer, str(bare)) == ("", "#", "refused")
+    with pytest.raises(ValueError):
+        errors.GrammarError.from_parts("m", {"line": "three"})
 
 
 def test_grammar_error_says_where() -> None:
