@@ -25,9 +25,10 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+from google.rpc import status_pb2
 
 from clients.masks import mask_from_wire
-from clients.status import error_for
+from clients.status import error_from
 from constraintd.errors import NotFoundError, PositionError, UnavailableError
 from constraintd.v1 import constraintd_pb2 as pb
 
@@ -193,7 +194,7 @@ def accept(
     return _took(record, token, reply)
 
 
-def _took(record: SessionRecord, token: int, reply: pb.AcceptReply) -> tuple[bool, Mask | None]:
+def _took(record: SessionRecord, token: int, reply: pb.AcceptResponse) -> tuple[bool, Mask | None]:
     record.complete = reply.state.complete
     if reply.accepted:
         record.history.append(token)
@@ -303,10 +304,15 @@ def step(
 
 
 def _redone(
-    policy: Policy, record: SessionRecord, token: int | None, failed: pb.Error, *, mask_on_reject: bool
+    policy: Policy,
+    record: SessionRecord,
+    token: int | None,
+    failed: status_pb2.Status,
+    *,
+    mask_on_reject: bool,
 ) -> Flow[StepOutcome]:
     """A batch item that failed: redone alone after a rebuild when its session was lost, raised otherwise."""
-    error = error_for(failed.status, failed.message)
+    error = error_from(failed)
     if record.closed or not isinstance(error, (NotFoundError, PositionError)):
         raise error
     yield from create(policy, record)

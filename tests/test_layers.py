@@ -51,6 +51,10 @@ RESTRICTED = {
     "grpc_health": ("constraintd.server", "sampler_worker.sidecar"),
     "grpc_reflection": ("constraintd.server",),
     "grpc_status": ("constraintd.server", "clients.transports.grpc"),
+    # google.rpc.Status and its details: the wire form of an error. The service core writes it
+    # (service/status.py, for the server and for a Step's results on every transport), the client reads
+    # it (clients/status.py); the error tree itself and the engine know nothing of the wire.
+    "google": ("constraintd.v1", "constraintd.service", "constraintd.server", "clients"),
     "asyncio": ("constraintd.server", "constraintd.commands", "clients", "sampler_worker"),
     "llama_cpp": ("sampler_worker",),
 }
@@ -139,6 +143,11 @@ def test_imports_only_look_down(path: Path) -> None:
         ("constraintd.service.operations", "constraintd.v1.constraintd_pb2_grpc", False),
         ("constraintd.service.sessions", "asyncio", False),
         ("constraintd.server.servicer", "grpc", True),
+        ("constraintd.service.status", "google.rpc.status_pb2", True),
+        ("constraintd.service.status", "grpc_status.rpc_status", False),
+        ("constraintd.errors", "google.rpc.status_pb2", False),
+        ("constraintd.engine.matcher", "google.protobuf.message", False),
+        ("clients.status", "google.rpc.error_details_pb2", True),
         ("clients.transports.local", "constraintd.service.operations.Operations", True),
         ("clients.transports.local", "constraintd.server.config.ServerConfig", False),
         ("clients.client", "constraintd.service.registry.Registry", False),

@@ -1,5 +1,7 @@
 # The gRPC transports: a failure is raised as the `ConstraintdError` its status maps to (clients/status.py),
-# so nothing grpc escapes them.
+# so nothing grpc escapes them. A failed call's google.rpc.Status (grpcio-status reads it from the trailing
+# metadata) and a failed Step operation's come back as the server's own error class, with its message
+# and parts: the same error the in-process transport raises.
 #
 # gRPC (`GrpcTransport`, `AsyncGrpcTransport`): one RPC per call over grpc's blocking channel or grpc.aio's,
 # except Accept, which goes as a Step of one accept on a Step stream kept open (a message on an open stream
@@ -29,9 +31,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grpc
+from google.rpc import status_pb2
+from grpc_status import rpc_status
 
 from clients.base import ClientTls
-from clients.status import error_for
+from clients.status import error_for, error_from
 from clients.transports.base import MIB
 from constraintd.errors import ConstraintdError, DeadlineError, UnavailableError
 from constraintd.v1 import constraintd_pb2 as pb
@@ -76,8 +80,26 @@ def _connect(
     return channel, stub, _metadata(token)
 
 
-def _failure(error: grpc.RpcError) -> ConstraintdError:
-    return error_for(error.code().name, error.details() or "")
+def _failure(call: Any) -> ConstraintdError:
+    """The error a failed call of grpc's blocking API (the `grpc.RpcError` it raised) stands for."""
+    try:
+        status = rpc_status.from_call(call)
+    except ValueError:  # a Status that contradicts the call's own code or message: not the server's
+        status = None
+    return _decoded(call.code(), call.details() or "", status)
+
+
+async def _async_failure(call: Any) -> ConstraintdError:
+    """The error a failed grpc.aio call (or stream) stands for."""
+    try:
+        status = await rpc_status.aio.from_call(call)
+    except ValueError:
+        status = None
+    return _decoded(await call.code(), await call.details() or "", status)
+
+
+def _decoded(code: grpc.StatusCode, details: str, status: status_pb2.Status | None) -> ConstraintdError:
+    return error_from(status) if status is not None else error_for(code.name, details)
 
 
 class _BlockingStepStream:
@@ -164,7 +186,7 @@ class GrpcTransport:
         except grpc.RpcError as error:
             raise _failure(error) from None
 
-    def _exchange(self, request: pb.StepRequest, timeout: float | None) -> pb.StepReply:
+    def _exchange(self, request: pb.StepRequest, timeout: float | None) -> pb.StepResponse:
         """A Step message on the open stream, and its reply (with the stream lock held; a thread that finds
         it taken opens a stream of its own for the call, so threads sharing a client never wait for each
         other)."""
@@ -172,12 +194,12 @@ class GrpcTransport:
             self._stream = _BlockingStepStream(self._stub, self._metadata)
         stream = self._stream
         try:
-            reply: pb.StepReply = stream.exchange(request, timeout)
+            reply: pb.StepResponse = stream.exchange(request, timeout)
         except grpc.RpcError as error:
             self._drop_stream()
             if stream.expired:
                 raise DeadlineError(f"no Step reply within {timeout} s") from None
-            raise _stream_failure(error.code(), error.details() or "") from None
+            raise _stream_failure(error.code(), error.details() or "", _failure(error)) from None
         except StopIteration:
             self._drop_stream()
             raise UnavailableError("the Step stream ended") from None
@@ -219,12 +241,13 @@ class AsyncGrpcTransport:
         if method == "Accept":  # the hot path: a message on the open stream costs less than a unary call
             reply = await self._step(pb.StepRequest(ops=[pb.StepOp(accept=request)]), timeout)
             return _only_accept(reply)
+        call = getattr(self._stub, method)(
+            request, timeout=timeout, metadata=self._metadata, wait_for_ready=True
+        )
         try:
-            return await getattr(self._stub, method)(
-                request, timeout=timeout, metadata=self._metadata, wait_for_ready=True
-            )
-        except grpc.RpcError as error:
-            raise _failure(error) from None
+            return await call
+        except grpc.RpcError:
+            raise await _async_failure(call) from None
 
     async def _step(self, request: Any, timeout: float | None) -> Any:
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -257,8 +280,8 @@ class AsyncGrpcTransport:
                     if not answered.done():  # its caller may have given up (a timeout, a cancel)
                         answered.set_result(reply)
             failure: ConstraintdError = UnavailableError("the Step stream ended")
-        except grpc.RpcError as error:
-            failure = _stream_failure(error.code(), error.details() or "")
+        except grpc.RpcError:
+            failure = await _ending(stream)
         except asyncio.InvalidStateError:
             failure = UnavailableError("the Step stream had ended")
         if self._stream is stream:
@@ -287,28 +310,29 @@ class AsyncGrpcTransport:
 _CORE_INTERNAL = "Internal error from Core"
 
 
-def _stream_failure(code: grpc.StatusCode, details: str) -> ConstraintdError:
-    """What a Step stream's end means to its callers: its status, or UNAVAILABLE when it ended well, was
-    cancelled, or its connection broke."""
+def _stream_failure(code: grpc.StatusCode, details: str, failure: ConstraintdError) -> ConstraintdError:
+    """What a Step stream's end means to its callers: its status's error (`failure`), or UNAVAILABLE when it
+    ended well, was cancelled, or its connection broke."""
     if code in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED) or (
         code is grpc.StatusCode.INTERNAL and details == _CORE_INTERNAL
     ):
         return UnavailableError(f"the Step stream ended ({code.name}: {details})")
-    return error_for(code.name, details)
+    return failure
 
 
 async def _ending(stream: Any) -> ConstraintdError:
-    """Why a Step stream that refused a write ended (the write's own error does not say)."""
-    return _stream_failure(await stream.code(), await stream.details() or "")
+    """Why a Step stream ended (a write's or a read's own error does not say: the call's status does)."""
+    code, details = await stream.code(), await stream.details() or ""
+    return _stream_failure(code, details, await _async_failure(stream))
 
 
-def _only_accept(reply: pb.StepReply) -> pb.AcceptReply:
-    """The AcceptReply of a Step of one accept, or the error it answered, raised."""
+def _only_accept(reply: pb.StepResponse) -> pb.AcceptResponse:
+    """The AcceptResponse of a Step of one accept, or the error it answered, raised."""
     if len(reply.results) != 1:
         raise UnavailableError("the Step reply does not answer its one accept")
     result = reply.results[0]
     if result.WhichOneof("result") == "error":
-        raise error_for(result.error.status, result.error.message)
+        raise error_from(result.error)
     return result.accept
 
 

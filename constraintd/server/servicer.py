@@ -8,8 +8,9 @@
 #   pool, computed on a fork of the session's matcher so the session itself is never touched off the loop;
 #   and a long replay (a client rebuilding a lost session) on a matcher no session holds yet.
 # - Errors become gRPC statuses in exactly one function, `status_of`: a `ConstraintdError` maps to the
-#   status its class names, with its message; anything else is a bug, answered INTERNAL with no details
-#   and logged with its traceback.
+#   status its class names, with its message, and carries its google.rpc.Status (service/status.py: its
+#   class and parts as ErrorInfo and BadRequest details) in the trailing metadata, as grpcio-status sends
+#   it; anything else is a bug, answered INTERNAL with no details and logged with its traceback.
 # - Every answer (and every Step message) is counted and timed in the metrics, by method and status.
 from __future__ import annotations
 
@@ -20,12 +21,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias, TypeVar
 
 import grpc
+from google.rpc import code_pb2, status_pb2
+from grpc_status import rpc_status
 
 from constraintd.errors import ConstraintdError
 from constraintd.server.metrics import Metrics
 from constraintd.server.workers import WorkerPool
 from constraintd.service.log_events import fields
 from constraintd.service.operations import Operations, OwedMask, pay
+from constraintd.service.status import status_for
 from constraintd.v1 import constraintd_pb2 as pb
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
 
@@ -43,12 +47,14 @@ Method = Callable[[Any, Request, Context], Awaitable[Reply]]
 REPLAY_ON_LOOP = 32
 
 
-def status_of(error: Exception) -> tuple[grpc.StatusCode, str]:
-    """The gRPC status (code and message) a failed call answers with. The only such mapping."""
-    if isinstance(error, ConstraintdError):
-        code = getattr(grpc.StatusCode, error.status, grpc.StatusCode.UNKNOWN)
-        return code, str(error)
-    return grpc.StatusCode.INTERNAL, "internal error (logged by the server)"
+# What a bug answers: no message of its own (its text may hold anything) and no details.
+_INTERNAL = status_pb2.Status(code=code_pb2.INTERNAL, message="internal error (logged by the server)")
+
+
+def status_of(error: Exception) -> grpc.Status:
+    """The gRPC status a failed call answers with: code, message, and in the trailing metadata the
+    google.rpc.Status with the error's class and parts. The only such mapping."""
+    return rpc_status.to_status(status_for(error) if isinstance(error, ConstraintdError) else _INTERNAL)
 
 
 def _answered(method: Method[Request, Reply]) -> Method[Request, Reply]:
@@ -88,11 +94,11 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
 
     async def abort(self, method: str, error: Exception, context: Context) -> None:
         """Ends the call with the error's status (counted; a bug is logged with its traceback). Raises."""
-        code, message = status_of(error)
-        self.metrics.rpcs.inc(method, code.name)
-        if code is grpc.StatusCode.INTERNAL:
+        status = status_of(error)
+        self.metrics.rpcs.inc(method, status.code.name)
+        if status.code is grpc.StatusCode.INTERNAL:
             log.error("internal error", exc_info=error, extra=fields(method=method))
-        await context.abort(code, message)
+        await context.abort_with_status(status)
 
     async def _off_loop(self, work: Callable[[], T], what: str) -> T:
         started = time.perf_counter()
@@ -107,7 +113,7 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
     @_answered
     async def RegisterVocab(
         self, request: pb.RegisterVocabRequest, context: Context
-    ) -> pb.RegisterVocabReply:
+    ) -> pb.RegisterVocabResponse:
         reply = await self._off_loop(
             lambda: self.operations.register_vocab(request), "loading the vocabulary"
         )
@@ -117,7 +123,7 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
     @_answered
     async def CreateSession(
         self, request: pb.CreateSessionRequest, context: Context
-    ) -> pb.CreateSessionReply:
+    ) -> pb.CreateSessionResponse:
         plan = self.operations.plan_session(request)
         compiled = plan.compiled
         if compiled is None:
@@ -133,36 +139,36 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
             await self.mask_workers.run(lambda: pay(owed), what="computing the mask")
 
     @_answered
-    async def Accept(self, request: pb.AcceptRequest, context: Context) -> pb.AcceptReply:
+    async def Accept(self, request: pb.AcceptRequest, context: Context) -> pb.AcceptResponse:
         reply, owed = self.operations.accept_owing(request)
         await self._pay(owed)
         return reply
 
     @_answered
-    async def Allows(self, request: pb.AllowsRequest, context: Context) -> pb.AllowsReply:
+    async def Allows(self, request: pb.AllowsRequest, context: Context) -> pb.AllowsResponse:
         return self.operations.allows(request)
 
     @_answered
-    async def Mask(self, request: pb.MaskRequest, context: Context) -> pb.MaskReply:
+    async def Mask(self, request: pb.MaskRequest, context: Context) -> pb.MaskResponse:
         reply, owed = self.operations.mask_owing(request)
         await self._pay(owed)
         return reply
 
     @_answered
-    async def Rollback(self, request: pb.RollbackRequest, context: Context) -> pb.RollbackReply:
+    async def Rollback(self, request: pb.RollbackRequest, context: Context) -> pb.RollbackResponse:
         return self.operations.rollback(request)
 
     @_answered
-    async def Fork(self, request: pb.ForkRequest, context: Context) -> pb.ForkReply:
+    async def Fork(self, request: pb.ForkRequest, context: Context) -> pb.ForkResponse:
         return self.operations.fork(request)
 
     @_answered
-    async def Close(self, request: pb.CloseRequest, context: Context) -> pb.CloseReply:
+    async def Close(self, request: pb.CloseRequest, context: Context) -> pb.CloseResponse:
         return self.operations.close(request)
 
     async def Step(
         self, requests: AsyncIterator[pb.StepRequest], context: Context
-    ) -> AsyncIterator[pb.StepReply]:
+    ) -> AsyncIterator[pb.StepResponse]:
         try:
             async for request in requests:
                 started = time.perf_counter()

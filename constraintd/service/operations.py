@@ -8,7 +8,8 @@
 #   `register_vocab` and `compile`, in worker threads), and the in-process client transport calls them
 #   directly, so both speak exactly the same protocol.
 # - Errors are raised as `ConstraintdError`s; the caller turns them into statuses. In a Step, each
-#   operation's error is answered in its place and the others still run; a Step's accept batch (the
+#   operation's error is answered in its place, as the google.rpc.Status the unary call would have failed
+#   with (service/status.py), and the others still run; a Step's accept batch (the
 #   columns of many sessions' accepts) is answered after its operations, in columns too, with no message
 #   built per item but per error and per owed mask: it is the hot path of a worker decoding many sequences.
 # - A whole-vocabulary mask can take milliseconds to seconds the first time a grammar state is met, so the
@@ -33,6 +34,7 @@ from constraintd.service.constraints import Constraint, ConstraintKind
 from constraintd.service.limits import Limits
 from constraintd.service.registry import CompiledConstraint, Registry
 from constraintd.service.sessions import Session, SessionStore
+from constraintd.service.status import status_for
 from constraintd.v1 import constraintd_pb2 as pb
 
 __all__ = ["Operations", "OwedMask", "SessionPlan", "encode_mask", "pay"]
@@ -107,7 +109,7 @@ class Operations:
             "allows": lambda request: (self.allows(request), []),
         }
 
-    def register_vocab(self, request: pb.RegisterVocabRequest) -> pb.RegisterVocabReply:
+    def register_vocab(self, request: pb.RegisterVocabRequest) -> pb.RegisterVocabResponse:
         """RegisterVocab; slow for a large vocabulary (the server runs it in a worker thread)."""
         source = request.WhichOneof("source")
         if source == "gguf_path":
@@ -130,7 +132,7 @@ class Operations:
             )
         else:
             raise InputError("RegisterVocab needs `pieces` or `gguf_path`")
-        return pb.RegisterVocabReply(
+        return pb.RegisterVocabResponse(
             vocab_id=vocab.content_hash, size=len(vocab), content_hash=vocab.content_hash
         )
 
@@ -181,69 +183,69 @@ class Operations:
 
     def open_session(
         self, plan: SessionPlan, compiled: CompiledConstraint, started: Matcher | None = None
-    ) -> pb.CreateSessionReply:
+    ) -> pb.CreateSessionResponse:
         """Opens the planned session on its compiled constraint (and on its started matcher, if given)."""
         matcher = started if started is not None else self.start(plan, compiled)
         session = self.store.adopt(compiled, matcher, ttl=plan.ttl)
-        return pb.CreateSessionReply(
+        return pb.CreateSessionResponse(
             session_id=session.id,
             warnings=compiled.warnings,
             state=_state(session),
             vocab_size=len(compiled.grammar.vocab),
         )
 
-    def create_session(self, request: pb.CreateSessionRequest) -> pb.CreateSessionReply:
+    def create_session(self, request: pb.CreateSessionRequest) -> pb.CreateSessionResponse:
         """CreateSession in one go (plan, compile, open), for callers with no event loop to keep free."""
         plan = self.plan_session(request)
         return self.open_session(plan, self.compile(plan))
 
-    def accept(self, request: pb.AcceptRequest) -> pb.AcceptReply:
+    def accept(self, request: pb.AcceptRequest) -> pb.AcceptResponse:
         reply, owed = self.accept_owing(request)
         pay(owed)
         return reply
 
-    def accept_owing(self, request: pb.AcceptRequest) -> tuple[pb.AcceptReply, list[OwedMask]]:
+    def accept_owing(self, request: pb.AcceptRequest) -> tuple[pb.AcceptResponse, list[OwedMask]]:
         session = self.store.get(request.session_id, position=_position(request))
         accepted = session.accept(request.token)
-        reply = pb.AcceptReply(accepted=accepted, state=_state(session))
+        reply = pb.AcceptResponse(accepted=accepted, state=_state(session))
         if not accepted and request.mask_on_reject:
             return reply, [OwedMask(reply.mask, session.matcher.fork())]
         return reply, []
 
-    def allows(self, request: pb.AllowsRequest) -> pb.AllowsReply:
+    def allows(self, request: pb.AllowsRequest) -> pb.AllowsResponse:
         session = self.store.get(request.session_id)
         allows = session.matcher.allows
-        return pb.AllowsReply(allowed=[allows(token) for token in request.tokens], state=_state(session))
+        return pb.AllowsResponse(allowed=[allows(token) for token in request.tokens], state=_state(session))
 
-    def mask(self, request: pb.MaskRequest) -> pb.MaskReply:
+    def mask(self, request: pb.MaskRequest) -> pb.MaskResponse:
         reply, owed = self.mask_owing(request)
         pay(owed)
         return reply
 
-    def mask_owing(self, request: pb.MaskRequest) -> tuple[pb.MaskReply, list[OwedMask]]:
+    def mask_owing(self, request: pb.MaskRequest) -> tuple[pb.MaskResponse, list[OwedMask]]:
         session = self.store.get(request.session_id)
-        reply = pb.MaskReply(state=_state(session))
+        reply = pb.MaskResponse(state=_state(session))
         return reply, [OwedMask(reply.mask, session.matcher.fork())]
 
-    def rollback(self, request: pb.RollbackRequest) -> pb.RollbackReply:
+    def rollback(self, request: pb.RollbackRequest) -> pb.RollbackResponse:
         session = self.store.get(request.session_id, position=_position(request))
         session.rollback(request.count)
-        return pb.RollbackReply(state=_state(session))
+        return pb.RollbackResponse(state=_state(session))
 
-    def fork(self, request: pb.ForkRequest) -> pb.ForkReply:
+    def fork(self, request: pb.ForkRequest) -> pb.ForkResponse:
         child = self.store.fork(request.session_id, position=_position(request))
-        return pb.ForkReply(session_id=child.id, state=_state(child))
+        return pb.ForkResponse(session_id=child.id, state=_state(child))
 
-    def close(self, request: pb.CloseRequest) -> pb.CloseReply:
+    def close(self, request: pb.CloseRequest) -> pb.CloseResponse:
         self.store.close(request.session_id)
-        return pb.CloseReply()
+        return pb.CloseResponse()
 
-    def step(self, request: pb.StepRequest) -> pb.StepReply:
+    def step(self, request: pb.StepRequest) -> pb.StepResponse:
         reply, owed = self.step_owing(request)
         pay(owed)
         return reply
 
-    def step_owing(self, request: pb.StepRequest) -> tuple[pb.StepReply, list[OwedMask]]:
+    def step_owing(self, request: pb.StepRequest) -> tuple[pb.StepResponse, list[OwedMask]]:
         """One Step message: every operation in order, each failure answered in its place."""
         batch = request.accepts
         count = len(request.ops) + len(batch.session_ids)
@@ -251,7 +253,7 @@ class Operations:
             raise LimitError(
                 f"a Step message of {count} operations is over the limit of {self._limits.max_step_ops}"
             )
-        reply = pb.StepReply()
+        reply = pb.StepResponse()
         owed: list[OwedMask] = []
         for op in request.ops:
             result = reply.results.add()
@@ -265,13 +267,14 @@ class Operations:
                 # the owed masks point into `answer`; point them into the copy in the reply instead
                 owed.extend(OwedMask(target.mask, mask.matcher) for mask in owes)
             except ConstraintdError as error:
-                result.error.status = error.status
-                result.error.message = str(error)
+                result.error.CopyFrom(status_for(error))
         if batch.session_ids:
             self._accept_batch(batch, reply.accepts, owed)
         return reply, owed
 
-    def _accept_batch(self, batch: pb.AcceptBatch, into: pb.AcceptBatchReply, owed: list[OwedMask]) -> None:
+    def _accept_batch(
+        self, batch: pb.AcceptBatch, into: pb.AcceptBatchResponse, owed: list[OwedMask]
+    ) -> None:
         """A Step's accept batch, column in, column out: the hot path of a worker decoding many sequences,
         so it makes no message per item (only per error and per owed mask)."""
         ids = list(batch.session_ids)
@@ -292,9 +295,7 @@ class Operations:
                 session = get(ids[index], position=positions[index], now=now)
                 taken = session.accept(tokens[index])
             except ConstraintdError as error:
-                item = into.errors.add(index=index)
-                item.error.status = error.status
-                item.error.message = str(error)
+                into.errors.add(index=index, error=status_for(error))
                 continue
             matcher = session.matcher
             accepted[index] = taken

@@ -1,3 +1,4 @@
+from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -38,7 +39,7 @@ class Tokenizer(_message.Message):
     escape_whitespaces: bool
     def __init__(self, model: _Optional[str] = ..., add_space_prefix: _Optional[bool] = ..., escape_whitespaces: _Optional[bool] = ...) -> None: ...
 
-class RegisterVocabReply(_message.Message):
+class RegisterVocabResponse(_message.Message):
     __slots__ = ("vocab_id", "size", "content_hash")
     VOCAB_ID_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -100,7 +101,7 @@ class SessionState(_message.Message):
     position: int
     def __init__(self, complete: _Optional[bool] = ..., position: _Optional[int] = ...) -> None: ...
 
-class CreateSessionReply(_message.Message):
+class CreateSessionResponse(_message.Message):
     __slots__ = ("session_id", "warnings", "state", "vocab_size")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
@@ -134,7 +135,7 @@ class AcceptRequest(_message.Message):
     position: int
     def __init__(self, session_id: _Optional[str] = ..., token: _Optional[int] = ..., mask_on_reject: _Optional[bool] = ..., position: _Optional[int] = ...) -> None: ...
 
-class AcceptReply(_message.Message):
+class AcceptResponse(_message.Message):
     __slots__ = ("accepted", "state", "mask")
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -152,7 +153,7 @@ class AllowsRequest(_message.Message):
     tokens: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, session_id: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ...) -> None: ...
 
-class AllowsReply(_message.Message):
+class AllowsResponse(_message.Message):
     __slots__ = ("allowed", "state")
     ALLOWED_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -166,7 +167,7 @@ class MaskRequest(_message.Message):
     session_id: str
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
-class MaskReply(_message.Message):
+class MaskResponse(_message.Message):
     __slots__ = ("mask", "state")
     MASK_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -184,7 +185,7 @@ class RollbackRequest(_message.Message):
     position: int
     def __init__(self, session_id: _Optional[str] = ..., count: _Optional[int] = ..., position: _Optional[int] = ...) -> None: ...
 
-class RollbackReply(_message.Message):
+class RollbackResponse(_message.Message):
     __slots__ = ("state",)
     STATE_FIELD_NUMBER: _ClassVar[int]
     state: SessionState
@@ -198,7 +199,7 @@ class ForkRequest(_message.Message):
     position: int
     def __init__(self, session_id: _Optional[str] = ..., position: _Optional[int] = ...) -> None: ...
 
-class ForkReply(_message.Message):
+class ForkResponse(_message.Message):
     __slots__ = ("session_id", "state")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -212,7 +213,7 @@ class CloseRequest(_message.Message):
     session_id: str
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
-class CloseReply(_message.Message):
+class CloseResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
@@ -246,15 +247,15 @@ class StepOp(_message.Message):
     allows: AllowsRequest
     def __init__(self, accept: _Optional[_Union[AcceptRequest, _Mapping]] = ..., mask: _Optional[_Union[MaskRequest, _Mapping]] = ..., allows: _Optional[_Union[AllowsRequest, _Mapping]] = ...) -> None: ...
 
-class StepReply(_message.Message):
+class StepResponse(_message.Message):
     __slots__ = ("results", "accepts")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[StepResult]
-    accepts: AcceptBatchReply
-    def __init__(self, results: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., accepts: _Optional[_Union[AcceptBatchReply, _Mapping]] = ...) -> None: ...
+    accepts: AcceptBatchResponse
+    def __init__(self, results: _Optional[_Iterable[_Union[StepResult, _Mapping]]] = ..., accepts: _Optional[_Union[AcceptBatchResponse, _Mapping]] = ...) -> None: ...
 
-class AcceptBatchReply(_message.Message):
+class AcceptBatchResponse(_message.Message):
     __slots__ = ("accepted", "complete", "errors", "masks")
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
@@ -271,8 +272,8 @@ class ItemError(_message.Message):
     INDEX_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     index: int
-    error: Error
-    def __init__(self, index: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+    error: _status_pb2.Status
+    def __init__(self, index: _Optional[int] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class ItemMask(_message.Message):
     __slots__ = ("index", "mask")
@@ -288,16 +289,8 @@ class StepResult(_message.Message):
     MASK_FIELD_NUMBER: _ClassVar[int]
     ALLOWS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
-    accept: AcceptReply
-    mask: MaskReply
-    allows: AllowsReply
-    error: Error
-    def __init__(self, accept: _Optional[_Union[AcceptReply, _Mapping]] = ..., mask: _Optional[_Union[MaskReply, _Mapping]] = ..., allows: _Optional[_Union[AllowsReply, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
-
-class Error(_message.Message):
-    __slots__ = ("status", "message")
-    STATUS_FIELD_NUMBER: _ClassVar[int]
-    MESSAGE_FIELD_NUMBER: _ClassVar[int]
-    status: str
-    message: str
-    def __init__(self, status: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+    accept: AcceptResponse
+    mask: MaskResponse
+    allows: AllowsResponse
+    error: _status_pb2.Status
+    def __init__(self, accept: _Optional[_Union[AcceptResponse, _Mapping]] = ..., mask: _Optional[_Union[MaskResponse, _Mapping]] = ..., allows: _Optional[_Union[AllowsResponse, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...

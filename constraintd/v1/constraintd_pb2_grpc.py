@@ -37,47 +37,47 @@ class ConstraintdStub:
         self.RegisterVocab = channel.unary_unary(
                 '/constraintd.v1.Constraintd/RegisterVocab',
                 request_serializer=constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabRequest.SerializeToString,
-                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabReply.FromString,
+                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabResponse.FromString,
                 _registered_method=True)
         self.CreateSession = channel.unary_unary(
                 '/constraintd.v1.Constraintd/CreateSession',
                 request_serializer=constraintd_dot_v1_dot_constraintd__pb2.CreateSessionRequest.SerializeToString,
-                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.CreateSessionReply.FromString,
+                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.CreateSessionResponse.FromString,
                 _registered_method=True)
         self.Accept = channel.unary_unary(
                 '/constraintd.v1.Constraintd/Accept',
                 request_serializer=constraintd_dot_v1_dot_constraintd__pb2.AcceptRequest.SerializeToString,
-                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.AcceptReply.FromString,
+                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.AcceptResponse.FromString,
                 _registered_method=True)
         self.Allows = channel.unary_unary(
                 '/constraintd.v1.Constraintd/Allows',
                 request_serializer=constraintd_dot_v1_dot_constraintd__pb2.AllowsRequest.SerializeToString,
-                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.AllowsReply.FromString,
+                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.AllowsResponse.FromString,
                 _registered_method=True)
         self.Mask = channel.unary_unary(
                 '/constraintd.v1.Constraintd/Mask',
                 request_serializer=constraintd_dot_v1_dot_constraintd__pb2.MaskRequest.SerializeToString,
-                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.MaskReply.FromString,
+                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.MaskResponse.FromString,
                 _registered_method=True)
         self.Rollback = channel.unary_unary(
                 '/constraintd.v1.Constraintd/Rollback',
                 request_serializer=constraintd_dot_v1_dot_constraintd__pb2.RollbackRequest.SerializeToString,
-                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.RollbackReply.FromString,
+                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.RollbackResponse.FromString,
                 _registered_method=True)
         self.Fork = channel.unary_unary(
                 '/constraintd.v1.Constraintd/Fork',
                 request_serializer=constraintd_dot_v1_dot_constraintd__pb2.ForkRequest.SerializeToString,
-                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.ForkReply.FromString,
+                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.ForkResponse.FromString,
                 _registered_method=True)
         self.Close = channel.unary_unary(
                 '/constraintd.v1.Constraintd/Close',
                 request_serializer=constraintd_dot_v1_dot_constraintd__pb2.CloseRequest.SerializeToString,
-                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.CloseReply.FromString,
+                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.CloseResponse.FromString,
                 _registered_method=True)
         self.Step = channel.stream_stream(
                 '/constraintd.v1.Constraintd/Step',
                 request_serializer=constraintd_dot_v1_dot_constraintd__pb2.StepRequest.SerializeToString,
-                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.StepReply.FromString,
+                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.StepResponse.FromString,
                 _registered_method=True)
 
 
@@ -141,8 +141,9 @@ class ConstraintdServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Step(self, request_iterator, context):
-        """Batches of accepts, masks and allows over many sessions per message; one reply per request, results in
-        the order of the operations. A failed operation answers an Error in its place; the stream goes on.
+        """Batches of accepts, masks and allows over many sessions per message; one response per request,
+        results in the order of the operations. A failed operation answers a google.rpc.Status in its place;
+        the stream goes on.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -154,47 +155,47 @@ def add_ConstraintdServicer_to_server(servicer, server):
             'RegisterVocab': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterVocab,
                     request_deserializer=constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabRequest.FromString,
-                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabReply.SerializeToString,
+                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabResponse.SerializeToString,
             ),
             'CreateSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSession,
                     request_deserializer=constraintd_dot_v1_dot_constraintd__pb2.CreateSessionRequest.FromString,
-                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.CreateSessionReply.SerializeToString,
+                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.CreateSessionResponse.SerializeToString,
             ),
             'Accept': grpc.unary_unary_rpc_method_handler(
                     servicer.Accept,
                     request_deserializer=constraintd_dot_v1_dot_constraintd__pb2.AcceptRequest.FromString,
-                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.AcceptReply.SerializeToString,
+                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.AcceptResponse.SerializeToString,
             ),
             'Allows': grpc.unary_unary_rpc_method_handler(
                     servicer.Allows,
                     request_deserializer=constraintd_dot_v1_dot_constraintd__pb2.AllowsRequest.FromString,
-                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.AllowsReply.SerializeToString,
+                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.AllowsResponse.SerializeToString,
             ),
             'Mask': grpc.unary_unary_rpc_method_handler(
                     servicer.Mask,
                     request_deserializer=constraintd_dot_v1_dot_constraintd__pb2.MaskRequest.FromString,
-                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.MaskReply.SerializeToString,
+                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.MaskResponse.SerializeToString,
             ),
             'Rollback': grpc.unary_unary_rpc_method_handler(
                     servicer.Rollback,
                     request_deserializer=constraintd_dot_v1_dot_constraintd__pb2.RollbackRequest.FromString,
-                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.RollbackReply.SerializeToString,
+                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.RollbackResponse.SerializeToString,
             ),
             'Fork': grpc.unary_unary_rpc_method_handler(
                     servicer.Fork,
                     request_deserializer=constraintd_dot_v1_dot_constraintd__pb2.ForkRequest.FromString,
-                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.ForkReply.SerializeToString,
+                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.ForkResponse.SerializeToString,
             ),
             'Close': grpc.unary_unary_rpc_method_handler(
                     servicer.Close,
                     request_deserializer=constraintd_dot_v1_dot_constraintd__pb2.CloseRequest.FromString,
-                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.CloseReply.SerializeToString,
+                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.CloseResponse.SerializeToString,
             ),
             'Step': grpc.stream_stream_rpc_method_handler(
                     servicer.Step,
                     request_deserializer=constraintd_dot_v1_dot_constraintd__pb2.StepRequest.FromString,
-                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.StepReply.SerializeToString,
+                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.StepResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -223,7 +224,7 @@ class Constraintd:
             target,
             '/constraintd.v1.Constraintd/RegisterVocab',
             constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabRequest.SerializeToString,
-            constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabReply.FromString,
+            constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -250,7 +251,7 @@ class Constraintd:
             target,
             '/constraintd.v1.Constraintd/CreateSession',
             constraintd_dot_v1_dot_constraintd__pb2.CreateSessionRequest.SerializeToString,
-            constraintd_dot_v1_dot_constraintd__pb2.CreateSessionReply.FromString,
+            constraintd_dot_v1_dot_constraintd__pb2.CreateSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -277,7 +278,7 @@ class Constraintd:
             target,
             '/constraintd.v1.Constraintd/Accept',
             constraintd_dot_v1_dot_constraintd__pb2.AcceptRequest.SerializeToString,
-            constraintd_dot_v1_dot_constraintd__pb2.AcceptReply.FromString,
+            constraintd_dot_v1_dot_constraintd__pb2.AcceptResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -304,7 +305,7 @@ class Constraintd:
             target,
             '/constraintd.v1.Constraintd/Allows',
             constraintd_dot_v1_dot_constraintd__pb2.AllowsRequest.SerializeToString,
-            constraintd_dot_v1_dot_constraintd__pb2.AllowsReply.FromString,
+            constraintd_dot_v1_dot_constraintd__pb2.AllowsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -331,7 +332,7 @@ class Constraintd:
             target,
             '/constraintd.v1.Constraintd/Mask',
             constraintd_dot_v1_dot_constraintd__pb2.MaskRequest.SerializeToString,
-            constraintd_dot_v1_dot_constraintd__pb2.MaskReply.FromString,
+            constraintd_dot_v1_dot_constraintd__pb2.MaskResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -358,7 +359,7 @@ class Constraintd:
             target,
             '/constraintd.v1.Constraintd/Rollback',
             constraintd_dot_v1_dot_constraintd__pb2.RollbackRequest.SerializeToString,
-            constraintd_dot_v1_dot_constraintd__pb2.RollbackReply.FromString,
+            constraintd_dot_v1_dot_constraintd__pb2.RollbackResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -385,7 +386,7 @@ class Constraintd:
             target,
             '/constraintd.v1.Constraintd/Fork',
             constraintd_dot_v1_dot_constraintd__pb2.ForkRequest.SerializeToString,
-            constraintd_dot_v1_dot_constraintd__pb2.ForkReply.FromString,
+            constraintd_dot_v1_dot_constraintd__pb2.ForkResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -412,7 +413,7 @@ class Constraintd:
             target,
             '/constraintd.v1.Constraintd/Close',
             constraintd_dot_v1_dot_constraintd__pb2.CloseRequest.SerializeToString,
-            constraintd_dot_v1_dot_constraintd__pb2.CloseReply.FromString,
+            constraintd_dot_v1_dot_constraintd__pb2.CloseResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -439,7 +440,7 @@ class Constraintd:
             target,
             '/constraintd.v1.Constraintd/Step',
             constraintd_dot_v1_dot_constraintd__pb2.StepRequest.SerializeToString,
-            constraintd_dot_v1_dot_constraintd__pb2.StepReply.FromString,
+            constraintd_dot_v1_dot_constraintd__pb2.StepResponse.FromString,
             options,
             channel_credentials,
             insecure,

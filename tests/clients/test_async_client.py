@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +17,15 @@ from clients import AsyncClient, AsyncSession, Policy
 from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.matcher import Matcher
 from constraintd.engine.vocab.vocab import Vocab
-from constraintd.errors import InputError, NotFoundError
+from constraintd.errors import (
+    ConstraintdError,
+    GrammarError,
+    InputError,
+    NotFoundError,
+    SchemaError,
+    TokenError,
+    VocabError,
+)
 from constraintd.server.lifecycle import Service
 from tests import reference
 from tests.clients.generation import SCHEMA, generate_async
@@ -77,6 +86,56 @@ async def test_every_session_call(client: AsyncClient) -> None:
         with pytest.raises(InputError, match="outside the vocabulary"):
             await session.accept(-5)
     assert session.record.closed
+
+
+# What a refusal is to its caller: its class, its message (with the session's id, which differs from one
+# client to another, taken out) and its attributes (a GrammarError's line, column, excerpt; a SchemaError's
+# pointer).
+Refusal = tuple[type[ConstraintdError], str, dict[str, Any]]
+
+
+async def refusals(client: AsyncClient) -> dict[str, Refusal]:
+    """Every kind of refusal `client` raises: unary calls, then Step results (over gRPC an Accept goes as a
+    Step of one accept, and `step` sends ops and an accept batch)."""
+    vocab = await client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+    session = await client.session(vocab, gbnf=AB_PLUS)
+    closed = await client.session(vocab, gbnf=AB_PLUS)
+    await closed.close()
+    attempts: dict[str, Callable[[], Awaitable[Any]]] = {
+        "grammar": lambda: client.session(vocab, gbnf='root ::= "a'),
+        "schema": lambda: client.session(vocab, json_schema={"properties": {"a": {"$ref": "#/nowhere"}}}),
+        "vocab": lambda: client.register_vocab(pieces=TINY_PIECES, eog=[999]),
+        "allows": lambda: session.allows(99),
+        "mask-closed": lambda: closed.mask(),
+        "accept": lambda: session.accept(99),
+        "step-accept": lambda: client.step([(session, 99)]),
+        "step-mask-closed": lambda: client.step([(closed, None)]),
+    }
+    caught: dict[str, Refusal] = {}
+    for name, attempt in attempts.items():
+        with pytest.raises(ConstraintdError) as raised:
+            await attempt()
+        error = raised.value
+        caught[name] = (type(error), str(error).replace(closed.id, "<id>"), vars(error))
+    return caught
+
+
+@pytest.mark.asyncio
+async def test_a_refusal_raises_the_same_error_on_every_transport(client: AsyncClient) -> None:
+    async with AsyncClient("local", policy=POLICY) as local:
+        in_process = await refusals(local)
+    assert {name: kind for name, (kind, _, _) in in_process.items()} == {
+        "grammar": GrammarError,
+        "schema": SchemaError,
+        "vocab": VocabError,
+        "allows": TokenError,
+        "mask-closed": NotFoundError,
+        "accept": TokenError,
+        "step-accept": TokenError,
+        "step-mask-closed": NotFoundError,
+    }
+    assert in_process["grammar"][2]["line"] == 1 and in_process["schema"][2]["pointer"] == "#/properties/a"
+    assert await refusals(client) == in_process
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import pytest
 from clients import flows
 from clients.flows import Call, Flow, Pause, Policy, SessionRecord, VocabHandle
 from constraintd.errors import ConstraintdError, InputError, NotFoundError, PositionError, UnavailableError
+from constraintd.service.status import status_for
 from constraintd.v1 import constraintd_pb2 as pb
 
 POLICY = Policy(timeout=1.0, setup_timeout=5.0, attempts=3, backoff=0.1, max_backoff=0.15, rebuilds=2)
@@ -59,22 +60,22 @@ def record_with(history: list[int], session_id: str = "s1") -> SessionRecord:
 
 
 def accepted(complete: bool = False, position: int = 0) -> Answer:
-    return lambda request: pb.AcceptReply(
+    return lambda request: pb.AcceptResponse(
         accepted=True, state=pb.SessionState(complete=complete, position=position)
     )
 
 
 def created(session_id: str) -> Answer:
-    return lambda request: pb.CreateSessionReply(session_id=session_id, state=pb.SessionState(position=1))
+    return lambda request: pb.CreateSessionResponse(session_id=session_id, state=pb.SessionState(position=1))
 
 
 def test_an_accept_carries_the_position_and_appends_the_token() -> None:
     record = record_with([5])
     seen: list[pb.AcceptRequest] = []
 
-    def answer(request: pb.AcceptRequest) -> pb.AcceptReply:
+    def answer(request: pb.AcceptRequest) -> pb.AcceptResponse:
         seen.append(request)
-        return pb.AcceptReply(accepted=True, state=pb.SessionState(complete=True, position=2))
+        return pb.AcceptResponse(accepted=True, state=pb.SessionState(complete=True, position=2))
 
     result, _ = run(flows.accept(POLICY, record, 7, mask_on_reject=True), [("Accept", answer)])
     assert result == (True, None)
@@ -85,7 +86,7 @@ def test_an_accept_carries_the_position_and_appends_the_token() -> None:
 def test_a_rejection_changes_nothing_and_brings_the_mask() -> None:
     record = record_with([5])
     mask = pb.Mask(words=(6).to_bytes(4, "little"), vocab_size=3, allowed=2)
-    reply = pb.AcceptReply(accepted=False, state=pb.SessionState(position=1), mask=mask)
+    reply = pb.AcceptResponse(accepted=False, state=pb.SessionState(position=1), mask=mask)
     (taken, words), _ = run(
         flows.accept(POLICY, record, 7, mask_on_reject=True), [("Accept", lambda r: reply)]
     )
@@ -110,15 +111,15 @@ def test_a_lost_session_is_rebuilt_by_replay_and_the_call_made_again() -> None:
     record = record_with([4, 5])
     creates: list[pb.CreateSessionRequest] = []
 
-    def create(request: pb.CreateSessionRequest) -> pb.CreateSessionReply:
+    def create(request: pb.CreateSessionRequest) -> pb.CreateSessionResponse:
         creates.append(request)
-        return pb.CreateSessionReply(session_id="s2", state=pb.SessionState(position=2), warnings=["w"])
+        return pb.CreateSessionResponse(session_id="s2", state=pb.SessionState(position=2), warnings=["w"])
 
     seen: list[str] = []
 
-    def answer(request: pb.AcceptRequest) -> pb.AcceptReply:
+    def answer(request: pb.AcceptRequest) -> pb.AcceptResponse:
         seen.append(request.session_id)
-        return pb.AcceptReply(accepted=True, state=pb.SessionState(position=3))
+        return pb.AcceptResponse(accepted=True, state=pb.SessionState(position=3))
 
     run(
         flows.accept(POLICY, record, 6, mask_on_reject=False),
@@ -136,7 +137,7 @@ def test_a_session_out_of_step_is_rebuilt_from_the_clients_tokens() -> None:
         [
             ("Rollback", fail(PositionError("differs"))),
             ("CreateSession", created("s2")),
-            ("Rollback", lambda r: pb.RollbackReply(state=pb.SessionState())),
+            ("Rollback", lambda r: pb.RollbackResponse(state=pb.SessionState())),
         ],
     )
     assert [a.request.position for a in actions if isinstance(a, Call) and a.method == "Rollback"] == [1, 1]
@@ -147,9 +148,9 @@ def test_a_lost_vocabulary_is_registered_again_before_the_session() -> None:
     record = record_with([1])
     registrations: list[pb.RegisterVocabRequest] = []
 
-    def register(request: pb.RegisterVocabRequest) -> pb.RegisterVocabReply:
+    def register(request: pb.RegisterVocabRequest) -> pb.RegisterVocabResponse:
         registrations.append(request)
-        return pb.RegisterVocabReply(vocab_id="v1", size=20, content_hash="v1")
+        return pb.RegisterVocabResponse(vocab_id="v1", size=20, content_hash="v1")
 
     run(
         flows.mask(POLICY, record),
@@ -158,7 +159,7 @@ def test_a_lost_vocabulary_is_registered_again_before_the_session() -> None:
             ("CreateSession", fail(NotFoundError("no vocab"))),
             ("RegisterVocab", register),
             ("CreateSession", created("s3")),
-            ("Mask", lambda r: pb.MaskReply(mask=pb.Mask(words=bytes(4), vocab_size=20))),
+            ("Mask", lambda r: pb.MaskResponse(mask=pb.Mask(words=bytes(4), vocab_size=20))),
         ],
     )
     assert registrations == [REGISTRATION]
@@ -202,7 +203,7 @@ def test_fork_copies_the_record() -> None:
     record = record_with([1, 2])
     child, _ = run(
         flows.fork(POLICY, record),
-        [("Fork", lambda r: pb.ForkReply(session_id="s9", state=pb.SessionState(complete=True)))],
+        [("Fork", lambda r: pb.ForkResponse(session_id="s9", state=pb.SessionState(complete=True)))],
     )
     assert child.id == "s9" and child.history == [1, 2] and child.complete
     child.history.append(3)
@@ -218,17 +219,17 @@ def test_a_step_batch_applies_each_result_and_redoes_lost_sessions_alone() -> No
     first, second, third = record_with([1], "a"), record_with([], "b"), record_with([2], "c")
     mask = pb.Mask(words=(5).to_bytes(4, "little"), vocab_size=3, allowed=2)
 
-    def step(request: pb.StepRequest) -> pb.StepReply:
+    def step(request: pb.StepRequest) -> pb.StepResponse:
         batch = request.accepts
         assert list(batch.session_ids) == ["a", "b"] and list(batch.tokens) == [7, 8]
         assert list(batch.positions) == [1, 0] and batch.mask_on_reject
         assert [op.WhichOneof("op") for op in request.ops] == ["mask"]
-        return pb.StepReply(
-            results=[pb.StepResult(mask=pb.MaskReply(mask=mask, state=pb.SessionState(position=1)))],
-            accepts=pb.AcceptBatchReply(
+        return pb.StepResponse(
+            results=[pb.StepResult(mask=pb.MaskResponse(mask=mask, state=pb.SessionState(position=1)))],
+            accepts=pb.AcceptBatchResponse(
                 accepted=[True, False],
                 complete=[True, False],
-                errors=[pb.ItemError(index=1, error=pb.Error(status="NOT_FOUND", message="gone"))],
+                errors=[pb.ItemError(index=1, error=status_for(NotFoundError("gone")))],
             ),
         )
 
@@ -244,8 +245,8 @@ def test_a_step_batch_applies_each_result_and_redoes_lost_sessions_alone() -> No
 def test_a_step_batch_answers_a_rejection_with_its_mask() -> None:
     record = record_with([1], "a")
     mask = pb.Mask(words=(6).to_bytes(4, "little"), vocab_size=3, allowed=2)
-    reply = pb.StepReply(
-        accepts=pb.AcceptBatchReply(
+    reply = pb.StepResponse(
+        accepts=pb.AcceptBatchResponse(
             accepted=[False], complete=[False], masks=[pb.ItemMask(index=0, mask=mask)]
         )
     )
@@ -256,6 +257,6 @@ def test_a_step_batch_answers_a_rejection_with_its_mask() -> None:
 
 def test_a_step_reply_missing_items_is_unavailable() -> None:
     record = record_with([], "a")
-    short = pb.StepReply(accepts=pb.AcceptBatchReply())  # a reply that answers no item
+    short = pb.StepResponse(accepts=pb.AcceptBatchResponse())  # a reply that answers no item
     with pytest.raises(UnavailableError, match="does not answer every item"):
         run(flows.step(POLICY, [(record, 9)], mask_on_reject=False), [("Step", lambda r: short)])

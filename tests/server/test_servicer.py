@@ -16,16 +16,19 @@ import grpc
 import numpy as np
 import pytest
 import pytest_asyncio
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
 
 from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.matcher import Matcher
 from constraintd.engine.vocab.vocab import Vocab
-from constraintd.errors import ConstraintdError, GrammarError, NotFoundError
+from constraintd.errors import ConstraintdError, GrammarError, NotFoundError, PositionError
 from constraintd.server.lifecycle import Service
 from constraintd.server.servicer import status_of
 from constraintd.service import registry as registry_module
 from constraintd.service.constraints import Constraint, PreparedGrammar, prepare
 from constraintd.service.limits import Limits
+from constraintd.service.status import status_for
 from constraintd.v1 import constraintd_pb2 as pb
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
 from tests import reference
@@ -258,11 +261,11 @@ async def test_step_answers_a_batch_in_order_with_errors_in_place(stub: Stub) ->
     assert np.array_equal(words(reply.results[1].accept.mask), engine_mask(AB_PLUS))
     assert np.array_equal(words(reply.results[2].mask.mask), engine_mask(AB_PLUS, [A]))
     assert list(reply.results[3].allows.allowed) == [True, False]
-    assert reply.results[4].error.status == "NOT_FOUND"
-    assert reply.results[5].error == pb.Error(
-        status="ABORTED", message=f"session {first} has accepted 1 tokens, not 0"
+    assert reply.results[4].error.code == code_pb2.NOT_FOUND
+    assert reply.results[5].error == status_for(
+        PositionError(f"session {first} has accepted 1 tokens, not 0")
     )
-    assert reply.results[6].error.status == "INVALID_ARGUMENT"
+    assert reply.results[6].error.code == code_pb2.INVALID_ARGUMENT
     # the stream goes on
     await call.write(pb.StepRequest(ops=[pb.StepOp(accept=pb.AcceptRequest(session_id=first, token=B))]))
     assert (await call.read()).results[0].accept.state == pb.SessionState(complete=True, position=2)
@@ -309,7 +312,8 @@ async def test_an_accept_batch_answers_in_columns_with_errors_and_masks_by_index
     # first takes A then B (items run in order); second rejects; "nope" is unknown; third is out of step
     assert list(answer.accepted) == [True, False, False, False, True]
     assert list(answer.complete) == [False, False, False, False, True]
-    assert [(e.index, e.error.status) for e in answer.errors] == [(2, "NOT_FOUND"), (3, "ABORTED")]
+    errors = [(e.index, e.error.code) for e in answer.errors]
+    assert errors == [(2, code_pb2.NOT_FOUND), (3, code_pb2.ABORTED)]
     assert [m.index for m in answer.masks] == [1]
     assert np.array_equal(words(answer.masks[0].mask), engine_mask(AB_PLUS))
     # positions are optional; the stream goes on
@@ -651,11 +655,46 @@ async def test_a_compile_stuck_in_its_worker_process_is_deadline_exceeded_and_th
     ids=["grammar", "not-found", "base", "bug"],
 )
 def test_status_of_maps_each_error_by_its_class(error: Exception, code: grpc.StatusCode) -> None:
-    mapped, message = status_of(error)
-    assert mapped is code
-    assert message == (
+    status = status_of(error)
+    assert status.code is code
+    assert status.details == (
         str(error) if isinstance(error, ConstraintdError) else "internal error (logged by the server)"
     )
+    ((key, value),) = status.trailing_metadata
+    assert key == "grpc-status-details-bin"
+    sent = status_pb2.Status.FromString(value)
+    if isinstance(error, ConstraintdError):
+        assert sent == status_for(error)
+    else:  # a bug says nothing of itself
+        assert sent == status_pb2.Status(code=code.value[0], message=status.details)
+
+
+@pytest.mark.asyncio
+async def test_a_refused_call_carries_its_error_as_details(stub: Stub) -> None:
+    text = 'root ::= "a'
+    with pytest.raises(GrammarError) as raised:
+        Grammar.from_gbnf(text, Vocab(TINY_PIECES, TINY_EOG))
+    engine = raised.value
+    assert engine.line == 1 and engine.column > 1
+    vocab = await stub.RegisterVocab(tiny_registration())
+    call = stub.CreateSession(pb.CreateSessionRequest(vocab_id=vocab.vocab_id, gbnf=pb.Gbnf(text=text)))
+    with pytest.raises(grpc.aio.AioRpcError):
+        await call
+    status = await rpc_status.aio.from_call(call)
+    assert status is not None and status.code == code_pb2.INVALID_ARGUMENT
+    assert status.message == await call.details() == str(engine)
+    info, bad_request = error_details_pb2.ErrorInfo(), error_details_pb2.BadRequest()
+    assert status.details[0].Unpack(info) and status.details[1].Unpack(bad_request)
+    assert (info.reason, info.domain) == ("GrammarError", "constraintd")
+    assert dict(info.metadata) == {
+        "reason": engine.reason,
+        "line": "1",
+        "column": str(engine.column),
+        "excerpt": engine.excerpt,
+    }
+    (violation,) = bad_request.field_violations
+    assert violation.field == f"line 1, column {engine.column}"
+    assert violation.description == engine.reason
 
 
 # -- many sessions, and parity with the engine -------------------------------------------------------------

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import pytest
+from google.rpc import status_pb2
 from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTO = Path("constraintd/v1/constraintd.proto")
 GENERATED = ("constraintd_pb2.py", "constraintd_pb2.pyi", "constraintd_pb2_grpc.py")
+# Where google/rpc/status.proto is: googleapis-common-protos ships it beside its module, in site-packages.
+GOOGLEAPIS = Path(status_pb2.__file__).parents[2]
+# The well-known types it imports (google/protobuf/any.proto): grpc_tools ships them, and adds this include
+# itself when run as `python -m grpc_tools.protoc`, as constraintd/v1/__init__.py says; `main` does not.
+WELL_KNOWN = resources.files("grpc_tools") / "_proto"
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +26,8 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [
             "grpc_tools.protoc",
             f"-I{ROOT / 'proto'}",
+            f"-I{GOOGLEAPIS}",
+            f"-I{WELL_KNOWN}",
             f"--python_out={out}",
             f"--pyi_out={out}",
             f"--grpc_python_out={out}",
