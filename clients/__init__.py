@@ -17,8 +17,9 @@ from clients.async_client import AsyncClient, AsyncSession
 from clients.base import ClientTls
 from clients.client import Client, Session
 from clients.flows import Policy, StepOutcome, VocabHandle
-from clients.masks import apply_mask, count_allowed, unpack_mask
+from clients.masks import count_allowed
 from clients.status import ServiceError
+from constraintd.engine.masks.bitmask import apply_mask, unpack_mask
 
 __all__ = [
     "AsyncClient",

@@ -3,13 +3,14 @@
 # The layout (XGrammar's, llguidance's, vLLM's): 32-bit words; token j is bit j % 32 of word j // 32;
 # 1 = allowed; ceil(vocab_size / 32) words; bits past vocab_size are 0. On the wire the words are
 # little-endian; in memory a mask is a numpy int32 array in the machine's order, as the engine makes it,
-# so it drops into `apply_token_bitmask` kernels unchanged.
+# so it drops into `apply_token_bitmask` kernels unchanged. Unpacking and applying a mask are the engine's
+# (constraintd/engine/masks/bitmask.py), re-exported here: one definition of each.
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.masks.bitmask import allowed_tokens, unpack_mask
+from constraintd.engine.masks.bitmask import allowed_tokens, apply_mask, unpack_mask
 from constraintd.v1 import constraintd_pb2 as pb
 
 __all__ = ["allowed_tokens", "apply_mask", "count_allowed", "mask_from_wire", "unpack_mask"]
@@ -24,15 +25,3 @@ def count_allowed(words: npt.NDArray[np.int32]) -> int:
     """How many tokens the mask allows."""
     return int(np.unpackbits(np.asarray(words, dtype="<i4").view(np.uint8)).sum())
 
-
-def apply_mask(logits: npt.NDArray[np.floating], words: npt.NDArray[np.int32]) -> npt.NDArray[np.floating]:
-    """Sets the logit of every token the mask forbids to -inf, in place, and returns the logits.
-
-    `logits` holds one value per token in its last axis (a batch of rows is fine) and may be longer than
-    the vocabulary (a model's padded output): tokens past the mask's words are forbidden too. Does not
-    touch the logits of allowed tokens.
-    """
-    allowed = unpack_mask(words, min(logits.shape[-1], 32 * len(words)))
-    logits[..., : len(allowed)][..., ~allowed] = -np.inf
-    logits[..., len(allowed) :] = -np.inf
-    return logits

@@ -12,7 +12,14 @@ from constraintd.engine.chat.content import ContentStream, json_content, json_me
 from constraintd.engine.chat.requests import Constraint, ConstraintKind, json_object_grammar, resolve_request
 from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.grammar.gbnf import GreType, ParsedGrammar, check_grammar, parse_gbnf
-from constraintd.engine.masks.bitmask import allowed_tokens, apply_mask, mask_words, pack_mask, unpack_mask
+from constraintd.engine.masks.bitmask import (
+    allocate_masks,
+    allowed_tokens,
+    apply_mask,
+    mask_words,
+    pack_mask,
+    unpack_mask,
+)
 from constraintd.engine.matcher import Matcher
 from constraintd.engine.schema.convert import SchemaConversion, convert_json_schema, json_schema_to_gbnf
 from constraintd.engine.vocab.vocab import Vocab
@@ -43,6 +50,7 @@ __all__ = [
     "TokenError",
     "Vocab",
     "VocabError",
+    "allocate_masks",
     "allowed_tokens",
     "apply_mask",
     "check_grammar",

@@ -11,6 +11,9 @@
 #   over the vocabulary; neither changes anything. Where the answer is known already, `allows` reads it
 #   instead of walking the token: the bit of the last mask this matcher made (held until the next step),
 #   the token's move memoized on the state, or the bit of a mask the grammar's cache holds for the state.
+# - `fill_mask(out, index)` is the field's batch API (XGrammar's and llguidance's fill_next_token_bitmask):
+#   `mask()` written into one row of a `(batch, words)` buffer (masks/bitmask.py's `allocate_masks`),
+#   answering whether the row needs applying at all.
 # - The single-token path touches as little as it can: a token accepted from a state at a fresh UTF-8
 #   start is memoized on that state (`State.moves`, shared by every matcher of the grammar; MAX_MOVES
 #   tokens a state at most), so a path some session took before costs one dict lookup a token.
@@ -36,7 +39,6 @@ from constraintd.engine.grammar.stack_sets import Move, State
 from constraintd.engine.grammar.stacks import StackSet
 from constraintd.engine.grammar.triggers import BufferedToken
 from constraintd.engine.grammar.utf8 import FRESH, INVALID, PartialUtf8, decode_utf8
-from constraintd.engine.masks.bitmask import pack_mask
 from constraintd.engine.vocab.decoded import END_OF_GENERATION, NEVER
 from constraintd.errors import InputError, LimitError, TokenError
 
@@ -86,7 +88,7 @@ class Matcher:
         self._start()
 
     def _start(self) -> None:
-        initial = self.grammar.initial
+        initial = self.grammar._initial
         assert initial is not None  # every alternate of the root advances to at least one stack
         if len(initial.stacks) > self.max_stacks:
             raise LimitError(f"the grammar starts with {len(initial.stacks)} stacks, above {self.max_stacks}")
@@ -144,15 +146,15 @@ class Matcher:
             move = state.moves.get(token)
             if move is not None and move[3] <= self.max_stacks:
                 return move[0]
-        finished = self.grammar.masks.finished(state, partial)
+        finished = self.grammar._masks.finished(state, partial)
         if finished is not None:  # a mask of this state was made: its bit is the answer
             return bool((finished.item(token >> 5) >> (token & 31)) & 1)
-        kind = self.grammar.decoded.kind_of[token]
+        kind = self.grammar._decoded.kind_of[token]
         if kind == END_OF_GENERATION:
             return state.has_empty
         if kind == NEVER:
             return False
-        code_points, partial = self.grammar.decoded.decode(token, partial)
+        code_points, partial = self.grammar._decoded.decode(token, partial)
         if partial == INVALID:
             return False
         return state.walk(token, code_points, partial, self.max_stacks)[0]
@@ -166,27 +168,55 @@ class Matcher:
         """
         grammar = self.grammar
         if self._awaiting:
-            return _all_allowed(grammar.n_vocab)
+            return grammar._decoded.all_allowed()
         state, partial = self._state, self._partial
-        words = grammar.masks.mask(state, partial, self.max_stacks)
+        words = grammar._masks.mask(state, partial, self.max_stacks)
         if not partial[1]:
             self._mask_state, self._mask_words = state, words.data
         return words
 
-    def fill_mask(self, out: npt.NDArray[np.int32]) -> None:
-        """Write `mask()` into `out` (int32, `ceil(n_vocab / 32)` words or more; extra words get 0).
+    def fill_mask(self, out: npt.NDArray[np.int32], index: int = 0) -> bool:
+        """Write `mask()` into row `index` of `out`, as XGrammar's and llguidance's
+        `fill_next_token_bitmask(bitmask, index)`. Changes nothing but that row.
+
+        Args:
+            out: int32 words, `(batch, words)` (a batch of masks, from `allocate_masks`) or `(words,)` (one
+                row); a row has `ceil(n_vocab / 32)` words or more (the extra words get 0).
+            index: the row to write (0 for a one-row buffer).
+
+        Returns:
+            Whether the mask needs applying: False when it allows every token (a lazy grammar waiting for
+            its trigger), so the caller may skip applying it.
 
         Raises:
-            InputError: `out` is too small.
+            InputError: `out` is not one or two dimensional, `index` is not one of its rows, or a row is
+                too small.
+            LimitError: as `mask()`.
         """
+        if out.ndim == 1:
+            if index != 0:
+                raise InputError(f"a one-row mask buffer has no row {index}")
+            row = out
+        elif out.ndim == 2:
+            if not 0 <= index < out.shape[0]:
+                raise InputError(f"row {index} is outside a mask buffer of {out.shape[0]} rows")
+            row = out[index]
+        else:
+            raise InputError(f"a mask buffer has one or two dimensions, not {out.ndim}")
         mask = self.mask()
-        if out.shape == mask.shape:  # the usual buffer: one row of exactly the mask's size
-            out[:] = mask
-            return
-        if out.shape[-1] < mask.size:
-            raise InputError(f"a mask needs {mask.size} words, the buffer has {out.shape[-1]}")
-        out[..., : mask.size] = mask
-        out[..., mask.size :] = 0
+        if row.shape == mask.shape:  # the usual buffer: rows of exactly the mask's size
+            row[:] = mask
+        elif row.size < mask.size:
+            raise InputError(f"a mask needs {mask.size} words, the buffer's rows have {row.size}")
+        else:
+            row[: mask.size] = mask
+            row[mask.size :] = 0
+        if self._awaiting:
+            return False
+        # a mask that forbids anything nearly always does so in its first word: one int compare, and the
+        # whole comparison only when that word allows all it can
+        every = self.grammar._decoded.all_allowed()
+        return mask.item(0) != every.item(0) or not np.array_equal(mask, every)
 
     # -- moves ----------------------------------------------------------------------------------
 
@@ -234,12 +264,12 @@ class Matcher:
         return True
 
     def _move(self, state: State, token: int, partial: PartialUtf8) -> Move:
-        kind = self.grammar.decoded.kind_of[token]
+        kind = self.grammar._decoded.kind_of[token]
         if kind == END_OF_GENERATION:  # taken when the grammar may end; no stack changes
             return (True, state, partial, 0) if state.has_empty else (False, None, partial, 0)
         if kind == NEVER:
             return False, None, partial, 0
-        code_points, after_partial = self.grammar.decoded.decode(token, partial)
+        code_points, after_partial = self.grammar._decoded.decode(token, partial)
         if after_partial == INVALID:
             return False, None, partial, 0
         return state.move(token, code_points, after_partial, self.max_stacks)
@@ -271,7 +301,7 @@ class Matcher:
 
     def _accept_awaiting(self, token: int) -> bool:
         piece = self.grammar.vocab.pieces[token]
-        triggers = self.grammar.triggers
+        triggers = self.grammar._triggers
         entry: BufferedToken | None = None
         if token in triggers.tokens:
             replay: list[tuple[int, bytes]] | None = [(token, piece)]
@@ -314,8 +344,8 @@ class Matcher:
         twin._buffered = list(self._buffered)
         return twin
 
-    def rollback(self, n: int) -> None:
-        """Undo the last `n` successful `accept` / `accept_bytes` calls.
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last `n` (by default one) successful `accept` / `accept_bytes` calls.
 
         Raises:
             InputError: `n` is negative or more than were made.
@@ -358,14 +388,3 @@ class Matcher:
         waiting = ", awaiting trigger" if self._awaiting else ""
         return f"<Matcher {len(self._state.stacks)} stacks, {len(self._trail_tokens)} steps{waiting}>"
 
-
-_ALL_ALLOWED: dict[int, npt.NDArray[np.int32]] = {}
-
-
-def _all_allowed(n_tokens: int) -> npt.NDArray[np.int32]:
-    mask = _ALL_ALLOWED.get(n_tokens)
-    if mask is None:
-        mask = pack_mask(np.ones(n_tokens, dtype=np.bool_))
-        mask.flags.writeable = False
-        _ALL_ALLOWED[n_tokens] = mask
-    return mask

@@ -14,9 +14,11 @@
 #   as a schema and inside a request) share one compiled grammar. A constraint refused (GrammarError,
 #   SchemaError: the same answer every time) is remembered too, and asking again raises the same error
 #   without compiling: a large refused schema sent in a loop costs one compile. One key is worked on
-#   once even when many callers ask at the same time (they wait for the first). The caches are bounded
-#   (least recently used dropped); a session keeps its own reference, so dropping never harms a running
-#   session.
+#   once even when many callers ask at the same time (they wait for the first). The caches are the
+#   engine's `LruCache` (engine/lru.py), `max_grammars` entries each, under the registry's lock; a session
+#   keeps its own reference, so dropping never harms a running session.
+# - A vocabulary owns what is derived from it (its decoded pieces, the verdicts its grammars share): the
+#   registry keeps one `Vocab` per content, so every grammar on that content shares them.
 # - A compile is two halves. The first needs no vocabulary: the constraint's conversion to GBNF, the GBNF
 #   parse, its checks and the flattened rules (`constraints.prepare`): nearly all of a large schema's
 #   compile (the service benchmark's largest schemas: 50 to 170 ms each). Given a process pool, it runs in
@@ -34,7 +36,6 @@ import logging
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -43,8 +44,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.grammar.gbnf import parse_gbnf
+from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.warm import warm_vocabulary
-from constraintd.engine.vocab.decoded import decoded_vocab
 from constraintd.engine.vocab.vocab import TokenizerRules, Vocab
 from constraintd.errors import GrammarError, LimitError, NotFoundError, SchemaError, VocabError
 from constraintd.service.constraints import Constraint, PreparedGrammar, prepare
@@ -125,9 +126,9 @@ class Registry:
         self._lock = threading.Lock()
         self._vocabs: dict[str, Vocab] = {}
         self._gguf_hashes: dict[tuple[str, int, int], str] = {}
-        self._compiled: OrderedDict[str, CompiledConstraint] = OrderedDict()
-        self._refused: OrderedDict[str, GrammarError | SchemaError] = OrderedDict()
-        self._grammars: OrderedDict[str, Grammar] = OrderedDict()
+        self._compiled: LruCache[str, CompiledConstraint] = LruCache(limits.max_grammars)
+        self._refused: LruCache[str, GrammarError | SchemaError] = LruCache(limits.max_grammars)
+        self._grammars: LruCache[str, Grammar] = LruCache(limits.max_grammars)
         self._loading: _Once[tuple[str, int, int], Vocab] = _Once()
         self._resolving: _Once[str, CompiledConstraint] = _Once()
         self._compiling: _Once[str, Grammar] = _Once()
@@ -281,18 +282,13 @@ class Registry:
 
         return self._compiling.run(self._lock, key, build)
 
-    def _recent(self, cache: OrderedDict[str, V], key: str) -> V | None:
+    def _recent(self, cache: LruCache[str, V], key: str) -> V | None:
         with self._lock:
-            found = cache.get(key)
-            if found is not None:
-                cache.move_to_end(key)
-            return found
+            return cache.get(key)
 
-    def _remember(self, cache: OrderedDict[str, V], key: str, value: V) -> None:
+    def _remember(self, cache: LruCache[str, V], key: str, value: V) -> None:
         with self._lock:
-            cache[key] = value
-            while len(cache) > self._limits.max_grammars:
-                cache.popitem(last=False)
+            cache.put(key, value)
 
     def _keep(self, vocab: Vocab) -> Vocab:
         key = vocab.content_hash
@@ -305,7 +301,7 @@ class Registry:
             self._vocabs[key] = vocab
         # every grammar over it reads its decoded pieces: built here, at registration, and not inside the
         # first compile, where it held the GIL for tens of milliseconds in one piece
-        decoded_vocab(vocab)
+        vocab.decoded()
         self._warm(vocab)
         return vocab
 

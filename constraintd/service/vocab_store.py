@@ -6,7 +6,7 @@
 # - One file per vocabulary, `vocab-<content hash>.npz` (numpy's uncompressed zip of arrays): the pieces,
 #   end-of-generation ids, token texts and attributes, tokenizer rules and content hash of the `Vocab`, and
 #   of its `DecodedVocab` the kinds and the fresh column table. Loading hands those tables to
-#   `decoded_vocab`, so no grammar on that vocabulary builds them again.
+#   the loaded `Vocab` (`Vocab.decoded(prebuilt=...)`), so no grammar on that vocabulary builds them again.
 # - A GGUF file is found by its metadata, never by its name: `gguf-<size>-<sha256>.link` says that a file
 #   whose first <size> bytes (header and metadata, `gguf_metadata_size`) have that SHA-256 holds the
 #   vocabulary with a given content hash. The vocabulary is a function of those bytes alone, so the model
@@ -44,7 +44,7 @@ from constraintd.engine.grammar import utf8
 from constraintd.engine.vocab import decoded as decoded_vocab_module
 from constraintd.engine.vocab import token_lookup
 from constraintd.engine.vocab import vocab as vocab_module
-from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab, decoded_vocab
+from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab
 from constraintd.engine.vocab.gguf import metadata as gguf_file
 from constraintd.engine.vocab.gguf import pieces as gguf_pieces
 from constraintd.engine.vocab.gguf import reader as gguf_vocab
@@ -67,7 +67,7 @@ class OpenedVocab:
     """A vocabulary opened through the store.
 
     Attributes:
-        vocab: the vocabulary, its decoded tables held by `decoded_vocab` (loaded or built).
+        vocab: the vocabulary, holding its decoded tables (loaded or built).
         loaded_from: the store file it was loaded from; None when it was read from the GGUF file.
         saved_to: the store file it was saved to now; None when loaded, or when no directory took it.
         notes: why a store file was passed over or not written (stale, damaged, read-only), for the log.
@@ -116,7 +116,7 @@ class VocabStore:
         size = gguf_metadata_size(name)
         digest = _prefix_digests(name, [size])[size]
         vocab = Vocab.from_gguf(name)
-        decoded_vocab(vocab).fresh_table()
+        vocab.decoded().fresh_table()
         if _prefix_digests(name, [size]).get(size) != digest:
             notes.append(f"{name} changed while it was read: not saved")
             return OpenedVocab(vocab, loaded_from=None, saved_to=None, notes=tuple(notes))
@@ -124,7 +124,7 @@ class VocabStore:
         return OpenedVocab(vocab, loaded_from=None, saved_to=saved, notes=tuple(notes))
 
     def load(self, content_hash: str) -> Vocab | None:
-        """The stored vocabulary with this content hash, its tables handed to `decoded_vocab`; None when
+        """The stored vocabulary with this content hash, holding its stored tables; None when
         no directory holds a usable one (missing, stale or damaged files are passed over)."""
         found = self._find(content_hash, []) if _is_hash(content_hash) else None
         return None if found is None else found[0]
@@ -183,14 +183,14 @@ class VocabStore:
             except _Unusable as exc:
                 notes.append(f"{path}: {'stale' if exc.stale else 'damaged'} ({exc}), passed over")
                 continue
-            decoded_vocab(vocab, prebuilt=decoded)
+            vocab.decoded(prebuilt=decoded)
             return vocab, path
         return None
 
     # Saves.
 
     def _save(self, vocab: Vocab, *, link: tuple[int, str] | None, notes: list[str]) -> Path | None:
-        arrays = _vocab_arrays(vocab, decoded_vocab(vocab))
+        arrays = _vocab_arrays(vocab, vocab.decoded())
         link_text = _link_text(vocab.content_hash).encode("ascii")
         for directory in self.directories:
             target = directory / _vocab_name(vocab.content_hash)

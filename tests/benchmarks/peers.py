@@ -26,7 +26,7 @@ import llama_cpp as ll
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine import Grammar, Matcher, Vocab
+from constraintd.engine import Grammar, Matcher, Vocab, allocate_masks
 from constraintd.engine.masks.warm import warm_vocabulary
 from constraintd.errors import ConstraintdError
 from tests.oracle import LlamaVocab, pack
@@ -79,13 +79,13 @@ class ConstraintdCursor:
     def __init__(self, grammar: Grammar) -> None:
         self.grammar = grammar
         self.matcher = Matcher(grammar)
-        self.words = _words(grammar.n_vocab)
+        self.words = allocate_masks(1, grammar.n_vocab)  # a batch of one, as the peers' buffers
 
     def compute_mask(self) -> None:
-        self.matcher.fill_mask(self.words)
+        self.matcher.fill_mask(self.words, 0)
 
     def mask_words(self) -> Words:
-        return self.words
+        return self.words[0]
 
     def allows(self, token: int) -> bool | None:
         return self.matcher.allows(token)
@@ -125,8 +125,8 @@ def constraintd_cache(cursor: Cursor) -> tuple[int, int, int, int]:
     Arrays only, not the dicts and objects around them (`MaskCache.nbytes`, `SharedVerdicts.nbytes`).
     """
     assert isinstance(cursor, ConstraintdCursor)
-    masks = cursor.grammar.masks
-    return masks.nbytes, len(cursor.grammar.states), masks.shared.nbytes, len(masks.shared)
+    masks = cursor.grammar._masks
+    return masks.nbytes, len(cursor.grammar._states), masks.shared.nbytes, len(masks.shared)
 
 
 # -- llama.cpp ----------------------------------------------------------------------------------------

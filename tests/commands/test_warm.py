@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from constraintd.cli import main
-from constraintd.engine.vocab import decoded as decoded_vocab_module
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.service.vocab_store import VocabStore
 from tests import reference
@@ -22,9 +21,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 
 
 def test_prepares_each_vocabulary_then_finds_it_prepared(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(decoded_vocab_module, "_CACHE", {})
     spm, phi = reference.vocab_path("llama-spm"), reference.vocab_path("phi-3")
     cache = tmp_path / "cache"
     code, out, err = run(["--cache-dir", str(cache), "--vocab", str(spm), "--vocab", str(phi)], capsys)

@@ -21,6 +21,7 @@ PUBLIC = [
     "TokenError",
     "Vocab",
     "VocabError",
+    "allocate_masks",
     "allowed_tokens",
     "apply_mask",
     "check_grammar",

@@ -10,7 +10,16 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, TokenError, Vocab, unpack_mask
+from constraintd.engine import (
+    Grammar,
+    GrammarError,
+    LimitError,
+    Matcher,
+    TokenError,
+    Vocab,
+    allocate_masks,
+    unpack_mask,
+)
 from constraintd.engine import matcher as matcher_module
 from constraintd.engine.grammar.stacks import accept_token
 from constraintd.errors import InputError
@@ -180,14 +189,57 @@ def test_max_stacks() -> None:
         Matcher(grammar, max_stacks=3)
 
 
-def test_fill_mask() -> None:
+def test_fill_mask_writes_one_row() -> None:
     matcher = Matcher(Grammar.from_gbnf('root ::= "a"\n', BYTES))
     out = np.full(10, -1, dtype=np.int32)
-    matcher.fill_mask(out)
+    assert matcher.fill_mask(out) is True
     assert out[:8].tolist() == matcher.mask().tolist()
     assert out[8:].tolist() == [0, 0]
     with pytest.raises(InputError):
         matcher.fill_mask(np.zeros(3, dtype=np.int32))
+
+
+def test_fill_mask_writes_the_row_it_is_given_and_no_other() -> None:
+    grammar = Grammar.from_gbnf('root ::= "a" "b"\n', BYTES)
+    first, second = Matcher(grammar), Matcher(grammar)
+    assert second.accept(ord("a"))
+    batch = allocate_masks(3, len(BYTES))
+    untouched = batch.copy()
+    assert first.fill_mask(batch, 0) and second.fill_mask(batch, 2)
+    assert batch[0].tolist() == first.mask().tolist() and batch[2].tolist() == second.mask().tolist()
+    assert batch[1].tolist() == untouched[1].tolist()
+    assert batch[0].tolist() != batch[2].tolist()
+    for bad in (3, -1):
+        with pytest.raises(InputError):
+            first.fill_mask(batch, bad)
+    with pytest.raises(InputError):
+        first.fill_mask(np.zeros(8, dtype=np.int32), 1)  # a one-row buffer has row 0 only
+    with pytest.raises(InputError):
+        first.fill_mask(np.zeros((1, 1, 8), dtype=np.int32))
+
+
+def test_fill_mask_says_whether_the_mask_needs_applying() -> None:
+    # a lazy grammar waiting for its trigger allows every token: nothing to apply
+    waiting = Matcher(Grammar.from_gbnf('root ::= "x" "a"\n', BYTES, trigger_tokens=[ord("x")]))
+    batch = allocate_masks(1, len(BYTES))
+    batch[0] = 0
+    assert waiting.fill_mask(batch, 0) is False
+    assert batch[0].tolist() == allocate_masks(1, len(BYTES))[0].tolist()
+    assert waiting.accept(ord("x"))
+    assert waiting.fill_mask(batch, 0) is True
+    # a grammar that allows every token but one still needs applying; with that token too, it does not
+    three = Vocab([b"a", b"b", b"c"])
+    row = np.zeros(1, dtype=np.int32)
+    assert Matcher(Grammar.from_gbnf("root ::= [a-c]*\n", three)).fill_mask(row) is False
+    assert Matcher(Grammar.from_gbnf("root ::= [ab]*\n", three)).fill_mask(row) is True
+
+
+def test_rollback_undoes_one_step_by_default() -> None:
+    matcher = Matcher(Grammar.from_gbnf('root ::= "abc"\n', BYTES))
+    assert matcher.accept(ord("a")) and matcher.accept(ord("b"))
+    matcher.rollback()
+    assert matcher.history == (ord("a"),)
+    assert matcher.accept(ord("b"))
 
 
 def test_masks_are_read_only() -> None:
@@ -221,7 +273,7 @@ def walk_comparing_allows_and_accept(
             elif accepted != mask[token]:
                 # only where llama.cpp's accept throws after its apply allowed the token
                 assert not accept_token(
-                    grammar.rules, matcher.stacks, matcher.partial_utf8, token, vocab.pieces[token]
+                    grammar._rules, matcher.stacks, matcher.partial_utf8, token, vocab.pieces[token]
                 )[0]
         assert snapshot(matcher) == before
         allowed = np.flatnonzero(mask)

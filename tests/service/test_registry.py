@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 
 from constraintd.engine.grammar.compiled import Grammar
-from constraintd.engine.masks.cache import shared_verdicts
-from constraintd.engine.vocab.decoded import decoded_vocab
 from constraintd.errors import (
     ConstraintdError,
     GrammarError,
@@ -190,9 +188,8 @@ def test_constraints_that_resolve_to_one_grammar_share_its_compiled_form() -> No
 
 
 def test_a_gguf_file_is_loaded_from_the_vocabulary_store_once_prepared(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from constraintd.engine.vocab import decoded as decoded_vocab_module
     from constraintd.service.vocab_store import VocabStore
 
     source = reference.require(reference.vocab_path("llama-spm"))
@@ -201,9 +198,10 @@ def test_a_gguf_file_is_loaded_from_the_vocabulary_store_once_prepared(
     store = VocabStore([blocker / "baked", tmp_path / "cache"])
     caplog.set_level("INFO", logger="constraintd.server")
     first = Registry(Limits(), vocab_store=store).register_gguf(str(source))
-    monkeypatch.setattr(decoded_vocab_module, "_CACHE", {})  # a new process: no tables in memory
+    # a new registry as in a new process: a new Vocab object, holding no tables yet
     again = Registry(Limits(), vocab_store=store).register_gguf(str(source))
     assert again is not first and again.content_hash == first.content_hash
+    assert again.decoded() is not first.decoded()
     read, loaded = (r for r in caplog.records if r.name == "constraintd.server")
     assert (read.getMessage(), loaded.getMessage()) == ("vocabulary read", "vocabulary loaded")
     assert read.fields["saved_to"].startswith(str(tmp_path / "cache"))  # type: ignore[attr-defined]
@@ -211,12 +209,9 @@ def test_a_gguf_file_is_loaded_from_the_vocabulary_store_once_prepared(
     assert loaded.fields["loaded_from"] == read.fields["saved_to"]  # type: ignore[attr-defined]
 
 
-def test_a_vocabulary_is_decoded_at_registration(monkeypatch: pytest.MonkeyPatch) -> None:
-    from constraintd.engine.vocab import decoded as decoded_vocab_module
-
-    monkeypatch.setattr(decoded_vocab_module, "_CACHE", {})
+def test_a_vocabulary_is_decoded_at_registration() -> None:
     vocab = Registry(Limits()).register_pieces(TINY_PIECES, TINY_EOG)
-    assert decoded_vocab_module._CACHE[vocab.content_hash] is decoded_vocab(vocab)
+    assert vocab._decoded is not None  # held already: built by the registration, not by a first compile
 
 
 @pytest.mark.parametrize(("seconds", "warmed"), [(0.0, False), (5.0, True)], ids=["off", "on"])
@@ -224,7 +219,7 @@ def test_a_new_vocabulary_is_warmed_when_asked(seconds: float, warmed: bool) -> 
     registry = Registry(Limits(), warm_seconds=seconds)
     # a vocabulary of its own per case: the verdicts are shared by every grammar on the same content
     vocab = registry.register_pieces([*TINY_PIECES, b"{", b"}", b'"', b":", str(seconds).encode()], TINY_EOG)
-    assert (len(shared_verdicts(decoded_vocab(vocab))) > 0) is warmed
+    assert (len(vocab.decoded().verdicts()) > 0) is warmed
 
 
 @pytest.fixture
@@ -238,11 +233,12 @@ def processes() -> Iterator[ProcessPool]:
 
 def same_grammar(a: Grammar, b: Grammar) -> bool:
     # Rules and State have no __eq__ (a State belongs to its grammar's table): compare what they hold
-    same_rules = all(getattr(a.rules, name) == getattr(b.rules, name) for name in a.rules.__slots__)
-    assert a.initial is not None and b.initial is not None
-    same_start = a.initial.stacks == b.initial.stacks
+    # (the compiled parts are the engine's, private to it: read here to compare two compiles)
+    same_rules = all(getattr(a._rules, name) == getattr(b._rules, name) for name in a._rules.__slots__)
+    assert a._initial is not None and b._initial is not None
+    same_start = a._initial.stacks == b._initial.stacks
     return (
-        (a.key, a.parsed, a.root_id, a.lazy) == (b.key, b.parsed, b.root_id, b.lazy)
+        (a.key, a.parsed, a._root_id, a.lazy) == (b.key, b.parsed, b._root_id, b.lazy)
         and same_rules
         and same_start
     )

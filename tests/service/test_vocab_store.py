@@ -9,7 +9,7 @@ import shutil
 import struct
 import threading
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +18,7 @@ import pytest
 from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.matcher import Matcher
 from constraintd.engine.vocab import decoded as decoded_vocab_module
-from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab, decoded_vocab
+from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab
 from constraintd.engine.vocab.vocab import TokenizerRules, Vocab
 from constraintd.errors import VocabError
 from constraintd.service import vocab_store
@@ -41,22 +41,13 @@ def list_vocab(*, with_texts: bool) -> Vocab:
     return Vocab(PIECES, [0], token_texts=TEXTS, token_attrs=attrs, tokenizer=TokenizerRules("llama", True))
 
 
-@pytest.fixture
-def no_shared_tables(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every `decoded_vocab` call in the test starts from an empty cache (so tables are loaded or built)."""
-    monkeypatch.setattr(decoded_vocab_module, "_CACHE", {})
-    yield
-
-
-def forget_tables() -> None:
-    decoded_vocab_module._CACHE.clear()
-
-
 def assert_same_tables(loaded: DecodedVocab, built: DecodedVocab) -> None:
     assert loaded is not built
     assert loaded.kinds.tolist() == built.kinds.tolist()
     a, b = loaded.fresh_table(), built.fresh_table()
     for field in dataclasses.fields(ColumnTable):
+        if not field.init:  # derived on first use (row_groups), not stored
+            continue
         left, right = getattr(a, field.name), getattr(b, field.name)
         if field.name == "columns":
             assert [c.tolist() for c in left] == [c.tolist() for c in right]
@@ -69,15 +60,14 @@ def assert_same_tables(loaded: DecodedVocab, built: DecodedVocab) -> None:
 
 @pytest.mark.parametrize("with_texts", [True, False], ids=["texts-attrs-rules", "pieces-only"])
 def test_a_loaded_vocabulary_and_its_tables_equal_the_built_ones(
-    tmp_path: Path, no_shared_tables: None, with_texts: bool
+    tmp_path: Path, with_texts: bool
 ) -> None:
     vocab = list_vocab(with_texts=with_texts)
     assert vocab_store._piece_separator(PIECES) == b"\xff\xfe\x00\x01\x00\x00\x00"  # the first occurs
     store = VocabStore([tmp_path])
     saved = store.save(vocab)
     assert saved.name == f"vocab-{vocab.content_hash}.npz"
-    built = decoded_vocab(vocab)
-    forget_tables()
+    built = vocab.decoded()
 
     loaded = store.load(vocab.content_hash)
     assert loaded is not None and loaded is not vocab
@@ -86,17 +76,16 @@ def test_a_loaded_vocabulary_and_its_tables_equal_the_built_ones(
     )  # fmt: skip
     assert loaded.content_hash == vocab.content_hash
     assert loaded.token_for_text("ab") == vocab.token_for_text("ab")
-    assert_same_tables(decoded_vocab(loaded), built)
+    assert_same_tables(loaded.decoded(), built)
 
 
 def test_loading_hands_the_tables_to_every_grammar_on_the_vocabulary(
-    tmp_path: Path, no_shared_tables: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     vocab = list_vocab(with_texts=True)
     store = VocabStore([tmp_path])
     store.save(vocab)
     expected = DecodedVocab(vocab).fresh_table().ids.tolist()
-    forget_tables()
 
     def no_building(**_: object) -> ColumnTable:
         raise AssertionError("a table was built, not loaded")
@@ -104,9 +93,9 @@ def test_loading_hands_the_tables_to_every_grammar_on_the_vocabulary(
     monkeypatch.setattr(decoded_vocab_module, "_column_table", no_building)
     loaded = store.load(vocab.content_hash)
     assert loaded is not None
-    grammar = Grammar.from_gbnf('root ::= "ab" | [^a]+', vocab)  # the content, not the object, decides
-    assert grammar.decoded is decoded_vocab(loaded)
-    assert grammar.decoded.fresh_table().ids.tolist() == expected
+    grammar = Grammar.from_gbnf('root ::= "ab" | [^a]+', loaded)  # the loaded vocabulary holds the tables
+    assert grammar._decoded is loaded.decoded()
+    assert grammar._decoded.fresh_table().ids.tolist() == expected
     assert Matcher(grammar).allows(vocab.pieces.index(b"ab"))
 
 
@@ -135,22 +124,20 @@ def masks_from_store_and_from_file(gguf: Path, tmp_path: Path, grammar_text: str
     store = VocabStore([tmp_path / "store"])
     first = store.open_gguf(gguf)
     assert first.loaded_from is None and first.saved_to is not None and first.notes == ()
-    forget_tables()
 
     opened = store.open_gguf(gguf)
     assert opened.loaded_from == first.saved_to and opened.saved_to is None
     from_store = Grammar.from_gbnf(grammar_text, opened.vocab)
-    forget_tables()
     from_file = Grammar.from_gbnf(grammar_text, Vocab.from_gguf(gguf))
-    assert from_store.decoded is not from_file.decoded
-    assert_same_tables(from_store.decoded, from_file.decoded)
+    assert from_store._decoded is not from_file._decoded
+    assert_same_tables(from_store._decoded, from_file._decoded)
     stored_masks = walk_masks(from_store, steps)
     assert len(stored_masks) > 1
     assert stored_masks == walk_masks(from_file, steps)
 
 
 def test_masks_from_stored_tables_equal_masks_from_built_ones(
-    tmp_path: Path, llama_cpp_dir: Path, no_shared_tables: None
+    tmp_path: Path, llama_cpp_dir: Path
 ) -> None:
     # llama.cpp's own JSON grammar, on its 32k SentencePiece vocabulary: 40 masks along one walk.
     grammar = (llama_cpp_dir / "grammars" / "json.gbnf").read_text(encoding="utf-8")
@@ -159,7 +146,7 @@ def test_masks_from_stored_tables_equal_masks_from_built_ones(
 
 @pytest.mark.slow
 def test_masks_from_stored_gemma_tables_equal_masks_from_built_ones(
-    tmp_path: Path, llama_cpp_dir: Path, gemma_path: Path, no_shared_tables: None
+    tmp_path: Path, llama_cpp_dir: Path, gemma_path: Path
 ) -> None:
     # Gemma 3's 262k vocabulary, the one the image is prepared for: 15 masks along one walk.
     grammar = (llama_cpp_dir / "grammars" / "json.gbnf").read_text(encoding="utf-8")
@@ -235,7 +222,7 @@ def test_look_ups_try_every_directory_and_saves_go_to_the_first_that_takes_them(
 
 def test_processes_saving_the_same_vocabulary_at_once_leave_one_good_file(tmp_path: Path) -> None:
     vocab = list_vocab(with_texts=True)
-    decoded_vocab(vocab).fresh_table()
+    vocab.decoded().fresh_table()
     stores = [VocabStore([tmp_path]) for _ in range(4)]
     threads = [threading.Thread(target=store.save, args=(vocab,)) for store in stores]
     for thread in threads:
@@ -276,7 +263,6 @@ def rebuilt_and_then_loaded(store: VocabStore, gguf: Path, saved: Path, note: st
     rebuilt = store.open_gguf(gguf)
     assert rebuilt.loaded_from is None and rebuilt.saved_to == saved
     assert any(note in n for n in rebuilt.notes), rebuilt.notes
-    forget_tables()
     again = store.open_gguf(gguf)
     assert again.loaded_from == saved and again.notes == ()
     return again
@@ -294,23 +280,20 @@ DAMAGES: dict[str, Callable[[Path], object]] = {
 
 @pytest.mark.parametrize("damage", list(DAMAGES), ids=list(DAMAGES))
 def test_a_damaged_file_is_passed_over_and_rebuilt(
-    tmp_path: Path, spm_copy: Path, no_shared_tables: None, damage: str
+    tmp_path: Path, spm_copy: Path, damage: str
 ) -> None:
     store, saved = saved_file(tmp_path, spm_copy)
     DAMAGES[damage](saved)
-    forget_tables()
     assert store.load(Vocab.from_gguf(spm_copy).content_hash) is None
-    forget_tables()
     again = rebuilt_and_then_loaded(store, spm_copy, saved, "damaged")
-    assert_same_tables(decoded_vocab(again.vocab), DecodedVocab(Vocab.from_gguf(spm_copy)))
+    assert_same_tables(again.vocab.decoded(), DecodedVocab(Vocab.from_gguf(spm_copy)))
 
 
 def test_a_file_holding_another_vocabulary_is_passed_over(
-    tmp_path: Path, spm_copy: Path, no_shared_tables: None
+    tmp_path: Path, spm_copy: Path
 ) -> None:
     store, saved = saved_file(tmp_path, spm_copy)
     store.save(list_vocab(with_texts=True)).replace(saved)
-    forget_tables()
     rebuilt_and_then_loaded(store, spm_copy, saved, "holds another vocabulary")
 
 
@@ -323,7 +306,6 @@ def test_a_stale_file_is_rebuilt_not_read(
     tmp_path: Path,
     spm_copy: Path,
     monkeypatch: pytest.MonkeyPatch,
-    no_shared_tables: None,
     patch: str,
     note: str,
 ) -> None:
@@ -335,7 +317,6 @@ def test_a_stale_file_is_rebuilt_not_read(
         else:
             patched.setattr(vocab_store, "_builder", lambda: "other code")
         assert store.save(vocab) == saved
-    forget_tables()
     assert store.load(vocab.content_hash) is None
     rebuilt_and_then_loaded(store, spm_copy, saved, note)
 

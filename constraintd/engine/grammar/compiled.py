@@ -9,6 +9,9 @@
 #   give the same answers whether warm or cold.
 # - `key` is a SHA-256 over everything that defines the grammar's behaviour: the GBNF text (or the rules),
 #   the root, the triggers and the vocabulary's content hash.
+# - The public surface is what sessions and users read (vocabulary, root, laziness, key, the parsed rules);
+#   the compiled parts only the engine reads (rules, states, masks, triggers, decoded pieces) are private
+#   to it: the matcher and the mask caches read them, nothing outside the engine does.
 from __future__ import annotations
 
 import hashlib
@@ -21,7 +24,7 @@ from constraintd.engine.grammar.stack_sets import State, StateTable
 from constraintd.engine.grammar.stacks import Rules
 from constraintd.engine.grammar.triggers import Triggers
 from constraintd.engine.masks.cache import MaskCache
-from constraintd.engine.vocab.decoded import DecodedVocab, decoded_vocab
+from constraintd.engine.vocab.decoded import DecodedVocab
 from constraintd.engine.vocab.vocab import Vocab
 
 __all__ = ["Grammar"]
@@ -36,24 +39,23 @@ class Grammar:
     Attributes:
         vocab: the vocabulary tokens are decided against.
         parsed: the rules as llama.cpp's parser produces them.
-        root: the start rule's name; `root_id` its id.
+        root: the start rule's name.
         lazy: whether the grammar waits for a trigger (patterns or tokens were given).
-        triggers: the compiled trigger patterns and tokens.
         key: SHA-256 hex of the grammar's definition and the vocabulary's content.
     """
 
     __slots__ = (
-        "decoded",
-        "initial",
+        "_decoded",
+        "_initial",
+        "_masks",
+        "_root_id",
+        "_rules",
+        "_states",
+        "_triggers",
         "key",
         "lazy",
-        "masks",
         "parsed",
         "root",
-        "root_id",
-        "rules",
-        "states",
-        "triggers",
         "vocab",
     )
 
@@ -84,19 +86,19 @@ class Grammar:
             GrammarError: no such root, left recursion, malformed rules, or a bad trigger pattern.
         """
         # with `rules` given, the caller has checked `parsed` (and so `root` is one of its symbols)
-        self.root_id: int = check_grammar(parsed, root) if rules is None else parsed.symbol_ids[root]
+        self._root_id: int = check_grammar(parsed, root) if rules is None else parsed.symbol_ids[root]
         self.parsed = parsed
         self.vocab = vocab
         self.root = root
-        self.triggers = Triggers.compile(trigger_patterns, trigger_tokens)
+        self._triggers = Triggers.compile(trigger_patterns, trigger_tokens)
         self.lazy: bool = bool(trigger_patterns or trigger_tokens)
-        self.rules = rules if rules is not None else Rules(parsed)
-        self.states = StateTable(self.rules)
-        self.initial: State | None = self.states.intern(
-            self.rules.initial_stacks(self.root_id), _COMPILE_STACK_LIMIT
+        self._rules = rules if rules is not None else Rules(parsed)
+        self._states = StateTable(self._rules)
+        self._initial: State | None = self._states.intern(
+            self._rules.initial_stacks(self._root_id), _COMPILE_STACK_LIMIT
         )
-        self.decoded: DecodedVocab = decoded_vocab(vocab)
-        self.masks = MaskCache(self.states, self.decoded)
+        self._decoded: DecodedVocab = vocab.decoded()
+        self._masks = MaskCache(self._states, self._decoded)
         definition = source if source is not None else repr(parsed.rules)
         self.key: str = _key(definition, root, trigger_patterns, trigger_tokens, vocab.content_hash)
 
@@ -132,7 +134,7 @@ class Grammar:
     @property
     def n_vocab(self) -> int:
         """Tokens in the vocabulary."""
-        return self.decoded.n_tokens
+        return self._decoded.n_tokens
 
     def __repr__(self) -> str:
         lazy = " lazy" if self.lazy else ""

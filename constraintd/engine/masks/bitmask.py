@@ -11,7 +11,15 @@ import numpy.typing as npt
 
 from constraintd.errors import InputError
 
-__all__ = ["allow_tokens", "allowed_tokens", "apply_mask", "mask_words", "pack_mask", "unpack_mask"]
+__all__ = [
+    "allocate_masks",
+    "allow_tokens",
+    "allowed_tokens",
+    "apply_mask",
+    "mask_words",
+    "pack_mask",
+    "unpack_mask",
+]
 
 
 def mask_words(n_tokens: int) -> int:
@@ -25,6 +33,19 @@ def pack_mask(allowed: npt.ArrayLike) -> npt.NDArray[np.int32]:
     padded = np.zeros(mask_words(bits.size) * 32, dtype=np.bool_)
     padded[: bits.size] = bits
     return np.packbits(padded, bitorder="little").view("<u4").astype(np.int32)
+
+
+def allocate_masks(batch: int, n_tokens: int) -> npt.NDArray[np.int32]:
+    """A writable `(batch, mask_words(n_tokens))` buffer of masks, every row allowing all `n_tokens` tokens
+    (XGrammar's `allocate_token_bitmask`); `Matcher.fill_mask(buffer, row)` writes one row.
+
+    Raises:
+        InputError: `batch` is negative or `n_tokens` is not positive.
+    """
+    if batch < 0 or n_tokens <= 0:
+        raise InputError(f"cannot allocate {batch} masks over {n_tokens} tokens")
+    row = pack_mask(np.ones(n_tokens, dtype=np.bool_))
+    return np.tile(row, (batch, 1))
 
 
 def allow_tokens(words: npt.NDArray[np.int32], ids: npt.NDArray[np.int64]) -> None:
@@ -56,13 +77,16 @@ def allowed_tokens(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.int64]
     return np.flatnonzero(unpack_mask(words, n_tokens))
 
 
-def apply_mask(logits: npt.NDArray[np.floating], words: npt.ArrayLike) -> None:
-    """Set, in place, the logit of every token the mask forbids to -inf (as llama.cpp's grammar sampler does).
+def apply_mask(logits: npt.NDArray[np.floating], words: npt.ArrayLike) -> npt.NDArray[np.floating]:
+    """Set, in place, the logit of every token the mask forbids to -inf (as llama.cpp's grammar sampler
+    does), and return the logits.
 
-    `logits` holds one value per token (its length is the vocabulary size); does not touch allowed logits.
-
-    Raises:
-        InputError: the words are fewer than the logits need.
+    `logits` holds one value per token in its last axis (a batch of rows takes the same mask) and may be
+    longer than the vocabulary (a model's padded output): tokens past the mask's words are forbidden too.
+    Does not touch the logits of allowed tokens.
     """
-    allowed = unpack_mask(words, logits.shape[-1])
-    logits[..., ~allowed] = -np.inf
+    packed = np.asarray(words, dtype=np.int32).reshape(-1)
+    allowed = unpack_mask(packed, min(logits.shape[-1], 32 * packed.size))
+    logits[..., : allowed.size][..., ~allowed] = -np.inf
+    logits[..., allowed.size :] = -np.inf
+    return logits

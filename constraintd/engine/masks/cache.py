@@ -19,19 +19,17 @@
 #   uncertain tokens are walked again, from the longer top. A stack no deeper than CONTEXT_DEPTH is its
 #   own top, without a mark, built on the same positions with a mark, and leaves nothing uncertain.
 # - Verdicts are keyed by the tops' structure (masks/structural_ids.py), not their positions, and kept per
-#   vocabulary (`SharedVerdicts`): the string, number and value rules that every converted JSON schema
-#   repeats are walked once per vocabulary, and a new grammar mostly walks the few tokens its own
-#   literals and nesting decide.
+#   vocabulary (masks/verdicts.py: the store its `DecodedVocab` owns): the string, number and value rules
+#   that every converted JSON schema repeats are walked once per vocabulary, and a new grammar mostly
+#   walks the few tokens its own literals and nesting decide.
 # - After an unfinished UTF-8 sequence (rare: a token cut a character) the mask is walked whole.
-# - Every cache is one `LruCache`, dropping its least recently used entries beyond its bound (bytes of
-#   arrays for masks and verdicts, a count for the per-grammar shortcut to them); the answers never
-#   depend on them.
+# - Every cache is an `LruCache` (engine/lru.py), dropping its least recently used entries beyond its
+#   bound (bytes of arrays for masks and verdicts, a count for the per-grammar shortcut to them); the
+#   answers never depend on them. The masks and shortcuts are owned by the `MaskCache` (one per grammar),
+#   the verdicts by the vocabulary: nothing here lives in the module.
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Hashable
-from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -39,126 +37,24 @@ import numpy.typing as npt
 from constraintd.engine.grammar.stack_sets import State, StateTable
 from constraintd.engine.grammar.stacks import TOKEN, Stack
 from constraintd.engine.grammar.utf8 import FRESH, PartialUtf8
+from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.bitmask import allow_tokens, mask_words, pack_mask
 from constraintd.engine.masks.compute import compute_mask, walk
 from constraintd.engine.masks.structural_ids import Structure
+from constraintd.engine.masks.verdicts import SharedVerdicts, TopVerdict
 from constraintd.engine.vocab.decoded import DecodedVocab
 
-__all__ = [
-    "CONTEXT_DEPTH",
-    "MAX_NEW_TOPS",
-    "LruCache",
-    "MaskCache",
-    "SharedVerdicts",
-    "TopVerdict",
-    "shared_verdicts",
-]
+__all__ = ["CONTEXT_DEPTH", "MAX_MASK_BYTES", "MAX_NEW_TOPS", "MaskCache"]
 
 # Positions a stack top keeps (the stack's own positions when it is no deeper).
 CONTEXT_DEPTH: Final = 4
 # Tops not seen before that one mask may learn; above, the state is walked whole.
 MAX_NEW_TOPS: Final = 16
-# Default bounds: a grammar's finished masks; a vocabulary's verdicts (shared by all its grammars).
+# Default bound of a grammar's finished masks.
 MAX_MASK_BYTES: Final = 4 << 20
-MAX_VERDICT_BYTES: Final = 192 << 20
-_VOCABULARIES: Final = 8  # vocabularies whose verdicts are kept
 
 Words = npt.NDArray[np.int32]
 IntArray = npt.NDArray[np.int64]
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
-
-@dataclass(frozen=True, slots=True)
-class TopVerdict:
-    """What one stack top decides whatever lies below it.
-
-    Attributes:
-        words: a packed mask of tokens allowed (possibly shared with the shorter top it was built from),
-            or None.
-        ids: more allowed token ids, beyond `words` (ascending).
-        uncertain: rows of the vocabulary's fresh table that the stacks below decide (ascending).
-        nbytes: bytes of the arrays this verdict holds alone (not those it shares).
-    """
-
-    words: Words | None
-    ids: IntArray
-    uncertain: IntArray
-    nbytes: int
-
-
-class LruCache(Generic[K, V]):
-    """A cache whose least recently used entries are dropped once their sizes add up past `max_size`
-    (each entry's size given when it is put: bytes for masks and verdicts, 1 to count entries). Without
-    locks: the total may drift when threads race, never an answer."""
-
-    __slots__ = ("_entries", "max_size", "size")
-
-    def __init__(self, max_size: int) -> None:
-        self.max_size = max_size
-        self.size = 0
-        self._entries: OrderedDict[K, tuple[V, int]] = OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        """The entry, now the most recently used; None if absent."""
-        found = _lookup(self._entries, key)
-        return None if found is None else found[0]
-
-    def peek(self, key: K) -> V | None:
-        """The entry, its order unchanged; None if absent."""
-        found = self._entries.get(key)
-        return None if found is None else found[0]
-
-    def put(self, key: K, value: V, size: int) -> None:
-        """Keeps `value` (a key already there keeps its first value: another thread made the same)."""
-        entries = self._entries
-        if key in entries:
-            return
-        entries[key] = (value, size)
-        self.size += size
-        while self.size > self.max_size and len(entries) > 1:
-            try:
-                _, (_, dropped) = entries.popitem(last=False)
-            except KeyError:
-                break
-            self.size -= dropped
-
-    def clear(self) -> None:
-        self._entries.clear()
-        self.size = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __contains__(self, key: K) -> bool:
-        return key in self._entries
-
-
-class SharedVerdicts(LruCache[tuple[int, ...], TopVerdict]):
-    """One vocabulary's top verdicts, keyed by structure (see the module comment), sized in bytes."""
-
-    __slots__ = ()
-
-    def __init__(self, *, max_bytes: int = MAX_VERDICT_BYTES) -> None:
-        super().__init__(max_bytes)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the verdicts' own arrays."""
-        return self.size
-
-
-_SHARED: dict[int, tuple[DecodedVocab, SharedVerdicts]] = {}
-
-
-def shared_verdicts(vocab: DecodedVocab) -> SharedVerdicts:
-    """The verdicts every grammar on `vocab` shares (those of the last few vocabularies are kept)."""
-    found = _SHARED.get(id(vocab))
-    if found is None or found[0] is not vocab:
-        if len(_SHARED) >= _VOCABULARIES:
-            _SHARED.clear()  # grammars compiled before keep the store they hold
-        found = _SHARED[id(vocab)] = (vocab, SharedVerdicts())
-    return found[1]
 
 
 class MaskCache:
@@ -185,7 +81,7 @@ class MaskCache:
         self.states = states
         self.vocab = vocab
         self.structure: Structure | None = None  # built on first use: it needs the vocabulary's table
-        self.shared = shared if shared is not None else shared_verdicts(vocab)
+        self.shared = shared if shared is not None else vocab.verdicts()
         self._masks: LruCache[tuple[State, PartialUtf8], Words] = LruCache(max_mask_bytes)
         # stack top -> its verdict (a shortcut past the structural key, for this grammar's tops), counted
         self._tops: LruCache[Stack, TopVerdict] = LruCache(max_tops)
@@ -264,7 +160,7 @@ class MaskCache:
             if structure is None:
                 # a token matches at most as many char terminals as it has code points, then looks at one more
                 horizon = len(self.vocab.fresh_table().columns) + 1
-                structure = self.structure = Structure(self.states.rules, horizon)
+                structure = self.structure = Structure(self.states.rules, horizon, self.shared.forms)
             key = structure.stack(top)
             verdict = self.shared.get(key)
             if verdict is None:
@@ -329,15 +225,4 @@ class MaskCache:
     def tops(self) -> int:
         """How many stack tops this grammar has met and keeps a shortcut to."""
         return len(self._tops)
-
-
-def _lookup(cache: OrderedDict[K, V], key: K) -> V | None:
-    found = cache.get(key)
-    if found is not None:
-        # not contextlib.suppress: a context manager costs more than the lookup it guards
-        try:  # noqa: SIM105
-            cache.move_to_end(key)
-        except KeyError:  # dropped meanwhile by another thread
-            pass
-    return found
 

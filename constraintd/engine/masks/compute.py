@@ -15,7 +15,6 @@
 #   below decide it); every other verdict is the same whatever lies below.
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -190,7 +189,7 @@ def _first_column(table: ColumnTable, bounds: IntArray, ids: IntArray) -> tuple[
     # Every row with a code point, moved by column 0 from the start state, whose intervals are `bounds`
     # and lead to `ids`. The table's rows grouped by first code point make each interval's rows one
     # slice, so when few stay alive (a literal, a digit) only they are touched, not the vocabulary.
-    aux = _first_index(table)
+    aux = table.row_groups()
     values = table.first_code_points
     # interval i holds the distinct first code points of index edges[i] to edges[i + 1]
     edges = np.zeros(bounds.size + 2, dtype=np.int64)
@@ -214,43 +213,10 @@ def _first_column(table: ColumnTable, bounds: IntArray, ids: IntArray) -> tuple[
 def _judge_bare(table: ColumnTable, start: State, allowed: BoolArray) -> None:
     # the rows without a single code point, from a start state without escape marks: only their
     # unfinished sequence is judged, once per distinct sequence
-    aux = _first_index(table)
+    aux = table.row_groups()
     if aux.bare_rows.size:
         ok = (aux.bare_codes == 0) | _partials_ok(start, aux.bare_codes)
         allowed[aux.bare_rows[ok[aux.bare_inverse]]] = True
-
-
-@dataclass(frozen=True, slots=True)
-class _FirstIndex:
-    by_value: IntArray  # rows with a code point, by the index of their first one (stable)
-    group_starts: IntArray  # where each first code point's rows start in by_value (one more at the end)
-    bare_rows: IntArray  # rows without a code point (a lone unfinished sequence)
-    bare_codes: IntArray  # their distinct encoded sequences
-    bare_inverse: IntArray  # per bare row, the index of its sequence in bare_codes
-
-
-_FIRST_INDEX: dict[int, tuple[ColumnTable, _FirstIndex]] = {}
-
-
-def _first_index(table: ColumnTable) -> _FirstIndex:
-    found = _FIRST_INDEX.get(id(table))
-    if found is None or found[0] is not table:
-        counts = np.bincount(table.first_index, minlength=table.first_code_points.size)
-        group_starts = np.zeros(counts.size + 1, dtype=np.int64)
-        np.cumsum(counts, out=group_starts[1:])
-        bare_rows = np.arange(table.count_from[0] if table.count_from else 0, table.ids.size, dtype=np.int64)
-        bare_codes, bare_inverse = np.unique(table.partials[bare_rows], return_inverse=True)
-        index = _FirstIndex(
-            by_value=np.argsort(table.first_index, kind="stable").astype(np.int64),
-            group_starts=group_starts,
-            bare_rows=bare_rows,
-            bare_codes=bare_codes,
-            bare_inverse=bare_inverse.reshape(-1),
-        )
-        if len(_FIRST_INDEX) >= 16:
-            _FIRST_INDEX.clear()
-        found = _FIRST_INDEX[id(table)] = (table, index)
-    return found[1]
 
 
 def _judge_token_tops(table: ColumnTable, state: State, rows: IntArray, allowed: BoolArray) -> None:

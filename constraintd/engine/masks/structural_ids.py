@@ -23,9 +23,13 @@
 #   written for its rules are reused free): those are the large, schema-specific ones, met by one
 #   grammar and not worth their time.
 # - The escape mark (stacks.Rules.escape) has the id ESCAPE_ID.
-# - Ids are never reused: the table of forms may be dropped when it grows past MAX_FORMS (then equal
-#   forms met later get new ids, which costs sharing, not correctness). Thread-safe without locks: two
-#   threads may number one form twice, and setdefault keeps one.
+# - Ids are numbered by a `FormTable`, and are comparable only between structures numbered by the same
+#   table: the table belongs to the store of verdicts the ids key (masks/cache.py's `SharedVerdicts`, one
+#   per vocabulary), so every grammar on one vocabulary numbers its forms alike, and a store never meets
+#   an id another table numbered.
+# - Ids are never reused: a table drops its forms when they grow past MAX_FORMS (then equal forms met
+#   later get new ids, which costs sharing, not correctness). Thread-safe without locks: two threads may
+#   number one form twice, and setdefault keeps one.
 from __future__ import annotations
 
 import itertools
@@ -45,7 +49,7 @@ from constraintd.engine.grammar.stacks import (
     Rules,
 )
 
-__all__ = ["ESCAPE_ID", "MAX_WORK", "Structure"]
+__all__ = ["ESCAPE_ID", "MAX_WORK", "FormTable", "Structure"]
 
 ESCAPE_ID: Final = -1
 MAX_WORK: Final = 1_000  # elements written for one position's form
@@ -56,10 +60,6 @@ _CONTINUATIONS: Final = frozenset((CHAR_ALT, CHAR_RNG_UPPER))
 _ENDS: Final = frozenset((END, ALT))
 _UNBOUNDED: Final = 1 << 30
 
-_FORMS: dict[tuple[int, ...], int] = {}
-_NEXT_ID = itertools.count()
-
-
 class _Cycle(Exception):
     """A rule reached itself without matching anything: its form cannot be written finitely here."""
 
@@ -68,24 +68,43 @@ class _TooLarge(Exception):
     """A position's form took more than MAX_WORK elements to write."""
 
 
-def _number(form: tuple[int, ...]) -> int:
-    global _FORMS
-    found = _FORMS.get(form)
-    if found is None:
-        if len(_FORMS) >= MAX_FORMS:
-            _FORMS = {}
-        found = _FORMS.setdefault(form, next(_NEXT_ID))
-    return found
+class FormTable:
+    """Numbers structural forms: equal forms, equal ids, for as long as the table keeps them."""
+
+    __slots__ = ("_forms", "_next_id")
+
+    def __init__(self) -> None:
+        self._forms: dict[tuple[int, ...], int] = {}
+        self._next_id = itertools.count()
+
+    def number(self, form: tuple[int, ...]) -> int:
+        """The id of `form`: the one given before if the table still holds it, else a new one."""
+        forms = self._forms
+        found = forms.get(form)
+        if found is None:
+            if len(forms) >= MAX_FORMS:
+                forms = self._forms = {}
+            found = forms.setdefault(form, next(self._next_id))
+        return found
+
+    def unique(self) -> int:
+        """A new id, equal to no form's and to no other `unique` id."""
+        return next(self._next_id)
+
+    def __len__(self) -> int:
+        return len(self._forms)
 
 
 class Structure:
-    """The structural ids of one grammar's positions for one horizon, computed on first use."""
+    """The structural ids of one grammar's positions for one horizon, computed on first use and numbered
+    by `forms`."""
 
-    __slots__ = ("_bounds", "_busy", "_ids", "_rule_ids", "_work", "horizon", "rules")
+    __slots__ = ("_bounds", "_busy", "_forms", "_ids", "_rule_ids", "_work", "horizon", "rules")
 
-    def __init__(self, rules: Rules, horizon: int) -> None:
+    def __init__(self, rules: Rules, horizon: int, forms: FormTable) -> None:
         self.rules = rules
         self.horizon = horizon
+        self._forms = forms
         self._ids: dict[int, int] = {rules.escape: ESCAPE_ID}
         self._rule_ids: dict[tuple[int, int], int] = {}
         self._busy: set[tuple[int, int]] = set()
@@ -100,15 +119,15 @@ class Structure:
         if found is None:
             self._work = 0
             try:
-                found = _number((0, *self._sequence(pos, self.horizon)))
+                found = self._forms.number((0, *self._sequence(pos, self.horizon)))
             except _Cycle:
-                found = next(_NEXT_ID)
+                found = self._forms.unique()
                 # the rules being written met a cycle: they would again, so they are numbered as their own
                 for key in self._busy:
-                    self._rule_ids[key] = next(_NEXT_ID)
+                    self._rule_ids[key] = self._forms.unique()
                 self._busy.clear()
             except (_TooLarge, RecursionError):
-                found = next(_NEXT_ID)
+                found = self._forms.unique()
                 self._busy.clear()  # the rules written so far are kept: the next position goes further
             self._ids[pos] = found
         return found
@@ -170,7 +189,7 @@ class Structure:
             for start in self.rules.alternates[rule]:
                 form += (END, 0) if start < 0 else self._sequence(start, budget)
             self._busy.discard(key)
-            found = self._rule_ids[key] = _number(tuple(form))
+            found = self._rule_ids[key] = self._forms.number(tuple(form))
         return found
 
     def bounds(self, rule: int) -> tuple[int, int]:

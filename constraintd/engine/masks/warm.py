@@ -80,7 +80,7 @@ def warm_grammar(grammar: Grammar, samples: Iterable[str], *, seconds: float = 3
             continue
         if not complete:
             break
-    shared = grammar.masks.shared
+    shared = grammar._masks.shared
     return WarmReport(masks, len(shared), shared.nbytes, time.monotonic() - started, complete)
 
 

@@ -1,9 +1,14 @@
 # A vocabulary's pieces decoded as llama.cpp's grammar decodes them, laid out for whole-vocabulary masks.
 #
 # Contract:
-# - Built once per vocabulary content (`decoded_vocab(vocab)` caches by `Vocab.content_hash`), shared by
-#   every grammar and matcher on that vocabulary; immutable once built (tables are built on first use, or
-#   handed in prebuilt: service/vocab_store.py keeps `kinds` and the fresh table on disk).
+# - Owned by its `Vocab` (`Vocab.decoded()` builds it on first use and holds it), shared by every grammar
+#   and matcher on that vocabulary object; immutable once built (tables are built on first use, or
+#   handed in prebuilt: service/vocab_store.py keeps `kinds` and the fresh table on disk). A second
+#   `Vocab` with the same content has its own (the service registry keeps one `Vocab` per content).
+# - What is learned per vocabulary is owned here too, built on first use: the top verdicts every grammar
+#   on it shares (`verdicts()`, masks/verdicts.py, with the table numbering their structural ids) and the
+#   mask allowing every token (`all_allowed()`). Each `ColumnTable` owns the index of its rows by first
+#   code point (`row_groups()`). Nothing is kept in the module.
 # - `kinds[token]`: END_OF_GENERATION (decided by the grammar's completeness alone), NEVER (empty piece or
 #   one starting with NUL: llama.cpp never allows it) or PLAIN (decided by decoding its piece); the same
 #   as bytes (`kind_of`, for one token at a time) and the END_OF_GENERATION ids (`eog_tokens`).
@@ -14,13 +19,15 @@
 #   tokens that can finish a sequence missing k bytes, whose column 0 is filled in per partial value.
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
 from constraintd.engine.grammar.utf8 import FRESH, INVALID, PartialUtf8, decode_utf8
+from constraintd.engine.masks.bitmask import pack_mask
+from constraintd.engine.masks.verdicts import SharedVerdicts
 from constraintd.engine.vocab.vocab import Vocab
 
 __all__ = [
@@ -30,16 +37,13 @@ __all__ = [
     "ColumnTable",
     "DecodedVocab",
     "PartialTable",
-    "decoded_vocab",
+    "RowGroups",
     "encode_partial",
 ]
 
 PLAIN: Final = 0
 END_OF_GENERATION: Final = 1
 NEVER: Final = 2
-
-_CACHE_SIZE: Final = 8
-_CACHE: dict[str, DecodedVocab] = {}
 
 IntArray = npt.NDArray[np.int64]
 
@@ -51,6 +55,25 @@ def encode_partial(partial: PartialUtf8) -> int:
 
 def decode_partial(code: int) -> PartialUtf8:
     return (code >> 2, code & 3)
+
+
+@dataclass(frozen=True, slots=True)
+class RowGroups:
+    """A `ColumnTable`'s rows grouped by first code point, for moving column 0 a group at a time.
+
+    Attributes:
+        by_value: rows with a code point, by the index of their first one (stable).
+        group_starts: where each first code point's rows start in `by_value` (one more at the end).
+        bare_rows: rows without a code point (a lone unfinished sequence).
+        bare_codes: their distinct encoded sequences.
+        bare_inverse: per bare row, the index of its sequence in `bare_codes`.
+    """
+
+    by_value: IntArray
+    group_starts: IntArray
+    bare_rows: IntArray
+    bare_codes: IntArray
+    bare_inverse: IntArray
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +97,28 @@ class ColumnTable:
     row_of: IntArray
     first_code_points: IntArray
     first_index: IntArray
+    # derived from the fields above on first use (`row_groups`), so not part of the value
+    _groups: RowGroups | None = field(default=None, init=False, repr=False, compare=False)
+
+    def row_groups(self) -> RowGroups:
+        """The rows grouped by first code point (built on first use, then held by the table)."""
+        groups = self._groups
+        if groups is None:
+            counts = np.bincount(self.first_index, minlength=self.first_code_points.size)
+            group_starts = np.zeros(counts.size + 1, dtype=np.int64)
+            np.cumsum(counts, out=group_starts[1:])
+            bare_rows = np.arange(self.count_from[0] if self.count_from else 0, self.ids.size, dtype=np.int64)
+            bare_codes, bare_inverse = np.unique(self.partials[bare_rows], return_inverse=True)
+            groups = RowGroups(
+                by_value=np.argsort(self.first_index, kind="stable").astype(np.int64),
+                group_starts=group_starts,
+                bare_rows=bare_rows,
+                bare_codes=bare_codes,
+                bare_inverse=bare_inverse.reshape(-1),
+            )
+            # the value is frozen, its derived index is not: the one write this class makes
+            object.__setattr__(self, "_groups", groups)
+        return groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +145,11 @@ class DecodedVocab:
     """The pieces of one vocabulary as the grammar decodes them (see the module comment)."""
 
     __slots__ = (
+        "_all_allowed",
         "_fresh",
         "_fresh_table",
         "_partial_tables",
+        "_verdicts",
         "eog_tokens",
         "kind_of",
         "kinds",
@@ -133,6 +180,24 @@ class DecodedVocab:
         self._fresh: dict[int, tuple[tuple[int, ...], PartialUtf8]] = {}
         self._fresh_table: ColumnTable | None = fresh_table
         self._partial_tables: dict[int, PartialTable] = {}
+        self._verdicts: SharedVerdicts | None = None
+        self._all_allowed: npt.NDArray[np.int32] | None = None
+
+    def verdicts(self) -> SharedVerdicts:
+        """The top verdicts every grammar on this vocabulary shares (masks/verdicts.py), made on first use."""
+        verdicts = self._verdicts
+        if verdicts is None:
+            verdicts = self._verdicts = SharedVerdicts()
+        return verdicts
+
+    def all_allowed(self) -> npt.NDArray[np.int32]:
+        """The packed mask allowing every token (read-only), made on first use."""
+        mask = self._all_allowed
+        if mask is None:
+            mask = pack_mask(np.ones(self.n_tokens, dtype=np.bool_))
+            mask.flags.writeable = False
+            self._all_allowed = mask
+        return mask
 
     def decode(self, token: int, partial: PartialUtf8 = FRESH) -> tuple[tuple[int, ...], PartialUtf8]:
         """`decode_utf8(piece, partial)` of a token (cached for a fresh start)."""
@@ -265,16 +330,3 @@ def _column_table(
         array.flags.writeable = False
     return table
 
-
-def decoded_vocab(vocab: Vocab, *, prebuilt: DecodedVocab | None = None) -> DecodedVocab:
-    """The decoded form of `vocab`, shared by every vocabulary with the same content.
-
-    `prebuilt` (tables read from disk) becomes the shared one when none is held yet.
-    """
-    key = vocab.content_hash
-    found = _CACHE.get(key)
-    if found is None:
-        if len(_CACHE) >= _CACHE_SIZE:
-            _CACHE.pop(next(iter(_CACHE)))
-        found = _CACHE[key] = prebuilt if prebuilt is not None else DecodedVocab(vocab)
-    return found

@@ -6,7 +6,9 @@
 #   range check and a tuple index.
 # - `is_eog(t)` is llama.cpp's `llama_vocab_is_eog`: the tokens the grammar allows only when complete.
 # - A `Vocab` never changes after construction. What it derives lazily (the content hash, piece lengths,
-#   the lookup tables of `token_for_text`) is a pure function of what it was built from.
+#   the lookup tables of `token_for_text`, the pieces decoded for masks with what masks learn about them,
+#   vocab/decoded.py) it owns: a pure function of what it was built from, or a cache that never changes
+#   an answer.
 # - Ids outside [0, len) raise `TokenError`; a vocabulary that cannot be built raises `VocabError`.
 # Reading a GGUF file (token texts and types -> pieces, the end-of-generation set) lives in
 # gguf/reader.py; finding the token a text names (`token_for_text`) in token_lookup.py.
@@ -16,12 +18,16 @@ import hashlib
 import operator
 import os
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from constraintd.engine.vocab.token_lookup import TokenAttr, TokenizerRules, TokenLookup
 from constraintd.errors import TokenError, VocabError
+
+if TYPE_CHECKING:
+    from constraintd.engine.vocab.decoded import DecodedVocab
 
 __all__ = ["TokenAttr", "TokenizerRules", "Vocab"]
 
@@ -35,6 +41,7 @@ class Vocab:
 
     __slots__ = (
         "_attrs",
+        "_decoded",
         "_eog_ids",
         "_hash",
         "_lookup",
@@ -97,6 +104,7 @@ class Vocab:
         self._hash: str | None = None
         self._piece_lengths: npt.NDArray[np.int32] | None = None
         self._lookup: TokenLookup | None = None
+        self._decoded: DecodedVocab | None = None
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str]) -> Vocab:
@@ -209,6 +217,25 @@ class Vocab:
         if self._lookup is None:
             self._lookup = TokenLookup(self._pieces, self._texts, self._attrs, self._rules)
         return self._lookup.token_for_text(text)
+
+
+    def decoded(self, *, prebuilt: DecodedVocab | None = None) -> DecodedVocab:
+        """The pieces decoded as the grammar decodes them, laid out for whole-vocabulary masks
+        (vocab/decoded.py): built on first use, then held by this vocabulary and shared by every grammar
+        compiled over it. Does not change what the vocabulary answers.
+
+        Args:
+            prebuilt: this vocabulary's decoded tables as built before (the service's vocabulary store
+                reads them from disk): held from now on if none is held yet.
+        """
+        decoded = self._decoded
+        if decoded is None:
+            if prebuilt is None:
+                from constraintd.engine.vocab.decoded import DecodedVocab  # it imports this module
+
+                prebuilt = DecodedVocab(self)
+            decoded = self._decoded = prebuilt
+        return decoded
 
 
 def _content_hash(vocab: Vocab) -> str:

@@ -13,7 +13,7 @@ OTHER_VOCAB = Vocab([b"</s>", b"a", b"b", b"ba"], eog_ids=[0])
 
 def test_from_gbnf() -> None:
     grammar = Grammar.from_gbnf('root ::= "a" x\nx ::= "b"\n', VOCAB)
-    assert grammar.root == "root" and grammar.root_id == 0
+    assert grammar.root == "root" and grammar._root_id == 0
     assert not grammar.lazy
     assert grammar.n_vocab == 4
     assert grammar.parsed == parse_gbnf('root ::= "a" x\nx ::= "b"\n')

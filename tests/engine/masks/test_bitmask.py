@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from constraintd.engine.masks.bitmask import (
+    allocate_masks,
     allow_tokens,
     allowed_tokens,
     apply_mask,
@@ -64,9 +65,30 @@ def test_apply_mask_sets_forbidden_logits_to_minus_infinity() -> None:
     logits = np.arange(40, dtype=np.float32)
     allowed = np.zeros(40, dtype=bool)
     allowed[[1, 33]] = True
-    apply_mask(logits, pack_mask(allowed))
+    assert apply_mask(logits, pack_mask(allowed)) is logits
     assert np.isfinite(logits).tolist() == allowed.tolist()
     assert logits[33] == 33.0
+
+
+def test_apply_mask_forbids_the_padding_of_a_longer_output_and_takes_batches() -> None:
+    allowed = np.zeros(70, dtype=bool)
+    allowed[[0, 5, 31, 32, 63, 69]] = True
+    logits = np.arange(100, dtype=np.float32)  # a model's output padded past the 70-token vocabulary
+    apply_mask(logits, pack_mask(allowed).tolist())
+    assert np.isfinite(logits[:70]).tolist() == allowed.tolist() and np.all(np.isneginf(logits[70:]))
+    batch = np.zeros((2, 70))
+    apply_mask(batch, pack_mask(allowed))
+    assert np.isfinite(batch).tolist() == [allowed.tolist()] * 2
+
+
+def test_allocated_masks_allow_every_token_and_nothing_past_them() -> None:
+    masks = allocate_masks(3, 70)
+    assert masks.shape == (3, 3) and masks.dtype == np.int32 and masks.flags.writeable
+    for row in masks:
+        assert unpack_mask(row, 96).tolist() == [True] * 70 + [False] * 26
+    assert allocate_masks(0, 70).shape == (0, 3)
+    with pytest.raises(InputError):
+        allocate_masks(1, 0)
 
 
 def test_too_few_words_is_an_input_error() -> None:

@@ -49,8 +49,8 @@ def walk_states(matcher: Matcher, text: str) -> list[Matcher]:
 
 
 def expected_mask(matcher: Matcher) -> np.ndarray:
-    state = matcher.grammar.states.intern(matcher.stacks, 10**6)
-    return compute_mask(state, matcher.partial_utf8, matcher.grammar.decoded, 10**6)
+    state = matcher.grammar._states.intern(matcher.stacks, 10**6)
+    return compute_mask(state, matcher.partial_utf8, matcher.grammar._decoded, 10**6)
 
 
 def test_masks_from_the_caches_are_the_walked_masks() -> None:
@@ -58,18 +58,18 @@ def test_masks_from_the_caches_are_the_walked_masks() -> None:
     for text in TEXTS:
         for matcher in walk_states(Matcher(grammar), text):
             assert matcher.mask().tolist() == expected_mask(matcher).tolist()
-    assert grammar.masks.tops > 0
+    assert grammar._masks.tops > 0
 
 
 def test_tiny_caches_give_the_same_masks() -> None:
     grammar = Grammar.from_gbnf(GRAMMAR, VOCAB)
-    grammar.masks = MaskCache(
-        grammar.states, grammar.decoded, max_mask_bytes=1, max_tops=1, shared=SharedVerdicts(max_bytes=1)
+    grammar._masks = MaskCache(
+        grammar._states, grammar._decoded, max_mask_bytes=1, max_tops=1, shared=SharedVerdicts(max_bytes=1)
     )
     for text in TEXTS:
         for matcher in walk_states(Matcher(grammar), text):
             assert matcher.mask().tolist() == expected_mask(matcher).tolist()
-            assert len(grammar.masks) <= 1 and grammar.masks.tops <= 1
+            assert len(grammar._masks) <= 1 and grammar._masks.tops <= 1
 
 
 def test_a_state_seen_again_gets_the_same_mask_object() -> None:
@@ -122,10 +122,10 @@ def test_size_is_reported_and_forgetting_masks_changes_no_answer() -> None:
     vocab = Vocab([b"a", b"b", b"ab", b""], eog_ids=[3])
     grammar = Grammar.from_gbnf('root ::= "a" "b"*', vocab)
     matcher = Matcher(grammar)
-    assert grammar.masks.nbytes == 0
+    assert grammar._masks.nbytes == 0
     first = matcher.mask()
-    assert len(grammar.masks) == 1
-    assert grammar.masks.nbytes == first.nbytes
-    grammar.masks.forget_masks()
-    assert len(grammar.masks) == 0 and grammar.masks.nbytes == 0
+    assert len(grammar._masks) == 1
+    assert grammar._masks.nbytes == first.nbytes
+    grammar._masks.forget_masks()
+    assert len(grammar._masks) == 0 and grammar._masks.nbytes == 0
     assert np.array_equal(matcher.mask(), first)

@@ -44,7 +44,7 @@ def literal_mask(matcher: Matcher) -> list[bool]:
     vocab = grammar.vocab
     return [
         allows_token(
-            grammar.rules,
+            grammar._rules,
             matcher.stacks,
             token,
             vocab.pieces[token],
@@ -76,7 +76,10 @@ def test_mask_is_the_literal_apply_of_every_token(
             assert (
                 mask.tolist()
                 == compute_allowed(
-                    grammar.states.intern(matcher.stacks, 10**6), matcher.partial_utf8, grammar.decoded, 10**6
+                    grammar._states.intern(matcher.stacks, 10**6),
+                    matcher.partial_utf8,
+                    grammar._decoded,
+                    10**6,
                 ).tolist()
             )
             allowed = np.flatnonzero(mask)

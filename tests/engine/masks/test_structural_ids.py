@@ -11,15 +11,16 @@ from constraintd.engine import Grammar, Matcher, Vocab, unpack_mask
 from constraintd.engine.grammar.gbnf import parse_gbnf
 from constraintd.engine.grammar.stacks import CHAR, RULE_REF, Rules
 from constraintd.engine.masks.compute import compute_mask
-from constraintd.engine.masks.structural_ids import ESCAPE_ID, Structure
+from constraintd.engine.masks.structural_ids import ESCAPE_ID, FormTable, Structure
 
 HORIZON = 4  # a vocabulary whose longest token has 3 code points
+FORMS = FormTable()  # one vocabulary's table: ids are compared only between structures it numbers
 
 
 def class_positions(text: str, horizon: int = HORIZON) -> tuple[Structure, list[int]]:
     """The grammar's structure and its char positions whose class is [a-z], in rule order."""
     rules = Rules(parse_gbnf(text))
-    structure = Structure(rules, horizon)
+    structure = Structure(rules, horizon, FORMS)
     found = [
         pos
         for pos, kind in enumerate(rules.kinds)
@@ -37,7 +38,7 @@ def repeated_class_id(text: str) -> int:
     """The id of the first position of the rule the root's first reference names (the repetition)."""
     rules = Rules(parse_gbnf(text))
     root_ref = next(pos for pos, kind in enumerate(rules.kinds) if kind == RULE_REF)
-    return Structure(rules, HORIZON).position(rules.rule_starts[rules.values[root_ref]])
+    return Structure(rules, HORIZON, FORMS).position(rules.rule_starts[rules.values[root_ref]])
 
 
 def test_the_same_rule_in_two_grammars_has_one_id() -> None:
@@ -100,8 +101,9 @@ def test_grammars_sharing_verdicts_give_the_walked_masks(repeats: list[str], cho
         matcher = Matcher(grammar)
         for choice in [*choices, None]:
             mask = matcher.mask()
-            state = grammar.states.intern(matcher.stacks, 10**6)
-            assert mask.tolist() == compute_mask(state, matcher.partial_utf8, grammar.decoded, 10**6).tolist()
+            state = grammar._states.intern(matcher.stacks, 10**6)
+            walked = compute_mask(state, matcher.partial_utf8, grammar._decoded, 10**6)
+            assert mask.tolist() == walked.tolist()
             allowed = np.flatnonzero(unpack_mask(mask, len(vocab)))
             if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
                 break
@@ -110,6 +112,14 @@ def test_grammars_sharing_verdicts_give_the_walked_masks(repeats: list[str], cho
 def test_rules_are_measured_in_terminals_with_cycles_bounded() -> None:
     # at least: exact outside cycles, a lower bound on them; at most: capped at the horizon on a cycle
     parsed = parse_gbnf('root ::= "a" r1 | r2\nr1 ::= [b-c] r1 | ""\nr2 ::= "xy" | "z" r3\nr3 ::= "" | "q"\n')
-    structure = Structure(Rules(parsed), 9)
+    structure = Structure(Rules(parsed), 9, FormTable())
     measured = {name: structure.bounds(i) for name, i in parsed.symbol_ids.items()}
     assert measured == {"root": (1, 9), "r1": (0, 9), "r2": (1, 2), "r3": (0, 1)}
+
+
+def test_a_table_numbers_equal_forms_alike_and_unique_ids_apart() -> None:
+    forms = FormTable()
+    first = forms.number((1, 2, 3))
+    assert forms.number((1, 2, 3)) == first and forms.number((1, 2)) != first
+    assert forms.unique() not in {first, forms.number((1, 2))}
+    assert len(forms) == 2

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from constraintd.engine import Grammar, Matcher, Vocab, json_object_grammar
-from constraintd.engine.masks.cache import shared_verdicts
 from constraintd.engine.masks.compute import compute_mask
 from constraintd.engine.masks.warm import JSON_SAMPLES, warm_grammar, warm_vocabulary
 
@@ -18,12 +17,12 @@ def test_warming_fills_the_caches_and_changes_no_mask() -> None:
     grammar = Grammar.from_gbnf(json_object_grammar(), vocab)
     report = warm_grammar(grammar, ['{"ab": 12, "a": "é"}'])
     assert report.complete and report.masks == len('{"ab": 12, "a": "é"}') + 1
-    assert report.verdicts == len(shared_verdicts(grammar.decoded)) > 0
-    assert len(grammar.masks) > 0
+    assert report.verdicts == len(vocab.decoded().verdicts()) > 0
+    assert len(grammar._masks) > 0
     matcher = Matcher(grammar)
     for token in (1, 3, 8, 5, 6, 10, 11):  # {"ab": 12,
-        state = grammar.states.intern(matcher.stacks, 10**6)
-        walked = compute_mask(state, matcher.partial_utf8, grammar.decoded, 10**6)
+        state = grammar._states.intern(matcher.stacks, 10**6)
+        walked = compute_mask(state, matcher.partial_utf8, grammar._decoded, 10**6)
         assert np.array_equal(matcher.mask(), walked)
         assert matcher.accept(token)
 

@@ -7,8 +7,8 @@ from constraintd.engine.vocab.decoded import (
     END_OF_GENERATION,
     NEVER,
     PLAIN,
+    DecodedVocab,
     decode_partial,
-    decoded_vocab,
     encode_partial,
 )
 from constraintd.engine.vocab.vocab import Vocab
@@ -30,17 +30,47 @@ VOCAB = Vocab(PIECES, eog_ids=[0])
 
 
 def test_kinds() -> None:
-    kinds = decoded_vocab(VOCAB).kinds.tolist()
+    kinds = VOCAB.decoded().kinds.tolist()
     assert kinds[:4] == [END_OF_GENERATION, NEVER, NEVER, PLAIN]
     assert set(kinds[3:]) == {PLAIN}
 
 
-def test_shared_by_content() -> None:
-    assert decoded_vocab(Vocab(PIECES, eog_ids=[0])) is decoded_vocab(VOCAB)
+def test_held_by_its_vocabulary() -> None:
+    # one per Vocab object, with what it learns (verdicts, the all-allowed mask): a second object with the
+    # same content starts without them (the registry keeps one object per content)
+    decoded = VOCAB.decoded()
+    assert VOCAB.decoded() is decoded and decoded.verdicts() is decoded.verdicts()
+    assert decoded.all_allowed() is decoded.all_allowed()
+    twin = Vocab(PIECES, eog_ids=[0])
+    assert twin.decoded() is not decoded and twin.decoded().verdicts() is not decoded.verdicts()
+    assert twin.decoded().kinds.tolist() == decoded.kinds.tolist()
+
+
+def test_prebuilt_tables_are_held_only_when_none_are() -> None:
+    vocab = Vocab(PIECES, eog_ids=[0])
+    prebuilt = DecodedVocab(vocab)
+    assert vocab.decoded(prebuilt=prebuilt) is prebuilt
+    assert vocab.decoded(prebuilt=DecodedVocab(vocab)) is prebuilt
+
+
+def test_the_all_allowed_mask_allows_every_token_and_nothing_past_them() -> None:
+    mask = VOCAB.decoded().all_allowed()
+    assert not mask.flags.writeable
+    assert mask.tolist() == [(1 << len(PIECES)) - 1]
+
+
+def test_a_table_holds_its_row_groups() -> None:
+    table = VOCAB.decoded().fresh_table()
+    groups = table.row_groups()
+    assert table.row_groups() is groups
+    # rows 0-2 start with "a", "a", "中"; row 3 (b"\xe4") has no code point
+    assert groups.by_value.tolist() == [0, 1, 2]
+    assert groups.group_starts.tolist() == [0, 2, 3]
+    assert groups.bare_rows.tolist() == [3]
 
 
 def test_fresh_table() -> None:
-    table = decoded_vocab(VOCAB).fresh_table()
+    table = VOCAB.decoded().fresh_table()
     # valid from a fresh start: longest first, then by id; pieces starting with a continuation byte are not
     assert table.ids.tolist() == [5, 3, 4, 6]
     assert table.count_from == (3, 2, 1)
@@ -50,7 +80,7 @@ def test_fresh_table() -> None:
 
 
 def test_partial_tables() -> None:
-    decoded = decoded_vocab(VOCAB)
+    decoded = VOCAB.decoded()
     after_two = decoded.partial_table(2)  # what may follow b"\xe4"
     assert after_two.short_ids.tolist() == [10]
     assert after_two.long.ids.tolist() == [7, 9]  # b"\xad!": "!" cannot continue a sequence
@@ -70,6 +100,6 @@ def test_encode_partial_round_trip() -> None:
 
 
 def test_decode_caches_fresh_starts() -> None:
-    decoded = decoded_vocab(VOCAB)
+    decoded = VOCAB.decoded()
     assert decoded.decode(4) is decoded.decode(4)
     assert decoded.decode(7, (4, 2)) == ((0x4E2D,), (0, 0))

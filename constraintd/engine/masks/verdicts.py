@@ -1,0 +1,65 @@
+# What stack tops decide whatever lies below them, kept per vocabulary and shared by all its grammars.
+#
+# Contract:
+# - A `TopVerdict` splits the vocabulary, for one stack top, into tokens allowed and rows left uncertain
+#   (masks/cache.py builds them; their arrays are read-only once made).
+# - `SharedVerdicts` keeps them by the structural ids of the top (masks/structural_ids.py), bounded in
+#   bytes, and holds the `FormTable` that numbers those ids: ids and the verdicts they key live and die
+#   together, so an id is never looked up in a store that another table numbered.
+# - One store per vocabulary, owned by its `DecodedVocab` (`DecodedVocab.verdicts()`): it lives as long as
+#   the vocabulary is held, and every grammar compiled over that vocabulary shares it.
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from constraintd.engine.lru import LruCache
+from constraintd.engine.masks.structural_ids import FormTable
+
+__all__ = ["MAX_VERDICT_BYTES", "SharedVerdicts", "TopVerdict"]
+
+# Default bound of one vocabulary's verdicts (shared by all its grammars).
+MAX_VERDICT_BYTES: Final = 192 << 20
+
+Words = npt.NDArray[np.int32]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class TopVerdict:
+    """What one stack top decides whatever lies below it.
+
+    Attributes:
+        words: a packed mask of tokens allowed (possibly shared with the shorter top it was built from),
+            or None.
+        ids: more allowed token ids, beyond `words` (ascending).
+        uncertain: rows of the vocabulary's fresh table that the stacks below decide (ascending).
+        nbytes: bytes of the arrays this verdict holds alone (not those it shares).
+    """
+
+    words: Words | None
+    ids: IntArray
+    uncertain: IntArray
+    nbytes: int
+
+
+class SharedVerdicts(LruCache[tuple[int, ...], TopVerdict]):
+    """One vocabulary's top verdicts, keyed by structure (see the module comment), sized in bytes.
+
+    Attributes:
+        forms: the table that numbers the structural ids keying these verdicts.
+    """
+
+    __slots__ = ("forms",)
+
+    def __init__(self, *, max_bytes: int = MAX_VERDICT_BYTES) -> None:
+        super().__init__(max_bytes)
+        self.forms = FormTable()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the verdicts' own arrays."""
+        return self.size
