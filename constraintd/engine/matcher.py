@@ -213,10 +213,13 @@ class Matcher:
             row[mask.size :] = 0
         if self._awaiting:
             return False
-        # a mask that forbids anything nearly always does so in its first word: one int compare, and the
-        # whole comparison only when that word allows all it can
-        every = self.grammar._decoded.all_allowed()
-        return mask.item(0) != every.item(0) or not np.array_equal(mask, every)
+        # A mask forbids something whenever the vocabulary has a token never allowed, or end-of-generation
+        # tokens while the grammar may not end: known without reading the mask. Only otherwise (rare) are
+        # its words compared with the all-allowed mask's.
+        decoded = self.grammar._decoded
+        if decoded.has_never or (decoded.eog_tokens.size and not self._state.has_empty):
+            return True
+        return not np.array_equal(mask, decoded.all_allowed())
 
     # -- moves ----------------------------------------------------------------------------------
 

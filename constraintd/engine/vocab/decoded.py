@@ -151,6 +151,7 @@ class DecodedVocab:
         "_partial_tables",
         "_verdicts",
         "eog_tokens",
+        "has_never",
         "kind_of",
         "kinds",
         "n_tokens",
@@ -177,6 +178,7 @@ class DecodedVocab:
         # the same, for one token at a time: indexing bytes gives a Python int without touching numpy
         self.kind_of: bytes = kinds.astype(np.uint8).tobytes()
         self.eog_tokens: IntArray = np.flatnonzero(kinds == END_OF_GENERATION)  # ascending
+        self.has_never: bool = bool((kinds == NEVER).any())  # so no mask allows every token
         self._fresh: dict[int, tuple[tuple[int, ...], PartialUtf8]] = {}
         self._fresh_table: ColumnTable | None = fresh_table
         self._partial_tables: dict[int, PartialTable] = {}
