@@ -11,7 +11,8 @@ Standard library and numpy only; no I/O. The usual path::
 from constraintd.engine.chat.content import ContentStream, json_content, json_message
 from constraintd.engine.chat.requests import Constraint, ConstraintKind, json_object_grammar, resolve_request
 from constraintd.engine.grammar.compiled import Grammar
-from constraintd.engine.grammar.gbnf import GreType, ParsedGrammar, check_grammar, parse_gbnf
+from constraintd.engine.grammar.elements import GreType
+from constraintd.engine.grammar.gbnf import ParsedGrammar, check_grammar, parse_gbnf
 from constraintd.engine.masks.bitmask import (
     allocate_masks,
     allowed_tokens,

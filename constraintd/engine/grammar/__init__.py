@@ -1,6 +1,7 @@
 """GBNF grammars: llama.cpp's `llama-grammar.cpp`, from text to the pushdown stacks a matcher walks.
 
-    gbnf        the parser (llama.cpp's rule ids, element kinds and messages)
+    elements    llama.cpp's grammar element kinds (`GreType`), the one numbering every module reads
+    gbnf        the parser (llama.cpp's rule ids and messages)
     checks      what a parsed grammar is refused for (missing rules, left recursion), with the messages table
     stacks      the flattened rule table and the pushdown stacks over it (llama.cpp's semantics, literally)
     stack_sets  stack sets interned as states that memoize their transitions (the fast path of accept)

@@ -15,13 +15,25 @@
 #   finishes each rule once (llama.cpp re-explores rules, which can take exponential time; the answer,
 #   the first rule index from which a left cycle is reachable, is the same).
 # - `format_gbnf` writes the rules as llama.cpp's print_grammar does (a debugging dump, not GBNF).
-# This module is a leaf (grammar/gbnf.py imports it): it names llama.cpp's element types by their numbers.
+# grammar/gbnf.py imports this module: it reads the element kinds from grammar/elements.py, not from gbnf.
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
+from constraintd.engine.grammar.elements import (
+    ALT,
+    CHAR,
+    CHAR_ALT,
+    CHAR_ANY,
+    CHAR_NOT,
+    CHAR_RNG_UPPER,
+    END,
+    RULE_REF,
+    TOKEN,
+    TOKEN_NOT,
+)
 from constraintd.errors import GrammarError
 
 if TYPE_CHECKING:
@@ -88,12 +100,9 @@ ERRORS: Final[Mapping[str, str]] = {
     "too_large": f"repetitions would copy more than {MAX_REPEATED_ELEMENTS} grammar elements",
 }
 
-# llama_gretype numbers (gbnf.GreType): END, ALT, RULE_REF, CHAR, CHAR_NOT, CHAR_RNG_UPPER, CHAR_ALT,
-# CHAR_ANY, TOKEN, TOKEN_NOT.
-_END, _ALT, _RULE_REF, _CHAR, _CHAR_NOT, _RNG_UPPER, _CHAR_ALT, _CHAR_ANY, _TOKEN, _TOKEN_NOT = range(10)
-_END_OF_SEQUENCE: Final = frozenset((_END, _ALT))
-_CHAR_ELEMENTS: Final = frozenset((_CHAR, _CHAR_NOT, _CHAR_ALT, _RNG_UPPER, _CHAR_ANY))
-_CHAR_MODIFIERS: Final = {_RNG_UPPER: "CHAR_RNG_UPPER", _CHAR_ALT: "CHAR_ALT"}
+_END_OF_SEQUENCE: Final = frozenset((END, ALT))
+_CHAR_ELEMENTS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ALT, CHAR_RNG_UPPER, CHAR_ANY))
+_CHAR_MODIFIERS: Final = {CHAR_RNG_UPPER: "CHAR_RNG_UPPER", CHAR_ALT: "CHAR_ALT"}
 _LINE_BREAK: Final = re.compile(r"\r\n?|\n")
 _EXCERPT_REACH: Final = 30  # characters of context on each side of an error
 
@@ -146,17 +155,17 @@ def check_grammar(parsed: ParsedGrammar, root: str = "root") -> int:
 def _check_shape(rules: Sequence[Sequence[tuple[int, int]]]) -> None:
     # What llama.cpp's element-vector init and print_rule check; a parsed grammar always passes.
     for rule_id, rule in enumerate(rules):
-        if not rule or rule[-1][0] != _END:
+        if not rule or rule[-1][0] != END:
             raise grammar_error("malformed", rule=rule_id)
-        previous = _END
+        previous = END
         for index, (kind, value) in enumerate(rule):
-            if kind not in _ELEMENT_TEXT and kind != _END:
+            if kind not in _ELEMENT_TEXT and kind != END:
                 raise grammar_error("unknown_element", kind=kind, rule=rule_id, index=index)
-            if kind == _END and index != len(rule) - 1:
+            if kind == END and index != len(rule) - 1:
                 raise grammar_error("end_inside", rule=rule_id, index=index)
             if kind in _CHAR_MODIFIERS and previous not in _CHAR_ELEMENTS:
                 raise grammar_error("char_modifier", kind=_CHAR_MODIFIERS[kind], rule=rule_id, index=index)
-            if kind == _RULE_REF and not 0 <= value < len(rules):
+            if kind == RULE_REF and not 0 <= value < len(rules):
                 raise grammar_error("bad_reference", rule=rule_id, ref=value)
             previous = kind
 
@@ -181,7 +190,7 @@ def _left_recursive_rule(rules: Sequence[Sequence[tuple[int, int]]]) -> int | No
         refs: list[int] = []
         recurse = True
         for kind, value in rule:
-            if kind == _RULE_REF and recurse:
+            if kind == RULE_REF and recurse:
                 refs.append(value)
                 recurse = may_be_empty[value]
             else:
@@ -229,20 +238,20 @@ def format_gbnf(parsed: ParsedGrammar) -> str:
         for index in range(len(rule) - 1):
             kind, value = rule[index]
             out.append(_ELEMENT_TEXT[kind](value, names))
-            if kind in _CHAR_ELEMENTS and rule[index + 1][0] not in (_CHAR_ALT, _RNG_UPPER, _CHAR_ANY):
+            if kind in _CHAR_ELEMENTS and rule[index + 1][0] not in (CHAR_ALT, CHAR_RNG_UPPER, CHAR_ANY):
                 out.append("] ")
         lines.append("".join(out))
     return "".join(f"{line}\n" for line in lines)
 
 
 _ELEMENT_TEXT: Final[Mapping[int, Callable[[int, Mapping[int, str]], str]]] = {
-    _ALT: lambda value, names: "| ",
-    _RULE_REF: lambda value, names: f"{names.get(value, value)} ",
-    _CHAR: lambda value, names: f"[{_print_char(value)}",
-    _CHAR_NOT: lambda value, names: f"[^{_print_char(value)}",
-    _RNG_UPPER: lambda value, names: f"-{_print_char(value)}",
-    _CHAR_ALT: lambda value, names: _print_char(value),
-    _CHAR_ANY: lambda value, names: ".",
-    _TOKEN: lambda value, names: f"<[{value}]> ",
-    _TOKEN_NOT: lambda value, names: f"!<[{value}]> ",
+    ALT: lambda value, names: "| ",
+    RULE_REF: lambda value, names: f"{names.get(value, value)} ",
+    CHAR: lambda value, names: f"[{_print_char(value)}",
+    CHAR_NOT: lambda value, names: f"[^{_print_char(value)}",
+    CHAR_RNG_UPPER: lambda value, names: f"-{_print_char(value)}",
+    CHAR_ALT: lambda value, names: _print_char(value),
+    CHAR_ANY: lambda value, names: ".",
+    TOKEN: lambda value, names: f"<[{value}]> ",
+    TOKEN_NOT: lambda value, names: f"!<[{value}]> ",
 }

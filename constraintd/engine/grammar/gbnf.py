@@ -16,7 +16,6 @@
 #   nesting is handled with an explicit stack, never with Python recursion.
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from constraintd.engine.grammar.checks import (
     format_gbnf,
     grammar_error,
 )
+from constraintd.engine.grammar.elements import GreType
 from constraintd.errors import GrammarError
 
 __all__ = [
@@ -48,21 +48,6 @@ __all__ = [
     "grammar_error",
     "parse_gbnf",
 ]
-
-
-class GreType(enum.IntEnum):
-    """llama.cpp's `llama_gretype`: the kind of one grammar element."""
-
-    END = 0  # end of a rule
-    ALT = 1  # start of another alternate of the rule
-    RULE_REF = 2  # value: the referenced rule's id
-    CHAR = 3  # value: a code point; may be followed by CHAR_RNG_UPPER / CHAR_ALT
-    CHAR_NOT = 4  # like CHAR, inverted ([^...])
-    CHAR_RNG_UPPER = 5  # makes the preceding char the lower end of an inclusive range
-    CHAR_ALT = 6  # another char (or range start) of the same class
-    CHAR_ANY = 7  # `.`: any code point
-    TOKEN = 8  # value: a token id
-    TOKEN_NOT = 9  # any token but this one
 
 
 Element = tuple[int, int]

@@ -25,7 +25,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.grammar.stacks import CHAR, CHAR_ANY, CHAR_NOT, ESCAPE, TOKEN, Rules, Stack, StackSet
+from constraintd.engine.grammar.elements import CHAR, CHAR_ANY, CHAR_NOT, TOKEN
+from constraintd.engine.grammar.stacks import ESCAPE, Rules, Stack, StackSet
 from constraintd.engine.grammar.utf8 import PartialUtf8
 from constraintd.errors import LimitError
 

@@ -24,7 +24,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from constraintd.engine.grammar.gbnf import GreType, ParsedGrammar
+from constraintd.engine.grammar.elements import (
+    ALT,
+    CHAR,
+    CHAR_ALT,
+    CHAR_ANY,
+    CHAR_NOT,
+    CHAR_RNG_UPPER,
+    END,
+    RULE_REF,
+    TOKEN,
+    TOKEN_NOT,
+)
+from constraintd.engine.grammar.gbnf import ParsedGrammar
 from constraintd.engine.grammar.utf8 import FRESH, PartialUtf8, decode_utf8
 from constraintd.errors import GrammarError
 
@@ -40,17 +52,6 @@ __all__ = [
 
 Stack = tuple[int, ...]
 StackSet = frozenset[Stack]
-
-END: Final = int(GreType.END)
-ALT: Final = int(GreType.ALT)
-RULE_REF: Final = int(GreType.RULE_REF)
-CHAR: Final = int(GreType.CHAR)
-CHAR_NOT: Final = int(GreType.CHAR_NOT)
-CHAR_RNG_UPPER: Final = int(GreType.CHAR_RNG_UPPER)
-CHAR_ALT: Final = int(GreType.CHAR_ALT)
-CHAR_ANY: Final = int(GreType.CHAR_ANY)
-TOKEN: Final = int(GreType.TOKEN)
-TOKEN_NOT: Final = int(GreType.TOKEN_NOT)
 
 # Not an element of llama.cpp's: a mark put under a stack to stand for "whatever is below" (see Rules.escape).
 ESCAPE: Final = -1

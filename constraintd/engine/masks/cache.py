@@ -34,8 +34,9 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from constraintd.engine.grammar.elements import TOKEN
 from constraintd.engine.grammar.stack_sets import State, StateTable
-from constraintd.engine.grammar.stacks import TOKEN, Stack
+from constraintd.engine.grammar.stacks import Stack
 from constraintd.engine.grammar.utf8 import FRESH, PartialUtf8
 from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.bitmask import allow_tokens, mask_words, pack_mask

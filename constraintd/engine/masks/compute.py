@@ -20,8 +20,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from constraintd.engine.grammar.elements import TOKEN
 from constraintd.engine.grammar.stack_sets import State
-from constraintd.engine.grammar.stacks import TOKEN
 from constraintd.engine.grammar.utf8 import PartialUtf8
 from constraintd.engine.masks.bitmask import pack_mask
 from constraintd.engine.vocab.decoded import (

@@ -35,7 +35,7 @@ from __future__ import annotations
 import itertools
 from typing import Final
 
-from constraintd.engine.grammar.stacks import (
+from constraintd.engine.grammar.elements import (
     ALT,
     CHAR,
     CHAR_ALT,
@@ -46,8 +46,8 @@ from constraintd.engine.grammar.stacks import (
     RULE_REF,
     TOKEN,
     TOKEN_NOT,
-    Rules,
 )
+from constraintd.engine.grammar.stacks import Rules
 
 __all__ = ["ESCAPE_ID", "MAX_WORK", "FormTable", "Structure"]
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from constraintd.engine.grammar.elements import RULE_REF
 from constraintd.engine.grammar.gbnf import GreType, ParsedGrammar, check_grammar, parse_gbnf
 from constraintd.engine.grammar.stacks import (
-    RULE_REF,
     Rules,
     Stack,
     StackSet,

@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, Matcher, Vocab, unpack_mask
+from constraintd.engine.grammar.elements import CHAR, RULE_REF
 from constraintd.engine.grammar.gbnf import parse_gbnf
-from constraintd.engine.grammar.stacks import CHAR, RULE_REF, Rules
+from constraintd.engine.grammar.stacks import Rules
 from constraintd.engine.masks.compute import compute_mask
 from constraintd.engine.masks.structural_ids import ESCAPE_ID, FormTable, Structure
 
