@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: a private server on a Unix socket for this run)",
     )
     run.add_argument("--output", choices=["text", "json"], default="text", help="stream text, or print JSON")
+    from sampler_worker.serve.command import add_parser as add_serve_parser
+
+    add_serve_parser(commands)
     return parser
 
 
@@ -118,9 +121,9 @@ def answers_json(constraint: dict[str, Any] | None) -> bool:
     request = constraint.get("openai_request") or constraint.get("ollama_request")
     if request is None:
         return True
-    from constraintd.engine.chat.requests import ConstraintKind, read_request
+    from constraintd.engine.chat.requests import AnswerFormat, read_request
 
-    return read_request(request).kind in (ConstraintKind.JSON_OBJECT, ConstraintKind.JSON_SCHEMA)
+    return read_request(request).kind in (AnswerFormat.JSON_OBJECT, AnswerFormat.JSON_SCHEMA)
 
 
 # The request field (JSON pointer) that makes a body an Ollama request; `read_request` names it.
@@ -131,7 +134,7 @@ def _request_constraint(path: Path) -> dict[str, Any] | None:
     # constraintd's `read_request` decides, here as in the service: which dialect, which constraint, or
     # none (a body that asks for free text runs unconstrained, as llama-server runs it). The body goes on
     # whole; the service resolves it with the same function.
-    from constraintd.engine.chat.requests import ConstraintKind, read_request
+    from constraintd.engine.chat.requests import AnswerFormat, read_request
     from constraintd.errors import SchemaError
 
     text = _read(path)
@@ -139,7 +142,7 @@ def _request_constraint(path: Path) -> dict[str, Any] | None:
         requested = read_request(text)
     except SchemaError as exc:
         raise UsageError(f"{path}: {exc}") from exc
-    if requested.kind is ConstraintKind.NONE:
+    if requested.kind is AnswerFormat.NONE:
         return None
     field = "ollama_request" if requested.source.startswith(_OLLAMA_SOURCE) else "openai_request"
     return {field: text}
@@ -259,6 +262,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from constraintd.errors import ConstraintdError, InputError
 
     try:
+        if args.command == "serve":
+            from sampler_worker.serve.command import run_serve
+
+            return run_serve(args)
         return run_generate(args, sys.stdout, sys.stderr)
     except (UsageError, TemplateError, InputError, ValueError) as exc:
         print(f"sampler-worker: {exc}", file=sys.stderr)

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from constraintd.engine.chat.requests import ConstraintKind, resolve_request
+from constraintd.engine.chat.requests import AnswerFormat, resolve_request
 from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.errors import InputError
 
@@ -43,7 +43,7 @@ def _grammar(args: argparse.Namespace) -> tuple[str | None, tuple[str, ...]]:
         conversion = convert_json_schema(_read(args.schema))
         return conversion.grammar, tuple(conversion.warnings)
     constraint = resolve_request(_read(args.request))
-    if constraint.kind is ConstraintKind.NONE:
+    if constraint.kind is AnswerFormat.NONE:
         return None, ()
     return constraint.gbnf, constraint.warnings
 

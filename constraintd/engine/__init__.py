@@ -9,7 +9,12 @@ Standard library and numpy only; no I/O. The usual path::
 """
 
 from constraintd.engine.chat.content import ContentStream, json_content, json_message
-from constraintd.engine.chat.requests import Constraint, ConstraintKind, json_object_grammar, resolve_request
+from constraintd.engine.chat.requests import (
+    AnswerFormat,
+    RequestGrammar,
+    json_object_grammar,
+    resolve_request,
+)
 from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.grammar.elements import GreType
 from constraintd.engine.grammar.gbnf import ParsedGrammar, check_grammar, parse_gbnf
@@ -35,8 +40,7 @@ from constraintd.errors import (
 )
 
 __all__ = [
-    "Constraint",
-    "ConstraintKind",
+    "AnswerFormat",
     "ConstraintdError",
     "ContentStream",
     "Grammar",
@@ -46,6 +50,7 @@ __all__ = [
     "LimitError",
     "Matcher",
     "ParsedGrammar",
+    "RequestGrammar",
     "SchemaConversion",
     "SchemaError",
     "TokenError",

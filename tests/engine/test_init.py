@@ -5,8 +5,7 @@ from __future__ import annotations
 import constraintd.engine
 
 PUBLIC = [
-    "Constraint",
-    "ConstraintKind",
+    "AnswerFormat",
     "ConstraintdError",
     "ContentStream",
     "Grammar",
@@ -16,6 +15,7 @@ PUBLIC = [
     "LimitError",
     "Matcher",
     "ParsedGrammar",
+    "RequestGrammar",
     "SchemaConversion",
     "SchemaError",
     "TokenError",

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from constraintd.engine.chat.requests import ConstraintKind, read_request
+from constraintd.engine.chat.requests import AnswerFormat, read_request
 from sampler_worker.chain import SamplerSettings
 from sampler_worker.cli import (
     UsageError,
@@ -101,7 +101,7 @@ def test_request_dialect_is_read_requests(tmp_path: Path, body: str, field: str 
     path = tmp_path / "request.json"
     path.write_text(body)
     requested = read_request(body)
-    assert (requested.kind is ConstraintKind.NONE) is (field is None)
+    assert (requested.kind is AnswerFormat.NONE) is (field is None)
     expected = None if field is None else {field: body}
     assert constraint_from(parse("--prompt", "p", "--request", str(path))) == expected
 

@@ -40,8 +40,8 @@ from constraintd.errors import SchemaError
 __all__ = [
     "ANY_JSON_SCHEMA",
     "JSON_OBJECT_SCHEMA",
-    "Constraint",
-    "ConstraintKind",
+    "AnswerFormat",
+    "RequestGrammar",
     "RequestedConstraint",
     "any_json_grammar",
     "json_object_grammar",
@@ -59,7 +59,7 @@ _OPENAI_FIELDS: Final = ("response_format", "json_schema", "grammar")
 _OLLAMA_FIELD: Final = "format"
 
 
-class ConstraintKind(enum.Enum):
+class AnswerFormat(enum.Enum):
     """What a request asks the answer to be."""
 
     NONE = "none"
@@ -82,25 +82,25 @@ class RequestedConstraint:
         source: the JSON pointer of the request field it comes from; "" when no field asks for anything.
     """
 
-    kind: ConstraintKind
+    kind: AnswerFormat
     text: str | None
     source: str
 
 
 @dataclass(frozen=True, slots=True)
-class Constraint:
-    """The constraint a request asks for, as a GBNF grammar.
+class RequestGrammar:
+    """The grammar a request resolves to: what the answer must be, as GBNF.
 
     Attributes:
         kind: what the answer must be.
-        gbnf: the grammar text, None for `ConstraintKind.NONE`.
+        gbnf: the grammar text, None for `AnswerFormat.NONE`.
         root: the grammar's start symbol.
         warnings: what the schema conversion left unenforced, in llama.cpp's words.
         source: the JSON pointer of the request field it comes from; "" when no field asks for anything.
         schema: the schema text converted (JSON kinds), else None.
     """
 
-    kind: ConstraintKind
+    kind: AnswerFormat
     gbnf: str | None
     root: str = "root"
     warnings: tuple[str, ...] = ()
@@ -108,7 +108,7 @@ class Constraint:
     schema: str | None = None
 
 
-_NO_CONSTRAINT: Final = RequestedConstraint(ConstraintKind.NONE, None, "")
+_NO_CONSTRAINT: Final = RequestedConstraint(AnswerFormat.NONE, None, "")
 
 
 def _field(container: dict[str, JsonValue], name: str) -> JsonValue:
@@ -119,9 +119,9 @@ def _field(container: dict[str, JsonValue], name: str) -> JsonValue:
 def _schema(value: JsonValue, pointer: str) -> RequestedConstraint:
     """A schema field's value as a constraint: null or `{}` is any object (llama-server's rule)."""
     if value is None or value == {}:
-        return RequestedConstraint(ConstraintKind.JSON_OBJECT, JSON_OBJECT_SCHEMA, pointer)
+        return RequestedConstraint(AnswerFormat.JSON_OBJECT, JSON_OBJECT_SCHEMA, pointer)
     # A schema that is not an object goes on too: the converter refuses it in llama.cpp's words.
-    return RequestedConstraint(ConstraintKind.JSON_SCHEMA, dump_json(value), pointer)
+    return RequestedConstraint(AnswerFormat.JSON_SCHEMA, dump_json(value), pointer)
 
 
 def _response_format_schema(
@@ -180,7 +180,7 @@ def _read_openai(body: dict[str, JsonValue]) -> RequestedConstraint:
     if json_schema is not None:
         return _schema(json_schema, "#/json_schema")
     if grammar:
-        return RequestedConstraint(ConstraintKind.GRAMMAR, grammar, "#/grammar")
+        return RequestedConstraint(AnswerFormat.GRAMMAR, grammar, "#/grammar")
     return _NO_CONSTRAINT
 
 
@@ -189,7 +189,7 @@ def _read_ollama(body: dict[str, JsonValue], value: JsonValue) -> RequestedConst
         if _field(body, name) not in (None, ""):
             raise SchemaError(f"Cannot use both format and {name}", pointer=f"#/{name}")
     if value == "json":
-        return RequestedConstraint(ConstraintKind.JSON_OBJECT, JSON_OBJECT_SCHEMA, "#/format")
+        return RequestedConstraint(AnswerFormat.JSON_OBJECT, JSON_OBJECT_SCHEMA, "#/format")
     if isinstance(value, dict):
         return _schema(value, "#/format")
     # Ollama quotes the field's raw JSON text with Go's %q.
@@ -220,7 +220,7 @@ def read_request(request_text: str) -> RequestedConstraint:
     return _read_openai(body)
 
 
-def _converted(schema: str, source: str) -> Constraint:
+def _converted(schema: str, source: str) -> RequestGrammar:
     try:
         conversion = convert_json_schema(schema)
     except SchemaError as exc:
@@ -228,11 +228,11 @@ def _converted(schema: str, source: str) -> Constraint:
         # (A pointer that is not a fragment, a remote `$ref`'s text, is left as it is.)
         pointer = source + exc.pointer[1:] if exc.pointer.startswith("#") else exc.pointer
         raise SchemaError(exc.reason, pointer=pointer) from exc
-    return Constraint(ConstraintKind.JSON_SCHEMA, conversion.grammar, warnings=tuple(conversion.warnings),
+    return RequestGrammar(AnswerFormat.JSON_SCHEMA, conversion.grammar, warnings=tuple(conversion.warnings),
                       source=source, schema=schema)
 
 
-def resolve_request(request_text: str) -> Constraint:
+def resolve_request(request_text: str) -> RequestGrammar:
     """The constraint an OpenAI or Ollama request body asks for, as a GBNF grammar.
 
     Args:
@@ -248,11 +248,11 @@ def resolve_request(request_text: str) -> Constraint:
     requested = read_request(request_text)
     kind, text, source = requested.kind, requested.text, requested.source
     if text is None:
-        return Constraint(ConstraintKind.NONE, None)
-    if kind is ConstraintKind.GRAMMAR:
-        return Constraint(kind, text, source=source)
-    if kind is ConstraintKind.JSON_OBJECT:
-        return Constraint(kind, json_object_grammar(), source=source, schema=JSON_OBJECT_SCHEMA)
+        return RequestGrammar(AnswerFormat.NONE, None)
+    if kind is AnswerFormat.GRAMMAR:
+        return RequestGrammar(kind, text, source=source)
+    if kind is AnswerFormat.JSON_OBJECT:
+        return RequestGrammar(kind, json_object_grammar(), source=source, schema=JSON_OBJECT_SCHEMA)
     return _converted(text, source)
 
 

@@ -16,9 +16,9 @@ import pytest
 from constraintd.engine.chat.requests import (
     ANY_JSON_SCHEMA,
     JSON_OBJECT_SCHEMA,
-    Constraint,
-    ConstraintKind,
+    AnswerFormat,
     RequestedConstraint,
+    RequestGrammar,
     any_json_grammar,
     json_object_grammar,
     read_request,
@@ -27,8 +27,8 @@ from constraintd.engine.chat.requests import (
 from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.errors import SchemaError
 
-NONE, OBJECT, SCHEMA, GRAMMAR = (ConstraintKind.NONE, ConstraintKind.JSON_OBJECT, ConstraintKind.JSON_SCHEMA,
-                                 ConstraintKind.GRAMMAR)
+NONE, OBJECT, SCHEMA, GRAMMAR = (AnswerFormat.NONE, AnswerFormat.JSON_OBJECT, AnswerFormat.JSON_SCHEMA,
+                                 AnswerFormat.GRAMMAR)
 MESSAGES = [{"role": "user", "content": "hi"}]
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 PERSON_TEXT = '{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}'
@@ -90,7 +90,7 @@ READS = [
 
 @pytest.mark.parametrize(("request_text", "kind", "text", "source"), [c[1:] for c in READS],
                          ids=[c[0] for c in READS])
-def test_read_request(request_text: str, kind: ConstraintKind, text: str | None, source: str) -> None:
+def test_read_request(request_text: str, kind: AnswerFormat, text: str | None, source: str) -> None:
     assert read_request(request_text) == RequestedConstraint(kind, text, source)
 
 
@@ -145,7 +145,7 @@ def test_refusals(request_text: str, reason: str, pointer: str) -> None:
 def test_resolve_schema_is_the_converters_grammar() -> None:
     conversion = convert_json_schema(PERSON_TEXT)
     resolved = resolve_request(body(response_format=PERSON_FORMAT))
-    assert resolved == Constraint(SCHEMA, conversion.grammar, "root", tuple(conversion.warnings),
+    assert resolved == RequestGrammar(SCHEMA, conversion.grammar, "root", tuple(conversion.warnings),
                                   "#/response_format/json_schema/schema", PERSON_TEXT)
 
 
@@ -161,8 +161,8 @@ def test_resolve_json_mode(request_text: str) -> None:
 
 def test_resolve_grammar_and_none() -> None:
     grammar = 'root ::= "a"'
-    assert resolve_request(body(grammar=grammar)) == Constraint(GRAMMAR, grammar, source="#/grammar")
-    assert resolve_request(body()) == Constraint(NONE, None)
+    assert resolve_request(body(grammar=grammar)) == RequestGrammar(GRAMMAR, grammar, source="#/grammar")
+    assert resolve_request(body()) == RequestGrammar(NONE, None)
 
 
 def test_resolve_keeps_float_text() -> None:
