@@ -171,24 +171,6 @@ def _introsort_loop(a: list[Item], first: int, last: int, depth_limit: int) -> N
         last = cut
 
 
-def _std_sort(a: list[Item]) -> None:
-    if not a:
-        return
-    _introsort_loop(a, 0, len(a), 2 * (len(a).bit_length() - 1))
-    _finish(a)
-
-
-def _finish(a: list[Item]) -> None:
-    keys = np.array([key for key, _ in a])
-    if np.isnan(keys).any():
-        _final_insertion_sort(a, 0, len(a))
-        return
-    # Insertion sort with a strict `<` never moves an element past an equal one: it is a stable
-    # sort of what the quicksort passes left, which numpy's stable sort computes at C speed. (With
-    # NaN the comparisons are no order at all, so then we run the insertion sort itself.)
-    a[:] = [a[i] for i in np.argsort(keys, kind="stable").tolist()]
-
-
 # --- the same introsort with the partition vectorised, for long runs of ties ---
 #
 # libstdc++'s unguarded partition scans i up from first+1 to the next key not below the pivot and j
@@ -293,7 +275,10 @@ def sort_order(keys: Keys, *, needed: int | None = None) -> Positions:
     positions = np.arange(keys.size, dtype=np.intp)
     _introsort_loop_np(wide, positions, 0, keys.size, 2 * (keys.size.bit_length() - 1))
     if not np.isnan(wide).any():
-        return positions[np.argsort(wide, kind="stable")][:wanted]  # the final insertion sort (_finish)
+        # The final insertion sort, with a strict `<`, never moves an element past an equal one: it is a
+        # stable sort of what the quicksort passes left, which numpy's stable sort computes at C speed.
+        # (With NaN the comparisons are no order at all, so then the insertion sort itself runs.)
+        return positions[np.argsort(wide, kind="stable")][:wanted]
     items = list(zip(wide.tolist(), positions.tolist(), strict=True))
     _final_insertion_sort(items, 0, len(items))
     return np.fromiter((position for _, position in items[:wanted]), dtype=np.intp, count=wanted)
