@@ -27,5 +27,5 @@ case "$installed" in
   *) .venv/bin/python -m pip install --quiet --force-reinstall --no-deps "$wheel" ;;
 esac
 # The flags again, should pip ever decide to build llama-cpp-python itself here.
-CMAKE_ARGS="$(bash tests/llama_wheel.sh --flags)" .venv/bin/python -m pip install --quiet -e ".[model,dev]"
+CMAKE_ARGS="$(bash tests/llama_wheel.sh --flags)" .venv/bin/python -m pip install --quiet -e ".[model,dev,serve]"
 .venv/bin/python -m tests.reference fetch
