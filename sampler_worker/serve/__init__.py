@@ -1,0 +1,21 @@
+"""`sampler-worker serve`: an OpenAI- and Ollama-compatible HTTP server over the sampler worker.
+
+    bodies       request bodies (pydantic) and the generation each asks for; constraints go to constraintd
+                 whole, resolved there by the engine's request resolution (llama-server's grammar)
+    generations  a bounded queue in front of the model's contexts; each generation on a worker thread,
+                 cancelled at its next token when its client goes, with a deadline
+    contexts     one loaded model, one llama.cpp context per parallel slot
+    answers      OpenAI's and Ollama's answer objects, whole and streamed, with the content rule
+    errors       exceptions as HTTP answers (OpenAI's error object, Ollama's)
+    metrics      the counters of /metrics, in Prometheus's text format
+    app          the FastAPI application
+    command      the command line, and the process's startup, serve and shutdown steps
+
+Contract: with one slot, a seeded request generates exactly the tokens of `sampler-worker generate` with
+the same prompt, settings and constraint (both run `sampler_worker.generate.generate`).
+"""
+
+from sampler_worker.serve.app import ServeState, create_app
+from sampler_worker.serve.command import add_parser, run_serve, serving
+
+__all__ = ["ServeState", "add_parser", "create_app", "run_serve", "serving"]

@@ -1,0 +1,282 @@
+# Request bodies of the HTTP server, OpenAI's and Ollama's, and what a generation needs of them.
+#
+# Contract:
+# - A body is validated by pydantic from its own JSON text; fields the server does not use are kept
+#   (`extra="allow"`), as llama-server ignores what it does not read. The text itself, untouched, is what
+#   goes to constraintd as `openai_request` / `ollama_request`: the constraint fields (`response_format`,
+#   `json_schema`, `grammar`, `format`) are resolved there by the engine's `resolve_request`, so the
+#   grammar is llama-server's byte for byte. `read_request` runs here first only to refuse a malformed
+#   constraint before any work and to know whether the answer is JSON (the content rule applies).
+# - Sampling fields are read as llama-server reads them (`temperature`, `top_k`, `top_p`, `min_p`,
+#   `typical_p`, `seed`, `repeat_penalty`, `repeat_last_n`, `presence_penalty`, `frequency_penalty`;
+#   `max_completion_tokens`, else `max_tokens`, else `n_predict`); a field that is absent or null keeps
+#   llama-server's default (`SamplerSettings()`). Ollama's `options` carry the same names
+#   (`num_predict` for the token budget); its own defaults are not applied: llama-server's are.
+# - Not read: `n` > 1, `logprobs`, `tools`, `echo`, images; a request that asks for them is refused or
+#   the field ignored as noted on each model.
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from constraintd.engine.chat.requests import read_request
+from sampler_worker.chain import SamplerSettings
+from sampler_worker.prompt import Message
+
+__all__ = [
+    "ChatCompletionRequest",
+    "CompletionRequest",
+    "Job",
+    "OllamaChatRequest",
+    "OllamaGenerateRequest",
+    "RequestError",
+    "job_from",
+]
+
+
+class RequestError(ValueError):
+    """A request the server refuses before any work (a field out of range, an unsupported option).
+
+    Attributes:
+        param: the request field at fault (a dotted path), or None.
+    """
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _TextPart(_Body):
+    type: str = "text"
+    text: str = ""
+
+
+class ChatMessage(_Body):
+    """One message; its content is text, or a list of parts of which only the text parts are read."""
+
+    role: str
+    content: str | list[_TextPart] | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        if any(part.type != "text" for part in self.content):
+            raise RequestError("only text content parts are supported", param="messages")
+        return "".join(part.text for part in self.content)
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class _Sampling(_Body):
+    # llama-server's names; None keeps its default
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    typical_p: float | None = None
+    seed: int | None = None
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+
+class _OpenAIBody(_Sampling):
+    model: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    n_predict: int | None = None
+    stop: str | list[str] | None = None
+    n: int = 1
+    # constraint fields: read by `read_request` from the body's text, declared so they show in the schema
+    response_format: Any = None
+    json_schema: Any = None
+    grammar: Any = None
+    # an extension (llama-server's `/completion` has it): answer with the generated token ids too
+    return_tokens: bool = False
+
+
+class ChatCompletionRequest(_OpenAIBody):
+    """`POST /v1/chat/completions`."""
+
+    messages: list[ChatMessage]
+
+
+class CompletionRequest(_OpenAIBody):
+    """`POST /v1/completions` (a single prompt; `echo` and `suffix` are not supported)."""
+
+    prompt: str | list[str]
+
+
+class OllamaOptions(_Sampling):
+    num_predict: int | None = None
+    stop: str | list[str] | None = None
+
+
+class _OllamaBody(_Body):
+    model: str = ""
+    stream: bool = True  # Ollama streams unless told not to
+    format: Any = None
+    options: OllamaOptions | None = None
+
+
+class OllamaChatRequest(_OllamaBody):
+    """Ollama's `POST /api/chat`."""
+
+    messages: list[ChatMessage]
+
+
+class OllamaGenerateRequest(_OllamaBody):
+    """Ollama's `POST /api/generate` (the chat template applies unless `raw`)."""
+
+    prompt: str = ""
+    system: str | None = None
+    raw: bool = False
+
+
+Dialect = Literal["openai", "ollama"]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One generation to run, as the request asks for it.
+
+    Attributes:
+        chat: the messages to render with the chat template, or None for a raw prompt.
+        prompt: the raw prompt (when `chat` is None).
+        settings: the sampler's settings.
+        max_tokens: the most tokens to generate; None: until the context is full.
+        stop: strings that end the generation.
+        constraint: keyword arguments of `Client.session`, or None for free text.
+        json_answer: whether the constraint asks for JSON (the content rule then shapes chat content).
+    """
+
+    chat: tuple[Message, ...] | None
+    prompt: str
+    settings: SamplerSettings
+    max_tokens: int | None
+    stop: tuple[str, ...]
+    constraint: dict[str, Any] | None
+    json_answer: bool
+
+
+_SETTING_FIELDS = {
+    "temperature": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "typical_p": "typical_p",
+    "seed": "seed",
+    "repeat_penalty": "repeat_penalty",
+    "repeat_last_n": "penalty_last_n",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+}
+
+
+def _settings(sampling: _Sampling | None) -> SamplerSettings:
+    settings = SamplerSettings()
+    if sampling is None:
+        return settings
+    given = {
+        name: getattr(sampling, field_name)
+        for field_name, name in _SETTING_FIELDS.items()
+        if getattr(sampling, field_name) is not None
+    }
+    settings = replace(settings, **given)
+    try:
+        settings.check()
+    except ValueError as exc:
+        raise RequestError(str(exc)) from exc
+    return settings
+
+
+def _stop(stop: str | list[str] | None) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    return (stop,) if isinstance(stop, str) else tuple(stop)
+
+
+def _budget(*values: int | None) -> int | None:
+    # the first value given; a negative one (llama-server's -1) means no limit but the context
+    for value in values:
+        if value is not None:
+            return None if value < 0 else value
+    return None
+
+
+def _constraint(text: str, dialect: Dialect) -> tuple[dict[str, Any] | None, bool]:
+    # SchemaError (with the field's pointer) goes up as it is.
+    # A body that asks for free text has no schema or grammar text (`resolve_request` reads it so too).
+    from sampler_worker.cli import answers_json
+
+    if read_request(text).text is None:
+        return None, False
+    constraint: dict[str, Any] = {f"{dialect}_request": text}
+    return constraint, answers_json(constraint)
+
+
+def _messages(messages: list[ChatMessage]) -> tuple[Message, ...]:
+    if not messages:
+        raise RequestError("messages must not be empty", param="messages")
+    return tuple(Message(m.role, m.text()) for m in messages)
+
+
+def _job(
+    text: str, dialect: Dialect, chat: tuple[Message, ...] | None, prompt: str, sampling: _Sampling | None,
+    budget: int | None, stop: str | list[str] | None,
+) -> Job:
+    constraint, json_answer = _constraint(text, dialect)
+    return Job(chat=chat, prompt=prompt, settings=_settings(sampling), max_tokens=budget, stop=_stop(stop),
+               constraint=constraint, json_answer=json_answer)
+
+
+def job_from(body: BaseModel, text: str) -> Job:
+    """The generation a validated request body asks for.
+
+    Args:
+        body: one of the request models, validated from `text`.
+        text: the body's JSON text, as received.
+
+    Raises:
+        RequestError: an unsupported option, or sampling settings out of range.
+        SchemaError: a malformed or conflicting constraint field (the pointer names it).
+    """
+    if isinstance(body, _OpenAIBody):
+        if body.n != 1:
+            raise RequestError("only n = 1 is supported", param="n")
+        budget = _budget(body.max_completion_tokens, body.max_tokens, body.n_predict)
+        if isinstance(body, ChatCompletionRequest):
+            return _job(text, "openai", _messages(body.messages), "", body, budget, body.stop)
+        if isinstance(body, CompletionRequest):
+            prompt = body.prompt
+            if isinstance(prompt, list):
+                if len(prompt) != 1:
+                    raise RequestError("only a single prompt is supported", param="prompt")
+                prompt = prompt[0]
+            return _job(text, "openai", None, prompt, body, budget, body.stop)
+    if isinstance(body, _OllamaBody):
+        options = body.options
+        budget = _budget(options.num_predict if options else None)
+        stop = options.stop if options else None
+        if isinstance(body, OllamaChatRequest):
+            return _job(text, "ollama", _messages(body.messages), "", options, budget, stop)
+        if isinstance(body, OllamaGenerateRequest):
+            if body.raw:
+                return _job(text, "ollama", None, body.prompt, options, budget, stop)
+            system = (Message("system", body.system),) if body.system else ()
+            chat = (*system, Message("user", body.prompt))
+            return _job(text, "ollama", chat, "", options, budget, stop)
+    raise TypeError(f"not a request model: {type(body).__name__}")

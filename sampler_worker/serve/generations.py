@@ -1,0 +1,362 @@
+# Generations for the HTTP server: a bounded queue in front of n model contexts, each generation on a
+# worker thread, its tokens handed to the event loop as they come.
+#
+# Contract:
+# - `Generations.start(job, deadline=)` waits for a free context and starts the job on a worker thread;
+#   it never queues more than `max_queue` requests behind the busy contexts: one more is refused at once
+#   with `QueueFull` (the server answers 429 with Retry-After), never kept in an unbounded backlog. A
+#   request still waiting at its deadline gets `DeadlinePassed`.
+# - A `Run` gives the loop its events in order: `Started` (the prompt is tokenized and the constraintd
+#   session open: every error of the request itself comes before it), then one `Token` per step, then
+#   `Finished`, or `Failed` at any point. Nothing blocks the loop: the model and the constraintd calls
+#   run on the worker thread.
+# - `Run.cancel()` (a client gone) and the deadline end the generation at its next token: the worker
+#   raises out of `generate`, which leaves the session's `with` block, so the constraintd session is
+#   closed then and there; the context goes back to the pool only once the worker thread has ended,
+#   so no two threads ever use one context.
+# - The generation loop is `sampler_worker.generate.generate`, the one `sampler-worker generate` runs, on
+#   the same prompt tokens and settings: with one context, a seeded request's tokens are the command's.
+# - Metrics are written on the loop only (a done callback), from a tally the worker thread filled.
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from sampler_worker.generate import ConstraintSession, Generation, Step, generate
+from sampler_worker.model import Model
+from sampler_worker.prompt import chat_text
+from sampler_worker.serve.bodies import Job, RequestError
+from sampler_worker.serve.metrics import Metrics
+
+__all__ = [
+    "ContextLengthError",
+    "DeadlinePassed",
+    "Failed",
+    "Finished",
+    "Generations",
+    "QueueFull",
+    "Run",
+    "Started",
+    "Token",
+]
+
+Mask = npt.NDArray[np.int32]
+
+
+class QueueFull(Exception):
+    """Every context is busy and the queue behind them is full.
+
+    Attributes:
+        retry_after: seconds after which a retry may find room (the `Retry-After` header).
+    """
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__("the server is busy: every generation slot is in use and the queue is full")
+        self.retry_after = retry_after
+
+
+class DeadlinePassed(Exception):
+    """The request's deadline passed before its generation ended."""
+
+
+class ContextLengthError(RequestError):
+    """The prompt leaves no room in the context."""
+
+
+class _Stopped(Exception):
+    # raised inside `generate` (from its step callback) to end it: a client gone or a deadline passed
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The prompt is evaluated next and the constraint is in place.
+
+    Attributes:
+        prompt_tokens: the prompt's length in tokens.
+    """
+
+    prompt_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One step of the generation (see `sampler_worker.generate.Step`)."""
+
+    step: Step
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The generation ended (an end-of-generation token, the token budget, a stop string)."""
+
+    generation: Generation
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The generation could not start or go on; `error` says why."""
+
+    error: BaseException
+
+
+Event = Started | Token | Finished | Failed
+
+
+class _Tally:
+    # What one run cost, filled by its worker thread and read on the loop once the thread has ended.
+    __slots__ = ("constraint_seconds", "prompt_tokens", "rejections", "stopped", "tokens")
+
+    def __init__(self) -> None:
+        self.prompt_tokens = 0
+        self.tokens = 0
+        self.rejections = 0
+        self.constraint_seconds = 0.0
+        self.stopped = False
+
+
+class _TimedSession:
+    # A constraintd session whose calls are timed into the tally (for /metrics, cancelled runs included).
+    def __init__(self, session: ConstraintSession, tally: _Tally) -> None:
+        self._session = session
+        self._tally = tally
+
+    def accept_or_mask(self, token: int) -> Mask | None:
+        started = time.perf_counter()
+        try:
+            return self._session.accept_or_mask(token)
+        finally:
+            self._tally.constraint_seconds += time.perf_counter() - started
+
+    def accept(self, token: int) -> bool:
+        started = time.perf_counter()
+        try:
+            return self._session.accept(token)
+        finally:
+            self._tally.constraint_seconds += time.perf_counter() - started
+
+
+class Run:
+    """One generation: its events, in order, on the event loop; `cancel()` ends it at its next token."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        self._loop = loop
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._cancelled = threading.Event()
+        self.deadline = deadline
+        self.tally = _Tally()
+
+    def cancel(self) -> None:
+        """End the generation at its next token (idempotent; nothing once it has ended)."""
+        self._cancelled.set()
+
+    async def next(self) -> Event:
+        """The next event (waits for it)."""
+        return await self._events.get()
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Every event to the last (`Finished` or `Failed`)."""
+        while True:
+            event = await self._events.get()
+            yield event
+            if isinstance(event, Finished | Failed):
+                return
+
+    # The worker thread's side.
+
+    def emit(self, event: Event) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone, nobody listens
+            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+
+    def check(self) -> None:
+        if self._cancelled.is_set():
+            raise _Stopped("cancelled")
+        if time.monotonic() > self.deadline:
+            raise DeadlinePassed("the request's deadline passed during its generation")
+
+
+class Generations:
+    """n model contexts behind a bounded queue; each generation on a worker thread of its own.
+
+    Args:
+        contexts: the model contexts (see `sampler_worker.serve.contexts`); one generation each at a time.
+        client: a constraintd client (`clients.Client`), used from the worker threads.
+        vocab: the model's vocabulary, registered with that client.
+        max_queue: requests that may wait for a free context; one more is refused (`QueueFull`).
+        metrics: where results are counted.
+    """
+
+    def __init__(
+        self, contexts: Sequence[Model], *, client: Any, vocab: Any, max_queue: int, metrics: Metrics
+    ) -> None:
+        if not contexts:
+            raise ValueError("at least one context is needed")
+        self.contexts = tuple(contexts)
+        self._free = list(contexts)
+        self._waiters: deque[asyncio.Future[Model]] = deque()
+        self.client = client
+        self._vocab = vocab
+        self.max_queue = max_queue
+        self.metrics = metrics
+        self._runs: set[Run] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._executor = ThreadPoolExecutor(max_workers=len(contexts), thread_name_prefix="generation")
+
+    async def start(self, job: Job, *, deadline: float) -> Run:
+        """Start `job` once a context is free.
+
+        Args:
+            job: what to generate.
+            deadline: `time.monotonic()` time by which the generation must have ended.
+
+        Raises:
+            QueueFull: no context is free and `max_queue` requests are waiting already.
+            DeadlinePassed: no context came free before the deadline.
+        """
+        context = await self._acquire(deadline)
+        loop = asyncio.get_running_loop()
+        run = Run(loop, deadline)
+        self._runs.add(run)
+        self._idle.clear()
+        self.metrics.active += 1
+        future = loop.run_in_executor(self._executor, self._work, context, job, run)
+        future.add_done_callback(lambda _: self._ended(context, run))
+        return run
+
+    async def wait_idle(self) -> None:
+        """Wait until no generation runs (every worker thread has ended)."""
+        await self._idle.wait()
+
+    def cancel_all(self) -> None:
+        """End every running generation at its next token."""
+        for run in self._runs:
+            run.cancel()
+
+    def close(self) -> None:
+        """Cancel every generation and wait for the worker threads (blocks; call at shutdown)."""
+        self.cancel_all()
+        self._executor.shutdown(wait=True)
+
+    async def _acquire(self, deadline: float) -> Model:
+        if self._free:
+            return self._free.pop()
+        if len(self._waiters) >= self.max_queue:
+            self.metrics.queue_full += 1
+            raise QueueFull(retry_after=1)
+        waiter: asyncio.Future[Model] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        self.metrics.waiting += 1
+        owned = False
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                context = await waiter
+            owned = True
+            return context
+        except TimeoutError:
+            raise DeadlinePassed("the request's deadline passed while it waited for a free slot") from None
+        finally:
+            self.metrics.waiting -= 1
+            if not owned:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+                if waiter.done() and not waiter.cancelled():
+                    # handed a context just as the wait ended (deadline, client gone): pass it on
+                    self._release(waiter.result())
+                else:
+                    waiter.cancel()
+
+    def _release(self, context: Model) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(context)
+                return
+        self._free.append(context)
+
+    def _ended(self, context: Model, run: Run) -> None:
+        # on the loop, once the worker thread has ended
+        tally = run.tally
+        metrics = self.metrics
+        metrics.active -= 1
+        metrics.prompt_tokens += tally.prompt_tokens
+        metrics.generated_tokens += tally.tokens
+        metrics.rejections += tally.rejections
+        metrics.constraintd_seconds += tally.constraint_seconds
+        metrics.cancelled += tally.stopped
+        self._runs.discard(run)
+        if not self._runs:
+            self._idle.set()
+        self._release(context)
+
+    # The worker thread.
+
+    def _prompt(self, context: Model, job: Job) -> list[int]:
+        text = job.prompt if job.chat is None else chat_text(context, job.chat)
+        tokens = context.tokenize(text, add_special=True, parse_special=True)
+        if not tokens:
+            raise RequestError("the prompt has no tokens", param="prompt")
+        if len(tokens) >= context.n_ctx:
+            raise ContextLengthError(
+                f"the prompt has {len(tokens)} tokens; the context holds {context.n_ctx}", param="messages"
+            )
+        return tokens
+
+    def _work(self, context: Model, job: Job, run: Run) -> None:
+        tally = run.tally
+        try:
+            run.check()
+            prompt = self._prompt(context, job)
+            tally.prompt_tokens = len(prompt)
+            room = context.n_ctx - len(prompt)
+            budget = room if job.max_tokens is None else min(job.max_tokens, room)
+            with self._session(job, tally) as session:
+                run.check()
+                run.emit(Started(len(prompt)))
+
+                def on_step(step: Step) -> None:
+                    if step.token is not None:
+                        tally.tokens += 1
+                        tally.rejections += step.rejected
+                    run.emit(Token(step))
+                    run.check()
+
+                generation = generate(
+                    context, prompt, job.settings, session=session, max_tokens=budget, stop=job.stop,
+                    on_step=on_step,
+                )
+            run.emit(Finished(generation))
+        except _Stopped as exc:
+            tally.stopped = True
+            run.emit(Failed(exc))
+        except DeadlinePassed as exc:
+            tally.stopped = True
+            run.emit(Failed(exc))
+        except BaseException as exc:
+            run.emit(Failed(exc))
+
+    @contextlib.contextmanager
+    def _session(self, job: Job, tally: _Tally) -> Iterator[_TimedSession | None]:
+        if job.constraint is None:
+            yield None
+            return
+        started = time.perf_counter()
+        session = self.client.session(self._vocab, **job.constraint)
+        tally.constraint_seconds += time.perf_counter() - started
+        try:
+            yield _TimedSession(session, tally)
+        finally:
+            started = time.perf_counter()
+            session.close()
+            tally.constraint_seconds += time.perf_counter() - started
+
