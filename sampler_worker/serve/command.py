@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import sys
 import threading
@@ -235,8 +236,22 @@ def uvicorn_server(app: Any, *, log_level: str = "warning") -> Any:
     return uvicorn.Server(config)
 
 
+class _Terminated(Exception):
+    """SIGTERM: uvicorn stops serving on it, then raises it again once done; it ends here, cleanly."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 def run_serve(args: argparse.Namespace, say: TextIO = sys.stderr) -> int:
-    """Run `sampler-worker serve` until SIGINT or SIGTERM; the exit status."""
+    """Run `sampler-worker serve` until SIGINT or SIGTERM; the exit status (0 after SIGTERM)."""
+    if args.parallel < 1:
+        raise ValueError(f"--parallel must be at least 1, not {args.parallel}")
+    # uvicorn catches SIGTERM while it serves and raises it again after its shutdown; a Python handler
+    # turns that into an exception, so the startup's resources (a private constraintd, the model) are
+    # released on the way out instead of the process dying with them.
+    previous = signal.signal(signal.SIGTERM, _terminated)
     sock = bind(args.listen)
     try:
         with serving(
@@ -249,7 +264,10 @@ def run_serve(args: argparse.Namespace, say: TextIO = sys.stderr) -> int:
             say.flush()
             with asyncio.Runner(loop_factory=loop_factory()) as runner:
                 runner.run(server.serve(sockets=[sock]))
+    except _Terminated:
+        say.write("stopped\n")
     finally:
+        signal.signal(signal.SIGTERM, previous)
         sock.close()
         if args.listen.path is not None:
             with contextlib.suppress(FileNotFoundError):

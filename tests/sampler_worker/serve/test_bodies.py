@@ -1,0 +1,116 @@
+"""sampler_worker.serve.bodies: what a request body asks the generation for."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from constraintd.errors import SchemaError
+from sampler_worker.chain import SamplerSettings
+from sampler_worker.prompt import Message
+from sampler_worker.serve.bodies import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    Job,
+    OllamaChatRequest,
+    OllamaGenerateRequest,
+    RequestError,
+    job_from,
+)
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def job(model: type[BaseModel], body: dict[str, Any]) -> Job:
+    text = json.dumps(body)
+    return job_from(model.model_validate_json(text), text)
+
+
+def test_absent_fields_keep_llama_servers_defaults() -> None:
+    got = job(ChatCompletionRequest, {"messages": USER})
+    assert got.settings == SamplerSettings()
+    assert (got.max_tokens, got.stop, got.constraint, got.json_answer) == (None, (), None, False)
+    assert got.chat == (Message("user", "hi"),)
+
+
+def test_sampling_fields_as_llama_server_names_them() -> None:
+    got = job(ChatCompletionRequest, {
+        "messages": USER, "temperature": 0.3, "top_k": 5, "top_p": 0.5, "min_p": 0.2, "typical_p": 0.9,
+        "seed": 9, "repeat_penalty": 1.1, "repeat_last_n": 16, "presence_penalty": 0.1,
+        "frequency_penalty": 0.2, "stop": "\n",
+    })
+    assert got.settings == SamplerSettings(
+        temperature=0.3, top_k=5, top_p=0.5, min_p=0.2, typical_p=0.9, seed=9, repeat_penalty=1.1,
+        penalty_last_n=16, presence_penalty=0.1, frequency_penalty=0.2,
+    )
+    assert got.stop == ("\n",)
+
+
+@pytest.mark.parametrize(("fields", "budget"), [
+    ({"max_tokens": 7}, 7),
+    ({"max_completion_tokens": 5, "max_tokens": 7}, 5),
+    ({"n_predict": 3}, 3),
+    ({"max_tokens": -1}, None),
+], ids=["max_tokens", "max_completion_tokens-first", "n_predict", "negative-is-unbounded"])
+def test_the_token_budget(fields: dict[str, Any], budget: int | None) -> None:
+    assert job(CompletionRequest, {"prompt": "x", **fields}).max_tokens == budget
+
+
+@pytest.mark.parametrize(("model", "body", "dialect", "json_answer"), [
+    (ChatCompletionRequest, {"messages": USER, "response_format": {"type": "json_object"}}, "openai", True),
+    (ChatCompletionRequest, {"messages": USER, "json_schema": {"type": "integer"}}, "openai", True),
+    (ChatCompletionRequest, {"messages": USER, "grammar": 'root ::= "a"'}, "openai", False),
+    (OllamaChatRequest, {"messages": USER, "format": "json"}, "ollama", True),
+    (OllamaGenerateRequest, {"prompt": "x", "format": {"type": "object"}}, "ollama", True),
+], ids=["json_object", "json_schema", "grammar", "ollama-json", "ollama-schema"])
+def test_a_constraint_goes_to_constraintd_as_the_body_itself(
+    model: type[BaseModel], body: dict[str, Any], dialect: str, json_answer: bool
+) -> None:
+    got = job(model, body)
+    assert got.constraint == {f"{dialect}_request": json.dumps(body)}
+    assert got.json_answer is json_answer
+
+
+def test_free_text_asks_for_no_constraint() -> None:
+    text = {"messages": USER, "response_format": {"type": "text"}}
+    assert job(ChatCompletionRequest, text).constraint is None
+    assert job(OllamaChatRequest, {"messages": USER, "format": ""}).constraint is None
+
+
+def test_ollama_options_and_templates() -> None:
+    got = job(OllamaGenerateRequest, {"prompt": "p", "system": "s", "options": {"num_predict": 4, "seed": 2,
+                                                                             "stop": ["x"]}})
+    assert got.chat == (Message("system", "s"), Message("user", "p"))
+    assert (got.max_tokens, got.settings.seed, got.stop) == (4, 2, ("x",))
+    raw = job(OllamaGenerateRequest, {"prompt": "<b>p", "raw": True})
+    assert (raw.chat, raw.prompt) == (None, "<b>p")
+
+
+def test_text_parts_are_joined() -> None:
+    parts = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    assert job(ChatCompletionRequest, {"messages": parts}).chat == (Message("user", "ab"),)
+
+
+@pytest.mark.parametrize(("model", "body", "param"), [
+    (ChatCompletionRequest, {"messages": USER, "n": 2}, "n"),
+    (ChatCompletionRequest, {"messages": []}, "messages"),
+    (CompletionRequest, {"prompt": ["a", "b"]}, "prompt"),
+    (ChatCompletionRequest, {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
+    (ChatCompletionRequest, {"messages": USER, "top_k": 5, "temperature": 0.5, "dry_multiplier": 1}, None),
+], ids=["n", "no-messages", "prompts", "image", "out-of-range-ignored-field"])
+def test_refused(model: type[BaseModel], body: dict[str, Any], param: str | None) -> None:
+    if param is None:  # a field the server does not read is ignored, as llama-server ignores it
+        job(model, body)
+        return
+    with pytest.raises(RequestError) as raised:
+        job(model, body)
+    assert raised.value.param == param
+
+
+def test_a_malformed_constraint_is_refused_with_its_pointer() -> None:
+    with pytest.raises(SchemaError) as raised:
+        job(ChatCompletionRequest, {"messages": USER, "response_format": "json"})
+    assert raised.value.pointer == "#/response_format"
