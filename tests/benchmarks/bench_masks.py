@@ -13,7 +13,14 @@ engine at once, on the same vocabulary and the same tokens: at every step a whol
 - compile: from the grammar text to the first mask ready (one per grammar);
 - allows / accept: one token;
 with the ratio of each peer's time to constraintd's (above 1: constraintd is faster), and checks that
-constraintd's masks equal llama.cpp's, every one of them, in the same run.
+constraintd's masks equal llama.cpp's, every one of them, in the same run. The same tables follow for the
+short documents alone (under SHORT_TOKENS tokens: a function call's arguments), nearly all of whose masks
+are a grammar's first visit to a state.
+
+`--schemas N` walks N schemas drawn uniformly at random, without replacement, from the whole sample (the
+first N of a permutation of all of them drawn from `--seed`). Every engine is measured on the same steps:
+a document llama.cpp refuses is walked by none, and an engine that fails a document keeps none of its
+times for it.
 
 With `--again`, each schema's kept documents are walked a second time by the same compiled grammars and
 the masks, allows and accepts of that pass get tables of their own: a grammar that has served its
@@ -61,6 +68,7 @@ MASK, COMPILE, ALLOWS, ACCEPT = "mask", "compile", "allows", "accept"
 # metric -> (unit, nanoseconds per unit)
 UNITS: Final = {MASK: ("ms", 1e6), COMPILE: ("ms", 1e6), ALLOWS: ("µs", 1e3), ACCEPT: ("µs", 1e3)}
 PERCENTILES: Final = (50, 90, 99, 100)
+SHORT_TOKENS: Final = 64  # documents shorter than this get tables of their own
 PEER_INPUTS: Final = {
     "gbnf": (peers.GBNF,),
     "schema": (peers.JSON_SCHEMA,),
@@ -76,7 +84,11 @@ class Schema:
 
 
 def read_workload(directory: Path, *, count: int | None, seed: int) -> list[Schema]:
-    """The sample's schemas in an order drawn from `seed`, the first `count` of them."""
+    """`count` of the sample's schemas (all by default) drawn uniformly from all of them by `seed`.
+
+    The first `count` of a uniformly random permutation (`random.shuffle`, Fisher-Yates) of every file:
+    each subset of that size is equally likely, whatever the files' names.
+    """
     files = sorted(directory.glob("*.json"))
     random.Random(seed).shuffle(files)
     schemas = []
@@ -105,6 +117,8 @@ class Tally:
     unfinished: int = 0  # llama.cpp does not allow end of generation after the document
     inconsistent: int = 0  # llama.cpp's whole mask disagrees with its one-token check
     tokens: int = 0
+    short: int = 0  # kept documents under SHORT_TOKENS tokens
+    short_tokens: int = 0
     forms: dict[str, Counter[str]] = field(default_factory=dict)
     refused: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)  # kept documents an engine could not walk
@@ -150,6 +164,8 @@ class Run:
         self.samples: Samples = {e.name: {m: [] for m in UNITS} for e in engines}
         # the second walk of each schema's documents (--again), kept apart
         self.again: Samples | None = {e.name: {m: [] for m in UNITS} for e in engines} if again else None
+        # the first walk's steps of documents under SHORT_TOKENS tokens, also counted in `samples`
+        self.short: Samples = {e.name: {m: [] for m in UNITS} for e in engines}
 
     def schema(self, schema: Schema) -> tuple[int, int]:
         """Walk the documents of one schema; (documents kept, tokens walked)."""
@@ -304,9 +320,12 @@ class Run:
                     continue
                 if allowed is False or not accepted:
                     fail(name, f"refused token {token} at step {step}, which llama.cpp allows")
+        short = into is self.samples and len(tokens) < SHORT_TOKENS
         if into is self.samples:
             tally.kept += 1
             tally.tokens += len(tokens)
+            tally.short += short
+            tally.short_tokens += len(tokens) if short else 0
         tally.equal.update(equal)
         tally.compared.update(compared)
         for name in failed:
@@ -315,6 +334,8 @@ class Run:
         for name in (*alive, *gave_up):
             for metric, values in samples[name].items():
                 into[name][metric].extend(values)
+                if short:
+                    self.short[name][metric].extend(values)
         return len(tokens)
 
 
@@ -418,6 +439,11 @@ def print_report(
         print(f"  first error of {name}: {error}")
     print("÷: the peer's time divided by constraintd's at that percentile (above 1: constraintd is faster)")
     _print_tables(run.samples, order)
+    print(
+        f"\n-- short documents: the {tally.short} kept documents under {SHORT_TOKENS} tokens "
+        f"({tally.short_tokens:,} tokens), the steps above that belong to them --"
+    )
+    _print_tables(run.short, order)
     if run.again is not None:
         print("\n-- the same documents walked again by the same compiled grammars --")
         _print_tables(run.again, order)
