@@ -36,7 +36,8 @@ def one_start(gguf: Path, cache_dir: Path | None, work: Path) -> tuple[float, fl
     """Seconds to serving, to registered, to the first mask, for one fresh server process."""
     socket = work / f"s{time.monotonic_ns()}.sock"
     command = [sys.executable, "-m", "constraintd", "serve", "--listen", f"unix://{socket}",
-               "--log-format", "text", "--log-level", "WARNING"]  # fmt: skip
+               "--log-format", "text", "--log-level", "WARNING",
+               "--gguf-dir", str(gguf.resolve().parent)]  # fmt: skip
     if cache_dir is not None:
         command += ["--cache-dir", str(cache_dir)]
     started = time.perf_counter()

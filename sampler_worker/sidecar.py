@@ -6,6 +6,9 @@
 #   returns once the server answers a health check with SERVING. Nothing waits by sleeping: each
 #   check blocks until the channel is ready or a short deadline passes, and between checks we look
 #   whether the process died (then its log is in the error).
+# - The server reads GGUF files from anywhere under `gguf_dirs` (the whole file system by default): its
+#   socket is in a directory only this user can enter, so its one caller is this process, which could
+#   read those files itself. A device, FIFO or non-GGUF file is refused all the same (service/registry.py).
 # - Leaving the context stops the server (SIGTERM, then SIGKILL after `grace` seconds) and removes
 #   the directory with the socket and the log.
 
@@ -16,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -35,9 +39,12 @@ class PrivateConstraintd:
         target: the gRPC target to connect to (`unix:///tmp/.../constraintd.sock`).
     """
 
-    def __init__(self, *, startup_timeout: float = 60.0, grace: float = 5.0) -> None:
+    def __init__(
+        self, *, startup_timeout: float = 60.0, grace: float = 5.0, gguf_dirs: Sequence[Path] = (Path("/"),)
+    ) -> None:
         self.startup_timeout = startup_timeout
         self.grace = grace
+        self.gguf_dirs = tuple(gguf_dirs)
         self.directory = Path(tempfile.mkdtemp(prefix="sw-", dir="/tmp"))
         self.target = f"unix://{self.directory}/constraintd.sock"
         self.log_path = self.directory / "constraintd.log"
@@ -48,6 +55,8 @@ class PrivateConstraintd:
             sys.executable, "-m", "constraintd", "serve", "--listen", self.target,
             "--log-format", "text", "--log-level", "WARNING",
         ]
+        for directory in self.gguf_dirs:
+            command += ["--gguf-dir", str(directory)]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
         try:

@@ -65,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         type=Path,
         default=[],
-        help="a directory RegisterVocab may read GGUF files from (default: any readable path)",
+        help="a directory RegisterVocab may read GGUF files from; repeat for several (default: none, "
+        "RegisterVocab reads no file and vocabularies are sent as pieces)",
     )
     parser.add_argument(
         "--cache-dir",

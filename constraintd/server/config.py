@@ -40,8 +40,8 @@ class ServerConfig:
         tls: certificate files; None serves plaintext (fit for a Unix socket shared with one pod).
         bearer_token: when set, every call except health checks must carry `authorization: Bearer <token>`.
         metrics_listen: `host:port` for Prometheus text metrics over HTTP (`GET /metrics`); None: off.
-        gguf_dirs: directories RegisterVocab may read GGUF files from; empty means any path the process
-            can read (a sidecar's own files).
+        gguf_dirs: directories RegisterVocab may read GGUF files from (regular files under them, symbolic
+            links and `..` resolved); empty: RegisterVocab reads no file, and vocabularies come as pieces.
         cache_dirs: directories of prepared vocabularies (`constraintd warm`): a GGUF file registered by
             path is loaded from the first that holds its vocabulary, else read and saved in the first that
             can be written (one that cannot, such as a cache baked into a read-only image, is only read).

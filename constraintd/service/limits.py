@@ -6,13 +6,26 @@
 #   module globals or the environment.
 # - Every limit a caller can reach has a name here and a clear error when reached (LimitError for sizes and
 #   counts, DeadlineError for time); `Limits()` holds defaults fit for a sidecar beside one model server.
+# - An error message quotes at most `ECHO_CHARS` characters of anything a caller sent (`shown`; a path,
+#   `PATH_ECHO_CHARS`): a 1 MB session id or path is not sent back, logged or kept whole in a refusal.
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MIB", "Limits"]
+__all__ = ["ECHO_CHARS", "MIB", "PATH_ECHO_CHARS", "Limits", "shown"]
 
 MIB = 1 << 20
+GIB = 1 << 30
+ECHO_CHARS = 64
+PATH_ECHO_CHARS = 256
+
+
+def shown(value: str | bytes, limit: int = ECHO_CHARS) -> str:
+    """A caller's input as an error message quotes it: its repr, cut to `limit` characters of the value
+    with an ellipsis when longer."""
+    if len(value) <= limit:
+        return repr(value)
+    return repr(value[:limit]) + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +36,8 @@ class Limits:
         max_sessions: open sessions at once; CreateSession and Fork beyond it fail with RESOURCE_EXHAUSTED.
         max_vocabs: registered vocabularies at once.
         max_vocab_size: tokens in one vocabulary.
+        max_gguf_bytes: size of a GGUF file RegisterVocab reads by path. Only its metadata is read (the
+            file is memory-mapped), so this refuses what no model file is rather than bounding memory.
         max_grammar_bytes: size of a GBNF text, a JSON schema or a request body (UTF-8 bytes).
         max_prefill_bytes: size of a session's prefill text.
         max_stacks: parse stacks one session may hold (llama.cpp's grammars can blow up; this keeps one
@@ -42,6 +57,7 @@ class Limits:
     max_sessions: int = 10_000
     max_vocabs: int = 16
     max_vocab_size: int = 1 << 20
+    max_gguf_bytes: int = 1024 * GIB
     max_grammar_bytes: int = 1 * MIB
     max_prefill_bytes: int = 64 * 1024
     max_stacks: int = 10_000

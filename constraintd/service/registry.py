@@ -8,6 +8,14 @@
 #   With `warm_seconds`, a new vocabulary's shared JSON verdicts are warmed (engine/masks/warm.py) before the
 #   registration returns, so its first sessions' masks find them. Either way its decoded pieces (what
 #   every grammar over it reads) are built at registration, not inside its first compile.
+# - A GGUF file named by a caller is read only if it is a regular file (checked on the open descriptor,
+#   before a byte is read: no FIFO, device or socket), under an allowed directory once symbolic links and
+#   `..` are resolved, within `max_gguf_bytes`, and starts with GGUF's magic number. Every refusal of a path
+#   answers the same message (a caller learns nothing of what exists outside the allowed directories), and
+#   no refusal quotes the file's content. The server allows the directories it is given (none: no path);
+#   the in-process client, whose caller could read any of its own files, passes no list: any path.
+#   Whoever can write into an allowed directory can swap a file between the check and the read: the
+#   directories are the operator's.
 # - Two content-addressed caches: a constraint as asked (kind, text, root, triggers, vocabulary hash) ->
 #   its compiled constraint; and a grammar (GBNF text, root, triggers, vocabulary hash) -> its compiled
 #   `Grammar`, so constraints that resolve to the same GBNF (JSON mode asked three ways, a schema sent
@@ -36,10 +44,12 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any, Generic, Protocol, TypeVar
 
 from constraintd.engine.grammar.compiled import Grammar
@@ -49,13 +59,16 @@ from constraintd.engine.masks.warm import warm_vocabulary
 from constraintd.engine.vocab.vocab import TokenizerRules, Vocab
 from constraintd.errors import GrammarError, LimitError, NotFoundError, SchemaError, VocabError
 from constraintd.service.constraints import Constraint, PreparedGrammar, prepare
-from constraintd.service.limits import Limits
+from constraintd.service.limits import PATH_ECHO_CHARS, Limits, shown
 from constraintd.service.log_events import fields
 from constraintd.service.vocab_store import VocabStore
 
 __all__ = ["CompiledConstraint", "Offload", "Registry"]
 
 log = logging.getLogger("constraintd.server")
+
+# A GGUF file's fixed header: magic, version, tensor and key counts.
+GGUF_HEADER_BYTES = 24
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -113,7 +126,7 @@ class Registry:
         self,
         limits: Limits,
         *,
-        gguf_dirs: Sequence[Path] = (),
+        gguf_dirs: Sequence[Path] | None = None,
         vocab_store: VocabStore | None = None,
         warm_seconds: float = 0.0,
         processes: Offload | None = None,
@@ -121,10 +134,18 @@ class Registry:
         self._limits = limits
         self._processes = processes
         self._warm_seconds = warm_seconds
-        self._gguf_dirs = tuple(Path(d).resolve() for d in gguf_dirs)
+        # None: any path (the in-process client reads its own process's files); empty: no path at all
+        self._gguf_dirs = None if gguf_dirs is None else tuple(Path(d).resolve() for d in gguf_dirs)
+        self._refusal = (
+            "no such regular file"
+            if self._gguf_dirs is None
+            else "no such regular file in the directories this server reads vocabularies from"
+            if self._gguf_dirs
+            else "this server reads no GGUF files (it was started without --gguf-dir)"
+        )
         self._store = vocab_store
         self._lock = threading.Lock()
-        self._vocabs: dict[str, Vocab] = {}
+        self._vocabs: OrderedDict[str, Vocab] = OrderedDict()
         self._gguf_hashes: dict[tuple[str, int, int], str] = {}
         self._compiled: LruCache[str, CompiledConstraint] = LruCache(limits.max_grammars)
         self._refused: LruCache[str, GrammarError | SchemaError] = LruCache(limits.max_grammars)
@@ -172,21 +193,26 @@ class Registry:
         return self._keep(vocab)
 
     def register_gguf(self, path: str) -> Vocab:
-        """Registers the vocabulary of a GGUF file readable by this process (read once per file version).
+        """Registers the vocabulary of a GGUF file (read once per file version).
+
+        Only a regular file is read, under one of the allowed directories once symbolic links and `..`
+        are resolved (any path, for a registry given no list: the in-process client's own files), and
+        no larger than `max_gguf_bytes`. Does not say why a path was refused (it may not exist, or not
+        be allowed), and quotes nothing of a file that is not GGUF.
 
         Raises:
-            VocabError: the path is outside the allowed directories, missing, or not a GGUF vocabulary.
-            LimitError: too many tokens, or too many vocabularies registered.
+            VocabError: the path is not a file this registry may read, or not a GGUF vocabulary.
+            LimitError: too many tokens or bytes, or every vocabulary slot held by open sessions.
         """
-        resolved = self._allowed_path(path)
-        try:
-            stat = resolved.stat()
-        except OSError as exc:
-            raise VocabError(f"cannot read GGUF file {path!r}: {exc.strerror}") from None
+        resolved, stat = self._gguf_file(path)
         key = (str(resolved), stat.st_size, stat.st_mtime_ns)
         known = self._gguf_hashes.get(key)
-        if known is not None and known in self._vocabs:
-            return self._vocabs[known]
+        if known is not None:
+            with self._lock:
+                found = self._vocabs.get(known)
+                if found is not None:
+                    self._vocabs.move_to_end(known)
+                    return found
 
         def load() -> Vocab:
             vocab = self._read_gguf(resolved)
@@ -197,6 +223,49 @@ class Registry:
             return kept
 
         return self._loading.run(self._lock, key, load)
+
+    def _gguf_file(self, path: str) -> tuple[Path, os.stat_result]:
+        # One answer for every path refused, whatever the reason (the reason goes to the server's log):
+        # a caller must not learn which files exist outside the allowed directories.
+        refused = VocabError(f"cannot read GGUF file {shown(path, PATH_ECHO_CHARS)}: {self._refusal}")
+        try:
+            resolved = Path(os.path.expanduser(path)).resolve()
+        except (OSError, ValueError, RuntimeError):  # too long, a NUL byte, a symbolic link loop
+            self._log_refusal(path, "unresolvable")
+            raise refused from None
+        if self._gguf_dirs is not None and not any(resolved.is_relative_to(d) for d in self._gguf_dirs):
+            self._log_refusal(path, "outside the allowed directories")
+            raise refused
+        # stat before opening: opening a FIFO blocks, a device (/dev/zero) never ends; O_NONBLOCK and
+        # O_NOFOLLOW keep the open itself from blocking or following a link put there in between
+        try:
+            fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            self._log_refusal(path, exc.strerror or "cannot open")
+            raise refused from None
+        try:
+            stat = os.fstat(fd)
+            if not S_ISREG(stat.st_mode):
+                self._log_refusal(path, "not a regular file")
+                raise refused
+            if stat.st_size > self._limits.max_gguf_bytes:
+                limit = self._limits.max_gguf_bytes
+                raise LimitError(
+                    f"GGUF file {shown(path, PATH_ECHO_CHARS)} is over the limit of {limit} bytes"
+                )
+            # the magic number checked here, so a file that is not GGUF is refused without a byte of it
+            # quoted (/proc/self/environ is a regular file of size 0: read nothing from it either)
+            if stat.st_size < GGUF_HEADER_BYTES or os.pread(fd, 4, 0) != b"GGUF":
+                raise VocabError(f"GGUF file {shown(path, PATH_ECHO_CHARS)} is not a GGUF file")
+        except OSError as exc:
+            self._log_refusal(path, exc.strerror or "cannot read")
+            raise refused from None
+        finally:
+            os.close(fd)
+        return resolved, stat
+
+    def _log_refusal(self, path: str, reason: str) -> None:
+        log.warning("GGUF path refused", extra=fields(path=shown(path, PATH_ECHO_CHARS), reason=reason))
 
     def _read_gguf(self, path: Path) -> Vocab:
         if self._store is None:
@@ -327,11 +396,3 @@ class Registry:
             raise LimitError(
                 f"a vocabulary of {size} tokens is over the limit of {self._limits.max_vocab_size}"
             )
-
-    def _allowed_path(self, path: str) -> Path:
-        resolved = Path(os.path.expanduser(path)).resolve()
-        if self._gguf_dirs and not any(resolved.is_relative_to(d) for d in self._gguf_dirs):
-            raise VocabError(
-                f"GGUF file {path!r} is outside the directories this server reads vocabularies from"
-            )
-        return resolved

@@ -78,10 +78,11 @@ def wait_until(what: str, timeout: float, ready: Callable[[], T | None]) -> T:
     return value
 
 
-def start_server(socket_path: Path, log: Path, *, cache_dir: Path | None = None) -> Server:
+def start_server(socket_path: Path, log: Path, *, gguf_dir: Path, cache_dir: Path | None = None) -> Server:
     """Starts `constraintd serve` and returns once its health service says SERVING over the socket."""
     command = [sys.executable, "-m", "constraintd", "serve", "--listen", f"unix://{socket_path}",
-               "--metrics", "127.0.0.1:0", "--log-format", "json", "--log-level", "INFO"]
+               "--metrics", "127.0.0.1:0", "--log-format", "json", "--log-level", "INFO",
+               "--gguf-dir", str(gguf_dir)]
     if cache_dir is not None:
         command += ["--cache-dir", str(cache_dir)]
     with log.open("wb") as sink:
@@ -147,7 +148,7 @@ def scratch() -> Iterator[tuple[Path, list[subprocess.Popen[bytes]]]]:
 def run_uninterrupted(model: Path) -> dict[str, Any]:
     with scratch() as (directory, processes):
         socket_path = directory / "constraintd.sock"
-        server = start_server(socket_path, directory / "server.log")
+        server = start_server(socket_path, directory / "server.log", gguf_dir=model.resolve().parent)
         processes.append(server.process)
         stdout, stderr = directory / "worker.json", directory / "worker.log"
         with stdout.open("wb") as out, stderr.open("wb") as err:
@@ -164,7 +165,8 @@ def test_generation_survives_a_server_killed_and_restarted_mid_run(gemma_path: P
     with scratch() as (directory, processes):
         socket_path = directory / "constraintd.sock"
         cache = directory / "cache"
-        first = start_server(socket_path, directory / "first.log", cache_dir=cache)
+        models = gemma_path.resolve().parent
+        first = start_server(socket_path, directory / "first.log", gguf_dir=models, cache_dir=cache)
         processes.append(first.process)
         stdout, stderr = directory / "worker.json", directory / "worker.log"
         with stdout.open("wb") as out, stderr.open("wb") as err:
@@ -185,7 +187,8 @@ def test_generation_survives_a_server_killed_and_restarted_mid_run(gemma_path: P
         assert socket_path.is_socket(), "the killed server's socket file should be left behind"
         worker.send_signal(signal.SIGCONT)
 
-        second = start_server(socket_path, directory / "second.log", cache_dir=cache)  # over the stale socket
+        # over the stale socket
+        second = start_server(socket_path, directory / "second.log", gguf_dir=models, cache_dir=cache)
         processes.append(second.process)
         report = finished(worker, stdout, stderr)
 

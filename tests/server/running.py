@@ -25,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from constraintd.server.config import LogFormat, ServerConfig
 from constraintd.server.lifecycle import Service
+from tests import reference
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,6 +57,8 @@ TINY_PIECES: tuple[bytes, ...] = (
 TINY_EOG = (13,)
 EOS = 13
 AB_PLUS = 'root ::= "a" "b"+'
+# The directory test servers read GGUF files from: llama.cpp's vocabulary-only files.
+GGUF_DIR = reference.vocab_path("llama-spm").parent
 
 
 @contextlib.contextmanager
@@ -76,6 +79,7 @@ def server_config(directory: Path, **changes: object) -> ServerConfig:
         use_uvloop=False,
         log_format=LogFormat.TEXT,
         shutdown_grace=2.0,
+        gguf_dirs=(GGUF_DIR,),
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
@@ -151,7 +155,7 @@ class ServerProcess:
         self.socket = socket
         self.target = f"unix://{socket}"
         self.args = [sys.executable, "-m", "constraintd", "serve", "--listen", self.target]
-        self.args += ["--log-format", "text", "--no-uvloop", *extra]
+        self.args += ["--log-format", "text", "--no-uvloop", "--gguf-dir", str(GGUF_DIR), *extra]
         self.log = socket.with_suffix(".log")
         self.process: subprocess.Popen[bytes] | None = None
 

@@ -67,16 +67,33 @@ def test_a_gguf_file_is_read_once_and_addressed_by_content(tmp_path: Path) -> No
 
 
 def test_gguf_paths_are_confined_to_the_configured_directories(tmp_path: Path) -> None:
-    registry = Registry(Limits(), gguf_dirs=[tmp_path])
-    with pytest.raises(VocabError, match="outside the directories"):
-        registry.register_gguf(str(reference.vocab_path("llama-spm")))
-    with pytest.raises(VocabError, match="outside the directories"):
-        registry.register_gguf(str(tmp_path / ".." / "elsewhere.gguf"))
-    with pytest.raises(VocabError, match="cannot read GGUF file"):
-        registry.register_gguf(str(tmp_path / "missing.gguf"))
-    (tmp_path / "junk.gguf").write_bytes(b"not a gguf")
-    with pytest.raises(VocabError):
-        registry.register_gguf(str(tmp_path / "junk.gguf"))
+    allowed = tmp_path / "models"
+    allowed.mkdir()
+    registry = Registry(Limits(), gguf_dirs=[allowed])
+    refused = "cannot read GGUF file .*: no such regular file in the directories"
+    outside = reference.require(reference.vocab_path("llama-spm"))
+    (allowed / "link.gguf").symlink_to(outside)
+    for path in (outside, allowed / ".." / "elsewhere.gguf", allowed / "missing.gguf", allowed / "link.gguf"):
+        with pytest.raises(VocabError, match=refused):
+            registry.register_gguf(str(path))
+    (allowed / "junk.gguf").write_bytes(b"not a gguf, and a secret after it")
+    with pytest.raises(VocabError) as raised:
+        registry.register_gguf(str(allowed / "junk.gguf"))
+    assert str(raised.value) == f"GGUF file {str(allowed / 'junk.gguf')!r} is not a GGUF file"
+
+
+def test_no_directories_reads_no_path_and_none_reads_any() -> None:
+    path = str(reference.require(reference.vocab_path("llama-spm")))
+    with pytest.raises(VocabError, match="started without --gguf-dir"):
+        Registry(Limits(), gguf_dirs=()).register_gguf(path)
+    assert len(Registry(Limits()).register_gguf(path)) == 32000
+
+
+def test_a_gguf_file_over_the_size_limit_is_refused(tmp_path: Path) -> None:
+    big = tmp_path / "big.gguf"
+    big.write_bytes(b"GGUF" + bytes(100))
+    with pytest.raises(LimitError, match="over the limit of 64 bytes"):
+        registry_with(max_gguf_bytes=64).register_gguf(str(big))
 
 
 def test_a_compiled_grammar_is_shared_by_key() -> None:
