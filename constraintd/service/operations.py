@@ -103,6 +103,8 @@ class Operations:
         self.registry = registry
         self.store = store
         self._limits = limits
+        # the registry releases only vocabularies no open session of this store uses
+        registry.watch_sessions(store.uses_vocab)
         self._step_ops: dict[str, Callable[[Any], tuple[Any, list[OwedMask]]]] = {
             "accept": self.accept_owing,
             "mask": self.mask_owing,

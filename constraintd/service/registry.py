@@ -27,6 +27,10 @@
 #   keeps its own reference, so dropping never harms a running session.
 # - A vocabulary owns what is derived from it (its decoded pieces, the verdicts its grammars share): the
 #   registry keeps one `Vocab` per content, so every grammar on that content shares them.
+# - At most `max_vocabs` are registered. When a new one needs a slot, the least recently used vocabulary
+#   (registered or looked up) that no open session uses is released (`watch_sessions` says which are
+#   used); when every one is used, the registration fails (LimitError). So the bound holds memory without
+#   locking out new vocabularies until a restart.
 # - A compile is two halves. The first needs no vocabulary: the constraint's conversion to GBNF, the GBNF
 #   parse, its checks and the flattened rules (`constraints.prepare`): nearly all of a large schema's
 #   compile (the service benchmark's largest schemas: 50 to 170 ms each). Given a process pool, it runs in
@@ -145,7 +149,9 @@ class Registry:
         )
         self._store = vocab_store
         self._lock = threading.Lock()
+        # least recently registered or looked up first: the order a slot is taken back in
         self._vocabs: OrderedDict[str, Vocab] = OrderedDict()
+        self._in_use: Callable[[str], bool] = lambda vocab_hash: True
         self._gguf_hashes: dict[tuple[str, int, int], str] = {}
         self._compiled: LruCache[str, CompiledConstraint] = LruCache(limits.max_grammars)
         self._refused: LruCache[str, GrammarError | SchemaError] = LruCache(limits.max_grammars)
@@ -153,6 +159,11 @@ class Registry:
         self._loading: _Once[tuple[str, int, int], Vocab] = _Once()
         self._resolving: _Once[str, CompiledConstraint] = _Once()
         self._compiling: _Once[str, Grammar] = _Once()
+
+    def watch_sessions(self, in_use: Callable[[str], bool]) -> None:
+        """Tells the registry which vocabularies open sessions use (by content hash): those it keeps when
+        a new vocabulary needs a slot. Until told, it keeps every vocabulary (a full registry refuses)."""
+        self._in_use = in_use
 
     @property
     def vocab_count(self) -> int:
@@ -168,10 +179,12 @@ class Registry:
         Raises:
             NotFoundError: no vocabulary has this id (never registered, or the server restarted).
         """
-        try:
-            return self._vocabs[vocab_id]
-        except KeyError:
-            raise NotFoundError(f"unknown vocabulary {vocab_id!r}: register it first") from None
+        with self._lock:
+            found = self._vocabs.get(vocab_id)
+            if found is not None:
+                self._vocabs.move_to_end(vocab_id)
+                return found
+        raise NotFoundError(f"unknown vocabulary {vocab_id!r}: register it first")
 
     def register_pieces(
         self,
@@ -366,13 +379,30 @@ class Registry:
             if known is not None:
                 return known
             if len(self._vocabs) >= self._limits.max_vocabs:
-                raise LimitError(f"{len(self._vocabs)} vocabularies registered, the limit")
+                self._release_one()
             self._vocabs[key] = vocab
         # every grammar over it reads its decoded pieces: built here, at registration, and not inside the
         # first compile, where it held the GIL for tens of milliseconds in one piece
         vocab.decoded()
         self._warm(vocab)
         return vocab
+
+    def _release_one(self) -> None:
+        # Under the lock. The least recently used vocabulary no open session uses gives up its slot, and
+        # the compiled grammars over it with it (they hold it): the caches are cleared, since they are
+        # keyed by content hash alone; the other vocabularies' grammars are compiled again on next use.
+        # A session opened on it meanwhile (its compile was running) keeps it alive, unregistered.
+        unused = next((key for key in self._vocabs if not self._in_use(key)), None)
+        if unused is None:
+            raise LimitError(
+                f"{len(self._vocabs)} vocabularies registered, the limit, each used by open sessions"
+            )
+        released = self._vocabs.pop(unused)
+        for path_key in [k for k, h in self._gguf_hashes.items() if h == unused]:
+            del self._gguf_hashes[path_key]
+        self._compiled.clear()
+        self._grammars.clear()
+        log.info("vocabulary released", extra=fields(vocab_id=unused, tokens=len(released)))
 
     def _warm(self, vocab: Vocab) -> None:
         # the verdicts every JSON grammar on this vocabulary shares, computed before its first session

@@ -6,6 +6,8 @@
 #   (Fork copies). Every successful lookup pushes the idle deadline back by the session's TTL.
 # - An expired session is gone whether or not the sweep (`reclaim`) has run yet: a lookup past the
 #   deadline removes it and answers NotFoundError, so correctness never waits for the sweep.
+# - The store counts its sessions per vocabulary (`uses_vocab`), so the registry never releases a vocabulary
+#   an open session uses.
 # - After `stop_opening` no session is opened or forked (UnavailableError); `release_all` drops the rest.
 # - The clock is injected (monotonic seconds), so expiry is tested without sleeping.
 # The store does no I/O and imports neither grpc nor asyncio; it runs on one thread (the event loop's, or
@@ -83,10 +85,17 @@ class SessionStore:
         self._limits = limits
         self._clock = clock
         self._sessions: dict[str, Session] = {}
+        # open sessions per vocabulary (content hash): the registry keeps these vocabularies
+        self._per_vocab: dict[str, int] = {}
         self._opening = True
 
     def __len__(self) -> int:
         return len(self._sessions)
+
+    def uses_vocab(self, vocab_hash: str) -> bool:
+        """Whether an open session (or one expired but not yet swept) uses this vocabulary. Safe to call
+        from another thread (the registry's, releasing a vocabulary): one dictionary read."""
+        return self._per_vocab.get(vocab_hash, 0) > 0
 
     def open(
         self,
@@ -160,7 +169,7 @@ class SessionStore:
             now = self._clock()
         if session is None or session.expires_at <= now:
             if session is not None:
-                del self._sessions[session_id]
+                self._remove(session_id)
             raise NotFoundError(f"no open session {session_id!r} (closed, expired, or never opened)")
         session.expires_at = now + session.ttl
         if position is not None and position != session.position:
@@ -185,14 +194,14 @@ class SessionStore:
             NotFoundError: no open session has this id.
         """
         self.get(session_id)
-        del self._sessions[session_id]
+        self._remove(session_id)
 
     def reclaim(self) -> int:
         """Removes every session past its idle deadline; returns how many."""
         now = self._clock()
         expired = [sid for sid, session in self._sessions.items() if session.expires_at <= now]
         for sid in expired:
-            del self._sessions[sid]
+            self._remove(sid)
         return len(expired)
 
     def stop_opening(self) -> None:
@@ -203,6 +212,7 @@ class SessionStore:
         """Drops every session; returns how many there were."""
         count = len(self._sessions)
         self._sessions.clear()
+        self._per_vocab.clear()
         return count
 
     def _check_opening(self) -> None:
@@ -219,4 +229,15 @@ class SessionStore:
         session_id = secrets.token_urlsafe(ID_BYTES)
         session = Session(session_id, compiled, matcher, ttl, self._clock() + ttl, position)
         self._sessions[session_id] = session
+        vocab_hash = compiled.grammar.vocab.content_hash
+        self._per_vocab[vocab_hash] = self._per_vocab.get(vocab_hash, 0) + 1
         return session
+
+    def _remove(self, session_id: str) -> None:
+        session = self._sessions.pop(session_id)
+        vocab_hash = session.compiled.grammar.vocab.content_hash
+        left = self._per_vocab[vocab_hash] - 1
+        if left:
+            self._per_vocab[vocab_hash] = left
+        else:
+            del self._per_vocab[vocab_hash]

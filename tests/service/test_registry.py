@@ -309,3 +309,22 @@ def test_a_compile_refused_in_a_worker_process_raises_what_this_process_raises(
     assert str(refused_there.value) == str(refused_here.value)
     assert vars(refused_there.value) == vars(refused_here.value)
     assert there.grammar_count == 0
+
+
+def test_a_new_vocabulary_takes_the_slot_of_the_least_recently_used_unused_one() -> None:
+    registry = registry_with(max_vocabs=2)
+    used: set[str] = set()
+    registry.watch_sessions(used.__contains__)
+    first = registry.register_pieces(TINY_PIECES, TINY_EOG)
+    second = registry.register_pieces(TINY_PIECES, ())
+    registry.vocab(first.content_hash)  # first is now the more recently used
+    used.add(first.content_hash)
+    registry.compile(Constraint(ConstraintKind.GBNF, AB_PLUS), first)
+    third = registry.register_pieces(TINY_PIECES, (0,))
+    assert registry.vocab_count == 2 and registry.grammar_count == 0  # the grammars over `second` went too
+    with pytest.raises(NotFoundError):
+        registry.vocab(second.content_hash)
+    assert registry.vocab(first.content_hash) is first and registry.vocab(third.content_hash) is third
+    used.add(third.content_hash)
+    with pytest.raises(LimitError, match="2 vocabularies registered, the limit, each used by open sessions"):
+        registry.register_pieces(TINY_PIECES, (1,))
