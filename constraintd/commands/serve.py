@@ -58,6 +58,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--token-file", type=Path, help="file holding the bearer token callers must send")
     parser.add_argument(
+        "--socket-mode",
+        type=_mode,
+        default=ServerConfig().socket_mode,
+        metavar="OCTAL",
+        help="permissions of the Unix sockets it listens on: 0600 lets only this user connect, 0660 its "
+        "group too (default 0600; the socket is never more open than this, whatever the umask)",
+    )
+    parser.add_argument(
         "--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics"
     )
     parser.add_argument(
@@ -127,15 +135,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _token(args: argparse.Namespace) -> str | None:
     if args.token_file is not None:
-        return str(args.token_file.read_text(encoding="utf-8").strip()) or None
+        token = str(args.token_file.read_text(encoding="utf-8")).strip()
+        if not token:
+            # a Secret mounted empty would otherwise serve everyone, silently
+            raise ValueError(f"--token-file {args.token_file} is empty: it would let every caller in")
+        return token
     return os.environ.get(TOKEN_ENVIRONMENT) or None
+
+
+def _mode(text: str) -> int:
+    mode = int(text, 8)
+    if not 0 <= mode <= 0o777:
+        raise ValueError(text)
+    return mode
 
 
 def config_from(args: argparse.Namespace) -> ServerConfig:
     """The server configuration the parsed arguments describe.
 
     Raises:
-        ValueError: a TLS certificate without its key (or the other way round).
+        ValueError: a TLS certificate without its key (or the other way round), an empty token file.
+        OSError: the token file cannot be read.
     """
     if (args.tls_cert is None) != (args.tls_key is None):
         raise ValueError("--tls-cert and --tls-key go together")
@@ -153,6 +173,7 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
         listen=tuple(args.listen or ("127.0.0.1:50051",)),
         tls=tls,
         bearer_token=_token(args),
+        socket_mode=args.socket_mode,
         metrics_listen=args.metrics,
         gguf_dirs=tuple(args.gguf_dir),
         cache_dirs=tuple(args.cache_dir),

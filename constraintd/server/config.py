@@ -39,6 +39,9 @@ class ServerConfig:
         listen: addresses to serve on: `unix:///path/to.sock`, `host:port` (port 0 picks a free one).
         tls: certificate files; None serves plaintext (fit for a Unix socket shared with one pod).
         bearer_token: when set, every call except health checks must carry `authorization: Bearer <token>`.
+        socket_mode: the permission bits of every Unix socket the server listens on (0600: only its own
+            user may connect; 0660 lets a group in, such as the containers of a pod sharing its fsGroup).
+            The socket is created with no more than 0600 whatever the umask, then given this mode.
         metrics_listen: `host:port` for Prometheus text metrics over HTTP (`GET /metrics`); None: off.
         gguf_dirs: directories RegisterVocab may read GGUF files from (regular files under them, symbolic
             links and `..` resolved); empty: RegisterVocab reads no file, and vocabularies come as pieces.
@@ -69,6 +72,7 @@ class ServerConfig:
     listen: tuple[str, ...] = ("127.0.0.1:50051",)
     tls: TlsFiles | None = None
     bearer_token: str | None = None
+    socket_mode: int = 0o600
     metrics_listen: str | None = None
     gguf_dirs: tuple[Path, ...] = ()
     cache_dirs: tuple[Path, ...] = ()

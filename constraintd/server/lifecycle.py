@@ -3,7 +3,9 @@
 # Invariants:
 # - All state lives in one `Service` object passed around explicitly (no module globals): registry,
 #   session store, worker pools (threads, and the compile processes), metrics, the grpc.aio server, health.
-# - startup: bind every address (failing startup if one cannot be bound), start the server, start the
+# - startup: bind every address (failing startup if one cannot be bound, or if a live server answers on a
+#   Unix socket's path: a stale socket file is removed, a live one never taken over; a Unix socket is
+#   created 0600 whatever the umask, then given `socket_mode`), start the server, start the
 #   metrics endpoint and the idle-session sweep, then report SERVING.
 # - shutdown, in this order: health NOT_SERVING; stop opening sessions; `server.stop(grace)` (in-flight
 #   calls get `grace` seconds, new calls are refused); stop the sweep, the workers (the compile processes
@@ -19,6 +21,8 @@ import gc
 import logging
 import os
 import signal
+import socket
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -206,6 +210,13 @@ class Service:
         log.info("stopped", extra=fields(sessions_released=released))
 
     def _bind(self, server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> str:
+        path = _socket_path(address)
+        if path is not None:
+            _claim_socket_path(address, path)
+        # grpc creates a Unix socket when the port is added, with the mode the umask leaves: the umask
+        # is narrowed for that moment, so the socket is never more open than 0600 before its chmod.
+        # (The umask is the process's; nothing else creates files while the server starts.)
+        umask = os.umask(0o177) if path is not None else None
         try:
             if credentials is None:
                 port = server.add_insecure_port(address)
@@ -213,7 +224,13 @@ class Service:
                 port = server.add_secure_port(address, credentials)
         except RuntimeError as exc:
             raise UnavailableError(f"cannot listen on {address}: {exc}") from None
-        if address.startswith("unix:"):
+        finally:
+            if umask is not None:
+                os.umask(umask)
+        if path is not None:
+            os.chmod(path, self.config.socket_mode)
+            return address
+        if address.startswith("unix"):  # an abstract socket: no file
             return address
         host = address.rpartition(":")[0]
         return f"{host}:{port}"
@@ -230,6 +247,47 @@ class Service:
         while True:
             await asyncio.sleep(self.config.reclaim_interval)
             self.reclaim_idle()
+
+
+def _socket_path(address: str) -> str | None:
+    """The file of a `unix:` address (`unix:///abs/path`, `unix:relative`); None for any other."""
+    if address.startswith("unix://"):
+        return address[len("unix://") :]
+    if address.startswith("unix:"):
+        return address[len("unix:") :]
+    return None
+
+
+def _claim_socket_path(address: str, path: str) -> None:
+    """Makes `path` free for a new socket: a socket file nothing listens on (a killed server's) is
+    removed; a live server's, or anything that is not a socket, is refused (grpc would silently unlink
+    it and take the path over).
+
+    Raises:
+        UnavailableError: a server answers on `path`, or it is not a socket.
+    """
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UnavailableError(f"cannot listen on {address}: {exc.strerror}") from None
+    if not stat.S_ISSOCK(found.st_mode):
+        raise UnavailableError(f"cannot listen on {address}: {path} exists and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2.0)  # a listener with a full backlog makes connect wait: it is alive
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            log.info("stale socket removed", extra=fields(path=path))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:  # a timeout, or a socket we may not connect to: someone else's
+            raise UnavailableError(f"cannot listen on {address}: {path} is in use ({exc})") from None
+    raise UnavailableError(f"cannot listen on {address}: another server is listening there")
 
 
 def loop_factory(use_uvloop: bool) -> Callable[[], asyncio.AbstractEventLoop]:

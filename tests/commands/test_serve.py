@@ -161,3 +161,21 @@ def test_an_address_that_cannot_be_bound_exits_with_1(
         monkeypatch.setattr(logger, name, copy.copy(getattr(logger, name)))
     assert main(["serve", "--listen", "unix:///nonexistent/dir/s.sock", "--log-format", "text"]) == 1
     assert "cannot serve: cannot listen on unix:///nonexistent/dir/s.sock" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", ["", "\n  \n"], ids=["empty", "blank"])
+def test_an_empty_token_file_is_an_error_not_an_open_server(
+    tmp_path: Path, content: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = tmp_path / "token"
+    token.write_text(content)
+    assert main(["serve", "--token-file", str(token), "--listen", f"unix://{tmp_path}/s.sock"]) == 2
+    assert f"--token-file {token} is empty: it would let every caller in" in capsys.readouterr().err
+    assert not (tmp_path / "s.sock").exists()  # it never listened
+
+
+def test_the_socket_mode_is_octal() -> None:
+    assert parse().socket_mode == 0o600
+    assert parse("--socket-mode", "0660").socket_mode == 0o660
+    with pytest.raises(SystemExit):
+        parse("--socket-mode", "999")
