@@ -37,7 +37,7 @@ from constraintd.server.health import SERVICE_NAME, Health
 from constraintd.server.metrics import Metrics, MetricsServer
 from constraintd.server.processes import ProcessPool
 from constraintd.server.security import BearerTokenInterceptor, server_credentials
-from constraintd.server.servicer import ConstraintdServicer
+from constraintd.server.servicer import ConstraintdServicer, add_to_server
 from constraintd.server.workers import WorkerPool
 from constraintd.service.constraints import prepare
 from constraintd.service.log_events import fields
@@ -45,7 +45,6 @@ from constraintd.service.operations import Operations
 from constraintd.service.registry import Registry
 from constraintd.service.sessions import SessionStore
 from constraintd.service.vocab_store import VocabStore
-from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
 
 __all__ = ["EXIT_FORCED", "Service", "ServiceState", "loop_factory", "run"]
 
@@ -134,7 +133,9 @@ class Service:
             config.mask_workers, time_limit=config.limits.mask_timeout, name="constraintd-mask"
         )
         self._workers = [compile_workers, mask_workers]
-        interceptors = [BearerTokenInterceptor(config.bearer_token)] if config.bearer_token else []
+        interceptors = (
+            [BearerTokenInterceptor(config.bearer_token, metrics=self.metrics)] if config.bearer_token else []
+        )
         size = config.limits.max_message_bytes
         server = grpc.aio.server(
             interceptors=interceptors,
@@ -147,7 +148,7 @@ class Service:
         servicer = ConstraintdServicer(
             self.operations, compile_workers=compile_workers, mask_workers=mask_workers, metrics=self.metrics
         )
-        pb_grpc.add_ConstraintdServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+        add_to_server(servicer, server)
         self.health.add_to(server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, HEALTH_SERVICE_NAME, reflection.SERVICE_NAME), server

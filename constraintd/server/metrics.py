@@ -6,7 +6,11 @@
 #   them), so no locks; a render is a consistent-enough snapshot for scraping.
 # - Label values are escaped as the format requires; every family renders its HELP and TYPE lines, and a
 #   histogram its cumulative buckets, `+Inf`, `_sum` and `_count`.
-# - The HTTP endpoint answers one request per connection and nothing but GET of /metrics (404 otherwise).
+# - The HTTP endpoint answers one request per connection and nothing but GET of /metrics (404 otherwise;
+#   431 for a request line past 64 KiB), then closes it.
+# - Every answer the gRPC service gives is counted in `rpcs` by method and status: OK, the error of a
+#   failed call, UNAUTHENTICATED from the token check (before the servicer), INVALID_ARGUMENT for a request
+#   that does not decode; and each error a Step answers in an operation's place, in `step_errors`.
 # Written here rather than depending on prometheus-client: the service needs a dozen series and no more.
 from __future__ import annotations
 
@@ -142,6 +146,11 @@ class Metrics:
         self.step_ops = Counter(
             "constraintd_step_operations_total", "Operations in Step messages, by kind", ("op",)
         )
+        self.step_errors = Counter(
+            "constraintd_step_errors_total",
+            "Step operations answered with an error in their place, by kind and status code",
+            ("op", "code"),
+        )
         self.sessions_reclaimed = Counter(
             "constraintd_sessions_reclaimed_total", "Sessions removed after their idle time ran out"
         )
@@ -155,6 +164,7 @@ class Metrics:
             self.rpcs,
             self.rpc_seconds,
             self.step_ops,
+            self.step_errors,
             self.sessions_reclaimed,
             self.compile_seconds,
             Gauge("constraintd_sessions_open", "Sessions open now", sessions_open),
@@ -186,12 +196,16 @@ class MetricsServer:
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request_line = await asyncio.wait_for(reader.readline(), 5.0)
-            method, path, *_ = [*request_line.decode("latin-1").split(), "", ""]
-            if method == "GET" and path.split("?")[0] == "/metrics":
-                status, body = "200 OK", self._metrics.render().encode()
+            try:
+                request_line = await asyncio.wait_for(reader.readline(), 5.0)
+            except ValueError:  # past the reader's limit (64 KiB) with no end of line
+                status, body = "431 Request Header Fields Too Large", b"request line too long\n"
             else:
-                status, body = "404 Not Found", b"not found\n"
+                method, path, *_ = [*request_line.decode("latin-1").split(), "", ""]
+                if method == "GET" and path.split("?")[0] == "/metrics":
+                    status, body = "200 OK", self._metrics.render().encode()
+                else:
+                    status, body = "404 Not Found", b"not found\n"
             head = (
                 f"HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"

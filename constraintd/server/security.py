@@ -3,7 +3,8 @@
 # Invariants:
 # - With a token configured, every call must carry `authorization: Bearer <token>` metadata, compared in
 #   constant time, or it fails with UNAUTHENTICATED before reaching the servicer. Health checks are the one
-#   exception: a probe (a kubelet) carries no secrets, and health reveals nothing.
+#   exception: a probe (a kubelet) carries no secrets, and health reveals nothing. A refusal is counted
+#   in the metrics like any other answer.
 # - With a client CA, the TLS handshake itself refuses clients without a certificate it signed.
 # - Certificate files are read once, at startup; a missing file fails startup, not the first call.
 from __future__ import annotations
@@ -16,6 +17,7 @@ import grpc
 from grpc_health.v1.health import SERVICE_NAME as HEALTH_SERVICE
 
 from constraintd.server.config import TlsFiles
+from constraintd.server.metrics import Metrics
 
 __all__ = ["BearerTokenInterceptor", "server_credentials"]
 
@@ -35,8 +37,15 @@ def server_credentials(tls: TlsFiles) -> grpc.ServerCredentials:
     )
 
 
-async def _refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
-    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+def _refuser(
+    method: str, metrics: Metrics | None
+) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]:
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+        if metrics is not None:
+            metrics.rpcs.inc(method, grpc.StatusCode.UNAUTHENTICATED.name)
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+
+    return refuse
 
 
 # the handler kind -> how to build a handler of that kind that refuses
@@ -51,10 +60,11 @@ _REFUSERS: dict[str, Callable[..., grpc.RpcMethodHandler]] = {
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
     """Refuses calls that do not carry the configured bearer token."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, *, metrics: Metrics | None = None) -> None:
         if not token:
             raise ValueError("an empty bearer token would let everyone in")
         self._expected = f"Bearer {token}".encode()
+        self._metrics = metrics
 
     async def intercept_service(
         self,
@@ -67,7 +77,7 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc] 
         for kind, build in _REFUSERS.items():
             if getattr(handler, kind) is not None:
                 return build(
-                    _refuse,
+                    _refuser(details.method.rpartition("/")[2], self._metrics),
                     request_deserializer=handler.request_deserializer,
                     response_serializer=handler.response_serializer,
                 )

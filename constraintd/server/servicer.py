@@ -11,7 +11,11 @@
 #   status its class names, with its message, and carries its google.rpc.Status (service/status.py: its
 #   class and parts as ErrorInfo and BadRequest details) in the trailing metadata, as grpcio-status sends
 #   it; anything else is a bug, answered INTERNAL with no details and logged with its traceback.
-# - Every answer (and every Step message) is counted and timed in the metrics, by method and status.
+# - A request whose bytes do not decode as its message is answered INVALID_ARGUMENT by the method it was
+#   sent to, like any other bad input (grpc itself would answer UNKNOWN, uncounted): `add_to_server`
+#   registers the methods with decoders that hand such a request over as `Undecodable`.
+# - Every answer (and every Step message) is counted and timed in the metrics, by method and status, and
+#   every error a Step answers in an operation's place, by operation and status.
 from __future__ import annotations
 
 import functools
@@ -21,10 +25,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, status_pb2
 from grpc_status import rpc_status
 
-from constraintd.errors import ConstraintdError
+from constraintd.errors import ConstraintdError, InputError
 from constraintd.server.metrics import Metrics
 from constraintd.server.workers import WorkerPool
 from constraintd.service.log_events import fields
@@ -33,7 +38,7 @@ from constraintd.service.status import status_for
 from constraintd.v1 import constraintd_pb2 as pb
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
 
-__all__ = ["ConstraintdServicer", "status_of"]
+__all__ = ["ConstraintdServicer", "Undecodable", "add_to_server", "status_of"]
 
 log = logging.getLogger("constraintd.server")
 
@@ -57,6 +62,56 @@ def status_of(error: Exception) -> grpc.Status:
     return rpc_status.to_status(status_for(error) if isinstance(error, ConstraintdError) else _INTERNAL)
 
 
+class Undecodable:
+    """A request whose bytes are not a message of its method's request type."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+    def error(self) -> InputError:
+        return InputError(f"the request is not a valid {self.type_name} message")
+
+
+def _decoder(message_type: type[Message]) -> Callable[[bytes], Message | Undecodable]:
+    parse = message_type.FromString
+    undecodable = Undecodable(message_type.DESCRIPTOR.full_name)
+
+    def decode(data: bytes) -> Message | Undecodable:
+        try:
+            return parse(data)
+        except DecodeError:
+            return undecodable
+
+    return decode
+
+
+# (client streams, server streams) -> the handler of that kind
+_HANDLERS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def add_to_server(servicer: ConstraintdServicer, server: grpc.aio.Server) -> None:
+    """Registers the servicer's methods as the generated `add_ConstraintdServicer_to_server` does (from
+    the same service descriptor), but with decoders that hand an undecodable request to the method."""
+    service = pb.DESCRIPTOR.services_by_name["Constraintd"]
+    handlers = {
+        method.name: _HANDLERS[method.client_streaming, method.server_streaming](
+            getattr(servicer, method.name),
+            request_deserializer=_decoder(getattr(pb, method.input_type.name)),
+            response_serializer=getattr(pb, method.output_type.name).SerializeToString,
+        )
+        for method in service.methods
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_registered_method_handlers(service.full_name, handlers)
+
+
 def _answered(method: Method[Request, Reply]) -> Method[Request, Reply]:
     """Counts, times and translates the errors of one unary method."""
     name = method.__name__
@@ -65,6 +120,8 @@ def _answered(method: Method[Request, Reply]) -> Method[Request, Reply]:
     async def answer(self: ConstraintdServicer, request: Request, context: Context) -> Reply:
         started = time.perf_counter()
         try:
+            if isinstance(request, Undecodable):
+                raise request.error()
             reply = await method(self, request, context)
         except Exception as error:
             await self.abort(name, error, context)
@@ -166,11 +223,21 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
     async def Close(self, request: pb.CloseRequest, context: Context) -> pb.CloseResponse:
         return self.operations.close(request)
 
+    def _count_step_errors(self, request: pb.StepRequest, reply: pb.StepResponse) -> None:
+        count = self.metrics.step_errors.inc
+        for op, result in zip(request.ops, reply.results, strict=True):
+            if result.WhichOneof("result") == "error":
+                count(op.WhichOneof("op") or "none", code_pb2.Code.Name(result.error.code))
+        for item in reply.accepts.errors:
+            count("accept", code_pb2.Code.Name(item.error.code))
+
     async def Step(
         self, requests: AsyncIterator[pb.StepRequest], context: Context
     ) -> AsyncIterator[pb.StepResponse]:
         try:
             async for request in requests:
+                if isinstance(request, Undecodable):  # typed as a StepRequest: see add_to_server
+                    raise request.error()
                 started = time.perf_counter()
                 for op in request.ops:
                     self.metrics.step_ops.inc(op.WhichOneof("op") or "none")
@@ -178,6 +245,7 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
                 if batched:
                     self.metrics.step_ops.inc("accept", by=batched)
                 reply, owed = self.operations.step_owing(request)
+                self._count_step_errors(request, reply)
                 await self._pay(owed)
                 self.metrics.rpcs.inc("Step", "OK")
                 self.metrics.rpc_seconds.observe(time.perf_counter() - started, "Step")

@@ -184,7 +184,7 @@ class Registry:
             if found is not None:
                 self._vocabs.move_to_end(vocab_id)
                 return found
-        raise NotFoundError(f"unknown vocabulary {vocab_id!r}: register it first")
+        raise NotFoundError(f"unknown vocabulary {shown(vocab_id)}: register it first")
 
     def register_pieces(
         self,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from constraintd.engine.matcher import Matcher
 from constraintd.errors import InputError, LimitError, NotFoundError, PositionError, UnavailableError
-from constraintd.service.limits import Limits
+from constraintd.service.limits import Limits, shown
 from constraintd.service.registry import CompiledConstraint
 
 __all__ = ["Session", "SessionStore"]
@@ -133,7 +133,7 @@ class SessionStore:
             )
         matcher = Matcher(compiled.grammar, max_stacks=self._limits.max_stacks)
         if prefill and not matcher.accept_bytes(prefill):
-            raise InputError(f"the grammar rejects the prefill {prefill[:64]!r}")
+            raise InputError(f"the grammar rejects the prefill {shown(prefill)}")
         for position, token in enumerate(replay):
             if not matcher.accept(token):
                 raise InputError(f"the grammar rejects replayed token {token} at position {position}")
@@ -170,7 +170,7 @@ class SessionStore:
         if session is None or session.expires_at <= now:
             if session is not None:
                 self._remove(session_id)
-            raise NotFoundError(f"no open session {session_id!r} (closed, expired, or never opened)")
+            raise NotFoundError(f"no open session {shown(session_id)} (closed, expired, or never opened)")
         session.expires_at = now + session.ttl
         if position is not None and position != session.position:
             session.check_position(position)  # raises, with the message

@@ -50,6 +50,7 @@ def test_the_service_metrics_render_every_family() -> None:
         "constraintd_rpcs_total",
         "constraintd_rpc_seconds",
         "constraintd_step_operations_total",
+        "constraintd_step_errors_total",
         "constraintd_sessions_reclaimed_total",
         "constraintd_compile_seconds",
         "constraintd_sessions_open",
