@@ -22,6 +22,16 @@
 #   vocabulary (masks/verdicts.py: the store its `DecodedVocab` owns): the string, number and value rules
 #   that every converted JSON schema repeats are walked once per vocabulary, and a new grammar mostly
 #   walks the few tokens its own literals and nesting decide.
+# - First visits inside bounded repetitions (`x{0,n}`, unrolled by the parser into a chain of rules,
+#   each position a structure of its own within the horizon) borrow from the loop `x*`: the top is also
+#   keyed with its chains made loops (masks/structural_ids.py, `loops`), and every token that looks at no
+#   more code points than the top's reach gets the loop's verdict, proved exact there. A verdict kept for
+#   that key (a real loop's, whole; or one learned from a chain, under (LOOP_MARK, *ids), up to its
+#   reach) then decides all but the longer tokens, which alone are walked from the top; when they are
+#   more than 1/LOOP_SHARE of the vocabulary the top is walked as before. Each verdict learned from a
+#   chain is kept for its loop too, up to its reach, so the next position of the chain (one repetition
+#   fewer), or the same repetition in another grammar, finds it: a chain costs one walk, not one per
+#   position.
 # - After an unfinished UTF-8 sequence (rare: a token cut a character) the mask is walked whole.
 # - Every cache is an `LruCache` (engine/lru.py), dropping its least recently used entries beyond its
 #   bound (bytes of arrays for masks and verdicts, a count for the per-grammar shortcut to them); the
@@ -29,6 +39,7 @@
 #   the verdicts by the vocabulary: nothing here lives in the module.
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Final
 
 import numpy as np
@@ -42,15 +53,17 @@ from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.bitmask import allow_tokens, mask_words, pack_mask
 from constraintd.engine.masks.compute import compute_mask, walk
 from constraintd.engine.masks.structural_ids import Structure
-from constraintd.engine.masks.verdicts import SharedVerdicts, TopVerdict
-from constraintd.engine.vocab.decoded import DecodedVocab
+from constraintd.engine.masks.verdicts import LOOP_MARK, SharedVerdicts, TopVerdict
+from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab
 
-__all__ = ["CONTEXT_DEPTH", "MAX_MASK_BYTES", "MAX_NEW_TOPS", "MaskCache"]
+__all__ = ["CONTEXT_DEPTH", "LOOP_SHARE", "MAX_MASK_BYTES", "MAX_NEW_TOPS", "MaskCache"]
 
 # Positions a stack top keeps (the stack's own positions when it is no deeper).
 CONTEXT_DEPTH: Final = 4
 # Tops not seen before that one mask may learn; above, the state is walked whole.
 MAX_NEW_TOPS: Final = 16
+# A top borrows its loop's verdict when at most 1/LOOP_SHARE of the vocabulary is left to walk.
+LOOP_SHARE: Final = 16
 # Default bound of a grammar's finished masks.
 MAX_MASK_BYTES: Final = 4 << 20
 
@@ -64,6 +77,7 @@ class MaskCache:
     __slots__ = (
         "_masks",
         "_tops",
+        "loops",
         "shared",
         "states",
         "structure",
@@ -82,6 +96,7 @@ class MaskCache:
         self.states = states
         self.vocab = vocab
         self.structure: Structure | None = None  # built on first use: it needs the vocabulary's table
+        self.loops: Structure | None = None  # the same, with chains made loops
         self.shared = shared if shared is not None else vocab.verdicts()
         self._masks: LruCache[tuple[State, PartialUtf8], Words] = LruCache(max_mask_bytes)
         # stack top -> its verdict (a shortcut past the structural key, for this grammar's tops), counted
@@ -161,14 +176,58 @@ class MaskCache:
             if structure is None:
                 # a token matches at most as many char terminals as it has code points, then looks at one more
                 horizon = len(self.vocab.fresh_table().columns) + 1
+                self.loops = Structure(self.states.rules, horizon, self.shared.forms, loops=True)
                 structure = self.structure = Structure(self.states.rules, horizon, self.shared.forms)
             key = structure.stack(top)
             verdict = self.shared.get(key)
             if verdict is None:
-                verdict = self._walk_top(top, limit)
-                self.shared.put(key, verdict, verdict.nbytes)
+                verdict = self._learn_top(top, key, limit)
             self._tops.put(top, verdict, 1)
         return verdict
+
+    def _learn_top(self, top: Stack, key: tuple[int, ...], limit: int) -> TopVerdict:
+        # the verdict of a top not seen on this vocabulary: from its loop's where that leaves few tokens
+        # to walk (see the module comment), else walked; kept by its key, and for its loop up to its reach
+        assert self.loops is not None
+        loop_key, reach = self.loops.stack_reach(top)
+        table = self.vocab.fresh_table()
+        few = table.ids.size // LOOP_SHARE
+        if loop_key == key or reach <= 0:
+            walked = self._walk_top(top, limit)
+            self.shared.put(key, walked, walked.nbytes)
+            return walked
+        known = self.shared.get(loop_key)  # a real loop's verdict: it holds for every token
+        if known is None:
+            known = self.shared.get((LOOP_MARK, *loop_key))
+        verdict = None
+        if known is not None:
+            rows = _looking_past(table, min(reach, known.reach))
+            if rows.size <= few:
+                verdict = self._from_loop(top, known, rows, limit)
+        if verdict is None:
+            verdict = self._walk_top(top, limit)
+        self.shared.put(key, verdict, verdict.nbytes)
+        if (known is None or known.reach < reach) and _looking_past(table, reach).size <= few:
+            for_loop = replace(verdict, reach=reach)
+            self.shared.put((LOOP_MARK, *loop_key), for_loop, for_loop.nbytes)
+        return verdict
+
+    def _from_loop(self, top: Stack, known: TopVerdict, rows: IntArray, limit: int) -> TopVerdict:
+        # `known` on every token but those of `rows` (the ones looking past its reach), which are walked
+        table = self.vocab.fresh_table()
+        start = self.states.intern([top], limit)
+        assert start is not None
+        allowed_rows, uncertain = walk(table, table.columns, start, limit, rows=rows)
+        walked = table.ids[rows]
+        words = None
+        if known.words is not None:
+            words = known.words.copy()
+            np.bitwise_and.at(
+                words.view(np.uint32), walked >> 5, ~np.left_shift(1, walked & 31).astype(np.uint32)
+            )
+        ids = known.ids[~np.isin(known.ids, walked)] if known.ids.size else known.ids
+        kept = known.uncertain[~np.isin(known.uncertain, rows)] if known.uncertain.size else known.uncertain
+        return self._verdict(words, np.union1d(ids, table.ids[allowed_rows]), np.union1d(kept, uncertain))
 
     def _walk_top(self, top: Stack, limit: int) -> TopVerdict:
         escape = self.states.rules.escape
@@ -227,3 +286,11 @@ class MaskCache:
         """How many stack tops this grammar has met and keeps a shortcut to."""
         return len(self._tops)
 
+
+def _looking_past(table: ColumnTable, reach: int) -> IntArray:
+    # the rows (ascending) of tokens that look at more than `reach` terminals: more code points, or as
+    # many and an unfinished sequence after them (rows are sorted longest first)
+    count_from = table.count_from
+    more = count_from[reach] if reach < len(count_from) else 0
+    as_many = np.arange(more, count_from[reach - 1] if reach - 1 < len(count_from) else 0, dtype=np.int64)
+    return np.concatenate((np.arange(more, dtype=np.int64), as_many[table.partials[as_many] != 0]))

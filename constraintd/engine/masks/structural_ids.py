@@ -30,6 +30,32 @@
 # - Ids are never reused: a table drops its forms when they grow past MAX_FORMS (then equal forms met
 #   later get new ids, which costs sharing, not correctness). Thread-safe without locks: two threads may
 #   number one form twice, and setdefault keeps one.
+#
+# Bounded repetitions as loops (`Structure(..., loops=True)`, masks/cache.py's first visits):
+# - The GBNF parser unrolls `x{0,n}` into a chain of links, S(n) ::= x S(n-1) | ... S(1) ::= x | (and
+#   `x?` is a chain of one link), where `x*` is the loop S ::= x S | . A structure built with `loops`
+#   writes every reference to a link S(i) as the reference to the loop over the same x: the form it
+#   gives a position is the form that position has in the grammar with the chain made a loop, equal to
+#   the form of a real `x*` with the same continuation (the loop of any x is written alike, whichever
+#   chain or loop it comes from). `stack_reach(stack)` gives these ids for a stack with its reach.
+# - Reach, and why it is exact. The chain and the loop have the same paths except those that take an
+#   (i+1)-th x after a link S(i): the chain's paths are the loop's, minus those. Every x matches at least
+#   L >= 1 terminals (a link needs it), so such a path has matched at least `used + i*L` terminals
+#   when it starts that x, where `used` is the fewest terminals matched before the reference. A token
+#   of m code points that ends in an unfinished sequence of p (0 or 1) looks at m + p terminals along
+#   a path: it matches m and judges the unfinished end against the next one, or is decided whole by a
+#   token terminal or the escape mark met with code points left (masks/compute.py). A token that looks
+#   at no more than `used + i*L` terminals therefore never tells a loop-only path from a dead one: it is
+#   allowed, rejected or uncertain from the chain's stacks exactly as from the loop's. A position's reach
+#   is the least such bound over the chains its form reaches (and over every place its form is cut at
+#   the horizon, past which nothing is known: no token looks that far); a stack's reach counts from its
+#   top, the fewest terminals of each position before the next one's: min over i of (rest(p_1) + ... +
+#   rest(p_i-1) + reach(p_i)). So for every token whose piece looks at no more terminals than the
+#   stack's reach, the stack's verdict is the verdict of the stack with every chain made a loop, and two
+#   stacks with the same ids in this mode share it below the smaller reach; only the longer tokens need
+#   a walk of their own (masks/cache.py).
+# - A form this mode cannot write finitely, or too large to write, gets a unique id and reach 0: no
+#   sharing, never a wrong one.
 from __future__ import annotations
 
 import itertools
@@ -49,7 +75,7 @@ from constraintd.engine.grammar.elements import (
 )
 from constraintd.engine.grammar.stacks import Rules
 
-__all__ = ["ESCAPE_ID", "MAX_WORK", "FormTable", "Structure"]
+__all__ = ["ESCAPE_ID", "MAX_WORK", "UNBOUNDED", "FormTable", "Structure"]
 
 ESCAPE_ID: Final = -1
 MAX_WORK: Final = 1_000  # elements written for one position's form
@@ -59,6 +85,11 @@ _TERMINAL_STARTS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY, TOKEN, TOKEN_NOT)
 _CONTINUATIONS: Final = frozenset((CHAR_ALT, CHAR_RNG_UPPER))
 _ENDS: Final = frozenset((END, ALT))
 _UNBOUNDED: Final = 1 << 30
+UNBOUNDED: Final = _UNBOUNDED  # the reach of a stack that reaches no chain
+# A link of a chain (see the module comment): (x as (kind, value) pairs, where x starts, where it ends,
+# links down to the end of the chain, this one included, and the fewest terminals x matches).
+_Link = tuple[tuple[int, ...], int, int, int, int]
+
 
 class _Cycle(Exception):
     """A rule reached itself without matching anything: its form cannot be written finitely here."""
@@ -99,14 +130,33 @@ class Structure:
     """The structural ids of one grammar's positions for one horizon, computed on first use and numbered
     by `forms`."""
 
-    __slots__ = ("_bounds", "_busy", "_forms", "_ids", "_rule_ids", "_work", "horizon", "rules")
+    __slots__ = (
+        "_bounds",
+        "_busy",
+        "_forms",
+        "_ids",
+        "_links",
+        "_loop_ids",
+        "_reaches",
+        "_rule_ids",
+        "_work",
+        "horizon",
+        "loops",
+        "rules",
+    )
 
-    def __init__(self, rules: Rules, horizon: int, forms: FormTable) -> None:
+    def __init__(self, rules: Rules, horizon: int, forms: FormTable, *, loops: bool = False) -> None:
         self.rules = rules
         self.horizon = horizon
+        self.loops = loops
         self._forms = forms
         self._ids: dict[int, int] = {rules.escape: ESCAPE_ID}
-        self._rule_ids: dict[tuple[int, int], int] = {}
+        # per position: its reach and the fewest terminals from it to the end of its alternate
+        self._reaches: dict[int, tuple[int, int]] = {rules.escape: (_UNBOUNDED, 0)}
+        # (rule, budget) -> (id, reach); (x, budget) -> (id, reach) of the loop over x (loops only)
+        self._rule_ids: dict[tuple[int, int], tuple[int, int]] = {}
+        self._loop_ids: dict[tuple[tuple[int, ...], int], tuple[int, int]] = {}
+        self._links: dict[int, _Link | None] = {}
         self._busy: set[tuple[int, int]] = set()
         # per rule: the fewest and the most terminals it matches (bounds; -1 until measured)
         n_rules = len(rules.rule_starts)
@@ -118,18 +168,23 @@ class Structure:
         found = self._ids.get(pos)
         if found is None:
             self._work = 0
+            reach, rest = 0, 0
             try:
-                found = self._forms.number((0, *self._sequence(pos, self.horizon)))
+                form, reach, rest = self._sequence(pos, self.horizon)
+                found = self._forms.number((0, *form))
             except _Cycle:
                 found = self._forms.unique()
+                reach = rest = 0
                 # the rules being written met a cycle: they would again, so they are numbered as their own
                 for key in self._busy:
-                    self._rule_ids[key] = self._forms.unique()
+                    self._rule_ids[key] = (self._forms.unique(), 0)
                 self._busy.clear()
             except (_TooLarge, RecursionError):
                 found = self._forms.unique()
+                reach = rest = 0
                 self._busy.clear()  # the rules written so far are kept: the next position goes further
             self._ids[pos] = found
+            self._reaches[pos] = (reach, rest)
         return found
 
     def stack(self, stack: tuple[int, ...]) -> tuple[int, ...]:
@@ -137,13 +192,31 @@ class Structure:
         position = self.position
         return tuple(position(pos) for pos in stack)
 
-    def _sequence(self, start: int, budget: int) -> list[int]:
+    def stack_reach(self, stack: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+        """The structural ids of a stack's positions and the stack's reach (see the module comment):
+        tokens looking at no more terminals than it get the verdict of any stack with these ids."""
+        ids = self.stack(stack)
+        reaches = self._reaches
+        reach = _UNBOUNDED
+        before = 0  # the fewest terminals matched before a position is reached
+        for pos in reversed(stack):
+            own, rest = reaches[pos]
+            reach = min(reach, before + own)
+            before += rest
+            if before >= reach:
+                break
+        return ids, reach
+
+    def _sequence(self, start: int, budget: int, loop: _Link | None = None) -> tuple[list[int], int, int]:
         # One alternate from `start` to its end, as (kind, value) pairs ending in (END, 0), or in
-        # (_BEYOND, 0) where every path has matched `budget` terminals already.
+        # (_BEYOND, 0) where every path has matched `budget` terminals already; with its reach and the
+        # fewest terminals it matches (to the cut, if cut). With `loop`, the alternate is a link's x,
+        # followed by the loop over it (in place of the rest of the chain).
         kinds, values = self.rules.kinds, self.rules.values
         least = self._bounds[0]
         form: list[int] = []
         used = 0
+        reach = _UNBOUNDED
         at = start
         work = self._work
         while True:
@@ -152,13 +225,29 @@ class Structure:
                 form += (kind, values[at])
             elif used >= budget:
                 form += (_BEYOND, 0)  # whatever comes next, the end of the alternate included
+                reach = min(reach, used)
+                break
+            elif loop is not None and at == loop[2]:  # x ends: the loop goes on
+                self._work = work
+                found, inner = self._loop(loop, budget - used)
+                work = self._work
+                form += (RULE_REF, found, END, 0)
+                reach = min(reach, used + inner)
                 break
             elif kind == RULE_REF:
                 rule = values[at]
                 self._work = work
-                form += (RULE_REF, self._rule(rule, budget - used))  # measures the rule
+                link = self._link(rule) if self.loops else None
+                if link is None:
+                    found, inner = self._rule(rule, budget - used)  # measures the rule
+                    fewest = least[rule]
+                else:  # a chain, written as its loop: exact for tokens looking at up to i * L terminals more
+                    found, inner = self._loop(link, budget - used)
+                    inner, fewest = min(inner, link[3] * link[4]), 0  # a link can vanish
                 work = self._work
-                used += least[rule]
+                form += (RULE_REF, found)
+                reach = min(reach, used + inner)
+                used += fewest
             elif kind in _ENDS:
                 form += (END, 0)
                 break
@@ -170,9 +259,9 @@ class Structure:
                 raise _TooLarge
             at += 1
         self._work = work
-        return form
+        return form, reach, used
 
-    def _rule(self, rule: int, budget: int) -> int:
+    def _rule(self, rule: int, budget: int) -> tuple[int, int]:
         # a rule that matches at most m terminals is cut nowhere by a budget above m: one form for all
         most = self._bounds[1]
         if most[rule] < 0:
@@ -186,11 +275,82 @@ class Structure:
                 raise _Cycle
             self._busy.add(key)
             form: list[int] = [1]
+            reach = _UNBOUNDED
             for start in self.rules.alternates[rule]:
-                form += (END, 0) if start < 0 else self._sequence(start, budget)
+                if start < 0:
+                    form += (END, 0)
+                else:
+                    written, inner, _ = self._sequence(start, budget)
+                    form += written
+                    reach = min(reach, inner)
             self._busy.discard(key)
-            found = self._rule_ids[key] = self._forms.number(tuple(form))
+            found = self._rule_ids[key] = (self._forms.number(tuple(form)), reach)
         return found
+
+    def _loop(self, link: _Link, budget: int) -> tuple[int, int]:
+        # The loop over a link's x (S ::= x S | ), written as `_rule` writes a real one: x, then the loop
+        # with the budget x leaves, then the empty alternate. Its reach is that of what x reaches (a loop
+        # is never exhausted). A real loop's budget is never clamped (it matches up to the horizon).
+        key = (link[0], budget)
+        found = self._loop_ids.get(key)
+        if found is None:
+            written, reach, _ = self._sequence(link[1], budget, link)
+            found = self._loop_ids[key] = (self._forms.number((1, *written, END, 0)), reach)
+        return found
+
+    def _link(self, rule: int) -> _Link | None:
+        # Whether `rule` is a link of a chain (see the module comment), found down the chain without
+        # recursion (chains run thousands of links deep): S ::= x S' | where S' is a link over the same
+        # x, or S ::= x | . A rule whose x can match nothing is no link, nor is a rule on a cycle of them.
+        links = self._links
+        if rule in links:
+            return links[rule]
+        kinds, values = self.rules.kinds, self.rules.values
+        path: list[tuple[int, int, int]] = []  # (rule, x's start, x's end with the trailing reference)
+        seen: set[int] = set()
+        below: _Link | None = None
+        at_rule = rule
+        while True:
+            if at_rule in links:
+                below = links[at_rule]
+                break
+            alternates = self.rules.alternates[at_rule]
+            if at_rule in seen:  # a loop, or a cycle of rules: none of them is a link
+                for on_path, _, _ in path:
+                    links[on_path] = None
+                return None
+            if len(alternates) != 2 or alternates[0] < 0 or alternates[1] >= 0:
+                links[at_rule] = below = None
+                break
+            seen.add(at_rule)
+            start = end = alternates[0]
+            while kinds[end] not in _ENDS:
+                end += 1
+            path.append((at_rule, start, end))
+            if kinds[end - 1] != RULE_REF:
+                below = None
+                break
+            at_rule = values[end - 1]
+        for at_rule, start, end in reversed(path):
+            whole = tuple(v for at in range(start, end) for v in (kinds[at], values[at]))
+            if below is not None and end - 1 > start and below[0] == whole[:-2]:
+                link: _Link | None = (below[0], start, end - 1, below[3] + 1, below[4])
+            else:
+                fewest = self._fewest(start, end)
+                link = (whole, start, end, 1, fewest) if fewest >= 1 else None
+            links[at_rule] = below = link
+        return links[rule]
+
+    def _fewest(self, start: int, end: int) -> int:
+        # the fewest terminals the elements from `start` to `end` match
+        kinds, values = self.rules.kinds, self.rules.values
+        count = 0
+        for at in range(start, end):
+            if kinds[at] == RULE_REF:
+                count += self.bounds(values[at])[0]
+            elif kinds[at] in _TERMINAL_STARTS:
+                count += 1
+        return count
 
     def bounds(self, rule: int) -> tuple[int, int]:
         """The fewest and the most terminals `rule` matches (bounds inside cycles, see `_measure`)."""

@@ -4,8 +4,9 @@
 # - A `TopVerdict` splits the vocabulary, for one stack top, into tokens allowed and rows left uncertain
 #   (masks/cache.py builds them; their arrays are read-only once made).
 # - `SharedVerdicts` keeps them by the structural ids of the top (masks/structural_ids.py), bounded in
-#   bytes, and holds the `FormTable` that numbers those ids: ids and the verdicts they key live and die
-#   together, so an id is never looked up in a store that another table numbered.
+#   bytes (and, under (LOOP_MARK, *ids), by the ids of the top with its chains made loops, each holding
+#   below its `reach`), and holds the `FormTable` that numbers those ids: ids and the verdicts they key
+#   live and die together, so an id is never looked up in a store that another table numbered.
 # - One store per vocabulary, owned by its `DecodedVocab` (`DecodedVocab.verdicts()`): it lives as long as
 #   the vocabulary is held, and every grammar compiled over that vocabulary shares it.
 from __future__ import annotations
@@ -17,10 +18,13 @@ import numpy as np
 import numpy.typing as npt
 
 from constraintd.engine.lru import LruCache
-from constraintd.engine.masks.structural_ids import FormTable
+from constraintd.engine.masks.structural_ids import UNBOUNDED, FormTable
 
-__all__ = ["MAX_VERDICT_BYTES", "SharedVerdicts", "TopVerdict"]
+__all__ = ["LOOP_MARK", "MAX_VERDICT_BYTES", "SharedVerdicts", "TopVerdict"]
 
+# The first id of a key under which a verdict of a stack with its chains made loops is kept, below its
+# reach (structural ids are never negative but the escape mark's, -1).
+LOOP_MARK: Final = -3
 # Default bound of one vocabulary's verdicts (shared by all its grammars).
 MAX_VERDICT_BYTES: Final = 192 << 20
 
@@ -38,12 +42,16 @@ class TopVerdict:
         ids: more allowed token ids, beyond `words` (ascending).
         uncertain: rows of the vocabulary's fresh table that the stacks below decide (ascending).
         nbytes: bytes of the arrays this verdict holds alone (not those it shares).
+        reach: the verdict holds for the tokens that look at no more terminals than this (every token,
+            by default; less for the verdict of a stack whose chains are made loops, kept under a
+            LOOP_MARK key: masks/structural_ids.py).
     """
 
     words: Words | None
     ids: IntArray
     uncertain: IntArray
     nbytes: int
+    reach: int = UNBOUNDED
 
 
 class SharedVerdicts(LruCache[tuple[int, ...], TopVerdict]):

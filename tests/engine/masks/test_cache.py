@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import zlib
+from typing import TYPE_CHECKING
 from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +17,10 @@ from constraintd.engine.masks import cache as mask_cache
 from constraintd.engine.masks.cache import MaskCache, SharedVerdicts
 from constraintd.engine.masks.compute import compute_mask
 from tests.strategies import grammars, vocabs
+
+if TYPE_CHECKING:
+    from tests.conftest import OracleReport
+    from tests.engine.conftest import OpenVocab
 
 # Strings nested at different depths: the same string position under different stacks.
 GRAMMAR = 'root ::= value\nvalue ::= "[" (value ("," value)*)? "]" | "\\"" [^"]* "\\""\n'
@@ -129,3 +136,118 @@ def test_size_is_reported_and_forgetting_masks_changes_no_answer() -> None:
     grammar._masks.forget_masks()
     assert len(grammar._masks) == 0 and grammar._masks.nbytes == 0
     assert np.array_equal(matcher.mask(), first)
+
+
+# Bounded repetitions: a chain position's verdict from its loop's, below the reach, and a walk above it.
+# Pieces of 1 to 7 code points (one ending in an unfinished sequence), so that chains of about 7
+# repetitions left have tokens on both sides of their reach.
+CHAIN_PIECES = [
+    b"</s>",
+    b"a",
+    b"b",
+    b'"',
+    b".",
+    b"ab",
+    b"ba",
+    b'a"',
+    b"aab",
+    b'b".',
+    b"abab",
+    b"aaaaa",
+    b'abab"',
+    b"bababa",
+    b"abababa",
+    b"aaaaaaa",
+    b"ab\xc3",
+    b"\xa9",
+]
+CHAIN_VOCAB = Vocab(CHAIN_PIECES, eog_ids=[0])
+CHAIN_BOUNDS = ["{0,1}", "{0,3}", "{0,5}", "{0,6}", "{0,7}", "{0,8}", "{1,9}", "*", "?"]
+
+
+def borrowing(share: int = 1) -> contextlib.ExitStack:
+    """Every top borrows its loop's verdict when it can (not only with few tokens left), counted."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(mock.patch.object(mask_cache, "LOOP_SHARE", share))
+    return stack
+
+
+def test_a_chain_borrows_its_loops_verdict_and_walks_the_longer_tokens() -> None:
+    vocab = Vocab(CHAIN_PIECES, eog_ids=[0])  # its own verdicts: nothing learned by other tests
+    by_piece = {piece: token for token, piece in enumerate(CHAIN_PIECES)}
+    with (
+        borrowing(),
+        mock.patch.object(MaskCache, "_from_loop", autospec=True, side_effect=MaskCache._from_loop) as spy,
+    ):
+        for text in ('root ::= "\\"" [ab]{0,7} "\\"" "."\n', 'root ::= "\\"" [ab]{0,9} "\\"" "."?\n'):
+            matcher = Matcher(Grammar.from_gbnf(text, vocab))
+            for piece in [b'"', *[b"a"] * 7, b'"']:
+                assert matcher.mask().tolist() == expected_mask(matcher).tolist()
+                assert matcher.accept(by_piece[piece])
+            assert matcher.mask().tolist() == expected_mask(matcher).tolist()
+    assert spy.call_count > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from(CHAIN_BOUNDS), min_size=1, max_size=4),
+    st.sampled_from(['"\\"" "."', '"."?', '[ab] "\\""', '"\\"" [ab]{0,2} "."']),
+    st.lists(st.integers(0, 10**6), max_size=12),
+)
+def test_chains_sharing_their_loops_give_the_walked_masks(
+    bounds: list[str], after: str, choices: list[int]
+) -> None:
+    # grammars in turn on one vocabulary: what a chain or a loop learns is borrowed by the next ones, at
+    # every reach, tokens looking past it walked
+    with borrowing():
+        for bound in bounds:
+            grammar = Grammar.from_gbnf(f'root ::= "\\"" [ab]{bound} {after}\n', CHAIN_VOCAB)
+            matcher = Matcher(grammar)
+            for choice in [*choices, None]:
+                mask = matcher.mask()
+                assert mask.tolist() == expected_mask(matcher).tolist()
+                allowed = np.flatnonzero(unpack_mask(mask, len(CHAIN_VOCAB)))
+                if (
+                    choice is None
+                    or allowed.size == 0
+                    or not matcher.accept(int(allowed[choice % allowed.size]))
+                ):
+                    break
+
+
+# JSON's string character (llama.cpp's converter), bounded around qwen2's longest piece (128 code points)
+CHAR_RULE = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] | [\\\\] (["\\\\bfnrt] | "u" [0-9a-fA-F]{4})\n'
+LONG_TEXT = "a" + " " * 90 + "=" * 20 + "Lorem ipsum dolor sit amet, consectetur adipiscing elit"
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("bound", [5, 64, 127, 128, 129, 300])
+def test_bounded_strings_identical_to_llama_cpp(
+    bound: int, oracle_vocab: OpenVocab, oracle_report: OracleReport
+) -> None:
+    # a string of up to `bound` characters, then a space rule with a chain of its own; the text's long
+    # runs of spaces and '=' are long tokens, longer than the repetitions left where they are met
+    from tests.lockstep import Lockstep, Tally
+    from tests.oracle import LlamaGrammar
+
+    llama_vocab, vocab = oracle_vocab("qwen2")
+    text = f'root ::= "\\"" char{{0,{bound}}} "\\"" [ ]{{0,20}} "."\n' + CHAR_RULE
+    grammar = Grammar.from_gbnf(text, vocab)
+    tally = Tally()
+    rng = np.random.default_rng(zlib.crc32(f"bounded/{bound}".encode()))
+    document = '"' + (LONG_TEXT * 4)[:bound] + '"' + " " * 7 + "."
+    tokens = llama_vocab.tokenize(document.encode(), parse_special=True)
+    with mock.patch.object(MaskCache, "_from_loop", autospec=True, side_effect=MaskCache._from_loop) as spy:
+        for run in range(3):
+            llama = LlamaGrammar.create(llama_vocab, text)
+            assert llama is not None
+            session = Lockstep(llama, Matcher(grammar), tally, rng)
+            try:
+                session.follow(tokens, len(tokens) + 1) if run == 0 else session.walk(24)
+            finally:
+                llama.close()
+    oracle_report.add("masks (bounded strings)", "qwen2", identical=tally.identical_masks, total=tally.masks)
+    assert tally.identical_masks == tally.masks, tally.differences[:3]
+    assert tally.accepted >= len(tokens)
+    if bound > 8:
+        assert spy.call_count > 0  # the chain's positions borrowed their loop's verdicts

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, Matcher, Vocab, unpack_mask
-from constraintd.engine.grammar.elements import CHAR, RULE_REF
+from constraintd.engine.grammar.elements import ALT, CHAR, END, RULE_REF
 from constraintd.engine.grammar.gbnf import parse_gbnf
 from constraintd.engine.grammar.stacks import Rules
 from constraintd.engine.masks.compute import compute_mask
@@ -124,3 +124,37 @@ def test_a_table_numbers_equal_forms_alike_and_unique_ids_apart() -> None:
     assert forms.number((1, 2, 3)) == first and forms.number((1, 2)) != first
     assert forms.unique() not in {first, forms.number((1, 2))}
     assert len(forms) == 2
+
+
+def chain_reaches(text: str, horizon: int = 10) -> list[tuple[int, int]]:
+    """Per [a-z] position of the grammar, in rule order: (id with chains made loops, reach)."""
+    structure, found = class_positions(text, horizon)
+    loops = Structure(structure.rules, horizon, FORMS, loops=True)
+    return [(ids[0], reach) for ids, reach in (loops.stack_reach((pos,)) for pos in found)]
+
+
+def test_chain_positions_are_their_loop_below_the_repetitions_left() -> None:
+    # the parser writes [a-z]{0,30} as S30 ::= [a-z] S29 | ... S1 ::= [a-z] | (S1 first): the class in
+    # S(k) takes up to k letters, the loop any number, so tokens looking at up to k terminals cannot tell
+    loop_id, loop_reach = chain_reaches('root ::= "q" [a-z]* "."\n')[0]
+    assert loop_reach >= 10  # a real loop reaches no chain: cut at the horizon only
+    chain = chain_reaches('root ::= "q" [a-z]{0,30} "."\n')
+    assert chain[0][1] >= 10  # S1 ::= [a-z] | : nothing left to tell from a loop
+    assert [reach for _, reach in chain[1:]] == [min(k, 10) for k in range(2, 31)]
+    assert {found for found, _ in chain[1:]} == {loop_id}
+    # the continuation is not the position's: it lies below it on the stack, with ids of its own
+    assert chain_reaches('root ::= "q" [a-z]{0,30} "!"\n')[5][0] == loop_id
+
+
+def test_the_reach_of_a_stack_counts_from_its_top() -> None:
+    # the class inside `c` has one terminal before the chain's reference below it
+    rules = Rules(parse_gbnf('root ::= "q" c{0,6} "."\nc ::= [a-z] | "-"\n'))
+    loops = Structure(rules, 10, FORMS, loops=True)
+    top = next(pos for pos, kind in enumerate(rules.kinds) if kind == CHAR and rules.values[pos] == ord("a"))
+    # the reference to S(k-1) that ends S(k) ::= c S(k-1) | (after the reference to c), under the class
+    below = [
+        pos
+        for pos, kind in enumerate(rules.kinds)
+        if kind == RULE_REF and rules.kinds[pos - 1] == RULE_REF and rules.kinds[pos + 1] in (END, ALT)
+    ]
+    assert sorted(loops.stack_reach((ref, top))[1] for ref in below) == [2, 3, 4, 5, 6]
