@@ -9,23 +9,52 @@
 # - The server reads GGUF files from anywhere under `gguf_dirs` (the whole file system by default): its
 #   socket is in a directory only this user can enter, so its one caller is this process, which could
 #   read those files itself. A device, FIFO or non-GGUF file is refused all the same (service/registry.py).
+# - The server dies with this process: on Linux the kernel sends it SIGTERM when its parent goes, however
+#   the parent goes (a crash of the model library, SIGKILL), and it shuts down as on any SIGTERM (its
+#   compile processes with it). `PR_SET_PDEATHSIG` follows the thread that started the child, so enter
+#   the context from a thread that outlives it (both commands use the main thread). Only the directory,
+#   a few bytes under /tmp, is left behind then. Elsewhere the server outlives a parent killed this way.
 # - Leaving the context stops the server (SIGTERM, then SIGKILL after `grace` seconds) and removes
 #   the directory with the socket and the log.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
 __all__ = ["PrivateConstraintd", "SidecarError"]
 
 _READY_CHECK_SECONDS = 0.5
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """A function for `Popen(preexec_fn=...)` that has the kernel send the child SIGTERM when this process
+    dies (Linux's PR_SET_PDEATHSIG); None where there is no such thing."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        # resolved here, in the parent: between fork and exec the child only calls it
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_death_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the request took hold: nobody will signal
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return set_death_signal
 
 
 class SidecarError(Exception):
@@ -54,11 +83,13 @@ class PrivateConstraintd:
         command = [
             sys.executable, "-m", "constraintd", "serve", "--listen", self.target,
             "--log-format", "text", "--log-level", "WARNING",
-        ]
+        ]  # fmt: skip
         for directory in self.gguf_dirs:
             command += ["--gguf-dir", str(directory)]
         with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
+            self.process = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=_dies_with_parent()
+            )
         try:
             self._wait_serving()
         except BaseException:

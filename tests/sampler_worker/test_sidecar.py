@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import select
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -36,3 +39,31 @@ def test_a_server_that_dies_at_start_is_reported(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(SidecarError, match="exited with status 1"):
         server.__enter__()
     assert not server.directory.exists()
+
+
+# A worker stand-in: starts a private constraintd, says its pid once it serves, then waits for stdin.
+_WORKER = """
+import sys
+from sampler_worker.sidecar import PrivateConstraintd
+with PrivateConstraintd() as server:
+    print(server.process.pid, server.directory, flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_server_dies_with_a_worker_killed_by_sigkill() -> None:
+    command = [sys.executable, "-c", _WORKER]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as worker:
+        assert worker.stdout is not None
+        pid_text, directory = worker.stdout.readline().split()
+        watch = os.pidfd_open(int(pid_text))  # readable once the process has ended (reaped or not)
+        try:
+            worker.kill()  # no goodbye: the context's cleanup never runs
+            worker.wait(timeout=30)
+            ended, _, _ = select.select([watch], [], [], 60)
+            assert ended, "the private constraintd outlived its worker"
+        finally:
+            os.close(watch)
+            shutil.rmtree(directory, ignore_errors=True)
