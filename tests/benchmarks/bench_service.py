@@ -91,6 +91,9 @@ class Server:
             "WARNING",
             "--max-sessions",
             "100000",
+            # the vocabularies it registers by path are llama.cpp's, in the reference data
+            "--gguf-dir",
+            str(reference.llama_cpp_dir() / "models"),
             *extra,
         ]
         env = dict(os.environ, PYTHONPATH=str(ROOT))
