@@ -38,7 +38,14 @@ class Limits:
         max_vocab_size: tokens in one vocabulary.
         max_gguf_bytes: size of a GGUF file RegisterVocab reads by path. Only its metadata is read (the
             file is memory-mapped), so this refuses what no model file is rather than bounding memory.
-        max_grammar_bytes: size of a GBNF text, a JSON schema or a request body (UTF-8 bytes).
+        max_grammar_bytes: size of a GBNF text, a JSON schema or a request body (UTF-8 bytes), with its
+            lazy trigger patterns counted in.
+        max_trigger_patterns: lazy trigger patterns of one constraint (each is looked for after every
+            token a waiting grammar accepts).
+        max_piece_bytes: length of one token's piece (or special-token text) in a registered vocabulary;
+            the longest piece of the reference vocabularies is 512 bytes.
+        max_tokens_per_call: token ids in one call: an Allows request, a session's replay, its trigger
+            tokens, all the Allows operations of one Step message.
         max_prefill_bytes: size of a session's prefill text.
         max_stacks: parse stacks one session may hold (llama.cpp's grammars can blow up; this keeps one
             session from taking the process down); an accept that would exceed it fails.
@@ -59,6 +66,9 @@ class Limits:
     max_vocab_size: int = 1 << 20
     max_gguf_bytes: int = 1024 * GIB
     max_grammar_bytes: int = 1 * MIB
+    max_trigger_patterns: int = 64
+    max_piece_bytes: int = 8 * 1024
+    max_tokens_per_call: int = 1 << 20
     max_prefill_bytes: int = 64 * 1024
     max_stacks: int = 10_000
     max_message_bytes: int = 64 * MIB

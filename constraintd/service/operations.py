@@ -146,6 +146,14 @@ class Operations:
         kind, read = _CONSTRAINT_FIELDS[field]
         text, root = read(request)
         options = request.options
+        limits = self._limits
+        if len(options.trigger_patterns) > limits.max_trigger_patterns:
+            raise LimitError(
+                f"{len(options.trigger_patterns)} trigger patterns are over the limit of "
+                f"{limits.max_trigger_patterns}"
+            )
+        self._check_tokens(len(options.trigger_tokens), "trigger tokens")
+        self._check_tokens(len(request.replay), "replayed tokens")
         constraint = Constraint(
             kind,
             text,
@@ -153,7 +161,14 @@ class Operations:
             trigger_patterns=tuple(options.trigger_patterns),
             trigger_tokens=tuple(options.trigger_tokens),
         )
-        constraint.check_size(self._limits.max_grammar_bytes)
+        constraint.check_size(limits.max_grammar_bytes)
+        # the patterns are part of the grammar's size: each is compiled, and looked for after every token
+        patterns = sum(len(p.encode("utf-8", "surrogatepass")) for p in constraint.trigger_patterns)
+        if patterns and len(text.encode("utf-8", "surrogatepass")) + patterns > limits.max_grammar_bytes:
+            raise LimitError(
+                f"the {kind.value} and its trigger patterns ({patterns} bytes) are over the limit of "
+                f"{limits.max_grammar_bytes} bytes"
+            )
         if len(options.prefill) > self._limits.max_prefill_bytes:
             raise LimitError(
                 f"a prefill of {len(options.prefill)} bytes is over the limit of "
@@ -215,6 +230,7 @@ class Operations:
         return reply, []
 
     def allows(self, request: pb.AllowsRequest) -> pb.AllowsResponse:
+        self._check_tokens(len(request.tokens), "tokens to check")
         session = self.store.get(request.session_id)
         allows = session.matcher.allows
         return pb.AllowsResponse(allowed=[allows(token) for token in request.tokens], state=_state(session))
@@ -255,6 +271,11 @@ class Operations:
             raise LimitError(
                 f"a Step message of {count} operations is over the limit of {self._limits.max_step_ops}"
             )
+        # every Allows of the message together: 4096 operations of a million tokens each is not one call
+        self._check_tokens(
+            sum(len(op.allows.tokens) for op in request.ops if op.HasField("allows")),
+            "tokens to check in a Step message",
+        )
         reply = pb.StepResponse()
         owed: list[OwedMask] = []
         for op in request.ops:
@@ -274,20 +295,28 @@ class Operations:
             self._accept_batch(batch, reply.accepts, owed)
         return reply, owed
 
+    def _check_tokens(self, count: int, what: str) -> None:
+        # before any work on them: a call of ten million token ids would hold the event loop for seconds
+        if count > self._limits.max_tokens_per_call:
+            raise LimitError(
+                f"{count} {what} are over the limit of {self._limits.max_tokens_per_call} token ids a call"
+            )
+
     def _accept_batch(
         self, batch: pb.AcceptBatch, into: pb.AcceptBatchResponse, owed: list[OwedMask]
     ) -> None:
         """A Step's accept batch, column in, column out: the hot path of a worker decoding many sequences,
         so it makes no message per item (only per error and per owed mask)."""
-        ids = list(batch.session_ids)
-        tokens = list(batch.tokens)
-        count = len(ids)
-        positions: list[int | None] = list(batch.positions) or [None] * count
-        if not len(tokens) == len(positions) == count:
+        count = len(batch.session_ids)
+        # the columns' lengths are checked before they are copied: `count` is bounded by max_step_ops
+        if len(batch.tokens) != count or len(batch.positions) not in (0, count):
             raise InputError(
-                f"an accept batch of {count} sessions has {len(tokens)} tokens and "
+                f"an accept batch of {count} sessions has {len(batch.tokens)} tokens and "
                 f"{len(batch.positions)} positions (one each, or no positions)"
             )
+        ids = list(batch.session_ids)
+        tokens = list(batch.tokens)
+        positions: list[int | None] = list(batch.positions) or [None] * count
         accepted = [False] * count  # an item that fails stays False in both columns
         complete = [False] * count
         get = self.store.get

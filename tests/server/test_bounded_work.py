@@ -1,0 +1,175 @@
+"""Every unit of work a client can size is bounded (service/limits.py, operations.py, registry.py): the
+attacks that once held a real server's event loop for seconds (ten million token ids in one Allows, a
+vocabulary with a 48 MiB piece) are refused before any work, RESOURCE_EXHAUSTED with the limit named.
+The work is counted (calls into the matcher, vocabularies built), never timed."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+import pytest
+import pytest_asyncio
+
+from constraintd.engine.matcher import Matcher
+from constraintd.service import registry as registry_module
+from constraintd.service.limits import Limits
+from constraintd.v1 import constraintd_pb2 as pb
+from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
+from tests.server.running import AB_PLUS, TINY_EOG, TINY_PIECES, running_service, server_config, socket_dir
+
+Stub = Any
+A = 3
+LIMITS = dataclasses.replace(Limits(), max_tokens_per_call=1000, max_piece_bytes=1024)
+
+
+@pytest_asyncio.fixture
+async def stub() -> AsyncIterator[Stub]:
+    with socket_dir() as directory:
+        async with (
+            running_service(server_config(directory, limits=LIMITS)) as running,
+            grpc.aio.insecure_channel(running.addresses[0]) as channel,
+        ):
+            yield pb_grpc.ConstraintdStub(channel)
+
+
+@pytest.fixture
+def allows_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    allows = Matcher.allows
+
+    def counted(self: Matcher, token: int) -> bool:
+        calls.append(token)
+        return allows(self, token)
+
+    monkeypatch.setattr(Matcher, "allows", counted)
+    return calls
+
+
+async def session(stub: Stub, **fields: Any) -> tuple[str, str]:
+    vocab = await stub.RegisterVocab(
+        pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=TINY_PIECES, eog=TINY_EOG))
+    )
+    reply = await stub.CreateSession(
+        pb.CreateSessionRequest(vocab_id=vocab.vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), **fields)
+    )
+    return vocab.vocab_id, reply.session_id
+
+
+async def refusal(call: Any) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call
+    return caught.value.code(), caught.value.details() or ""
+
+
+@pytest.mark.asyncio
+async def test_an_allows_of_too_many_tokens_is_refused_before_any_is_checked(
+    stub: Stub, allows_calls: list[int]
+) -> None:
+    _, session_id = await session(stub)
+    reply = await stub.Allows(pb.AllowsRequest(session_id=session_id, tokens=[A] * 1000))
+    assert len(reply.allowed) == len(allows_calls) == 1000
+    allows_calls.clear()
+    code, message = await refusal(
+        stub.Allows(pb.AllowsRequest(session_id=session_id, tokens=[A] * 1_000_000))
+    )
+    assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "1000000 tokens to check are over the limit of 1000 token ids a call" in message
+    assert allows_calls == []
+
+
+@pytest.mark.asyncio
+async def test_a_step_counts_the_tokens_of_all_its_allows(stub: Stub, allows_calls: list[int]) -> None:
+    _, session_id = await session(stub)
+    op = pb.StepOp(allows=pb.AllowsRequest(session_id=session_id, tokens=[A] * 600))
+    call = stub.Step()
+    await call.write(pb.StepRequest(ops=[op, op]))
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call.read()
+    assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "1200 tokens to check in a Step message are over the limit of 1000" in (
+        caught.value.details() or ""
+    )
+    assert allows_calls == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "what"),
+    [
+        ({"replay": [A] * 1001}, "1001 replayed tokens"),
+        ({"options": pb.SessionOptions(trigger_tokens=[A] * 1001)}, "1001 trigger tokens"),
+    ],
+    ids=["replay", "trigger-tokens"],
+)
+@pytest.mark.asyncio
+async def test_a_session_asking_for_too_many_tokens_is_refused(
+    stub: Stub, fields: dict[str, Any], what: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vocab_id, _ = await session(stub)
+    accepts: list[int] = []
+    accept = Matcher.accept
+    monkeypatch.setattr(Matcher, "accept", lambda self, token: accepts.append(token) or accept(self, token))
+    request = pb.CreateSessionRequest(vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), **fields)
+    code, message = await refusal(stub.CreateSession(request))
+    assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert f"{what} are over the limit of 1000 token ids a call" in message
+    assert accepts == []
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        lambda big: pb.PieceList(pieces=[*TINY_PIECES, big], eog=TINY_EOG),
+        lambda big: pb.PieceList(
+            pieces=[*TINY_PIECES, b"<x>"],
+            eog=TINY_EOG,
+            token_texts=[""] * len(TINY_PIECES) + [big.decode()],
+        ),
+    ],
+    ids=["piece", "token-text"],
+)
+@pytest.mark.asyncio
+async def test_a_vocabulary_with_a_huge_piece_is_refused_before_it_is_built(
+    stub: Stub, attack: Callable[[bytes], pb.PieceList], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[int] = []
+    vocab = registry_module.Vocab
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        built.append(1)
+        return vocab(*args, **kwargs)
+
+    monkeypatch.setattr(registry_module, "Vocab", counted)
+    code, message = await refusal(
+        stub.RegisterVocab(pb.RegisterVocabRequest(pieces=attack(b"x" * (8 << 20))))
+    )
+    assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert f"of token {len(TINY_PIECES)} is {8 << 20} bytes, over the limit of 1024 bytes a piece" in message
+    assert built == []
+    # a piece at the limit is a vocabulary
+    reply = await stub.RegisterVocab(
+        pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=[*TINY_PIECES, b"x" * 1024], eog=TINY_EOG))
+    )
+    assert reply.size == len(TINY_PIECES) + 1
+
+
+@pytest.mark.parametrize(
+    ("patterns", "message"),
+    [
+        (["x" * (1 << 20)], f"the gbnf and its trigger patterns ({1 << 20} bytes) are over the limit of"),
+        (["x"] * 65, "65 trigger patterns are over the limit of 64"),
+    ],
+    ids=["size", "count"],
+)
+@pytest.mark.asyncio
+async def test_trigger_patterns_count_in_the_grammar_size(
+    stub: Stub, patterns: list[str], message: str
+) -> None:
+    vocab_id, _ = await session(stub)
+    options = pb.SessionOptions(trigger_patterns=patterns)
+    request = pb.CreateSessionRequest(vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), options=options)
+    code, details = await refusal(stub.CreateSession(request))
+    assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert message in details
