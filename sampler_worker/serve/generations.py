@@ -16,7 +16,9 @@
 #   so no two threads ever use one context.
 # - The generation loop is `sampler_worker.generate.generate`, the one `sampler-worker generate` runs, on
 #   the same prompt tokens and settings: with one context, a seeded request's tokens are the command's.
-# - Metrics are written on the loop only (a done callback), from a tally the worker thread filled.
+# - Metrics are written on the loop only (a done callback), from a tally the worker thread filled; the
+#   gauge of open constraintd sessions moves when a session opens and when it closes (the worker thread
+#   schedules the change on the loop, before it ends: at `wait_idle()` the gauge counts no ended run).
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +26,7 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -175,8 +177,11 @@ class Run:
     # The worker thread's side.
 
     def emit(self, event: Event) -> None:
+        self.on_loop(self._events.put_nowait, event)
+
+    def on_loop(self, call: Callable[..., object], *args: object) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: the server is gone, nobody listens
-            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+            self._loop.call_soon_threadsafe(call, *args)
 
     def check(self) -> None:
         if self._cancelled.is_set():
@@ -320,7 +325,7 @@ class Generations:
             tally.prompt_tokens = len(prompt)
             room = context.n_ctx - len(prompt)
             budget = room if job.max_tokens is None else min(job.max_tokens, room)
-            with self._session(job, tally) as session:
+            with self._session(job, run) as session:
                 run.check()
                 run.emit(Started(len(prompt)))
 
@@ -346,17 +351,26 @@ class Generations:
             run.emit(Failed(exc))
 
     @contextlib.contextmanager
-    def _session(self, job: Job, tally: _Tally) -> Iterator[_TimedSession | None]:
+    def _session(self, job: Job, run: Run) -> Iterator[_TimedSession | None]:
         if job.constraint is None:
             yield None
             return
+        tally = run.tally
         started = time.perf_counter()
         session = self.client.session(self._vocab, **job.constraint)
         tally.constraint_seconds += time.perf_counter() - started
+        run.on_loop(self._count_session, 1)
         try:
             yield _TimedSession(session, tally)
         finally:
             started = time.perf_counter()
-            session.close()
-            tally.constraint_seconds += time.perf_counter() - started
+            try:
+                session.close()
+            finally:
+                tally.constraint_seconds += time.perf_counter() - started
+                run.on_loop(self._count_session, -1)
+
+    def _count_session(self, change: int) -> None:
+        # on the loop
+        self.metrics.constraintd_sessions += change
 

@@ -27,8 +27,10 @@ class Metrics:
         constraintd_seconds: time generations spent waiting on constraintd (sessions, accepts, masks).
         cancelled: generations ended early (a client gone, a deadline passed, a shutdown).
         queue_full: requests refused because the queue was full.
-        active: generations running now.
+        active: generations running now (a cancelled one until its worker thread has ended).
         waiting: requests waiting for a free slot now.
+        constraintd_sessions: constraintd sessions the server's generations hold open now (opened, not
+            yet closed; a session whose close failed counts as closed: the server no longer holds it).
     """
 
     requests: Counter[tuple[str, int]] = field(default_factory=Counter)
@@ -40,6 +42,7 @@ class Metrics:
     queue_full: int = 0
     active: int = 0
     waiting: int = 0
+    constraintd_sessions: int = 0
 
     def render(self) -> str:
         """The counters as Prometheus text."""
@@ -66,4 +69,6 @@ class Metrics:
                [("", self.queue_full)])
         metric("generations_active", "gauge", "Generations running now.", [("", self.active)])
         metric("requests_waiting", "gauge", "Requests waiting for a free slot.", [("", self.waiting)])
+        metric("constraintd_sessions_open", "gauge", "constraintd sessions the generations hold open.",
+               [("", self.constraintd_sessions)])
         return "\n".join(lines) + "\n"

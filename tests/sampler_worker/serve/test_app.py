@@ -163,6 +163,7 @@ def test_a_full_queue_is_429_and_a_gone_client_ends_its_generation(server: LiveS
         lines = response.iter_lines()
         assert next(lines).startswith("data: ")  # the generation holds the only slot now
         assert server.open_sessions() == 1
+        assert metric(http, "constraintd_sessions_open") == 1
         busy = http.post("/v1/chat/completions", json=chat(max_tokens=1))
         error = error_of(busy, 429)
         assert busy.headers["retry-after"] == "1"
@@ -170,6 +171,7 @@ def test_a_full_queue_is_429_and_a_gone_client_ends_its_generation(server: LiveS
     # the client has gone: its generation ends at its next token, its constraintd session with it
     server.wait_idle()
     assert server.open_sessions() == 0
+    assert metric(http, "constraintd_sessions_open") == 0
     assert metric(http, "generations_cancelled_total") == cancelled + 1
     assert metric(http, "queue_full_total") == refused + 1
     assert metric(http, "generations_active") == 0
@@ -188,3 +190,4 @@ def test_metrics_count_requests_tokens_and_rejections(http: httpx.Client) -> Non
     requests = r'^sampler_worker_requests_total\{endpoint="chat",code="200"\} [1-9]'
     assert re.search(requests, text, re.MULTILINE)
     assert "# TYPE sampler_worker_generations_active gauge" in text
+    assert "# TYPE sampler_worker_constraintd_sessions_open gauge" in text
