@@ -201,13 +201,13 @@ class MaskCache:
             known = self.shared.get((LOOP_MARK, *loop_key))
         verdict = None
         if known is not None:
-            rows = _looking_past(table, min(reach, known.reach))
-            if rows.size <= few:
-                verdict = self._from_loop(top, known, rows, limit)
+            shared_reach = min(reach, known.reach)
+            if _count_looking_past(table, shared_reach) <= few:  # counted first: rows only when few
+                verdict = self._from_loop(top, known, _looking_past(table, shared_reach), limit)
         if verdict is None:
             verdict = self._walk_top(top, limit)
         self.shared.put(key, verdict, verdict.nbytes)
-        if (known is None or known.reach < reach) and _looking_past(table, reach).size <= few:
+        if (known is None or known.reach < reach) and _count_looking_past(table, reach) <= few:
             for_loop = replace(verdict, reach=reach)
             self.shared.put((LOOP_MARK, *loop_key), for_loop, for_loop.nbytes)
         return verdict
@@ -285,6 +285,15 @@ class MaskCache:
     def tops(self) -> int:
         """How many stack tops this grammar has met and keeps a shortcut to."""
         return len(self._tops)
+
+
+def _count_looking_past(table: ColumnTable, reach: int) -> int:
+    # how many rows `_looking_past` gives, without making them: a short reach leaves most of the
+    # vocabulary past it, and a first visit must not pay for an array of it only to learn that
+    count_from = table.count_from
+    more = int(count_from[reach]) if reach < len(count_from) else 0
+    end = int(count_from[reach - 1]) if reach - 1 < len(count_from) else 0
+    return more + int(np.count_nonzero(table.partials[more:end])) if end > more else more
 
 
 def _looking_past(table: ColumnTable, reach: int) -> IntArray:

@@ -251,3 +251,18 @@ def test_bounded_strings_identical_to_llama_cpp(
     assert tally.accepted >= len(tokens)
     if bound > 8:
         assert spy.call_count > 0  # the chain's positions borrowed their loop's verdicts
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        [b"a", b"ab", b"abc", b"\xc3", b"x\xe2\x82", b"\xe2\x82\xac\xe2", b"", b"abcdefg"],
+        [bytes([97 + i % 26]) * (1 + i % 9) + (b"\xf0\x9f" if i % 5 == 0 else b"") for i in range(200)],
+    ],
+    ids=["mixed", "lengths-1-to-9"],
+)
+def test_counting_the_tokens_past_a_reach_agrees_with_listing_them(pieces: list[bytes]) -> None:
+    table = Vocab(pieces).decoded().fresh_table()
+    for reach in range(1, len(table.columns) + 3):
+        listed = mask_cache._looking_past(table, reach)
+        assert mask_cache._count_looking_past(table, reach) == listed.size, reach
