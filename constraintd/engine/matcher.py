@@ -37,7 +37,7 @@ import numpy.typing as npt
 from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.grammar.stack_sets import Move, State
 from constraintd.engine.grammar.stacks import StackSet
-from constraintd.engine.grammar.triggers import BufferedToken
+from constraintd.engine.grammar.triggers import BufferedToken, TriggerScan
 from constraintd.engine.grammar.utf8 import FRESH, INVALID, PartialUtf8, decode_utf8
 from constraintd.engine.vocab.decoded import END_OF_GENERATION, NEVER
 from constraintd.errors import InputError, LimitError, TokenError
@@ -63,6 +63,7 @@ class Matcher:
         "_mask_words",
         "_n_vocab",
         "_partial",
+        "_scans",
         "_state",
         "_trail_contexts",
         "_trail_states",
@@ -85,6 +86,8 @@ class Matcher:
         self._trail_tokens = array("i")
         self._buffer = bytearray()
         self._buffered: list[BufferedToken] = []
+        # where the trigger patterns' search stands after each buffered token (the first: before any)
+        self._scans: list[TriggerScan] = [grammar._triggers.start()]
         self._start()
 
     def _start(self) -> None:
@@ -306,12 +309,20 @@ class Matcher:
         piece = self.grammar.vocab.pieces[token]
         triggers = self.grammar._triggers
         entry: BufferedToken | None = None
+        scan: TriggerScan | None = None
         if token in triggers.tokens:
             replay: list[tuple[int, bytes]] | None = [(token, piece)]
         else:
-            start = len(self._buffer)
-            entry = (token, start, start + len(piece))
-            replay = triggers.replay(bytes(self._buffer) + piece, [*self._buffered, entry])
+            # the piece joins the buffer for the look, and leaves it again unless the token is accepted;
+            # the patterns read only what it adds, not the buffer again (trigger_regex.py)
+            begin = len(self._buffer)
+            entry = (token, begin, begin + len(piece))
+            self._buffer += piece
+            self._buffered.append(entry)
+            scan, start = triggers.advance(self._scans[-1], self._buffer)
+            replay = triggers.replayed(self._buffer, self._buffered, start) if start >= 0 else None
+            del self._buffer[begin:]
+            self._buffered.pop()
         state: State | None = self._state
         partial = self._partial
         for replayed, replayed_piece in replay or ():
@@ -323,8 +334,10 @@ class Matcher:
             partial = FRESH if partial == INVALID else partial
         self._push(token)
         if entry is not None:
+            assert scan is not None
             self._buffered.append(entry)
             self._buffer += piece
+            self._scans.append(scan)
         if replay is not None:
             assert state is not None
             self._state, self._partial, self._awaiting = state, partial, False
@@ -345,6 +358,7 @@ class Matcher:
         twin._trail_tokens = array("i", self._trail_tokens)
         twin._buffer = bytearray(self._buffer)
         twin._buffered = list(self._buffered)
+        twin._scans = list(self._scans)
         return twin
 
     def rollback(self, n: int = 1) -> None:
@@ -363,6 +377,7 @@ class Matcher:
         del self._trail_states[-n:], self._trail_contexts[-n:], self._trail_tokens[-n:]
         self._state, self._partial, self._awaiting = state, partial, awaiting
         del self._buffered[buffered:]
+        del self._scans[buffered + 1 :]
         del self._buffer[self._buffered[-1][2] if self._buffered else 0 :]
 
     def reset(self) -> None:
@@ -372,6 +387,7 @@ class Matcher:
         del self._trail_tokens[:]
         self._buffer.clear()
         self._buffered.clear()
+        del self._scans[1:]
         self._start()
 
     def _push(self, token: int) -> None:
@@ -390,4 +406,3 @@ class Matcher:
     def __repr__(self) -> str:
         waiting = ", awaiting trigger" if self._awaiting else ""
         return f"<Matcher {len(self._state.stacks)} stacks, {len(self._trail_tokens)} steps{waiting}>"
-

@@ -13,6 +13,7 @@ import grpc
 import pytest
 import pytest_asyncio
 
+from constraintd.engine.grammar.trigger_regex import Program
 from constraintd.engine.matcher import Matcher
 from constraintd.service import registry as registry_module
 from constraintd.service.limits import Limits
@@ -173,3 +174,26 @@ async def test_trigger_patterns_count_in_the_grammar_size(
     code, details = await refusal(stub.CreateSession(request))
     assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert message in details
+
+
+@pytest.mark.asyncio
+async def test_a_backtracking_trigger_pattern_costs_each_accept_the_same(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (a+a+)+y once made every Accept twice as slow as the one before (the 26th took 8 s, all sessions
+    # waited); the patterns now run as automata that read each new byte once: count their steps
+    steps: list[int] = []
+    closure = Program._closure
+
+    def counted(self: Program, *args: Any) -> Any:
+        steps[-1] += 1
+        return closure(self, *args)
+
+    monkeypatch.setattr(Program, "_closure", counted)
+    options = pb.SessionOptions(trigger_patterns=["(a+a+)+y"])
+    _, session_id = await session(stub, options=options)
+    for _ in range(200):
+        steps.append(0)
+        reply = await stub.Accept(pb.AcceptRequest(session_id=session_id, token=A))
+        assert reply.accepted
+    assert max(steps) == steps[-1] <= 4

@@ -7,75 +7,41 @@
 # - Otherwise, after each buffered token, each pattern in order is looked for in the whole buffer
 #   (llama_grammar_trigger_pattern::find); at the first that matches, the wait ends and every buffered
 #   token that reaches past the match start is replayed into the grammar, the first one cut to start
-#   there (`Triggers.replay`).
+#   there (`Triggers.replayed`).
 # - Patterns are ECMAScript regular expressions over bytes (std::regex on a std::string). `find` follows
 #   llama.cpp: a pattern written `^...$` is first matched against the whole buffer (std::regex_match),
 #   and every pattern is then searched anywhere (std::regex_search); the start is that of the first
 #   capture group that matched something, else that of the whole match.
-# - Python's `re` runs the patterns after `_translate` rewrites the few constructs that differ: `.` does
-#   not match "\r" either, and `$` only matches at the very end. Refused (GrammarError) rather than
-#   matched differently: `[]` and `[^]` (an empty and a full class in ECMAScript), `\u`/`\c` escapes, and
-#   anything Python's `re` cannot compile. Not covered: std::regex's own quirks with constructs outside
-#   ECMAScript (`(?P<..>`, inline flags, lookbehind: std::regex refuses them, `re` accepts them).
+# - The patterns run as automata (grammar/trigger_regex.py: no backtracking, the constructs refused
+#   there are refused here), and incrementally: a `TriggerScan` holds where each pattern's search stands,
+#   and `advance` reads only the bytes appended since (and the last few again), so an accept while a
+#   grammar waits costs its piece's length times the patterns' size, however long the buffer has grown.
+#   `MAX_PROGRAM` bounds the size of the patterns together.
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from constraintd.engine.grammar.trigger_regex import MAX_PROGRAM, Captures, Program, Scan
 from constraintd.errors import GrammarError
 
-__all__ = ["BufferedToken", "TriggerPattern", "Triggers"]
+__all__ = ["BufferedToken", "TriggerPattern", "TriggerScan", "Triggers"]
 
 # (token id, start, end) of a buffered piece in the buffer
 BufferedToken = tuple[int, int, int]
-
-# ECMAScript constructs outside a class, rewritten for Python's `re` (which reads bytes here).
-_OUTSIDE_CLASS: Final = {ord("."): rb"[^\n\r]", ord("$"): rb"\Z"}
-# Characters literal inside an ECMAScript class that Python's `re` reads as (future) set operators.
-_ESCAPE_IN_CLASS: Final = frozenset(b"[&~|")
+# per pattern: its search, and its whole-buffer match (None unless written ^...$)
+TriggerScan = tuple[tuple[Scan, Scan | None], ...]
+_NO_SCAN: Final[TriggerScan] = ()
 
 
-def _translate(pattern: str) -> bytes:
-    source = pattern.encode("utf-8")
-    out = bytearray()
-    in_class = False
-    pos = 0
-    while pos < len(source):
-        byte = source[pos]
-        if byte == ord("\\"):
-            escaped = source[pos + 1 : pos + 2]
-            if not escaped:
-                raise GrammarError(f"trigger pattern ends with a lone backslash: {pattern!r}")
-            if escaped in (b"u", b"c"):
-                raise GrammarError(
-                    f"trigger pattern escape \\{escaped.decode()} is not supported: {pattern!r}"
-                )
-            out += source[pos : pos + 2]
-            pos += 2
-            continue
-        if in_class:
-            if byte == ord("]"):
-                in_class = False
-                out.append(byte)
-            elif byte in _ESCAPE_IN_CLASS:
-                out += b"\\" + bytes((byte,))
-            else:
-                out.append(byte)
-        elif byte == ord("["):
-            rest = source[pos + 1 : pos + 3]
-            if rest.startswith(b"]") or rest == b"^]":
-                raise GrammarError(f"trigger pattern class [] or [^] is not supported: {pattern!r}")
-            in_class = True
-            out.append(byte)
-            if rest.startswith(b"^"):
-                out.append(ord("^"))
-                pos += 1
-        else:
-            out += _OUTSIDE_CLASS.get(byte, bytes((byte,)))
-        pos += 1
-    return bytes(out)
+def _start_of(captures: Captures) -> int:
+    # the first group that matched something, else the whole match (find_start_pos)
+    for group in range(2, len(captures), 2):
+        start, end = captures[group], captures[group + 1]
+        if start >= 0 and end > start:
+            return start
+    return captures[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +50,12 @@ class TriggerPattern:
 
     Attributes:
         pattern: the ECMAScript pattern as given.
-        regex: its translation for Python's `re`, over bytes.
+        program: its automaton.
         whole: whether it is written `^...$` (then first matched against the whole buffer).
     """
 
     pattern: str
-    regex: re.Pattern[bytes]
+    program: Program
     whole: bool
 
     @classmethod
@@ -99,24 +65,32 @@ class TriggerPattern:
         Raises:
             GrammarError: the pattern is not a regular expression, or uses a construct not supported.
         """
-        try:
-            regex = re.compile(_translate(pattern))
-        except re.error as exc:
-            raise GrammarError(f"invalid trigger pattern {pattern!r}: {exc}") from exc
-        return cls(pattern, regex, pattern.startswith("^") and pattern.endswith("$"))
+        whole = pattern.startswith("^") and pattern.endswith("$")
+        return cls(pattern, Program.compile(pattern), whole)
+
+    def start(self) -> tuple[Scan, Scan | None]:
+        program = self.program
+        return program.start(anchored=False), program.start(anchored=True) if self.whole else None
+
+    def advance(
+        self, scan: tuple[Scan, Scan | None], data: bytes | bytearray
+    ) -> tuple[tuple[Scan, Scan | None], int]:
+        """`scan` taken over what was appended to `data`, and where the constrained text starts in `data`
+        (-1 when the pattern does not match it)."""
+        search, whole = scan
+        start = -1
+        if whole is not None:
+            whole, captures = self.program.advance(whole, data, anchored=True)
+            if captures is not None:
+                start = _start_of(captures)
+        search, captures = self.program.advance(search, data, anchored=False)
+        if start < 0 and captures is not None:
+            start = _start_of(captures)
+        return (search, whole), start
 
     def find(self, buffer: bytes) -> int:
         """Where the constrained text starts in `buffer`, or -1 when the pattern does not match."""
-        found = self.regex.fullmatch(buffer) if self.whole else None
-        if found is None:
-            found = self.regex.search(buffer)
-            if found is None:
-                return -1
-        for group in range(1, (self.regex.groups or 0) + 1):
-            start, end = found.span(group)
-            if end - start > 0:
-                return start
-        return found.start()
+        return self.advance(self.start(), buffer)[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,16 +105,46 @@ class Triggers:
         """Compile the patterns.
 
         Raises:
-            GrammarError: a pattern cannot be compiled.
+            GrammarError: a pattern cannot be compiled, or the patterns together are too large.
         """
-        return cls(tuple(TriggerPattern.compile(p) for p in patterns), frozenset(int(t) for t in tokens))
+        compiled = tuple(TriggerPattern.compile(p) for p in patterns)
+        size = sum(len(p.program.code) for p in compiled)
+        if size > MAX_PROGRAM:
+            raise GrammarError(f"trigger patterns compile to {size} instructions, over {MAX_PROGRAM}")
+        return cls(compiled, frozenset(int(t) for t in tokens))
+
+    def start(self) -> TriggerScan:
+        """The scan of an empty buffer."""
+        return tuple(pattern.start() for pattern in self.patterns) if self.patterns else _NO_SCAN
+
+    def advance(self, scan: TriggerScan, buffer: bytes | bytearray) -> tuple[TriggerScan, int]:
+        """`scan` taken over what was appended to `buffer` since, and where the first pattern that matches
+        `buffer` puts the start of the constrained text (-1: none matches)."""
+        scans = []
+        for pattern, each in zip(self.patterns, scan, strict=True):
+            moved, start = pattern.advance(each, buffer)
+            if start >= 0:
+                return scan, start
+            scans.append(moved)
+        return tuple(scans), -1
+
+    @staticmethod
+    def replayed(
+        buffer: bytes | bytearray, buffered: Sequence[BufferedToken], start: int
+    ) -> list[tuple[int, bytes]]:
+        """The (token, piece) pairs to replay when the constrained text starts at `start` of `buffer`."""
+        # the buffered tokens are in order: find the first that ends past `start` by bisection
+        low, high = 0, len(buffered)
+        while low < high:
+            middle = (low + high) // 2
+            if buffered[middle][2] > start:
+                high = middle
+            else:
+                low = middle + 1
+        return [(token, bytes(buffer[max(begin, start) : end])) for token, begin, end in buffered[low:]]
 
     def replay(self, buffer: bytes, buffered: Sequence[BufferedToken]) -> list[tuple[int, bytes]] | None:
-        """The (token, piece) pairs to replay if a pattern now matches `buffer`, else None."""
-        for pattern in self.patterns:
-            start = pattern.find(buffer)
-            if start >= 0:
-                return [
-                    (token, buffer[max(begin, start) : end]) for token, begin, end in buffered if end > start
-                ]
-        return None
+        """The (token, piece) pairs to replay if a pattern now matches `buffer`, else None (read from the
+        start: a matcher advances a `TriggerScan` instead)."""
+        start = self.advance(self.start(), buffer)[1]
+        return None if start < 0 else self.replayed(buffer, buffered, start)

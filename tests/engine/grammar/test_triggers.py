@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import random
+import re
+
 import pytest
 
 from constraintd.engine import Grammar, GrammarError, Matcher, Vocab, unpack_mask
+from constraintd.engine.grammar.trigger_regex import Program
 from constraintd.engine.grammar.triggers import TriggerPattern, Triggers
 
 FIND_CASES = [
@@ -41,10 +45,114 @@ def test_find(pattern: str, buffer: bytes, start: int) -> None:
     assert TriggerPattern.compile(pattern).find(buffer) == start
 
 
-@pytest.mark.parametrize("pattern", ["(", "[]", "[^]", "a\\", "\\u0041", "a{2,1}"])
+REFUSED = [
+    "(",
+    "[]",
+    "[^]",
+    "a\\",
+    "\\u0041",
+    "a{2,1}",
+    "a{",
+    "(a)\\1",  # a back-reference: no automaton
+    "(?<=a)b",  # lookbehind: std::regex refuses it too
+    "(?P<n>a)",
+    "a(?=b*)",  # a lookahead of unbounded length
+    "a**",
+    "*a",
+    "(a{1000}){1000}",  # expands past MAX_PROGRAM
+]
+
+
+@pytest.mark.parametrize("pattern", REFUSED, ids=REFUSED)
 def test_patterns_refused(pattern: str) -> None:
-    with pytest.raises(GrammarError):
+    with pytest.raises(GrammarError, match="trigger pattern"):
         TriggerPattern.compile(pattern)
+
+
+def test_patterns_together_are_bounded() -> None:
+    with pytest.raises(GrammarError, match="instructions"):
+        Triggers.compile(["a{3000}"] * 5, [])
+
+
+def _translate(pattern: str) -> bytes:
+    # the same pattern for Python's `re` (bytes), for these patterns: `.` and `$` as ECMAScript reads them
+    return pattern.replace(".", "[^\\n\\r]").replace("$", "\\Z").encode()
+
+
+def _re_find(regex: re.Pattern[bytes], whole: bool, buffer: bytes) -> int:
+    found = regex.fullmatch(buffer) if whole else None
+    found = found or regex.search(buffer)
+    if found is None:
+        return -1
+    return next(
+        (found.start(g) for g in range(1, regex.groups + 1) if found.end(g) > found.start(g)), found.start()
+    )
+
+
+# patterns where backtracking (Python's `re`, as std::regex) and the automaton must agree, over random text
+AGREEING = [
+    r"[\s\S]*?(<tool_call>)[\s\S]*",
+    r"^\s*(\{)[\s\S]*$",
+    r"<\|start\|>assistant(<\|channel\|>(?:commentary|analysis)\s+to)",
+    r"^<\|channel\|>(?:commentary|analysis)\s+to=functions$",
+    r">>>(?!all)",
+    r"a(x?)b",
+    r"(a|ab)(c|bcd)(d*)",
+    r"(x+x+)+y",
+    r"(a*?)(b+)",
+    r"\bab\b",
+    r"(?:a|b){2,3}?(c)",
+    r"^a|b$",
+]
+
+
+@pytest.mark.parametrize("pattern", AGREEING, ids=AGREEING)
+def test_the_automaton_finds_what_backtracking_finds(pattern: str) -> None:
+    rng = random.Random(pattern)
+    compiled = TriggerPattern.compile(pattern)
+    regex = re.compile(_translate(pattern))
+    alphabet = [b"a", b"b", b"c", b"d", b"x", b"y", b" ", b"\n", b"{", b"<tool_call>", b">>>", b"all", b"to"]
+    alphabet += [b"<|start|>assistant", b"<|channel|>", b"commentary", b"=functions"]
+    for _ in range(300):
+        buffer = b"".join(rng.choice(alphabet) for _ in range(rng.randrange(8)))
+        assert compiled.find(buffer) == _re_find(regex, compiled.whole, buffer), buffer
+
+
+@pytest.mark.parametrize("pattern", AGREEING, ids=AGREEING)
+def test_an_incremental_scan_answers_as_a_scan_from_the_start(pattern: str) -> None:
+    rng = random.Random(pattern)
+    triggers = Triggers.compile([pattern], [])
+    for _ in range(100):
+        scan, buffer = triggers.start(), b""
+        for _ in range(rng.randrange(10)):
+            buffer += bytes(rng.choice(b"abcdxy {<>\n") for _ in range(rng.randrange(4)))
+            scan, start = triggers.advance(scan, buffer)
+            assert start == triggers.advance(triggers.start(), buffer)[1], buffer
+            if start >= 0:
+                break
+
+
+def test_a_waiting_accept_costs_the_same_however_long_the_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (x+x+)+y backtracks exponentially in the buffer's length (std::regex and Python's `re` alike): the
+    # 26th accept of "x" once took 8 s. The automaton reads each new byte once: count its steps.
+    steps: list[int] = []
+    closure = Program._closure
+
+    def counted(self: Program, *args: object) -> object:
+        steps[-1] += 1
+        return closure(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Program, "_closure", counted)
+    matcher = Matcher(Grammar.from_gbnf(GRAMMAR, VOCAB, trigger_patterns=[r"(x+x+)+y"]))
+    for _ in range(500):
+        steps.append(0)
+        assert matcher.accept(5) and matcher.awaiting_trigger
+    assert max(steps) == steps[2] <= 4
+    # and a "y" ends the wait, replaying from the start of the first group (llama.cpp's find)
+    piece = Vocab([b"</s>", b"x", b"y", b"{"], eog_ids=[0])
+    matcher = Matcher(Grammar.from_gbnf('root ::= "x"+ "y" "{"\n', piece, trigger_patterns=[r"(x+x+)+y"]))
+    assert all(matcher.accept(1) for _ in range(300)) and matcher.awaiting_trigger
+    assert matcher.accept(2) and not matcher.awaiting_trigger and matcher.accept(3) and matcher.is_complete()
 
 
 def test_replay_cuts_the_first_token_at_the_match_start() -> None:
