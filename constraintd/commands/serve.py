@@ -40,6 +40,11 @@ _LIMIT_OPTIONS: dict[str, tuple[str, type, str]] = {
     "--max-message-bytes": ("max_message_bytes", int, "size of one gRPC message"),
     "--max-step-ops": ("max_step_ops", int, "operations in one Step message"),
     "--max-grammars": ("max_grammars", int, "compiled grammars kept in the shared cache"),
+    "--max-grammar-cache-bytes": (
+        "max_grammar_cache_bytes",
+        int,
+        "bytes the compiled grammars and refused constraints kept in the shared cache may hold together",
+    ),
     "--session-ttl": ("default_ttl", float, "seconds a session may stay idle unless its creator says"),
     "--max-session-ttl": ("max_ttl", float, "the longest idle time a creator may ask for"),
     "--compile-timeout": ("compile_timeout", float, "seconds a compile may take"),

@@ -52,7 +52,10 @@ class Limits:
         max_message_bytes: a gRPC message, either way (a 262k-token vocabulary's pieces are about 3 MiB).
         max_step_ops: operations in one Step message.
         max_grammars: compiled grammars kept in the shared cache (least recently used are dropped; sessions
-            keep using theirs).
+            keep using theirs), and refused constraints remembered.
+        max_grammar_cache_bytes: bytes the registry's caches of compiled grammars and refused constraints
+            hold together, as the grammars measure themselves (`Grammar.nbytes`: rules, states, masks); a
+            grammar alone larger is compiled for its caller and not kept.
         default_ttl: seconds a session may stay idle when its creator did not say.
         max_ttl: the longest idle time a creator may ask for.
         compile_timeout: seconds a compile (conversion, grammar, vocabulary) may take before the caller
@@ -74,6 +77,7 @@ class Limits:
     max_message_bytes: int = 64 * MIB
     max_step_ops: int = 4096
     max_grammars: int = 256
+    max_grammar_cache_bytes: int = 512 * MIB
     default_ttl: float = 600.0
     max_ttl: float = 24 * 3600.0
     compile_timeout: float = 60.0

@@ -23,8 +23,19 @@
 #   SchemaError: the same answer every time) is remembered too, and asking again raises the same error
 #   without compiling: a large refused schema sent in a loop costs one compile. One key is worked on
 #   once even when many callers ask at the same time (they wait for the first). The caches are the
-#   engine's `LruCache` (engine/lru.py), `max_grammars` entries each, under the registry's lock; a session
-#   keeps its own reference, so dropping never harms a running session.
+#   engine's `LruCache` (engine/lru.py), under the registry's lock; a session keeps its own reference,
+#   so dropping never harms a running session.
+# - The caches are bounded by bytes as well as by count: together they hold at most
+#   `max_grammar_cache_bytes` as their entries measure themselves (`Grammar.nbytes`: what was compiled,
+#   the masks and states learned since; a refusal: its message and parts), and at most `max_grammars`
+#   entries each. A grammar is charged once, in the grammar cache; a compiled constraint is charged its
+#   own few bytes and goes when its grammar goes (nothing the bound lets go is kept alive by the other
+#   cache), and a grammar alone over the bound is not kept at all. Grammars grow while serving (within
+#   their own masks' and states' bounds): they are measured again at every compile, and the least
+#   recently used go until the total fits (`cache_bytes` says the total now).
+# - A refusal keeps only what answering it again needs: the error's class, its message and its parts
+#   (never its traceback, cause or context, nor an attribute past its parts: nothing that holds the
+#   parsed grammar or another intermediate object of the compile).
 # - A vocabulary owns what is derived from it (its decoded pieces, the verdicts its grammars share): the
 #   registry keeps one `Vocab` per content, so every grammar on that content shares them.
 # - At most `max_vocabs` are registered. When a new one needs a slot, the least recently used vocabulary
@@ -46,6 +57,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -61,7 +73,14 @@ from constraintd.engine.grammar.gbnf import parse_gbnf
 from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.warm import warm_vocabulary
 from constraintd.engine.vocab.vocab import TokenizerRules, Vocab
-from constraintd.errors import GrammarError, LimitError, NotFoundError, SchemaError, VocabError
+from constraintd.errors import (
+    ConstraintdError,
+    GrammarError,
+    LimitError,
+    NotFoundError,
+    SchemaError,
+    VocabError,
+)
 from constraintd.service.constraints import Constraint, PreparedGrammar, prepare
 from constraintd.service.limits import PATH_ECHO_CHARS, Limits, shown
 from constraintd.service.log_events import fields
@@ -94,6 +113,37 @@ class CompiledConstraint:
 
     grammar: Grammar
     warnings: tuple[str, ...]
+
+    @property
+    def own_bytes(self) -> int:
+        """Bytes of this constraint's own parts (its warnings), its grammar's not counted."""
+        return sys.getsizeof(self) + sys.getsizeof(self.warnings) + sum(map(sys.getsizeof, self.warnings))
+
+    @property
+    def nbytes(self) -> int:
+        """An estimate of the bytes it holds: its grammar's (`Grammar.nbytes`) and its own."""
+        return self.grammar.nbytes + self.own_bytes
+
+
+Refusal = GrammarError | SchemaError
+
+
+def _kept(error: Refusal) -> Refusal:
+    # the error again from its class, message and parts alone: no traceback (and the frames that hold
+    # the parsed grammar), no cause or context, no attribute past its parts
+    args = tuple(arg if isinstance(arg, str) else str(arg) for arg in error.args)
+    return type(error).rebuilt(args, {name: getattr(error, name) for name in error.PARTS})
+
+
+def _refusal_bytes(error: ConstraintdError) -> int:
+    parts = vars(error)
+    return (
+        sys.getsizeof(error)
+        + sys.getsizeof(error.args)
+        + sum(map(sys.getsizeof, error.args))
+        + sys.getsizeof(parts)
+        + sum(sys.getsizeof(value) for value in parts.values())
+    )
 
 
 class _Once(Generic[K, V]):
@@ -153,9 +203,10 @@ class Registry:
         self._vocabs: OrderedDict[str, Vocab] = OrderedDict()
         self._in_use: Callable[[str], bool] = lambda vocab_hash: True
         self._gguf_hashes: dict[tuple[str, int, int], str] = {}
-        self._compiled: LruCache[str, CompiledConstraint] = LruCache(limits.max_grammars)
-        self._refused: LruCache[str, GrammarError | SchemaError] = LruCache(limits.max_grammars)
-        self._grammars: LruCache[str, Grammar] = LruCache(limits.max_grammars)
+        bound, count = limits.max_grammar_cache_bytes, limits.max_grammars
+        self._compiled: LruCache[str, CompiledConstraint] = LruCache(bound, max_entries=count)
+        self._refused: LruCache[str, Refusal] = LruCache(bound, max_entries=count)
+        self._grammars: LruCache[str, Grammar] = LruCache(bound, max_entries=count)
         self._loading: _Once[tuple[str, int, int], Vocab] = _Once()
         self._resolving: _Once[str, CompiledConstraint] = _Once()
         self._compiling: _Once[str, Grammar] = _Once()
@@ -172,6 +223,24 @@ class Registry:
     @property
     def grammar_count(self) -> int:
         return len(self._grammars)
+
+    @property
+    def refused_count(self) -> int:
+        return len(self._refused)
+
+    @property
+    def cache_bytes(self) -> int:
+        """What the grammar caches hold now, as their entries measure themselves: the grammars (with the
+        masks and states they learned since they were kept), the compiled constraints' own parts, the
+        refusals. At most `max_grammar_cache_bytes` after every compile; it may grow past that between
+        compiles as grammars learn, each within its own bounds. Walks the entries (a few hundred)."""
+        with self._lock:
+            return self._cache_bytes()
+
+    def _cache_bytes(self) -> int:
+        # under the lock
+        grammars = sum(grammar.nbytes for _, grammar in self._grammars.items())
+        return grammars + self._compiled.size + self._refused.size
 
     def vocab(self, vocab_id: str) -> Vocab:
         """The registered vocabulary with this id.
@@ -322,18 +391,24 @@ class Registry:
             return found
         refused = self._recent(self._refused, key)
         if refused is not None:
-            raise type(refused).rebuilt(refused.args, vars(refused))
+            raise _kept(refused)
 
         def build() -> CompiledConstraint:
             try:
                 prepared = self._prepare(constraint)
                 grammar = self._grammar(prepared, vocab)
             except (GrammarError, SchemaError) as error:
-                # kept without its traceback (and the frames it holds)
-                self._remember(self._refused, key, type(error).rebuilt(error.args, vars(error)))
+                kept = _kept(error)
+                with self._lock:
+                    self._refused.put(key, kept, _refusal_bytes(kept))
+                    self._fit()
                 raise
             compiled = CompiledConstraint(grammar, prepared.resolved.warnings)
-            self._remember(self._compiled, key, compiled)
+            with self._lock:
+                # not kept when its grammar was not (alone over the bound): it would keep it alive uncharged
+                if self._grammars.peek(prepared.resolved.key(vocab.content_hash)) is grammar:
+                    self._compiled.put(key, compiled, compiled.own_bytes)
+                    self._fit()
             return compiled
 
         return self._resolving.run(self._lock, key, build)
@@ -364,7 +439,8 @@ class Registry:
                 source=resolved.gbnf,
                 rules=prepared.rules,
             )
-            self._remember(self._grammars, key, grammar)
+            with self._lock:
+                self._fit(self._grammars.put(key, grammar, grammar.nbytes))
             return grammar
 
         return self._compiling.run(self._lock, key, build)
@@ -373,9 +449,25 @@ class Registry:
         with self._lock:
             return cache.get(key)
 
-    def _remember(self, cache: LruCache[str, V], key: str, value: V) -> None:
-        with self._lock:
-            cache.put(key, value)
+    def _fit(self, dropped_now: Sequence[tuple[str, Grammar]] = ()) -> None:
+        # Under the lock. The grammars measured again (they learn masks and states while serving), then the
+        # least recently used go until the three caches together fit the bound: grammars first (and the
+        # compiled constraints over them), refusals (a few hundred bytes each) when no grammar is left.
+        # `dropped_now`: the grammars a put has just dropped.
+        bound = self._limits.max_grammar_cache_bytes
+        dropped = [*dropped_now, *self._grammars.remeasure(lambda grammar: grammar.nbytes)]
+        while self._grammars.size + self._compiled.size + self._refused.size > bound:
+            if len(self._grammars):
+                dropped.extend(self._grammars.drop_oldest())
+            elif self._refused.drop_oldest():
+                continue
+            else:
+                break
+        if dropped:
+            gone = {id(grammar) for _, grammar in dropped}
+            for key, compiled in self._compiled.items():
+                if id(compiled.grammar) in gone:
+                    self._compiled.pop(key)
 
     def _keep(self, vocab: Vocab) -> Vocab:
         key = vocab.content_hash

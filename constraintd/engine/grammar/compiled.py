@@ -12,12 +12,24 @@
 # - The public surface is what sessions and users read (vocabulary, root, laziness, key, the parsed rules);
 #   the compiled parts only the engine reads (rules, states, masks, triggers, decoded pieces) are private
 #   to it: the matcher and the mask caches read them, nothing outside the engine does.
+# - `nbytes` is an estimate of the memory the grammar holds, for the caches that keep grammars (the service
+#   registry): cheap to read (a sum of three numbers). Counted once at compile time, from the sizes of the
+#   containers and the counts of what they hold (not by walking every object): the parsed rules, the
+#   flattened rules (element table, alternates, character classes, follow positions, the closures' stacks),
+#   the initial state's stacks, the trigger programs, the key. Counted as it grows: the finished masks
+#   (their arrays) and the states learned while serving, at a flat `STATE_BYTES` each. Not counted: the
+#   vocabulary and what it owns (decoded pieces, shared verdicts: bounded by its owner), the per-top
+#   shortcuts to those verdicts, a learned state's memo tables past the flat estimate, and the allocator's
+#   own overhead. A test holds the estimate to what tracemalloc sees a compile allocate.
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Sequence
 from typing import Final
+
+import numpy as np
 
 from constraintd.engine.grammar.gbnf import ParsedGrammar, check_grammar, parse_gbnf
 from constraintd.engine.grammar.stack_sets import State, StateTable
@@ -31,6 +43,17 @@ __all__ = ["Grammar"]
 
 # Stacks the initial state may hold while compiling; a matcher's own `max_stacks` applies on top.
 _COMPILE_STACK_LIMIT: Final = 1_000_000
+# A state learned while serving, as `nbytes` counts it: the State, its stack set of a few short stacks, its
+# by-top lists and memo tables with a few entries (a flat estimate, not a walk).
+STATE_BYTES: Final = 2048
+# CPython's sizes (64-bit): an int past the cached small ones, a 2-tuple, a pointer slot, and a dict entry
+# (hash, key, value, index, at the table's usual fill).
+_INT_BYTES: Final = 32
+_PAIR_BYTES: Final = sys.getsizeof((0, 1))
+_SLOT_BYTES: Final = 8
+_DICT_ENTRY_BYTES: Final = 48
+# a trigger program's instruction (a small tuple)
+_INSTRUCTION_BYTES: Final = 80
 
 
 class Grammar:
@@ -46,6 +69,7 @@ class Grammar:
 
     __slots__ = (
         "_decoded",
+        "_fixed_bytes",
         "_initial",
         "_masks",
         "_root_id",
@@ -101,6 +125,13 @@ class Grammar:
         self._masks = MaskCache(self._states, self._decoded)
         definition = source if source is not None else repr(parsed.rules)
         self.key: str = _key(definition, root, trigger_patterns, trigger_tokens, vocab.content_hash)
+        self._fixed_bytes: int = (
+            _rules_bytes(parsed, self._rules)
+            + _state_bytes(self._initial)
+            + _triggers_bytes(self._triggers)
+            + sys.getsizeof(self.key)
+            + sys.getsizeof(root)
+        )
 
     @classmethod
     def from_gbnf(
@@ -136,6 +167,14 @@ class Grammar:
         """Tokens in the vocabulary."""
         return self._decoded.n_tokens
 
+    @property
+    def nbytes(self) -> int:
+        """An estimate of the bytes this grammar holds (not its vocabulary's): what was compiled, the masks
+        kept so far, and the states learned so far at `STATE_BYTES` each. See the module comment for what
+        is counted and what is not. Cheap: it walks nothing."""
+        learned = max(len(self._states) - 1, 0)
+        return self._fixed_bytes + learned * STATE_BYTES + self._masks.nbytes
+
     def __repr__(self) -> str:
         lazy = " lazy" if self.lazy else ""
         return f"<Grammar{lazy} root={self.root!r} {len(self.parsed.rules)} rules, {self.key[:12]}>"
@@ -144,3 +183,42 @@ class Grammar:
 def _key(definition: str, root: str, patterns: Sequence[str], tokens: Sequence[int], vocab_hash: str) -> str:
     payload = json.dumps([definition, root, list(patterns), [int(t) for t in tokens], vocab_hash])
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def _rules_bytes(parsed: ParsedGrammar, rules: Rules) -> int:
+    # ints past the small cached ones: the element values (shared by the parsed and flat tables), and a
+    # position for every character-class and follow entry and every stack slot (positions are made anew)
+    values = np.fromiter(rules.values, dtype=np.int64, count=len(rules.values))
+    large_values = int(np.count_nonzero((values > 256) | (values < -5)))
+    elements = len(rules.kinds)
+    total = sys.getsizeof(parsed.rules) + sum(map(sys.getsizeof, parsed.rules)) + elements * _PAIR_BYTES
+    total += sys.getsizeof(parsed.symbol_ids) + sum(map(sys.getsizeof, parsed.symbol_ids))
+    total += large_values * _INT_BYTES
+    total += sys.getsizeof(rules.kinds) + sys.getsizeof(rules.values) + sys.getsizeof(rules.rule_starts)
+    total += sys.getsizeof(rules.alternates) + sum(map(sys.getsizeof, rules.alternates))
+    total += len(rules.after) * (2 * _DICT_ENTRY_BYTES + 2 * _INT_BYTES)  # `after` and `classes` by position
+    for _, ranges in rules.classes.values():
+        total += _PAIR_BYTES + sys.getsizeof(ranges) + len(ranges) * _PAIR_BYTES
+    for stacks, _ in rules._closures.values():
+        total += _DICT_ENTRY_BYTES + _PAIR_BYTES + sys.getsizeof(stacks) + _stacks_bytes(stacks)
+    return total
+
+
+def _stacks_bytes(stacks: Sequence[tuple[int, ...]] | frozenset[tuple[int, ...]]) -> int:
+    # each stack tuple, and an int object per slot
+    return sum(map(sys.getsizeof, stacks)) + sum(map(len, stacks)) * _INT_BYTES
+
+
+def _state_bytes(state: State | None) -> int:
+    if state is None:
+        return 0
+    stacks = state.stacks
+    total = STATE_BYTES + sys.getsizeof(stacks) + _stacks_bytes(stacks)
+    total += sys.getsizeof(state.by_top) + sum(map(sys.getsizeof, state.by_top.values()))
+    return total + sys.getsizeof(state.token_tops) + len(state.token_tops) * _PAIR_BYTES
+
+
+def _triggers_bytes(triggers: Triggers) -> int:
+    instructions = sum(len(pattern.program.code) for pattern in triggers.patterns)
+    tokens = triggers.tokens
+    return instructions * _INSTRUCTION_BYTES + sys.getsizeof(tokens) + len(tokens) * _INT_BYTES
