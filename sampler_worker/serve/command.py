@@ -213,8 +213,9 @@ def serving(
                 finally:
                     generations.close()
         finally:
-            for slot in slots[1:]:
-                slot.close()
+            for slot in slots:
+                if slot is not model:
+                    slot.close()
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
