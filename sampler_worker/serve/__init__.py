@@ -4,7 +4,7 @@
                  whole, resolved there by the engine's request resolution (llama-server's grammar)
     generations  a bounded queue in front of the model's contexts; each generation on a worker thread,
                  cancelled at its next token when its client goes, with a deadline
-    contexts     one loaded model; n > 1 slots are n sequences of one llama.cpp context, decoded together
+    contexts     one loaded model, one llama.cpp context per parallel slot
     answers      OpenAI's and Ollama's answer objects, whole and streamed, with the content rule
     errors       exceptions as HTTP answers (OpenAI's error object, Ollama's)
     metrics      the counters of /metrics, in Prometheus's text format

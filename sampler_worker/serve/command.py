@@ -213,9 +213,8 @@ def serving(
                 finally:
                     generations.close()
         finally:
-            for slot in slots:
-                if slot is not model:
-                    slot.close()
+            for slot in slots[1:]:
+                slot.close()
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:

@@ -1,6 +1,5 @@
-# Generations for the HTTP server: a bounded queue in front of n slots (the model's context, or the
-# sequences of one batched context), each generation on a worker thread, its tokens handed to the event
-# loop as they come.
+# Generations for the HTTP server: a bounded queue in front of n model contexts, each generation on a
+# worker thread, its tokens handed to the event loop as they come.
 #
 # Contract:
 # - `Generations.start(job, deadline=)` waits for a free context and starts the job on a worker thread;
@@ -16,9 +15,7 @@
 #   closed then and there; the context goes back to the pool only once the worker thread has ended,
 #   so no two threads ever use one context.
 # - The generation loop is `sampler_worker.generate.generate`, the one `sampler-worker generate` runs, on
-#   the same prompt tokens and settings: with one slot, a seeded request's tokens are the command's. With
-#   n > 1, each thread's decodes are batched with the other slots' (`sampler_worker.serve.contexts`); a
-#   sequence is released as soon as `generate` returns or raises, before its constraintd session closes.
+#   the same prompt tokens and settings: with one context, a seeded request's tokens are the command's.
 # - Metrics are written on the loop only (a done callback), from a tally the worker thread filled; the
 #   gauge of open constraintd sessions moves when a session opens and when it closes (the worker thread
 #   schedules the change on the loop, before it ends: at `wait_idle()` the gauge counts no ended run).
@@ -41,7 +38,6 @@ from sampler_worker.generate import ConstraintSession, Generation, Step, generat
 from sampler_worker.model import Model
 from sampler_worker.prompt import chat_text
 from sampler_worker.serve.bodies import Job, RequestError
-from sampler_worker.serve.contexts import BatchedSequence
 from sampler_worker.serve.metrics import Metrics
 
 __all__ = [
@@ -340,14 +336,10 @@ class Generations:
                     run.emit(Token(step))
                     run.check()
 
-                try:
-                    generation = generate(
-                        context, prompt, job.settings, session=session, max_tokens=budget, stop=job.stop,
-                        on_step=on_step,
-                    )
-                finally:
-                    if isinstance(context, BatchedSequence):
-                        context.release()  # at once: the other sequences' steps wait for it until then
+                generation = generate(
+                    context, prompt, job.settings, session=session, max_tokens=budget, stop=job.stop,
+                    on_step=on_step,
+                )
             run.emit(Finished(generation))
         except _Stopped as exc:
             tally.stopped = True
