@@ -13,7 +13,8 @@
 #   the compiled parts only the engine reads (rules, states, masks, triggers, decoded pieces) are private
 #   to it: the matcher and the mask caches read them, nothing outside the engine does.
 # - `nbytes` is an estimate of the memory the grammar holds, for the caches that keep grammars (the service
-#   registry): cheap to read (a sum of three numbers). Counted once at compile time, from the sizes of the
+#   registry): cheap to read (a sum of three numbers). Counted once, at the first read (the registry's,
+#   right after the compile; a grammar no cache keeps never pays for it), from the sizes of the
 #   containers and the counts of what they hold (not by walking every object): the parsed rules, the
 #   flattened rules (element table, alternates, character classes, follow positions, the closures' stacks),
 #   the initial state's stacks, the trigger programs, the key. Counted as it grows: the finished masks
@@ -125,13 +126,7 @@ class Grammar:
         self._masks = MaskCache(self._states, self._decoded)
         definition = source if source is not None else repr(parsed.rules)
         self.key: str = _key(definition, root, trigger_patterns, trigger_tokens, vocab.content_hash)
-        self._fixed_bytes: int = (
-            _rules_bytes(parsed, self._rules)
-            + _state_bytes(self._initial)
-            + _triggers_bytes(self._triggers)
-            + sys.getsizeof(self.key)
-            + sys.getsizeof(root)
-        )
+        self._fixed_bytes: int | None = None  # measured on the first `nbytes` (only caches of grammars ask)
 
     @classmethod
     def from_gbnf(
@@ -172,6 +167,14 @@ class Grammar:
         """An estimate of the bytes this grammar holds (not its vocabulary's): what was compiled, the masks
         kept so far, and the states learned so far at `STATE_BYTES` each. See the module comment for what
         is counted and what is not. Cheap: it walks nothing."""
+        if self._fixed_bytes is None:
+            self._fixed_bytes = (
+                _rules_bytes(self.parsed, self._rules)
+                + _state_bytes(self._initial)
+                + _triggers_bytes(self._triggers)
+                + sys.getsizeof(self.key)
+                + sys.getsizeof(self.root)
+            )
         learned = max(len(self._states) - 1, 0)
         return self._fixed_bytes + learned * STATE_BYTES + self._masks.nbytes
 

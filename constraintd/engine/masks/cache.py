@@ -287,19 +287,25 @@ class MaskCache:
         return len(self._tops)
 
 
-def _count_looking_past(table: ColumnTable, reach: int) -> int:
-    # how many rows `_looking_past` gives, without making them: a short reach leaves most of the
-    # vocabulary past it, and a first visit must not pay for an array of it only to learn that
+def _past(table: ColumnTable, reach: int) -> tuple[int, int]:
+    # rows [0, more) have more code points than `reach`; rows [more, end) exactly `reach` (rows are sorted
+    # longest first), and of those only the ones ending in an unfinished sequence look past it
     count_from = table.count_from
     more = int(count_from[reach]) if reach < len(count_from) else 0
     end = int(count_from[reach - 1]) if reach - 1 < len(count_from) else 0
-    return more + int(np.count_nonzero(table.partials[more:end])) if end > more else more
+    return more, max(end, more)
+
+
+def _count_looking_past(table: ColumnTable, reach: int) -> int:
+    # how many rows `_looking_past` gives, without making them: a short reach leaves most of the
+    # vocabulary past it, and a first visit must not pay for an array of it only to learn that
+    more, end = _past(table, reach)
+    return more + int(np.count_nonzero(table.partials[more:end]))
 
 
 def _looking_past(table: ColumnTable, reach: int) -> IntArray:
     # the rows (ascending) of tokens that look at more than `reach` terminals: more code points, or as
-    # many and an unfinished sequence after them (rows are sorted longest first)
-    count_from = table.count_from
-    more = count_from[reach] if reach < len(count_from) else 0
-    as_many = np.arange(more, count_from[reach - 1] if reach - 1 < len(count_from) else 0, dtype=np.int64)
+    # many and an unfinished sequence after them
+    more, end = _past(table, reach)
+    as_many = np.arange(more, end, dtype=np.int64)
     return np.concatenate((np.arange(more, dtype=np.int64), as_many[table.partials[as_many] != 0]))
