@@ -172,15 +172,25 @@ class AsyncClient(BaseClient):
         return AsyncSession(self, record)
 
     async def step(
-        self, items: Sequence[tuple[AsyncSession, int | None]], *, mask_on_reject: bool = True
+        self,
+        items: Sequence[tuple[AsyncSession, int | None]],
+        *,
+        mask_on_reject: bool = True,
+        mask_after: bool = False,
     ) -> list[StepOutcome]:
         """Accepts a token in each of many sessions (token None: just its mask) in one Step message.
+
+        With `mask_after`, each outcome holds the mask of its session's state after the accept: the
+        decode step of a worker serving many generations, sent while its model evaluates their tokens
+        (mask-ahead decoding; see `AsyncSession.accept_and_mask`).
 
         Raises:
             ValueError: a session appears twice.
         """
         batch = [(session.record, token) for session, token in items]
-        return await self.drive(flows.step(self.policy, batch, mask_on_reject=mask_on_reject))
+        return await self.drive(
+            flows.step(self.policy, batch, mask_on_reject=mask_on_reject, mask_after=mask_after)
+        )
 
     async def close(self) -> None:
         """Closes the transport (sessions stay on the server until closed or reclaimed)."""
@@ -234,6 +244,17 @@ class AsyncSession:
             flows.accept(self.client.policy, self.record, token, mask_on_reject=True)
         )
         return None if taken else mask
+
+    async def accept_and_mask(self, token: int) -> tuple[bool, Mask]:
+        """Accepts the token if the grammar allows it, and answers the mask of the state after the call (the
+        new state; the unchanged one on a rejection), in one round trip.
+
+        This is mask-ahead decoding: send the drawn token while the model evaluates it, and test the next
+        draw against the mask with no round trip on the critical path. Each call costs a mask (from the
+        grammar's cache for a state met before) and its bytes on the wire (none when every token is
+        allowed).
+        """
+        return await self.client.drive(flows.accept_ahead(self.client.policy, self.record, token))
 
     async def allows(self, token: int) -> bool:
         """Whether the token may come next. Does not change the session."""

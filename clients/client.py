@@ -168,15 +168,24 @@ class Client(BaseClient):
         return Session(self, record)
 
     def step(
-        self, items: Sequence[tuple[Session, int | None]], *, mask_on_reject: bool = True
+        self,
+        items: Sequence[tuple[Session, int | None]],
+        *,
+        mask_on_reject: bool = True,
+        mask_after: bool = False,
     ) -> list[StepOutcome]:
         """Accepts a token in each of many sessions (token None: just its mask) in one Step message.
+
+        With `mask_after`, each outcome holds the mask of its session's state after the accept (mask-ahead
+        decoding for many generations; see `Session.accept_and_mask`).
 
         Raises:
             ValueError: a session appears twice.
         """
         batch = [(session.record, token) for session, token in items]
-        return self.drive(flows.step(self.policy, batch, mask_on_reject=mask_on_reject))
+        return self.drive(
+            flows.step(self.policy, batch, mask_on_reject=mask_on_reject, mask_after=mask_after)
+        )
 
     def close(self) -> None:
         """Closes the transport (sessions stay on the server until closed or reclaimed)."""
@@ -230,6 +239,17 @@ class Session:
             flows.accept(self.client.policy, self.record, token, mask_on_reject=True)
         )
         return None if taken else mask
+
+    def accept_and_mask(self, token: int) -> tuple[bool, Mask]:
+        """Accepts the token if the grammar allows it, and answers the mask of the state after the call (the
+        new state; the unchanged one on a rejection), in one round trip.
+
+        This is mask-ahead decoding: send the drawn token while the model evaluates it, and test the next
+        draw against the mask with no round trip on the critical path. Each call costs a mask (from the
+        grammar's cache for a state met before) and its bytes on the wire (none when every token is
+        allowed).
+        """
+        return self.client.drive(flows.accept_ahead(self.client.policy, self.record, token))
 
     def allows(self, token: int) -> bool:
         """Whether the token may come next. Does not change the session."""

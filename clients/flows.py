@@ -180,18 +180,31 @@ def on_session(policy: Policy, record: SessionRecord, build: Callable[[], Any], 
 
 
 def accept(
-    policy: Policy, record: SessionRecord, token: int, *, mask_on_reject: bool
+    policy: Policy, record: SessionRecord, token: int, *, mask_on_reject: bool, mask_after: bool = False
 ) -> Flow[tuple[bool, Mask | None]]:
-    """Accept: whether the token was taken, and on a rejection the mask if asked for."""
+    """Accept: whether the token was taken, and on a rejection the mask if asked for (`mask_after`: the
+    mask of the state after the call, always)."""
     reply = yield from on_session(
         policy,
         record,
         lambda: pb.AcceptRequest(
-            session_id=record.id, token=token, mask_on_reject=mask_on_reject, position=len(record.history)
+            session_id=record.id,
+            token=token,
+            mask_on_reject=mask_on_reject,
+            mask_after=mask_after,
+            position=len(record.history),
         ),
         "Accept",
     )
     return _took(record, token, reply)
+
+
+def accept_ahead(policy: Policy, record: SessionRecord, token: int) -> Flow[tuple[bool, Mask]]:
+    """Accept with `mask_after`: whether the token was taken, and the mask of the state after the call."""
+    taken, words = yield from accept(policy, record, token, mask_on_reject=True, mask_after=True)
+    if words is None:
+        raise UnavailableError("the reply to an Accept with mask_after holds no mask")
+    return taken, words
 
 
 def _took(record: SessionRecord, token: int, reply: pb.AcceptResponse) -> tuple[bool, Mask | None]:
@@ -246,12 +259,16 @@ def close(policy: Policy, record: SessionRecord) -> Flow[None]:
 
 
 def step(
-    policy: Policy, items: list[tuple[SessionRecord, int | None]], *, mask_on_reject: bool
+    policy: Policy,
+    items: list[tuple[SessionRecord, int | None]],
+    *,
+    mask_on_reject: bool,
+    mask_after: bool = False,
 ) -> Flow[list[StepOutcome]]:
     """A batch over many sessions in one Step message; an item whose session was lost is redone alone.
 
     The accepts travel as the message's accept batch (columns: ids, tokens, positions), the mask-only
-    items as operations.
+    items as operations. With `mask_after`, every accept answers the mask of its session's state after it.
 
     Raises:
         ValueError: a session has two items in the batch (each would expect the position before both).
@@ -265,6 +282,7 @@ def step(
     batch.tokens.extend([token for _, token in accepting])
     batch.positions.extend([len(record.history) for record, _ in accepting])
     batch.mask_on_reject = mask_on_reject
+    batch.mask_after = mask_after
     for record, token in items:
         if token is None:
             request.ops.add().mask.session_id = record.id
@@ -276,6 +294,8 @@ def step(
         raise UnavailableError("the Step reply does not answer every item of the batch")
     errors = {item.index: item.error for item in answer.errors}
     masks = {item.index: item.mask for item in answer.masks}
+    if mask_after and len(masks) + len(errors) != len(accepting):
+        raise UnavailableError("the Step reply does not answer every mask_after item with its mask")
     results = iter(reply.results)
     index = -1  # of the current item in the accept batch
     outcomes: list[StepOutcome] = []
@@ -298,7 +318,9 @@ def step(
                 words_or_none = mask_from_wire(owed) if owed is not None else None
                 outcomes.append(StepOutcome(accepted[index], record.complete, words_or_none))
                 continue
-        outcome = yield from _redone(policy, record, token, failed, mask_on_reject=mask_on_reject)
+        outcome = yield from _redone(
+            policy, record, token, failed, mask_on_reject=mask_on_reject, mask_after=mask_after
+        )
         outcomes.append(outcome)
     return outcomes
 
@@ -310,6 +332,7 @@ def _redone(
     failed: status_pb2.Status,
     *,
     mask_on_reject: bool,
+    mask_after: bool,
 ) -> Flow[StepOutcome]:
     """A batch item that failed: redone alone after a rebuild when its session was lost, raised otherwise."""
     error = error_from(failed)
@@ -319,5 +342,7 @@ def _redone(
     if token is None:
         words = yield from mask(policy, record)
         return StepOutcome(None, record.complete, words)
-    taken, words_or_none = yield from accept(policy, record, token, mask_on_reject=mask_on_reject)
+    taken, words_or_none = yield from accept(
+        policy, record, token, mask_on_reject=mask_on_reject, mask_after=mask_after
+    )
     return StepOutcome(taken, record.complete, words_or_none)

@@ -10,14 +10,16 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.masks.bitmask import allowed_tokens, apply_mask, unpack_mask
+from constraintd.engine.masks.bitmask import allocate_masks, allowed_tokens, apply_mask, unpack_mask
 from constraintd.v1 import constraintd_pb2 as pb
 
 __all__ = ["allowed_tokens", "apply_mask", "count_allowed", "mask_from_wire", "unpack_mask"]
 
 
 def mask_from_wire(mask: pb.Mask) -> npt.NDArray[np.int32]:
-    """The packed words of a wire mask, as a writable int32 array."""
+    """The packed words of a wire mask, as a writable int32 array (all its words for `all_allowed`)."""
+    if mask.all_allowed:
+        return allocate_masks(1, mask.vocab_size).reshape(-1)
     return np.frombuffer(mask.words, dtype="<i4").astype(np.int32)
 
 

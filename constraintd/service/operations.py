@@ -40,24 +40,29 @@ from constraintd.v1 import constraintd_pb2 as pb
 __all__ = ["Operations", "OwedMask", "SessionPlan", "encode_mask", "pay"]
 
 
-def encode_mask(words: npt.NDArray[np.int32], vocab_size: int) -> pb.Mask:
-    """The wire form of a packed mask."""
+def encode_mask(words: npt.NDArray[np.int32], vocab_size: int, *, compact: bool = False) -> pb.Mask:
+    """The wire form of a packed mask; with `compact`, a mask allowing every token goes as `all_allowed`."""
     little = np.asarray(words, dtype="<i4")
-    allowed = int(np.unpackbits(little.view(np.uint8)).sum())
+    allowed = int(np.bitwise_count(little.view(np.uint32)).sum(dtype=np.int64))
+    if compact and allowed == vocab_size:
+        return pb.Mask(vocab_size=vocab_size, allowed=allowed, all_allowed=True)
     return pb.Mask(words=little.tobytes(), vocab_size=vocab_size, allowed=allowed)
 
 
 class OwedMask:
-    """A mask a reply still needs: of `matcher` (a fork nobody else holds), into the message `into`."""
+    """A mask a reply still needs: of `matcher` (a fork nobody else holds), into the message `into`;
+    `compact` as `encode_mask`'s (the masks answered to `mask_after`)."""
 
-    __slots__ = ("into", "matcher")
+    __slots__ = ("compact", "into", "matcher")
 
-    def __init__(self, into: pb.Mask, matcher: Matcher) -> None:
+    def __init__(self, into: pb.Mask, matcher: Matcher, *, compact: bool = False) -> None:
         self.into = into
         self.matcher = matcher
+        self.compact = compact
 
     def pay(self) -> None:
-        self.into.CopyFrom(encode_mask(self.matcher.mask(), self.matcher.grammar.n_vocab))
+        matcher = self.matcher
+        self.into.CopyFrom(encode_mask(matcher.mask(), matcher.grammar.n_vocab, compact=self.compact))
 
 
 def pay(owed: list[OwedMask]) -> None:
@@ -225,6 +230,8 @@ class Operations:
         session = self.store.get(request.session_id, position=_position(request))
         accepted = session.accept(request.token)
         reply = pb.AcceptResponse(accepted=accepted, state=_state(session))
+        if request.mask_after:
+            return reply, [OwedMask(reply.mask, session.matcher.fork(), compact=True)]
         if not accepted and request.mask_on_reject:
             return reply, [OwedMask(reply.mask, session.matcher.fork())]
         return reply, []
@@ -288,7 +295,7 @@ class Operations:
                 target = getattr(result, kind)
                 target.CopyFrom(answer)
                 # the owed masks point into `answer`; point them into the copy in the reply instead
-                owed.extend(OwedMask(target.mask, mask.matcher) for mask in owes)
+                owed.extend(OwedMask(target.mask, mask.matcher, compact=mask.compact) for mask in owes)
             except ConstraintdError as error:
                 result.error.CopyFrom(status_for(error))
         if batch.session_ids:
@@ -321,6 +328,8 @@ class Operations:
         complete = [False] * count
         get = self.store.get
         now = self.store.now()  # one moment for the whole message
+        mask_after = batch.mask_after
+        owe_rejected = batch.mask_on_reject and not mask_after
         for index in range(count):
             try:
                 session = get(ids[index], position=positions[index], now=now)
@@ -331,7 +340,9 @@ class Operations:
             matcher = session.matcher
             accepted[index] = taken
             complete[index] = matcher.is_complete()
-            if not taken and batch.mask_on_reject:
+            if mask_after:
+                owed.append(OwedMask(into.masks.add(index=index).mask, matcher.fork(), compact=True))
+            elif not taken and owe_rejected:
                 owed.append(OwedMask(into.masks.add(index=index).mask, matcher.fork()))
         into.accepted.extend(accepted)
         into.complete.extend(complete)

@@ -50,7 +50,7 @@ class RegisterVocabResponse(_message.Message):
     def __init__(self, vocab_id: _Optional[str] = ..., size: _Optional[int] = ..., content_hash: _Optional[str] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("vocab_id", "gbnf", "json_schema", "json_object", "openai_request", "ollama_request", "options", "replay")
+    __slots__ = ("vocab_id", "gbnf", "json_schema", "json_object", "openai_request", "ollama_request", "options", "replay", "strict")
     VOCAB_ID_FIELD_NUMBER: _ClassVar[int]
     GBNF_FIELD_NUMBER: _ClassVar[int]
     JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +59,7 @@ class CreateSessionRequest(_message.Message):
     OLLAMA_REQUEST_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     REPLAY_FIELD_NUMBER: _ClassVar[int]
+    STRICT_FIELD_NUMBER: _ClassVar[int]
     vocab_id: str
     gbnf: Gbnf
     json_schema: str
@@ -67,7 +68,8 @@ class CreateSessionRequest(_message.Message):
     ollama_request: str
     options: SessionOptions
     replay: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, vocab_id: _Optional[str] = ..., gbnf: _Optional[_Union[Gbnf, _Mapping]] = ..., json_schema: _Optional[str] = ..., json_object: _Optional[_Union[JsonObject, _Mapping]] = ..., openai_request: _Optional[str] = ..., ollama_request: _Optional[str] = ..., options: _Optional[_Union[SessionOptions, _Mapping]] = ..., replay: _Optional[_Iterable[int]] = ...) -> None: ...
+    strict: bool
+    def __init__(self, vocab_id: _Optional[str] = ..., gbnf: _Optional[_Union[Gbnf, _Mapping]] = ..., json_schema: _Optional[str] = ..., json_object: _Optional[_Union[JsonObject, _Mapping]] = ..., openai_request: _Optional[str] = ..., ollama_request: _Optional[str] = ..., options: _Optional[_Union[SessionOptions, _Mapping]] = ..., replay: _Optional[_Iterable[int]] = ..., strict: _Optional[bool] = ...) -> None: ...
 
 class Gbnf(_message.Message):
     __slots__ = ("text", "root")
@@ -114,26 +116,30 @@ class CreateSessionResponse(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ..., vocab_size: _Optional[int] = ...) -> None: ...
 
 class Mask(_message.Message):
-    __slots__ = ("words", "vocab_size", "allowed")
+    __slots__ = ("words", "vocab_size", "allowed", "all_allowed")
     WORDS_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    ALL_ALLOWED_FIELD_NUMBER: _ClassVar[int]
     words: bytes
     vocab_size: int
     allowed: int
-    def __init__(self, words: _Optional[bytes] = ..., vocab_size: _Optional[int] = ..., allowed: _Optional[int] = ...) -> None: ...
+    all_allowed: bool
+    def __init__(self, words: _Optional[bytes] = ..., vocab_size: _Optional[int] = ..., allowed: _Optional[int] = ..., all_allowed: _Optional[bool] = ...) -> None: ...
 
 class AcceptRequest(_message.Message):
-    __slots__ = ("session_id", "token", "mask_on_reject", "position")
+    __slots__ = ("session_id", "token", "mask_on_reject", "position", "mask_after")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     MASK_ON_REJECT_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
+    MASK_AFTER_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     token: int
     mask_on_reject: bool
     position: int
-    def __init__(self, session_id: _Optional[str] = ..., token: _Optional[int] = ..., mask_on_reject: _Optional[bool] = ..., position: _Optional[int] = ...) -> None: ...
+    mask_after: bool
+    def __init__(self, session_id: _Optional[str] = ..., token: _Optional[int] = ..., mask_on_reject: _Optional[bool] = ..., position: _Optional[int] = ..., mask_after: _Optional[bool] = ...) -> None: ...
 
 class AcceptResponse(_message.Message):
     __slots__ = ("accepted", "state", "mask")
@@ -226,16 +232,18 @@ class StepRequest(_message.Message):
     def __init__(self, ops: _Optional[_Iterable[_Union[StepOp, _Mapping]]] = ..., accepts: _Optional[_Union[AcceptBatch, _Mapping]] = ...) -> None: ...
 
 class AcceptBatch(_message.Message):
-    __slots__ = ("session_ids", "tokens", "positions", "mask_on_reject")
+    __slots__ = ("session_ids", "tokens", "positions", "mask_on_reject", "mask_after")
     SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     POSITIONS_FIELD_NUMBER: _ClassVar[int]
     MASK_ON_REJECT_FIELD_NUMBER: _ClassVar[int]
+    MASK_AFTER_FIELD_NUMBER: _ClassVar[int]
     session_ids: _containers.RepeatedScalarFieldContainer[str]
     tokens: _containers.RepeatedScalarFieldContainer[int]
     positions: _containers.RepeatedScalarFieldContainer[int]
     mask_on_reject: bool
-    def __init__(self, session_ids: _Optional[_Iterable[str]] = ..., tokens: _Optional[_Iterable[int]] = ..., positions: _Optional[_Iterable[int]] = ..., mask_on_reject: _Optional[bool] = ...) -> None: ...
+    mask_after: bool
+    def __init__(self, session_ids: _Optional[_Iterable[str]] = ..., tokens: _Optional[_Iterable[int]] = ..., positions: _Optional[_Iterable[int]] = ..., mask_on_reject: _Optional[bool] = ..., mask_after: _Optional[bool] = ...) -> None: ...
 
 class StepOp(_message.Message):
     __slots__ = ("accept", "mask", "allows")

@@ -88,6 +88,23 @@ async def test_every_session_call(client: AsyncClient) -> None:
     assert session.record.closed
 
 
+@pytest.mark.asyncio
+async def test_accept_and_mask_and_a_mask_after_batch(client: AsyncClient) -> None:
+    vocab = await client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+    async with await client.session(vocab, gbnf=AB_PLUS) as session:
+        taken, mask = await session.accept_and_mask(B)
+        assert not taken and np.array_equal(mask, engine_mask([])) and session.history == ()
+        taken, mask = await session.accept_and_mask(A)
+        assert taken and np.array_equal(mask, engine_mask([A])) and session.history == (A,)
+    sessions = [await client.session(vocab, gbnf=AB_PLUS) for _ in range(3)]
+    outcomes = await client.step([(s, t) for s, t in zip(sessions, [A, B, AB], strict=True)], mask_after=True)
+    assert [o.accepted for o in outcomes] == [True, False, True]
+    expected = [engine_mask([A]), engine_mask([]), engine_mask([AB])]
+    for outcome, mask in zip(outcomes, expected, strict=True):
+        assert outcome.mask is not None and np.array_equal(outcome.mask, mask)
+    assert [s.history for s in sessions] == [(A,), (), (AB,)]
+
+
 # What a refusal is to its caller: its class, its message (with the session's id, which differs from one
 # client to another, taken out) and its attributes (a GrammarError's line, column, excerpt; a SchemaError's
 # pointer).

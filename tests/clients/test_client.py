@@ -15,6 +15,7 @@ import pytest
 
 from clients import Client, ClientTls, Policy, ServiceError, Session
 from constraintd.engine.grammar.compiled import Grammar
+from constraintd.engine.masks.bitmask import allocate_masks
 from constraintd.engine.matcher import Matcher
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import (
@@ -110,6 +111,24 @@ def test_a_step_batch_over_many_sessions(client: Client) -> None:
     assert second[1].mask is not None and np.array_equal(second[1].mask, engine_mask([A]))
     assert [o.complete for o in second] == [True, False, True, False, True]
     assert [s.history for s in sessions] == [(A, B), (A,), (A, B), (A,), (AB,)]
+
+
+def test_accept_and_mask_answers_the_next_mask_in_one_call(client: Client) -> None:
+    vocab = client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+    with client.session(vocab, gbnf=AB_PLUS) as session:
+        taken, mask = session.accept_and_mask(B)
+        assert not taken and np.array_equal(mask, engine_mask([])) and session.history == ()
+        taken, mask = session.accept_and_mask(A)
+        assert taken and np.array_equal(mask, engine_mask([A])) and session.history == (A,)
+    with client.session(vocab, gbnf=AB_PLUS, trigger_tokens=[AB]) as lazy:
+        taken, mask = lazy.accept_and_mask(B)  # before the trigger every token is allowed
+        assert taken and np.array_equal(mask, allocate_masks(1, len(TINY_PIECES))[0])
+    sessions = [client.session(vocab, gbnf=AB_PLUS) for _ in range(3)]
+    outcomes = client.step([(s, t) for s, t in zip(sessions, [A, B, AB], strict=True)], mask_after=True)
+    assert [o.accepted for o in outcomes] == [True, False, True]
+    expected = [engine_mask([A]), engine_mask([]), engine_mask([AB])]
+    for outcome, mask in zip(outcomes, expected, strict=True):
+        assert outcome.mask is not None and np.array_equal(outcome.mask, mask)
 
 
 def test_every_kind_of_constraint(client: Client) -> None:

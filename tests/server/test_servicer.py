@@ -148,6 +148,56 @@ async def test_accept_allows_and_mask(stub: Stub) -> None:
 
 
 @pytest.mark.asyncio
+async def test_mask_after_answers_the_mask_of_the_state_after_the_accept(stub: Stub) -> None:
+    _, session = await tiny_session(stub)
+    rejected = await stub.Accept(pb.AcceptRequest(session_id=session, token=B, mask_after=True))
+    assert not rejected.accepted and np.array_equal(words(rejected.mask), engine_mask(AB_PLUS))
+    taken = await stub.Accept(pb.AcceptRequest(session_id=session, token=A, mask_after=True, position=0))
+    assert taken.accepted and np.array_equal(words(taken.mask), engine_mask(AB_PLUS, [A]))
+    assert taken.mask.allowed == 1 and not taken.mask.all_allowed  # only "b"
+    call = stub.Step()
+    await call.write(
+        pb.StepRequest(ops=[pb.StepOp(accept=pb.AcceptRequest(session_id=session, token=B, mask_after=True))])
+    )
+    answer = (await call.read()).results[0].accept
+    assert answer.accepted and np.array_equal(words(answer.mask), engine_mask(AB_PLUS, [A, B]))
+    call.cancel()
+
+
+@pytest.mark.asyncio
+async def test_mask_after_sends_a_mask_allowing_everything_as_a_flag(stub: Stub) -> None:
+    # a lazy grammar before its trigger allows every token: the mask goes as `all_allowed`, no words
+    _, session = await tiny_session(stub, options=pb.SessionOptions(trigger_tokens=[AB]))
+    free = await stub.Accept(pb.AcceptRequest(session_id=session, token=B, mask_after=True))
+    assert free.accepted and free.mask.all_allowed and free.mask.words == b""
+    assert free.mask.allowed == free.mask.vocab_size == len(TINY_PIECES)
+    # the plain Mask call keeps its words
+    plain = await stub.Mask(pb.MaskRequest(session_id=session))
+    assert not plain.mask.all_allowed and plain.mask.allowed == len(TINY_PIECES)
+    assert len(plain.mask.words) == 4 * ((len(TINY_PIECES) + 31) // 32)
+    triggered = await stub.Accept(pb.AcceptRequest(session_id=session, token=AB, mask_after=True))
+    # the trigger's text is the grammar's first: "ab" then "b" or the end
+    assert triggered.accepted and not triggered.mask.all_allowed
+    assert np.array_equal(words(triggered.mask), engine_mask(AB_PLUS, [AB]))
+
+
+@pytest.mark.asyncio
+async def test_an_accept_batch_with_mask_after_answers_every_item_but_the_failed(stub: Stub) -> None:
+    _, first = await tiny_session(stub)
+    _, second = await tiny_session(stub)
+    call = stub.Step()
+    batch = pb.AcceptBatch(session_ids=[first, "nope", second], tokens=[A, A, B], mask_after=True)
+    await call.write(pb.StepRequest(accepts=batch))
+    answer = (await call.read()).accepts
+    assert list(answer.accepted) == [True, False, False]
+    assert [e.index for e in answer.errors] == [1]
+    assert [m.index for m in answer.masks] == [0, 2]
+    assert np.array_equal(words(answer.masks[0].mask), engine_mask(AB_PLUS, [A]))
+    assert np.array_equal(words(answer.masks[1].mask), engine_mask(AB_PLUS))  # rejected: unchanged
+    call.cancel()
+
+
+@pytest.mark.asyncio
 async def test_rollback_and_fork(stub: Stub) -> None:
     _, session = await tiny_session(stub)
     for token in (A, B, B):
