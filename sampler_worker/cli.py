@@ -10,7 +10,9 @@ Without --model, the default model (Gemma 3 270M, PyPI package gemma3-270m-q4-k-
 Without --constraintd, a private constraintd is started on a Unix socket for the run; `--constraintd
 local` runs the engine in this process; any other value is a gRPC target. Text streams to stdout as it
 is generated; `--output json` prints one JSON document at the end instead (tokens, text, where the
-grammar refused a first draw, counters, timings). Progress goes to stderr.
+grammar refused a first draw, the overlap mode that ran, counters, timings). Progress goes to stderr.
+`--overlap` (auto by default) chooses how the constraint's round trip meets the model's forward pass (see
+sampler_worker/generate.py); the tokens are the same in every mode.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from sampler_worker.chain import SamplerSettings
-from sampler_worker.generate import Generation, GenerationError, Step, generate
+from sampler_worker.generate import OVERLAP_MODES, Generation, GenerationError, Step, generate
 from sampler_worker.model import Model, ModelError, check_vocab, default_model_path, default_threads
 from sampler_worker.prompt import TemplateError, prompt_tokens
 from sampler_worker.sidecar import PrivateConstraintd, SidecarError
@@ -90,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--constraintd", metavar="TARGET",
         help="`local` (in this process), or a gRPC target such as unix:///run/constraintd.sock "
         "(default: a private server on a Unix socket for this run)",
+    )
+    run.add_argument(
+        "--overlap", choices=OVERLAP_MODES, default="auto",
+        help="ahead: fetch the next mask while the model evaluates a token (no round trip on the critical "
+        "path); off: accept each draw, fetch a mask only on a refusal; auto (default): probe both on the "
+        "first steps and keep the faster. The tokens are the same",
     )
     run.add_argument("--output", choices=["text", "json"], default="text", help="stream text, or print JSON")
     from sampler_worker.serve.command import add_parser as add_serve_parser
@@ -207,6 +215,7 @@ def _report(generation: Generation, settings: SamplerSettings, *, json_answer: b
         "prompt_tokens": generation.prompt_tokens,
         "seed": generation.seed,
         "settings": {name: getattr(settings, name) for name, _, _ in _SAMPLING_OPTIONS.values()},
+        "overlap": generation.overlap,
         "counters": counters,
     }
 
@@ -247,7 +256,7 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
                 with client.session(handle, **constraint) as session:
                     generation = generate(
                         model, tokens, settings, session=session, max_tokens=args.max_tokens, stop=args.stop,
-                        on_step=show,
+                        on_step=show, overlap=args.overlap,
                     )
     if streaming:
         out.write("\n")

@@ -12,6 +12,17 @@
 # prompt token (llama-server feeds the prompt to the sampler, so repetition penalties see it); the
 # grammar does not see the prompt.
 #
+# Mask-ahead (`overlap="ahead"`), as an in-process engine overlaps its mask with the forward pass: the
+# token t is sent to the session (accept it, and answer the mask of the state after it) while the model
+# evaluates t, so the reply travels and the mask is computed during the forward pass; at the next draw the
+# first-draw check is a bit test on that mask, local, and a refusal redraws on the same mask at once. The
+# tokens are step 2's and 3's: the grammar's single-token check and the mask's bit are the same predicate,
+# and the generator is consumed the same way. The session accepts t as in step 2, only later; a refusal of
+# a token its own mask allowed is a GenerationError at the next step. `overlap="auto"` runs the first
+# PROBE_STEPS steps without overlap and the next PROBE_STEPS ahead, then keeps the mode whose median step
+# took less time (a forward pass long enough to hide the round trip and the mask favours ahead; a CPU model
+# that the mask's computation slows may not).
+#
 # Generation ends at an end-of-generation token (not part of the text), after `max_tokens` tokens, or
 # when the text contains a stop string (the text is cut before it). Text is the tokens' pieces without
 # special tokens (llama-server's default), decoded as UTF-8; a character split over tokens is streamed
@@ -22,10 +33,12 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -33,9 +46,13 @@ import numpy.typing as npt
 from constraintd.engine.masks.bitmask import unpack_mask
 from sampler_worker.chain import SamplerChain, SamplerSettings
 
-__all__ = ["Counters", "Generation", "GenerationError", "Step", "generate"]
+__all__ = ["OVERLAP_MODES", "PROBE_STEPS", "Counters", "Generation", "GenerationError", "Step", "generate"]
 
 Mask = npt.NDArray[np.int32]
+Overlap = Literal["auto", "off", "ahead"]
+OVERLAP_MODES: tuple[Overlap, ...] = ("auto", "off", "ahead")
+# auto: steps run without overlap, then as many ahead, before it keeps the faster mode
+PROBE_STEPS = 8
 
 
 class ConstraintSession(Protocol):
@@ -44,6 +61,10 @@ class ConstraintSession(Protocol):
     def accept_or_mask(self, token: int) -> Mask | None: ...
 
     def accept(self, token: int) -> bool: ...
+
+    def accept_and_mask(self, token: int) -> tuple[bool, Mask]: ...
+
+    def mask(self) -> Mask: ...
 
 
 class LogitModel(Protocol):
@@ -72,17 +93,23 @@ class Counters:
     Attributes:
         draws: runs of the sampler chain (first draws and masked redraws).
         rejections: first draws the grammar refused.
-        masks: masks fetched (one per rejection).
+        masks: masks fetched (one per rejection; ahead, one per step).
+        ahead_steps: steps whose first draw was checked against a mask fetched ahead.
+        waits: times the generation waited on the constraint session with the model idle: every call
+            without overlap; ahead, only when a reply had not come by the end of the forward pass.
         model_seconds: time in the model (prompt and tokens).
         prompt_seconds: the part of `model_seconds` spent on the prompt (llama-server's `prompt_ms`; the
             rest of the generation is its `predicted_ms`).
         sampler_seconds: time in the sampler chain.
-        constraint_seconds: time in calls to the constraint session.
+        constraint_seconds: time spent waiting on the constraint session (the `waits`): the critical
+            path's share of constraintd.
     """
 
     draws: int = 0
     rejections: int = 0
     masks: int = 0
+    ahead_steps: int = 0
+    waits: int = 0
     model_seconds: float = 0.0
     prompt_seconds: float = 0.0
     sampler_seconds: float = 0.0
@@ -120,6 +147,8 @@ class Generation:
         seed: the seed the sampler used.
         prompt_tokens: how many tokens the prompt had.
         counters: what it cost.
+        overlap: how the constraint ran when the generation ended: "off" or "ahead" (what auto chose, once
+            it had probed both), "off" without a constraint.
     """
 
     tokens: tuple[int, ...]
@@ -129,6 +158,7 @@ class Generation:
     seed: int | None
     prompt_tokens: int
     counters: Counters = field(default_factory=Counters)
+    overlap: str = "off"
 
 
 class _TextStream:
@@ -188,6 +218,63 @@ class _TextStream:
         return text[: self.found] if self.found is not None else text
 
 
+class _Ahead:
+    """The session's calls of mask-ahead decoding, each made on a thread of its own while the caller goes on
+    (the model's forward pass releases the GIL, as a gRPC wait does); a reply is awaited only when needed."""
+
+    def __init__(self, session: ConstraintSession, counters: Counters) -> None:
+        self._session = session
+        self._counters = counters
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="mask-ahead")
+        self._pending: Future[tuple[bool, Mask | None]] | None = None
+        self._sent: int | None = None  # the token the pending call accepts (None: it only asks the mask)
+
+    def ask_mask(self) -> None:
+        """Fetch the mask of the session's state as it is."""
+        session = self._session
+        self._pending, self._sent = self._pool.submit(lambda: (True, session.mask())), None
+
+    def send(self, token: int, *, mask: bool = True) -> None:
+        """Accept `token` and (with `mask`) fetch the mask of the state after it."""
+        session = self._session
+        if mask:
+            self._pending = self._pool.submit(session.accept_and_mask, token)
+        else:
+            self._pending = self._pool.submit(lambda: (session.accept(token), None))
+        self._sent = token
+
+    def settle(self, index: int) -> Mask | None:
+        """The pending call's mask (None when none was asked), waiting for it if it has not come.
+
+        Raises:
+            GenerationError: the session refused the token sent, which the mask before it allowed.
+        """
+        future = self._pending
+        if future is None:
+            return None
+        self._pending = None
+        counters = self._counters
+        if not future.done():
+            counters.waits += 1
+            started = time.perf_counter()
+            taken, mask = future.result()
+            counters.constraint_seconds += time.perf_counter() - started
+        else:
+            taken, mask = future.result()
+        if not taken:
+            raise GenerationError(
+                f"step {index}: the grammar refused token {self._sent}, which its own mask allowed"
+            )
+        return mask
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def _allows(mask: Mask, token: int) -> bool:
+    return bool(int(mask[token >> 5]) >> (token & 31) & 1)
+
+
 def _with_suppressed_tokens(settings: SamplerSettings | None, suppressed: Sequence[int]) -> SamplerSettings:
     # common_sampler_init appends the vocabulary's suppress tokens to the user's logit biases (-inf).
     settings = settings or SamplerSettings()
@@ -206,6 +293,7 @@ def generate(
     max_tokens: int = 256,
     stop: Sequence[str] = (),
     on_step: Callable[[Step], None] | None = None,
+    overlap: Overlap = "off",
 ) -> Generation:
     """Generate from `prompt` with llama-server's sampler chain, constrained by `session` if given.
 
@@ -217,25 +305,54 @@ def generate(
         max_tokens: the most tokens to generate.
         stop: strings that end the generation (the text is cut before them).
         on_step: called after each token with what it adds to the text (streaming).
+        overlap: "off" (draw, accept, on a refusal mask and redraw), "ahead" (the next mask fetched while
+            the model evaluates a token), or "auto" (probe both, keep the faster). The tokens are the same.
 
     Returns:
         The generation.
 
     Raises:
         GenerationError: a mask that allows no token, or a masked redraw the grammar refuses.
-        ValueError: the sampler settings are refused (see SamplerSettings.check), or no prompt.
+        ValueError: the sampler settings are refused (see SamplerSettings.check), no prompt, or an
+            unknown overlap mode.
     """
     if not prompt:
         raise ValueError("the prompt has no tokens")
+    if overlap not in OVERLAP_MODES:
+        raise ValueError(f"overlap must be one of {', '.join(OVERLAP_MODES)}, not {overlap!r}")
     chain = SamplerChain.from_settings(_with_suppressed_tokens(settings, model.suppress_tokens))
     counters = Counters()
+    ahead = _Ahead(session, counters) if session is not None and overlap != "off" else None
+    try:
+        return _run(model, prompt, chain, counters, session, ahead, overlap, max_tokens, stop, on_step)
+    finally:
+        if ahead is not None:
+            ahead.close()
+
+
+def _run(
+    model: LogitModel,
+    prompt: Sequence[int],
+    chain: SamplerChain,
+    counters: Counters,
+    session: ConstraintSession | None,
+    ahead: _Ahead | None,
+    overlap: Overlap,
+    max_tokens: int,
+    stop: Sequence[str],
+    on_step: Callable[[Step], None] | None,
+) -> Generation:
     stream = _TextStream(stop)
     tokens: list[int] = []
     rejected_at: list[int] = []
     clock = time.perf_counter
+    mode = "ahead" if overlap == "ahead" else "off"
+    probe: dict[str, list[float]] = {"off": [], "ahead": []}  # auto: each mode's step times
 
     started = clock()
     model.reset()
+    if ahead is not None and mode == "ahead":
+        ahead.ask_mask()  # the first mask is computed while the prompt is evaluated
     logits = model.decode(prompt)
     counters.model_seconds = counters.prompt_seconds = clock() - started
     for token in prompt:
@@ -243,51 +360,81 @@ def generate(
 
     stop_reason = "max_tokens"
     for index in range(max_tokens):
-        started = clock()
+        step_started = started = clock()
         token = chain.sample(logits)
         counters.sampler_seconds += clock() - started
         counters.draws += 1
         rejected = False
-        if session is not None:
+        mask: Mask | None = None
+        if ahead is not None and mode == "ahead":
+            mask = ahead.settle(index)
+            assert mask is not None  # ahead, every call asks the mask
+            counters.masks += 1
+            counters.ahead_steps += 1
+            if not _allows(mask, token):
+                rejected = True
+        elif session is not None:
             started = clock()
             mask = session.accept_or_mask(token)
             counters.constraint_seconds += clock() - started
+            counters.waits += 1
             if mask is not None:
-                rejected = True
-                rejected_at.append(index)
-                counters.rejections += 1
                 counters.masks += 1
-                allowed = unpack_mask(mask, model.n_vocab)
-                if not allowed.any():
-                    raise GenerationError(f"step {index}: the grammar allows no token")
-                started = clock()
-                token = chain.sample(logits, allowed=allowed)
-                counters.sampler_seconds += clock() - started
-                counters.draws += 1
+                rejected = True
+        if rejected:
+            assert mask is not None
+            rejected_at.append(index)
+            counters.rejections += 1
+            allowed = unpack_mask(mask, model.n_vocab)
+            if not allowed.any():
+                raise GenerationError(f"step {index}: the grammar allows no token")
+            started = clock()
+            token = chain.sample(logits, allowed=allowed)
+            counters.sampler_seconds += clock() - started
+            counters.draws += 1
+            if mode == "off":
+                assert session is not None
                 started = clock()
                 taken = session.accept(token)
                 counters.constraint_seconds += clock() - started
+                counters.waits += 1
                 if not taken:
                     raise GenerationError(
                         f"step {index}: the grammar refused token {token}, which its own mask allowed"
                     )
         chain.accept(token)
         tokens.append(token)
+        last = index + 1 == max_tokens
         if model.is_eog(token):
             stop_reason = "eog"
-            if on_step is not None:
-                on_step(Step(index, token, rejected, ""))
-            break
-        delta = stream.push(model.piece(token, special=False))
+            last = True
+            delta = ""
+        else:
+            delta = stream.push(model.piece(token, special=False))
+            if stream.found is not None:
+                stop_reason = "stop"
+                last = True
+        if ahead is not None and mode == "ahead":
+            ahead.send(token, mask=not last)  # travels while the model evaluates the token
+        elif ahead is not None and not last and index + 1 == PROBE_STEPS:
+            mode = "ahead"  # auto: the probe of mask-ahead begins; its first mask travels with this decode
+            ahead.ask_mask()
         if on_step is not None:
             on_step(Step(index, token, rejected, delta))
-        if stream.found is not None:
-            stop_reason = "stop"
+        if last:
             break
-        if index + 1 < max_tokens:
-            started = clock()
-            logits = model.decode([token])
-            counters.model_seconds += clock() - started
+        started = clock()
+        logits = model.decode([token])
+        counters.model_seconds += clock() - started
+        if ahead is not None and overlap == "auto" and index < 2 * PROBE_STEPS:
+            probe["ahead" if index >= PROBE_STEPS else "off"].append(clock() - step_started)
+            if index + 1 == 2 * PROBE_STEPS and statistics.median(probe["off"]) < statistics.median(
+                probe["ahead"]
+            ):
+                ahead.settle(index)  # the session has the token; the mask is not needed
+                mode = "off"
+    if ahead is not None:
+        ahead.settle(len(tokens))  # the last token's accept
     tail = stream.finish()
     if tail and on_step is not None:
         on_step(Step(len(tokens), None, False, tail))
@@ -299,4 +446,5 @@ def generate(
         seed=chain.seed,
         prompt_tokens=len(prompt),
         counters=counters,
+        overlap=mode if session is not None else "off",
     )

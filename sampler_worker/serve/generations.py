@@ -147,6 +147,23 @@ class _TimedSession:
         finally:
             self._tally.constraint_seconds += time.perf_counter() - started
 
+    # The mask-ahead calls: not made, as the server generates without overlap (its contexts share the
+    # machine's cores with constraintd, where a mask at every step costs more than it hides); timed all the
+    # same, should that change.
+    def accept_and_mask(self, token: int) -> tuple[bool, Mask]:
+        started = time.perf_counter()
+        try:
+            return self._session.accept_and_mask(token)
+        finally:
+            self._tally.constraint_seconds += time.perf_counter() - started
+
+    def mask(self) -> Mask:
+        started = time.perf_counter()
+        try:
+            return self._session.mask()
+        finally:
+            self._tally.constraint_seconds += time.perf_counter() - started
+
 
 class Run:
     """One generation: its events, in order, on the event loop; `cancel()` ends it at its next token."""
@@ -338,7 +355,7 @@ class Generations:
 
                 generation = generate(
                     context, prompt, job.settings, session=session, max_tokens=budget, stop=job.stop,
-                    on_step=on_step,
+                    on_step=on_step, overlap="off",
                 )
             run.emit(Finished(generation))
         except _Stopped as exc:

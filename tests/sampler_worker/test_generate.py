@@ -6,6 +6,7 @@ test_generation_oracle.py.)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy.typing as npt
 import pytest
 
 from sampler_worker.chain import SamplerSettings
-from sampler_worker.generate import GenerationError, Step, generate
+from sampler_worker.generate import PROBE_STEPS, GenerationError, Overlap, Step, generate
 
 PIECES = [b"<eos>", b"a", b"b", b"\xc3", b"\xa9", b"STOP", b" ", b"<ctl>"]
 EOS = 0
@@ -80,6 +81,49 @@ class ScriptedSession:
         self.accepted.append(token)
         return True
 
+    def accept_and_mask(self, token: int) -> tuple[bool, npt.NDArray[np.int32]]:
+        return self.accept(token), self._mask()
+
+    def mask(self) -> npt.NDArray[np.int32]:
+        return self._mask()
+
+
+class SlowSession(ScriptedSession):
+    """Accepts everything; its calls take `plain` seconds, or `with_mask` when they answer a mask."""
+
+    def __init__(self, *, plain: float, with_mask: float) -> None:
+        super().__init__(refused=set())
+        self.plain = plain
+        self.with_mask = with_mask
+
+    def accept_or_mask(self, token: int) -> npt.NDArray[np.int32] | None:
+        time.sleep(self.plain)
+        return super().accept_or_mask(token)
+
+    def accept(self, token: int) -> bool:
+        time.sleep(self.plain)
+        return super().accept(token)
+
+    def accept_and_mask(self, token: int) -> tuple[bool, npt.NDArray[np.int32]]:
+        time.sleep(self.with_mask)
+        return super().accept(token), self._mask()
+
+    def mask(self) -> npt.NDArray[np.int32]:
+        time.sleep(self.with_mask)
+        return self._mask()
+
+
+class SlowModel(ScriptedModel):
+    """A ScriptedModel whose every decode takes `seconds` without the CPU (as a GPU-bound forward pass)."""
+
+    def __init__(self, script: Sequence[int], seconds: float) -> None:
+        super().__init__(script)
+        self.seconds = seconds
+
+    def decode(self, tokens: Sequence[int]) -> npt.NDArray[np.float32]:
+        time.sleep(self.seconds)
+        return super().decode(tokens)
+
 
 def test_stops_at_end_of_generation_without_its_text() -> None:
     model = ScriptedModel([1, 2, 1])
@@ -99,27 +143,71 @@ def test_stops_after_max_tokens_without_evaluating_the_last() -> None:
     assert model.evaluated == [2, 1, 1]
 
 
-def test_refused_draw_is_redrawn_on_the_mask() -> None:
+MODES: tuple[Overlap, ...] = ("off", "ahead", "auto")
+
+
+@pytest.mark.parametrize("overlap", MODES)
+def test_refused_draw_is_redrawn_on_the_mask(overlap: Overlap) -> None:
     session = ScriptedSession(refused={2})
-    result = generate(ScriptedModel([1, 2, 1]), [1], GREEDY, session=session, max_tokens=10)
+    result = generate(ScriptedModel([1, 2, 1]), [1], GREEDY, session=session, max_tokens=10, overlap=overlap)
     # step 1 wanted 2, which the grammar refuses; its runner-up 3 is drawn from the masked logits
     assert result.tokens == (1, 3, 1, EOS)
     assert result.rejected_at == (1,)
     assert session.accepted == [1, 3, 1, EOS]
-    assert (result.counters.draws, result.counters.rejections, result.counters.masks) == (5, 1, 1)
+    # without overlap a mask is fetched per refusal; ahead, one per step
+    masks = 4 if overlap == "ahead" else 1
+    assert (result.counters.draws, result.counters.rejections, result.counters.masks) == (5, 1, masks)
+    assert result.counters.ahead_steps == (4 if overlap == "ahead" else 0)
+    assert result.overlap == ("ahead" if overlap == "ahead" else "off")
     assert 0.0 < result.counters.prompt_seconds <= result.counters.model_seconds
 
 
-def test_mask_allowing_nothing_is_an_error() -> None:
+@pytest.mark.parametrize("overlap", MODES)
+def test_mask_allowing_nothing_is_an_error(overlap: Overlap) -> None:
     session = ScriptedSession(refused={1}, mask_allows=set())
     with pytest.raises(GenerationError, match="allows no token"):
-        generate(ScriptedModel([1]), [1], GREEDY, session=session)
+        generate(ScriptedModel([1]), [1], GREEDY, session=session, overlap=overlap)
 
 
-def test_grammar_refusing_its_own_mask_is_an_error() -> None:
+@pytest.mark.parametrize("overlap", MODES)
+def test_grammar_refusing_its_own_mask_is_an_error(overlap: Overlap) -> None:
     session = ScriptedSession(refused={1, 2}, mask_allows={2})
     with pytest.raises(GenerationError, match="refused token 2"):
-        generate(ScriptedModel([1]), [1], GREEDY, session=session)
+        generate(ScriptedModel([1]), [1], GREEDY, session=session, overlap=overlap)
+
+
+def test_ahead_the_constraint_waits_only_when_its_reply_is_later_than_the_forward_pass() -> None:
+    script = [1, 2] * 6
+    hidden = generate(
+        SlowModel(script, 0.02), [1], GREEDY, session=SlowSession(plain=0.0, with_mask=0.002), overlap="ahead"
+    )
+    assert hidden.tokens == (*script, EOS) and hidden.counters.ahead_steps == len(script) + 1
+    # only the last token's accept (no forward pass after it) may be waited for
+    assert hidden.counters.waits <= 1
+    exposed = generate(
+        SlowModel(script, 0.0), [1], GREEDY, session=SlowSession(plain=0.0, with_mask=0.01), overlap="ahead"
+    )
+    assert exposed.tokens == hidden.tokens and exposed.counters.waits >= len(script)
+    assert exposed.counters.constraint_seconds >= 0.005 * len(script)
+
+
+def test_auto_keeps_the_mode_whose_steps_were_faster() -> None:
+    script = [1, 2] * (PROBE_STEPS + 4)
+    # a long forward pass hides a slow mask: ahead wins
+    session = SlowSession(plain=0.005, with_mask=0.005)
+    gpu_like = generate(SlowModel(script, 0.01), [1], GREEDY, session=session, overlap="auto")
+    assert gpu_like.overlap == "ahead" and gpu_like.counters.ahead_steps == len(script) + 1 - PROBE_STEPS
+    # masks far slower than plain accepts, and a forward pass too short to hide them: off wins
+    cpu_like = generate(
+        SlowModel(script, 0.001), [1], GREEDY, session=SlowSession(plain=0.0, with_mask=0.02), overlap="auto"
+    )
+    assert cpu_like.overlap == "off" and cpu_like.counters.ahead_steps == PROBE_STEPS
+    assert gpu_like.tokens == cpu_like.tokens == (*script, EOS)
+
+
+def test_an_unknown_overlap_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="overlap must be one of"):
+        generate(ScriptedModel([1]), [1], GREEDY, overlap="sideways")  # type: ignore[arg-type]
 
 
 def test_a_character_split_over_tokens_streams_once_whole() -> None:

@@ -6,22 +6,23 @@ builds it: the model's suppress tokens as -inf logit biases, then the samplers) 
 sampler (`LlamaGrammar`, plain or lazy):
     draw with the chain; apply the grammar to that one token; if it is refused, apply the grammar to
     every token and run the whole chain again (same generator); accept the token in grammar and chain.
-Ours: `generate` with a constraintd session. Compared: every token id, and every step where the first
-draw was refused.
+Ours: `generate` with a constraintd session, once without overlap and once with mask-ahead (the first
+draw checked against a mask fetched while the model evaluated the token before). Compared: every token
+id, and every step where the first draw was refused.
 
 The identity matrix: 20 prompts (chat and raw) x 7 constraints (JSON mode, three JSON schemas, two GBNF
-grammars, a lazy tool-call grammar) x 2 sampler settings (greedy; llama-server's defaults, temperature
-0.8, with a seed) = 280 generations of at most 24 tokens, in process: about 5,500 tokens and 1,700
-rejected first draws (the end-of-run table counts them), about 5 minutes of one core with the model on
-one thread. To fit CI, both sides take their logits from one `LogitsCache`: the model's logits after
-each sequence of tokens, evaluated once, as llama-server evaluates (the prompt in one batch, then one
-token per step; another branch is reached by cutting the context back to the common prefix), so a side
-that parts from the other still gets the true logits of its own tokens and the difference is found and
-reported in full. The reference's whole-vocabulary masks are kept by (constraint, accepted tokens) in a
-`MaskCache`: llama.cpp computes each once. That the model's logits are llama.cpp's (the `Llama` class
-with its default context) is tests/sampler_worker/test_model.py's `test_logits_are_llama_cpp_pythons`;
-the generation through a Unix socket below runs the reference on a llama.cpp model of its own, end to
-end (40 tokens, warmer sampling with a repetition penalty).
+grammars, a lazy tool-call grammar) x 2 sampler settings (greedy; llama-server's defaults, temperature 0.8,
+with a seed) = 280 generations of at most 24 tokens, in process, each generated twice (without overlap and
+ahead): about 5,500 tokens and 1,700 rejected first draws a mode (the end-of-run table counts them), about 6
+minutes of one core with the model on one thread. To fit CI, both sides take their logits from one
+`LogitsCache`: the model's logits after each sequence of tokens, evaluated once, as llama-server evaluates
+(the prompt in one batch, then one token per step; another branch is reached by cutting the context back to
+the common prefix), so a side that parts from the other still gets the true logits of its own tokens and the
+difference is found and reported in full. The reference's whole-vocabulary masks are kept by (constraint,
+accepted tokens) in a `MaskCache`: llama.cpp computes each once. That the model's logits are llama.cpp's (the
+`Llama` class with its default context) is tests/sampler_worker/test_model.py's
+`test_logits_are_llama_cpp_pythons`; the generation through a Unix socket below runs the reference on a
+llama.cpp model of its own, end to end (40 tokens, warmer sampling with a repetition penalty).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from clients import Client, VocabHandle
 from constraintd.engine.chat.requests import json_object_grammar
 from constraintd.engine.schema.convert import json_schema_to_gbnf
 from sampler_worker.chain import SamplerSettings
-from sampler_worker.generate import generate
+from sampler_worker.generate import Overlap, generate
 from sampler_worker.model import Model
 from sampler_worker.prompt import prompt_tokens
 from sampler_worker.sidecar import PrivateConstraintd
@@ -49,6 +50,8 @@ from tests.sampler_worker.llama_chain import llama_steps
 
 N_CTX = 512
 MAX_TOKENS = 24
+# every case runs without overlap and with mask-ahead: the same tokens and rejection points are expected
+OVERLAPS: tuple[Overlap, ...] = ("off", "ahead")
 Logits = npt.NDArray[np.float32]
 
 # (chat message, or None) and (raw prompt, or None): short, of many kinds, some that suit no constraint.
@@ -356,16 +359,24 @@ def test_generation_is_llama_servers(
     chat, raw = PROMPTS[case.prompt]
     tokens = prompt_tokens(gemma, prompt=raw, chat=chat)
     client, handle = local_client
-    with client.session(handle, **case.constraint.session) as session:  # type: ignore[arg-type]
-        model = CachedModel(logits_cache)
-        ours = generate(model, tokens, case.settings, session=session, max_tokens=MAX_TOKENS)
+    runs = {}
+    for overlap in OVERLAPS:
+        with client.session(handle, **case.constraint.session) as session:  # type: ignore[arg-type]
+            model = CachedModel(logits_cache)
+            runs[overlap] = generate(
+                model, tokens, case.settings, session=session, max_tokens=MAX_TOKENS, overlap=overlap
+            )
     expected, rejected = reference(
         lambda generated: logits_cache.after(tokens, generated), llama_vocab, tokens, case.settings,
         case.constraint, gemma.suppress_tokens, masks=mask_cache,
     )
-    record(oracle_report, "gemma-3-270m local", ours.tokens, ours.rejected_at, expected, rejected)
-    assert list(ours.tokens) == expected
-    assert list(ours.rejected_at) == rejected
+    for overlap, ours in runs.items():
+        record(oracle_report, f"gemma-3-270m local, overlap {overlap}", ours.tokens, ours.rejected_at,
+               expected, rejected)
+    for overlap, ours in runs.items():
+        assert ours.overlap == overlap
+        assert list(ours.tokens) == expected, f"overlap {overlap}"
+        assert list(ours.rejected_at) == rejected, f"overlap {overlap}"
 
 
 # Hotter than llama-server's defaults, top-k off and a repetition penalty: more rejections, the
@@ -394,10 +405,14 @@ def test_generation_through_a_unix_socket_is_llama_servers(
 
     tokens = prompt_tokens(gemma, chat=SOCKET_CHAT)
     schema = json.dumps(PERSON_SCHEMA)
+    runs = {}
     with PrivateConstraintd() as server, Client(server.target) as client:
         handle = client.register_vocab(gguf=gemma_path)
-        with client.session(handle, json_schema=schema) as session:
-            ours = generate(gemma, tokens, WARM, session=session, max_tokens=SOCKET_MAX_TOKENS)
+        for overlap in OVERLAPS:
+            with client.session(handle, json_schema=schema) as session:
+                runs[overlap] = generate(
+                    gemma, tokens, WARM, session=session, max_tokens=SOCKET_MAX_TOKENS, overlap=overlap
+                )
     # llama.cpp's default context (flash attention on) through the Llama class, as llama-server runs it
     theirs = llama_cpp.Llama(
         model_path=str(gemma_path), n_ctx=N_CTX, n_threads=1, flash_attn=True, logits_all=True, verbose=False
@@ -415,6 +430,9 @@ def test_generation_through_a_unix_socket_is_llama_servers(
         )
     finally:
         theirs.close()
-    record(oracle_report, "gemma-3-270m unix", ours.tokens, ours.rejected_at, expected, rejected)
-    assert list(ours.tokens) == expected
-    assert list(ours.rejected_at) == rejected
+    for overlap, ours in runs.items():
+        record(oracle_report, f"gemma-3-270m unix, overlap {overlap}", ours.tokens, ours.rejected_at,
+               expected, rejected)
+    for overlap, ours in runs.items():
+        assert list(ours.tokens) == expected, f"overlap {overlap}"
+        assert list(ours.rejected_at) == rejected, f"overlap {overlap}"
