@@ -48,11 +48,12 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from clients import Client, Session, VocabHandle  # noqa: E402
 from constraintd.engine.schema.convert import json_schema_to_gbnf  # noqa: E402
 from sampler_worker.chain import SamplerSettings  # noqa: E402
-from sampler_worker.generate import generate  # noqa: E402
+from sampler_worker.generate import Overlap, generate  # noqa: E402
 from sampler_worker.model import Model  # noqa: E402
 from sampler_worker.prompt import prompt_tokens  # noqa: E402
 from sampler_worker.sidecar import PrivateConstraintd  # noqa: E402
 from tests import reference  # noqa: E402
+from tests.benchmarks import stand_in as stand_in_module  # noqa: E402
 from tests.oracle import LlamaGrammar, LlamaSamplerChain, LlamaVocab, grammar_allows  # noqa: E402
 from tests.sampler_worker.llama_chain import llama_steps  # noqa: E402
 
@@ -87,6 +88,8 @@ class Run:
     constraint: float | None = None
     rejections: int | None = None
     masks: int | None = None
+    waits: int | None = None  # times the generation waited on constraintd with the model idle
+    overlap: str | None = None  # the mode the generation ended in (what auto chose)
 
 
 @dataclass
@@ -134,11 +137,18 @@ class Ours:
     """Our worker: the numpy chain and `generate`, constrained through a client or not."""
 
     def __init__(
-        self, model: Model, client: Client | None, gguf: Path, *, server_pid: int | None = None
+        self,
+        model: Model,
+        client: Client | None,
+        gguf: Path,
+        *,
+        server_pid: int | None = None,
+        overlap: Overlap = "off",
     ) -> None:
         self.model = model
         self.client = client
         self.server_pid = server_pid
+        self.overlap: Overlap = overlap
         self.handle: VocabHandle | None = None
         if client is not None:
             self.handle = client.register_vocab(gguf=gguf)
@@ -158,7 +168,9 @@ class Ours:
         else:
             with self.session() as session:
                 started, cpu = time.perf_counter(), cpu_seconds(self.server_pid)
-                generation = generate(self.model, tokens, settings, session=session, max_tokens=max_tokens)
+                generation = generate(
+                    self.model, tokens, settings, session=session, max_tokens=max_tokens, overlap=self.overlap
+                )
                 seconds, cpu = time.perf_counter() - started, cpu_seconds(self.server_pid) - cpu
         counters = generation.counters
         constrained = self.client is not None
@@ -168,6 +180,7 @@ class Ours:
             counters.sampler_seconds,
             counters.constraint_seconds if constrained else None,
             counters.rejections if constrained else None, counters.masks if constrained else None,
+            counters.waits if constrained else None, generation.overlap if constrained else None,
         )
 
 
@@ -250,21 +263,23 @@ class LlamaCppPythonGrammar:
         self.model.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 prompts x 1 seed of up to 24 tokens")
-    parser.add_argument("--prompts", type=int, default=len(PROMPTS), help=f"prompts (1-{len(PROMPTS)})")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per prompt (default 3)")
-    parser.add_argument("--max-tokens", type=int, default=64, help="tokens per generation (default 64)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="model threads, every path (default 1: steady on a shared machine)")
-    args = parser.parse_args(argv)
+REAL_PATHS: tuple[tuple[str, str | None, Overlap], ...] = (
+    # (name, where constraintd runs: None unconstrained, "local" or "unix"; overlap mode)
+    ("unconstrained (our chain)", None, "off"),
+    ("constrained, in process, overlap off", "local", "off"),
+    ("constrained, in process, overlap ahead", "local", "ahead"),
+    ("constrained, Unix socket, overlap off", "unix", "off"),
+    ("constrained, Unix socket, overlap ahead", "unix", "ahead"),
+    ("constrained, Unix socket, overlap auto", "unix", "auto"),
+)
+
+
+def real_model(args: argparse.Namespace) -> None:
+    """(a) The real model on this machine's CPU: every path on the same prompts and seeds."""
     prompts, seeds, max_tokens = (2, 1, 24) if args.quick else (args.prompts, args.seeds, args.max_tokens)
     gguf = reference.gemma_path()
-    paths = [
-        PathResults("unconstrained (our chain)"),
-        PathResults("constrained, constraintd in process"),
-        PathResults("constrained, constraintd over a Unix socket"),
+    paths = [PathResults(name) for name, _, _ in REAL_PATHS]
+    paths += [
         PathResults("llama.cpp chain + grammar, llama-server's check (ctypes)"),
         PathResults("llama-cpp-python LlamaGrammar (grammar on every token)"),
     ]
@@ -276,10 +291,15 @@ def main(argv: list[str] | None = None) -> int:
     ):
         chain, peer = LlamaCppChain(model, gguf), LlamaCppPythonGrammar(gguf, args.threads)
         assert server.process is not None
+        clients = {"local": local, "unix": remote}
         runners: list[Runner] = [
-            Ours(model, None, gguf), Ours(model, local, gguf),
-            Ours(model, remote, gguf, server_pid=server.process.pid), chain, peer,
+            Ours(
+                model, clients[where] if where else None, gguf, overlap=overlap,
+                server_pid=server.process.pid if where == "unix" else None,
+            )
+            for _, where, overlap in REAL_PATHS
         ]
+        runners += [chain, peer]
         for prompt in PROMPTS[:prompts]:
             tokens = prompt_tokens(model, chat=prompt)
             for seed in range(1, seeds + 1):
@@ -292,17 +312,18 @@ def main(argv: list[str] | None = None) -> int:
     floor, cpu_floor = paths[0].tokens_per_second(), paths[0].tokens_per_cpu_second()
     width = max(len(path.name) for path in paths)
     print(
-        f"sampler worker benchmark: Gemma 3 270M (262,144 tokens), {prompts} prompts x {seeds} seeds = "
+        f"(a) real model: Gemma 3 270M (262,144 tokens), {prompts} prompts x {seeds} seeds = "
         f"{prompts * seeds} generations of up to {max_tokens} tokens per path, JSON schema, llama-server's "
         f"default sampling, {args.threads} model thread(s) ({os.cpu_count()} CPUs), "
         f"Python {sys.version.split()[0]}"
     )
     header = ("tokens", "tokens/s p50", "x unconstr.", "tokens/CPU-s p50", "x unconstr.", "ms model",
-              "ms sampler", "ms constraint", "rejections/100", "masks/100")
+              "ms sampler", "ms waiting", "waits/100", "rejections/100", "masks/100", "ran ahead")
     print(f"{'path':<{width}}  " + "  ".join(header))
     print(f"{'-' * width}  " + "  ".join("-" * len(name) for name in header))
     for path in paths:
         speed, cpu_speed = path.tokens_per_second(), path.tokens_per_cpu_second()
+        overlaps = [run.overlap for run in path.runs]
         values = (
             str(sum(run.tokens for run in path.runs)),
             f"{speed:.1f}",
@@ -312,14 +333,124 @@ def main(argv: list[str] | None = None) -> int:
             path.ms_per_token(lambda run: run.model),
             path.ms_per_token(lambda run: run.sampler),
             path.ms_per_token(lambda run: run.constraint),
+            path.per_hundred(lambda run: run.waits),
             path.per_hundred(lambda run: run.rejections),
             path.per_hundred(lambda run: run.masks),
+            "-" if None in overlaps else f"{overlaps.count('ahead')} of {len(overlaps)}",
         )
         cells = "  ".join(f"{value:>{len(name)}}" for value, name in zip(values, header, strict=True))
         print(f"{path.name:<{width}}  {cells}")
     print("(tokens/s: median over generations, after the prompt, wall clock; tokens/CPU-s: the same over the "
           "CPU time of this process and of the constraintd process; ms columns: median per generated token, "
-          "wall clock, after the prompt; '-' where a path cannot tell the part apart)")
+          "wall clock, after the prompt, 'ms waiting' being the time spent waiting on constraintd with the "
+          "model idle; waits/100: such waits per 100 tokens; ran ahead: generations that ended in mask-ahead "
+          "mode; '-' where a path cannot tell the part apart)")
+
+
+def stand_in(args: argparse.Namespace) -> None:
+    """(b) The GPU-bound stand-in (tests/benchmarks/stand_in.py): where the constraint's round trip hides."""
+    gguf = reference.gemma_path()
+    schema = json.dumps(SCHEMA)
+    forwards = [float(f) for f in args.forward_ms.split(",")]
+    batches = [int(n) for n in args.batch.split(",")]
+    rows: dict[tuple[float, int, str], list[stand_in_module.BatchRun]] = {}
+    with (
+        Model(gguf, n_ctx=N_CTX, n_threads=args.threads) as model,
+        Client("local") as local,
+        PrivateConstraintd() as server,
+        Client(server.target) as remote,
+    ):
+        handle = local.register_vocab(gguf=gguf)
+        trajectories = []
+        for prompt in PROMPTS[: args.prompts]:
+            tokens = prompt_tokens(model, chat=prompt)
+            for seed in range(1, args.seeds + 1):
+                with local.session(handle, json_schema=schema) as session:
+                    trajectories.append(
+                        stand_in_module.record(model, tokens, seed, session, args.stand_in_tokens)
+                    )
+        print(f"recorded {len(trajectories)} trajectories of the real model", file=sys.stderr)
+        remote_handle = remote.register_vocab(gguf=gguf)
+        if not args.cold:  # every state the trajectories reach, and its mask, met once before timing
+            for trajectory in trajectories:
+                _one(model, trajectory, 0.0, remote, remote_handle, schema, "ahead")
+        for repeat in range(args.repeats):
+            for forward in forwards:
+                seconds = forward / 1000
+                for count in batches:
+                    chosen = [trajectories[i % len(trajectories)] for i in range(count)]
+                    modes = ["unconstrained", "off", "ahead"] + (["auto"] if count == 1 else [])
+                    for mode in modes:
+                        if count == 1:
+                            run = _one(model, chosen[0], seconds, remote, remote_handle, schema, mode)
+                        else:
+                            run = stand_in_module.run_batch(
+                                model, chosen, seconds, remote if mode != "unconstrained" else None,
+                                remote_handle, schema, mode,
+                            )
+                        rows.setdefault((forward, count, mode), []).append(run)
+                    print(f"repeat {repeat + 1}, F = {forward:g} ms, N = {count}: done", file=sys.stderr)
+    print(
+        f"(b) GPU-bound stand-in: Gemma 3 270M's logits replayed, each forward pass waiting F ms without "
+        f"the CPU; {len(trajectories)} recorded trajectories of up to {args.stand_in_tokens} tokens, "
+        f"constraintd over a Unix socket, {args.repeats} repeats (medians); "
+        + ("cold: the grammar's states met for the first time in the first repeat"
+           if args.cold else "warm: every state's mask computed once before timing (first visits are "
+           "bench_masks.py's subject)")
+    )
+    header = ("F ms", "N", "mode", "tokens/s p50", "x unconstr.", "ms waiting/token", "waits/100",
+              "rejections/100")
+    print("  ".join(f"{name:>14}" for name in header))
+    for (forward, count, mode), runs in rows.items():
+        baseline = rows[(forward, count, "unconstrained")]
+        floor = stand_in_module.median([r.tokens / r.seconds for r in baseline])
+        speed = stand_in_module.median([r.tokens / r.seconds for r in runs])
+        made = sum(r.tokens for r in runs)
+        values = (
+            f"{forward:g}", str(count), mode, f"{speed:.1f}", f"{speed / floor:.3f}",
+            f"{stand_in_module.median([1000 * r.wait_seconds / r.tokens for r in runs]):.3f}",
+            f"{100 * sum(r.waits for r in runs) / made:.1f}",
+            f"{100 * sum(r.rejections for r in runs) / made:.1f}",
+        )
+        print("  ".join(f"{value:>14}" for value in values))
+    print("(tokens/s: all N generations' tokens over the wall clock after the prompts, median of the "
+          "repeats; ms waiting/token: time the worker waited on constraintd after its forward pass, per "
+          "token; waits/100: such waits per 100 tokens (off: every Step; ahead: a reply not in by the end "
+          "of the forward pass; the last token's, which no forward pass follows, counts))")
+
+
+def _one(
+    model: Model, trajectory: stand_in_module.Trajectory, seconds: float, client: Client,
+    handle: VocabHandle, schema: str, mode: str,
+) -> stand_in_module.BatchRun:
+    if mode == "unconstrained":
+        return stand_in_module.run_one(model, trajectory, seconds, None, "off")
+    overlap: Overlap = "off" if mode == "off" else "ahead" if mode == "ahead" else "auto"
+    with client.session(handle, json_schema=schema) as session:
+        return stand_in_module.run_one(model, trajectory, seconds, session, overlap)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--part", choices=["real", "stand-in", "all"], default="all",
+                        help="(a) the real model, (b) the GPU-bound stand-in, or both (default)")
+    parser.add_argument("--quick", action="store_true", help="(a): 2 prompts x 1 seed of up to 24 tokens")
+    parser.add_argument("--prompts", type=int, default=len(PROMPTS), help=f"prompts (1-{len(PROMPTS)})")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per prompt (default 3)")
+    parser.add_argument("--max-tokens", type=int, default=64, help="(a): tokens per generation (default 64)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="model threads, every path (default 1: steady on a shared machine)")
+    parser.add_argument("--forward-ms", default="5,15,30", help="(b): forward pass times F, ms")
+    parser.add_argument("--batch", default="1,8,64", help="(b): concurrent generations N")
+    parser.add_argument("--stand-in-tokens", type=int, default=32, help="(b): tokens per trajectory")
+    parser.add_argument("--repeats", type=int, default=3, help="(b): repeats of every cell (default 3)")
+    parser.add_argument("--cold", action="store_true",
+                        help="(b): no warm-up: the first repeat meets the grammar's states first")
+    args = parser.parse_args(argv)
+    if args.part in ("real", "all"):
+        real_model(args)
+    if args.part in ("stand-in", "all"):
+        stand_in(args)
     return 0
 
 

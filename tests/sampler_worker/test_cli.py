@@ -155,6 +155,29 @@ def test_constrained_generation_in_process(
     assert report["stop_reason"] == "eog"
     assert report["seed"] == 5
     assert report["counters"]["draws"] == len(report["tokens"]) + report["counters"]["rejections"]
+    # too short for auto to probe mask-ahead: it ran without overlap
+    assert report["overlap"] == "off" and report["counters"]["ahead_steps"] == 0
+
+
+@pytest.mark.slow
+def test_overlap_ahead_gives_the_same_tokens(
+    tmp_path: Path, gemma_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"city": {"type": "string"}}}))
+    argv = ("--chat", "Name a city as JSON.", "--schema", str(schema), "--seed", "3", "--max-tokens", "12")
+    runs = {mode: generate_json(capsys, gemma_path, *argv, "--overlap", mode) for mode in ("off", "ahead")}
+    assert runs["off"]["tokens"] == runs["ahead"]["tokens"]
+    assert runs["off"]["rejected_at"] == runs["ahead"]["rejected_at"]
+    assert runs["ahead"]["overlap"] == "ahead"
+    assert runs["ahead"]["counters"]["ahead_steps"] == len(runs["ahead"]["tokens"])
+    assert runs["ahead"]["counters"]["masks"] == len(runs["ahead"]["tokens"])
+
+
+def test_an_unknown_overlap_mode_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        parse("--prompt", "x", "--overlap", "sideways")
+    assert caught.value.code == 2
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,248 @@
+"""A GPU-bound model stand-in for bench_worker.py (benchmark only): where the constraint's time hides.
+
+On the machines users run, the forward pass is on a GPU and the CPU waits while it runs. This stand-in
+replays the real model's logits (Gemma 3 270M, recorded once per prompt and seed along the constrained
+generation's own tokens) from a forward pass that waits F ms without using the CPU, as a worker waits on
+its GPU; one forward pass serves every generation of a batch at once, as a batched decode does. The
+sampler chain, the grammar and constraintd are the real ones. A trajectory is replayed step by step
+whatever token is drawn: the constrained paths draw exactly the recorded tokens (same seed, same
+logits, same grammar), the unconstrained path draws its own tokens from the same logits, so every path
+does the same sampling work per step.
+
+Paths, per batch size N and forward time F:
+- unconstrained: sample every generation, then the forward pass;
+- off: sample every generation, one Step message accepting all their tokens (masks of the refused
+  ones in the reply), a redraw on each refusal, one more Step for the redrawn tokens, then the forward
+  pass: constraintd's round trip is on the critical path;
+- ahead: one Step message accepting every token and asking every next mask (`mask_after`) is sent when
+  the forward pass starts, on a thread of its own, and read when the worker needs the masks: each first
+  draw is a bit test on its mask, and a refusal is redrawn on it at once.
+With N = 1 the worker is `sampler_worker.generate` itself, in each overlap mode (auto too); with N > 1
+the batch loop below (one Step a decode step for all the sessions, over the client's one Step stream).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from clients import Client, Session, VocabHandle
+from clients.flows import StepOutcome
+from constraintd.engine.masks.bitmask import unpack_mask
+from sampler_worker.chain import SamplerChain, SamplerSettings
+from sampler_worker.generate import Overlap, generate
+from sampler_worker.model import Model
+
+Logits = npt.NDArray[np.float32]
+Mask = npt.NDArray[np.int32]
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """The logits a real constrained generation met, step by step, and the prompt it started from."""
+
+    prompt: tuple[int, ...]
+    seed: int
+    logits: tuple[Logits, ...]  # logits[i]: before token i (logits[0]: after the prompt)
+
+
+def record(model: Model, prompt: Sequence[int], seed: int, session: Session, steps: int) -> Trajectory:
+    """Run the real model constrained and keep the logits of every step."""
+    kept: list[Logits] = []
+
+    class Recording:
+        n_vocab = model.n_vocab
+        suppress_tokens = model.suppress_tokens
+
+        def reset(self) -> None:
+            model.reset()
+
+        def decode(self, tokens: Sequence[int]) -> Logits:
+            logits = model.decode(tokens)
+            kept.append(np.array(logits, dtype=np.float32))
+            return logits
+
+        def is_eog(self, token: int) -> bool:
+            return model.is_eog(token)
+
+        def piece(self, token: int, *, special: bool = True) -> bytes:
+            return model.piece(token, special=special)
+
+    generation = generate(Recording(), prompt, SamplerSettings(seed=seed), session=session, max_tokens=steps)
+    return Trajectory(tuple(prompt), seed, tuple(kept[: len(generation.tokens)]))
+
+
+class ReplayModel:
+    """One generation's model: each forward pass waits `seconds` (no CPU), then gives the next logits."""
+
+    def __init__(self, model: Model, trajectory: Trajectory, seconds: float) -> None:
+        self.n_vocab = model.n_vocab
+        self.suppress_tokens = model.suppress_tokens
+        self._model = model
+        self._trajectory = trajectory
+        self._seconds = seconds
+        self._step = 0
+
+    def reset(self) -> None:
+        self._step = 0
+
+    def decode(self, tokens: Sequence[int]) -> Logits:
+        time.sleep(self._seconds)
+        logits = self._trajectory.logits[min(self._step, len(self._trajectory.logits) - 1)]
+        self._step += 1
+        return logits.copy()
+
+    def is_eog(self, token: int) -> bool:
+        return self._model.is_eog(token)
+
+    def piece(self, token: int, *, special: bool = True) -> bytes:
+        return self._model.piece(token, special=special)
+
+
+@dataclass
+class BatchRun:
+    """What one run of N generations made and cost, after the prompt."""
+
+    tokens: int
+    seconds: float
+    waits: int  # times the worker waited on constraintd with the forward pass over
+    wait_seconds: float
+    rejections: int
+
+
+def _allows(mask: Mask, token: int) -> bool:
+    return bool(int(mask[token >> 5]) >> (token & 31) & 1)
+
+
+def run_one(
+    model: Model, trajectory: Trajectory, seconds: float, session: Session | None, overlap: Overlap
+) -> BatchRun:
+    """N = 1: `sampler_worker.generate` itself on the replayed model."""
+    replay = ReplayModel(model, trajectory, seconds)
+    started = time.perf_counter()
+    generation = generate(
+        replay, trajectory.prompt, SamplerSettings(seed=trajectory.seed), session=session,
+        max_tokens=len(trajectory.logits), overlap=overlap,
+    )
+    counters = generation.counters
+    elapsed = time.perf_counter() - started - counters.prompt_seconds
+    if session is None:
+        return BatchRun(len(generation.tokens), elapsed, 0, 0.0, 0)
+    return BatchRun(
+        len(generation.tokens), elapsed, counters.waits, counters.constraint_seconds, counters.rejections
+    )
+
+
+def run_batch(
+    model: Model,
+    trajectories: Sequence[Trajectory],
+    seconds: float,
+    client: Client | None,
+    handle: VocabHandle | None,
+    schema: str,
+    mode: str,
+) -> BatchRun:
+    """N > 1 generations in lockstep: one forward pass (waiting `seconds`) a step for all of them.
+
+    `mode`: "unconstrained", "off" or "ahead" (see the module's docstring).
+    """
+    count = len(trajectories)
+    chains = [SamplerChain.from_settings(SamplerSettings(seed=t.seed)) for t in trajectories]
+    for chain, trajectory in zip(chains, trajectories, strict=True):
+        for token in trajectory.prompt:
+            chain.accept(token)
+    sessions: list[Session] = []
+    if mode != "unconstrained":
+        assert client is not None and handle is not None
+        sessions = [client.session(handle, json_schema=schema) for _ in range(count)]
+    steps = min(len(t.logits) for t in trajectories)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="step")
+    pending: Future[list[StepOutcome]] | None = None
+    waits, wait_seconds, rejections, tokens = 0, 0.0, 0, 0
+    clock = time.perf_counter
+
+    def settle() -> list[StepOutcome]:
+        nonlocal pending, waits, wait_seconds
+        assert pending is not None
+        future, pending = pending, None
+        if not future.done():
+            waits += 1
+            started = clock()
+            outcomes = future.result()
+            wait_seconds += clock() - started
+            return outcomes
+        return future.result()
+
+    try:
+        if mode == "ahead":  # the first masks travel while the prompts are evaluated
+            assert client is not None
+            pending = pool.submit(client.step, [(s, None) for s in sessions])
+        time.sleep(seconds)  # the prompts' forward pass (not timed, as llama-server's predicted_ms)
+        started = clock()
+        masks: list[Mask | None] = [None] * count
+        if mode == "ahead":
+            masks = [outcome.mask for outcome in settle()]
+        for step in range(steps):
+            drawn: list[int] = []
+            for index, chain in enumerate(chains):
+                logits = trajectories[index].logits[step].copy()
+                token = chain.sample(logits)
+                if mode == "ahead":
+                    mask = masks[index]
+                    assert mask is not None
+                    if not _allows(mask, token):
+                        rejections += 1
+                        token = chain.sample(logits, allowed=unpack_mask(mask, model.n_vocab))
+                drawn.append(token)
+            if mode == "off":
+                assert client is not None
+                called = clock()
+                outcomes = client.step(list(zip(sessions, drawn, strict=True)), mask_on_reject=True)
+                waits += 1
+                wait_seconds += clock() - called
+                redrawn: list[tuple[Session, int]] = []
+                for index, outcome in enumerate(outcomes):
+                    if not outcome.accepted:
+                        assert outcome.mask is not None
+                        rejections += 1
+                        logits = trajectories[index].logits[step].copy()
+                        allowed = unpack_mask(outcome.mask, model.n_vocab)
+                        drawn[index] = chains[index].sample(logits, allowed=allowed)
+                        redrawn.append((sessions[index], drawn[index]))
+                if redrawn:
+                    called = clock()
+                    again = client.step(redrawn, mask_on_reject=False)
+                    waits += 1
+                    wait_seconds += clock() - called
+                    if not all(outcome.accepted for outcome in again):
+                        raise RuntimeError("the grammar refused a token its own mask allowed")
+            for chain, token in zip(chains, drawn, strict=True):
+                chain.accept(token)
+            tokens += count
+            if mode == "ahead":
+                items = list(zip(sessions, drawn, strict=True))
+                assert client is not None
+                pending = pool.submit(client.step, items, mask_after=True)
+            if step + 1 < steps:
+                time.sleep(seconds)  # the batch's forward pass, while the Step travels
+            if mode == "ahead":
+                outcomes = settle()
+                if not all(outcome.accepted for outcome in outcomes):
+                    raise RuntimeError("the grammar refused a token its own mask allowed")
+                masks = [outcome.mask for outcome in outcomes]
+        elapsed = clock() - started
+    finally:
+        pool.shutdown(wait=True)
+        for session in sessions:
+            session.close()
+    return BatchRun(tokens, elapsed, waits, wait_seconds, rejections)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
