@@ -8,6 +8,8 @@
         mask = session.accept_or_mask(token)               # None: accepted; else the packed mask
         if mask is not None:
             apply_mask(logits, mask)                       # -inf where forbidden; sample again
+        accepted, mask = session.accept_and_mask(token)    # mask-ahead: the mask of the state after it
+        if not mask_allows(mask, next_token): ...
 
 A session keeps the tokens it accepted, so when the server loses it (restart, expiry) the client
 rebuilds it by replay and goes on; calls retry while the server is unavailable.
@@ -17,7 +19,7 @@ from clients.async_client import AsyncClient, AsyncSession
 from clients.base import ClientTls
 from clients.client import Client, Session
 from clients.flows import Policy, StepOutcome, VocabHandle
-from clients.masks import count_allowed
+from clients.masks import count_allowed, mask_allows
 from clients.status import ServiceError
 from constraintd.engine.masks.bitmask import apply_mask, unpack_mask
 
@@ -33,5 +35,6 @@ __all__ = [
     "VocabHandle",
     "apply_mask",
     "count_allowed",
+    "mask_allows",
     "unpack_mask",
 ]

@@ -13,7 +13,7 @@ import numpy.typing as npt
 from constraintd.engine.masks.bitmask import allocate_masks, allowed_tokens, apply_mask, unpack_mask
 from constraintd.v1 import constraintd_pb2 as pb
 
-__all__ = ["allowed_tokens", "apply_mask", "count_allowed", "mask_from_wire", "unpack_mask"]
+__all__ = ["allowed_tokens", "apply_mask", "count_allowed", "mask_allows", "mask_from_wire", "unpack_mask"]
 
 
 def mask_from_wire(mask: pb.Mask) -> npt.NDArray[np.int32]:
@@ -27,3 +27,8 @@ def count_allowed(words: npt.NDArray[np.int32]) -> int:
     """How many tokens the mask allows."""
     return int(np.unpackbits(np.asarray(words, dtype="<i4").view(np.uint8)).sum())
 
+
+
+def mask_allows(words: npt.NDArray[np.int32], token: int) -> bool:
+    """Whether the mask allows `token` (bit token % 32 of word token // 32): mask-ahead's first-draw check."""
+    return bool(int(words[token >> 5]) >> (token & 31) & 1)

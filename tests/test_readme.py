@@ -22,7 +22,7 @@ def run(code: str) -> list[str]:
 
 
 def test_the_readme_has_its_examples() -> None:
-    assert len(BLOCKS) == 2
+    assert len(BLOCKS) == 3
     assert README_SOCKET in BLOCKS[1]
 
 
@@ -38,3 +38,7 @@ def test_client_example_against_a_real_server() -> None:
         finally:
             server.kill()
     assert lines == ["False [3] True True"]
+
+
+def test_mask_ahead_example() -> None:
+    assert run(BLOCKS[2]) == ["True False", "True False True"]

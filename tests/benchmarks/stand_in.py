@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from clients import Client, Session, VocabHandle
 from clients.flows import StepOutcome
+from clients.masks import mask_allows
 from constraintd.engine.masks.bitmask import unpack_mask
 from sampler_worker.chain import SamplerChain, SamplerSettings
 from sampler_worker.generate import Overlap, generate
@@ -116,10 +117,6 @@ class BatchRun:
     rejections: int
 
 
-def _allows(mask: Mask, token: int) -> bool:
-    return bool(int(mask[token >> 5]) >> (token & 31) & 1)
-
-
 def run_one(
     model: Model, trajectory: Trajectory, seconds: float, session: Session | None, overlap: Overlap
 ) -> BatchRun:
@@ -196,7 +193,7 @@ def run_batch(
                 if mode == "ahead":
                     mask = masks[index]
                     assert mask is not None
-                    if not _allows(mask, token):
+                    if not mask_allows(mask, token):
                         rejections += 1
                         token = chain.sample(logits, allowed=unpack_mask(mask, model.n_vocab))
                 drawn.append(token)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from clients.masks import apply_mask, count_allowed, mask_from_wire, unpack_mask
+from clients.masks import apply_mask, count_allowed, mask_allows, mask_from_wire, unpack_mask
 from constraintd.engine.masks.bitmask import pack_mask
 from constraintd.v1 import constraintd_pb2 as pb
 
@@ -20,6 +20,18 @@ def test_a_wire_mask_becomes_the_engines_words() -> None:
     assert np.array_equal(decoded, words)
     assert np.array_equal(unpack_mask(decoded, 70), ALLOWED)
     assert count_allowed(decoded) == 6
+
+
+def test_a_mask_allowing_everything_comes_as_a_flag_and_becomes_every_word() -> None:
+    decoded = mask_from_wire(pb.Mask(vocab_size=70, allowed=70, all_allowed=True))
+    assert decoded.dtype == np.int32 and decoded.flags.writeable
+    assert np.array_equal(unpack_mask(decoded, 70), np.ones(70, dtype=bool))
+    assert count_allowed(decoded) == 70  # the padding past token 69 stays 0
+
+
+def test_mask_allows_reads_one_tokens_bit() -> None:
+    words = pack_mask(ALLOWED)
+    assert [mask_allows(words, token) for token in range(70)] == ALLOWED.tolist()
 
 
 def test_apply_mask_forbids_what_the_mask_forbids_and_the_padding() -> None:
