@@ -1,6 +1,8 @@
 """JSON schema to GBNF, byte for byte llama.cpp's `json_schema_to_grammar`, and JSON as llama.cpp reads it.
 
-    convert     the converter: a schema text -> the GBNF text and the warnings llama.cpp gives
+    convert     the converter: a schema text -> the GBNF text, the warnings llama.cpp gives and the report
+    keywords    the JSON Schema keywords and what the converter does with each (enforced, in part, never, ...)
+    report      the report: each keyword the grammar does not enforce, with its JSON pointer and why
     nodes       the schema tree llama.cpp's converter walks (common/json-schema.cpp), with JSON pointers
     patterns    a `pattern` as GBNF (llama.cpp's regex subset)
     ranges      counted repetitions and integer ranges as GBNF
@@ -9,5 +11,6 @@
     float_text  doubles printed as nlohmann's `dump()` prints them
 
 Contract: a schema llama.cpp converts gives the same text; a schema it refuses raises `SchemaError` with
-llama.cpp's reason and the JSON pointer of the node.
+llama.cpp's reason and the JSON pointer of the node. The report never changes the text; strict conversion
+refuses a schema whose report is not empty.
 """

@@ -5,6 +5,9 @@
 # - For every schema text llama.cpp converts, `convert_json_schema` returns the same grammar, byte for
 #   byte once encoded as UTF-8 (rule names, de-duplication, rule order, whitespace rule), and the warnings
 #   llama.cpp prints (an untranslatable `pattern` becomes any string, with a warning).
+# - Beside them, the report (schema/report.py): every keyword the grammar does not enforce, with its JSON
+#   pointer and why. It never changes the grammar. With `strict=True` a schema whose report is not empty is
+#   refused, naming its first keyword.
 # - Where llama.cpp throws, we raise SchemaError whose `reason` is the message of the exception llama.cpp's
 #   `json_schema_to_grammar` throws, and whose `pointer` is the JSON pointer of the offending node.
 # - Where llama.cpp never answers or crashes (a `$ref` cycle inside allOf), and where our limits are reached
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from constraintd.engine.schema.json_text import JsonValue, dump_json, dump_string, parse_json
+from constraintd.engine.schema.keywords import Unenforced
 from constraintd.engine.schema.nodes import (
     FAILED,
     INT64_MAX,
@@ -48,6 +52,7 @@ from constraintd.engine.schema.nodes import (
 )
 from constraintd.engine.schema.patterns import InvalidPattern, UnsupportedPattern, pattern_to_rule
 from constraintd.engine.schema.ranges import INT_MAX, build_min_max_int, build_repetition
+from constraintd.engine.schema.report import unenforced_keywords
 from constraintd.engine.schema.rules import (
     INVALID_RULE_CHARS,
     PRIMITIVE_RULES,
@@ -68,9 +73,11 @@ __all__ = [
     "MAX_GRAMMAR_CHARS",
     "MAX_SCHEMA_DEPTH",
     "SchemaConversion",
+    "Unenforced",
     "convert_json_schema",
     "convert_schema_value",
     "json_schema_to_gbnf",
+    "report_lines",
 ]
 
 MAX_SCHEMA_DEPTH: Final = 128  # schema levels, counted through $ref too (each costs a few Python frames)
@@ -100,6 +107,7 @@ class _Converter:
         self.refs_being_resolved: set[str] = set()
         self.errors: list[tuple[str, str]] = []  # (message, pointer)
         self.warnings: list[str] = []
+        self.unsupported_patterns: dict[str, str] = {}  # node pointer -> the warning
         self.journal: list[str] | None = None  # rule names added while a pattern is being translated
         self.bad_utf8_pointer: str | None = None
 
@@ -150,7 +158,9 @@ class _Converter:
                 self.errors.append((f"Invalid pattern {node.pattern}: {from_bytes(str(err))}", node.pointer))
                 return ""
             reason = from_bytes(str(err))
-            self.warnings.append(f"pattern {node.pattern} is not supported ({reason}), accepting any string")
+            warning = f"pattern {node.pattern} is not supported ({reason}), accepting any string"
+            self.warnings.append(warning)
+            self.unsupported_patterns.setdefault(node.pointer, warning)
             return self.add_rule(name, self.add_primitive("string", PRIMITIVE_RULES["string"]))
         finally:
             self.journal = None
@@ -342,19 +352,45 @@ _VISITORS: Final[dict[type, _Visitor]] = {
 
 @dataclass(frozen=True, slots=True)
 class SchemaConversion:
-    """A converted schema: the GBNF text (root rule `root`) and llama.cpp's warnings, one per issue."""
+    """A converted schema.
+
+    Attributes:
+        grammar: the GBNF text (root rule `root`), llama.cpp's.
+        warnings: llama.cpp's warnings, in its words, one per issue.
+        unenforced: the report: every keyword of the schema the grammar does not enforce, in document
+            order (llama.cpp's warnings among them, with their pointers).
+    """
 
     grammar: str
     warnings: tuple[str, ...]
+    unenforced: tuple[Unenforced, ...] = ()
+
+    @property
+    def report(self) -> tuple[str, ...]:
+        """The report as the lines a session carries (see `report_lines`)."""
+        return report_lines(self.warnings, self.unenforced)
+
+
+def report_lines(warnings: tuple[str, ...], unenforced: tuple[Unenforced, ...]) -> tuple[str, ...]:
+    """A report as lines: llama.cpp's warnings first, in its words (what a session always carried), then
+    each other item as `pointer: keyword: reason`."""
+    own = set(warnings)
+    return warnings + tuple(str(item) for item in unenforced if item.reason not in own)
+
+
+def _refuse_unenforced(item: Unenforced) -> SchemaError:
+    return SchemaError(f"strict: the grammar would not enforce {item.keyword}: {item.reason}",
+                       pointer=item.pointer)
 
 
 def convert_schema_value(
-    schema: JsonValue, *, time_limit: float = MAX_CONVERSION_SECONDS
+    schema: JsonValue, *, strict: bool = False, time_limit: float = MAX_CONVERSION_SECONDS
 ) -> SchemaConversion:
     """Convert an already parsed schema (a `parse_json` value, so numbers and key order are llama.cpp's).
 
     Raises:
-        SchemaError: llama.cpp refuses the schema (its message), or a limit of this module is reached.
+        SchemaError: llama.cpp refuses the schema (its message), a limit of this module is reached, or
+            `strict` is set and the grammar would leave a keyword unenforced (the first one, its pointer).
     """
     limit = WorkLimit(max_depth=MAX_SCHEMA_DEPTH, deadline=time.monotonic() + time_limit)
     document = schema_from_json(schema, limit)
@@ -367,25 +403,33 @@ def convert_schema_value(
         grammar = converter.format_grammar().encode("latin-1").decode("utf-8")
     except UnicodeDecodeError:
         raise SchemaError(f"{FAILED}{_BAD_UTF8}", pointer=converter.bad_utf8_pointer or "#") from None
-    return SchemaConversion(grammar, tuple(converter.warnings))
+    unenforced = unenforced_keywords(document, converter.unsupported_patterns)
+    if strict and unenforced:
+        raise _refuse_unenforced(unenforced[0])
+    return SchemaConversion(grammar, tuple(converter.warnings), unenforced)
 
 
-def convert_json_schema(schema_text: str, *, time_limit: float = MAX_CONVERSION_SECONDS) -> SchemaConversion:
-    """Convert a JSON schema text to GBNF exactly as llama.cpp's `json_schema_to_grammar` does.
+def convert_json_schema(
+    schema_text: str, *, strict: bool = False, time_limit: float = MAX_CONVERSION_SECONDS
+) -> SchemaConversion:
+    """Convert a JSON schema text to GBNF exactly as llama.cpp's `json_schema_to_grammar` does, with the
+    report of what the grammar leaves unenforced.
 
-    The text is read as llama.cpp reads it (nlohmann ordered_json; see schema/json_text.py).
+    The text is read as llama.cpp reads it (nlohmann ordered_json; see schema/json_text.py). `strict` does
+    not change any grammar: it refuses the schemas whose report is not empty.
 
     Raises:
         SchemaError: the text is not JSON, llama.cpp refuses the schema (`reason` is its message, `pointer`
-            the node), or the conversion exceeds this module's depth, size or time limits.
+            the node), the conversion exceeds this module's depth, size or time limits, or `strict` is set
+            and a keyword would not be enforced (`pointer` is the first such keyword's).
     """
-    return convert_schema_value(parse_json(schema_text), time_limit=time_limit)
+    return convert_schema_value(parse_json(schema_text), strict=strict, time_limit=time_limit)
 
 
-def json_schema_to_gbnf(schema_text: str) -> str:
-    """The GBNF grammar of a JSON schema text (see `convert_json_schema`; warnings are dropped).
+def json_schema_to_gbnf(schema_text: str, *, strict: bool = False) -> str:
+    """The GBNF grammar of a JSON schema text (see `convert_json_schema`; the report is dropped).
 
     Raises:
         SchemaError: as `convert_json_schema`.
     """
-    return convert_json_schema(schema_text).grammar
+    return convert_json_schema(schema_text, strict=strict).grammar

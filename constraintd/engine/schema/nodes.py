@@ -14,6 +14,9 @@
 #   structural keywords. Numbers are narrowed as C++ narrows them (`to_int32`, `to_int64`, and a double
 #   outside int64 turning into INT64_MIN, what x86-64's conversion yields).
 # - Work is bounded by a `WorkLimit`: nesting (through `$ref` too) and time; exceeding it is a SchemaError.
+# - Every schema object built is kept with its node, in document order (`SchemaDocument.sources`): the
+#   report of schema/report.py reads which keywords each node's kind left out. Building is otherwise as
+#   llama.cpp builds.
 from __future__ import annotations
 
 import enum
@@ -44,6 +47,7 @@ __all__ = [
     "RefNode",
     "SchemaDocument",
     "SchemaNode",
+    "SchemaSource",
     "StringFormat",
     "StringNode",
     "TupleNode",
@@ -165,9 +169,30 @@ SchemaNode: TypeAlias = (
 
 
 @dataclass(frozen=True, slots=True)
+class SchemaSource:
+    """A schema object of the document and the node built from it (what the report of schema/report.py
+    reads: which keywords the node's kind enforces and which it leaves out).
+
+    Attributes:
+        pointer: the node's pointer.
+        schema: the schema object as the builder read it (a `type` list's alternative: with one type).
+        node: the node built from it.
+        type_list: the whole `type` list when this is one of its alternatives, else None.
+    """
+
+    pointer: str
+    schema: Mapping[str, JsonValue]
+    node: SchemaNode
+    type_list: tuple[JsonValue, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SchemaDocument:
+    """The tree, the `$ref` targets by their text, and every schema object built, in document order."""
+
     root: SchemaNode
     refs: Mapping[str, SchemaNode]
+    sources: tuple[SchemaSource, ...] = ()
 
 
 @dataclass(slots=True)
@@ -214,6 +239,9 @@ class _Builder:
         self.root = root
         self.limit = limit
         self.refs: dict[str, SchemaNode | None] = {}
+        # (pointer, schema, type list) in the order the objects are entered, the node once built
+        self.entered: list[tuple[str, dict[str, JsonValue], tuple[JsonValue, ...] | None]] = []
+        self.built: list[SchemaNode | None] = []
 
     @staticmethod
     def fail(path: str, message: str, pointer: str) -> SchemaError:
@@ -349,12 +377,25 @@ class _Builder:
             maximum = to_int64(self.bound(schema, "exclusiveMaximum", path, pointer, round_up=True) - 1)
         return IntegerNode(pointer, minimum, maximum)
 
-    def node(self, schema: JsonValue, path: str, pointer: str) -> SchemaNode:
+    def node(self, schema: JsonValue, path: str, pointer: str,
+             type_list: tuple[JsonValue, ...] | None = None) -> SchemaNode:
         self.limit.enter(pointer)
         try:
-            return self.node_of(schema, path, pointer)
+            slot = len(self.built)
+            if isinstance(schema, dict):
+                self.entered.append((pointer, schema, type_list))
+                self.built.append(None)
+            node = self.node_of(schema, path, pointer)
+            if isinstance(schema, dict):
+                self.built[slot] = node
+            return node
         finally:
             self.limit.leave()
+
+    def sources(self) -> tuple[SchemaSource, ...]:
+        return tuple(SchemaSource(pointer, schema, node, type_list)
+                     for (pointer, schema, type_list), node in zip(self.entered, self.built, strict=True)
+                     if node is not None)
 
     def node_of(self, schema: JsonValue, path: str, pointer: str) -> SchemaNode:
         if not isinstance(schema, dict):
@@ -369,7 +410,7 @@ class _Builder:
             # {"type": ["a", "b"], ...} is {"anyOf": [{"type": "a", ...}, {"type": "b", ...}]}
             if not kind:
                 raise self.fail(path, "type must not be empty", pointer)
-            alternatives = [self.node({**schema, "type": entry}, f"{path}/type/{i}", pointer)
+            alternatives = [self.node({**schema, "type": entry}, f"{path}/type/{i}", pointer, tuple(kind))
                             for i, entry in enumerate(kind)]
             return AnyOfNode(pointer, tuple(alternatives))
         if "const" in schema:
@@ -424,4 +465,4 @@ def schema_from_json(value: JsonValue, limit: WorkLimit) -> SchemaDocument:
     builder = _Builder(value, limit)
     root = builder.node(value, "#", "#")
     refs = {ref: node for ref, node in builder.refs.items() if node is not None}
-    return SchemaDocument(root, refs)
+    return SchemaDocument(root, refs, builder.sources())

@@ -1,0 +1,179 @@
+# The keywords of JSON Schema and what llama.cpp's converter makes of each: the table the report of
+# schema/report.py reads.
+#
+# Contract:
+# - `KEYWORDS` holds every keyword of the seven vocabularies of JSON Schema 2020-12 (core, applicator,
+#   unevaluated, validation, format-annotation, content, meta-data) and the older drafts' keywords that real
+#   schemas still carry (`definitions`, `dependencies`, `additionalItems`, `$recursiveRef`, ...). A keyword
+#   outside it is unknown: 2020-12 makes an unknown keyword an annotation, and so does the report.
+# - Each entry says what the grammar does with the keyword:
+#     ENFORCED    the converter reads it wherever the schema's kind reads it (`type`, `properties`,
+#                 `required`, `minItems`, ...): reported only where the kind it converts to ignores it
+#                 (beside a `$ref`, on a number, ...);
+#     PARTIAL     enforced for some values or beside some keywords only (`minimum` on integers, `format`
+#                 date / time / date-time / uuid, a `pattern` llama.cpp translates, `oneOf` whose
+#                 alternatives cannot overlap): the report names every other use;
+#     NEVER       no grammar text comes of it (`not`, `if`, `uniqueItems`, `multipleOf`, ...): every use
+#                 that can matter is reported;
+#     ANNOTATION  restricts no value (titles, descriptions, identifiers, `$defs` as a container, the content
+#                 vocabulary, which 2020-12 makes annotations): never reported, never refused by strict.
+# - `applies_to` is the set of JSON types the keyword says anything about ("integer" is within "number"):
+#   a keyword beside a grammar that can only produce other types is vacuous (`minLength` on an integer) and
+#   is not reported.
+#
+# Known approximations of enforced keywords, not reported (the grammar text is llama.cpp's and stays so):
+# - `format: date` accepts days 29 to 31 in every month; `time` takes exactly three fraction digits and
+#   no leap second (it refuses valid texts, it accepts no invalid one beyond the day of the month).
+# - `minLength` / `maxLength` count the JSON text's characters, escapes counted once: a character outside
+#   the BMP written as two `\u` escapes counts twice.
+# - A translated `pattern` is matched against the JSON text between the quotes, not the decoded string
+#   (an escape such as `\u0061` is not the letter it stands for).
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "ANY_TYPE",
+    "KEYWORDS",
+    "Enforcement",
+    "Keyword",
+    "Unenforced",
+    "keyword_of",
+]
+
+
+class Enforcement(enum.Enum):
+    ENFORCED = "enforced"
+    PARTIAL = "partial"
+    NEVER = "never"
+    ANNOTATION = "annotation"
+
+
+ANY_TYPE: Final = frozenset({"null", "boolean", "object", "array", "string", "number"})
+_NUMBER: Final = frozenset({"number"})
+_STRING: Final = frozenset({"string"})
+_ARRAY: Final = frozenset({"array"})
+_OBJECT: Final = frozenset({"object"})
+
+
+@dataclass(frozen=True, slots=True)
+class Keyword:
+    """One keyword: its vocabulary, what the converter does with it, the types it speaks of, and why it is
+    reported where it is (the reason of a report item when no context says more)."""
+
+    vocabulary: str
+    enforcement: Enforcement
+    applies_to: frozenset[str] = ANY_TYPE
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Unenforced:
+    """One keyword the grammar does not enforce.
+
+    Attributes:
+        pointer: the JSON pointer of the keyword (`#/properties/age/minimum`), or of the subschema an
+            applicator drops (`#/allOf/1`).
+        keyword: the keyword.
+        reason: why it is not enforced; llama.cpp's own warning where it gives one.
+    """
+
+    pointer: str
+    keyword: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.pointer}: {self.keyword}: {self.reason}"
+
+
+def _k(vocabulary: str, enforcement: Enforcement, applies_to: frozenset[str] = ANY_TYPE,
+       reason: str = "") -> Keyword:
+    return Keyword(vocabulary, enforcement, applies_to, reason)
+
+
+_E, _P, _N, _A = Enforcement.ENFORCED, Enforcement.PARTIAL, Enforcement.NEVER, Enforcement.ANNOTATION
+_BOUND = "bounds are enforced on integers only, within 64 bits"
+
+KEYWORDS: Final[Mapping[str, Keyword]] = {
+    # core
+    "$schema": _k("core", _A),
+    "$id": _k("core", _A),  # a base URI; `$ref` is resolved in the document alone, as llama.cpp does
+    "$ref": _k("core", _E),
+    "$anchor": _k("core", _A),
+    "$dynamicRef": _k("core", _N, reason="dynamic references are not followed"),
+    "$dynamicAnchor": _k("core", _A),
+    "$vocabulary": _k("core", _A),
+    "$comment": _k("core", _A),
+    "$defs": _k("core", _A),  # a container: its schemas count where a $ref uses them
+    # applicator
+    "prefixItems": _k("applicator", _E, _ARRAY),
+    "items": _k("applicator", _E, _ARRAY),
+    "contains": _k("applicator", _N, _ARRAY, "contains is not enforced"),
+    "additionalProperties": _k("applicator", _E, _OBJECT),
+    "properties": _k("applicator", _E, _OBJECT),
+    "patternProperties": _k("applicator", _N, _OBJECT, "pattern properties are not enforced"),
+    "dependentSchemas": _k("applicator", _N, _OBJECT, "dependent schemas are not enforced"),
+    "propertyNames": _k("applicator", _N, _OBJECT, "property names are not checked"),
+    "if": _k("applicator", _N, reason="conditional schemas are not enforced"),
+    "then": _k("applicator", _N, reason="conditional schemas are not enforced"),
+    "else": _k("applicator", _N, reason="conditional schemas are not enforced"),
+    "allOf": _k("applicator", _P),
+    "anyOf": _k("applicator", _E),
+    "oneOf": _k("applicator", _P),
+    "not": _k("applicator", _N, reason="negation is not enforced"),
+    # unevaluated
+    "unevaluatedItems": _k("unevaluated", _N, _ARRAY, "unevaluated items are not enforced"),
+    "unevaluatedProperties": _k("unevaluated", _N, _OBJECT, "unevaluated properties are not enforced"),
+    # validation
+    "type": _k("validation", _E),
+    "const": _k("validation", _E),
+    "enum": _k("validation", _E),
+    "multipleOf": _k("validation", _N, _NUMBER, "multipleOf is not enforced"),
+    "maximum": _k("validation", _P, _NUMBER, _BOUND),
+    "exclusiveMaximum": _k("validation", _P, _NUMBER, _BOUND),
+    "minimum": _k("validation", _P, _NUMBER, _BOUND),
+    "exclusiveMinimum": _k("validation", _P, _NUMBER, _BOUND),
+    "maxLength": _k("validation", _P, _STRING, "lengths are enforced on plain strings only"),
+    "minLength": _k("validation", _P, _STRING, "lengths are enforced on plain strings only"),
+    "pattern": _k("validation", _P, _STRING),
+    "maxItems": _k("validation", _P, _ARRAY, "counts are enforced on arrays of one item schema only"),
+    "minItems": _k("validation", _P, _ARRAY, "counts are enforced on arrays of one item schema only"),
+    "uniqueItems": _k("validation", _N, _ARRAY, "unique items are not enforced"),
+    "maxContains": _k("validation", _N, _ARRAY, "contains is not enforced"),
+    "minContains": _k("validation", _N, _ARRAY, "contains is not enforced"),
+    "maxProperties": _k("validation", _N, _OBJECT, "property counts are not enforced"),
+    "minProperties": _k("validation", _N, _OBJECT, "property counts are not enforced"),
+    "required": _k("validation", _P, _OBJECT, "required properties are enforced among `properties` only"),
+    "dependentRequired": _k("validation", _N, _OBJECT, "dependent requirements are not enforced"),
+    # format-annotation (format-assertion has the same keyword)
+    "format": _k("format-annotation", _P, _STRING),
+    # content: annotations in 2020-12 (a validator need not decode the content)
+    "contentEncoding": _k("content", _A),
+    "contentMediaType": _k("content", _A),
+    "contentSchema": _k("content", _A),
+    # meta-data
+    "title": _k("meta-data", _A),
+    "description": _k("meta-data", _A),
+    "default": _k("meta-data", _A),
+    "deprecated": _k("meta-data", _A),
+    "readOnly": _k("meta-data", _A),
+    "writeOnly": _k("meta-data", _A),
+    "examples": _k("meta-data", _A),
+    # older drafts, still common
+    "definitions": _k("draft-07", _A),  # a container, as $defs
+    "id": _k("draft-04", _A),
+    "$recursiveRef": _k("2019-09", _N, reason="recursive references are not followed"),
+    "$recursiveAnchor": _k("2019-09", _A),
+    "dependencies": _k("draft-07", _N, _OBJECT, "dependencies are not enforced"),
+    "additionalItems": _k("draft-07", _N, _ARRAY, "additional items are not enforced"),
+}
+
+_UNKNOWN: Final = Keyword("unknown", Enforcement.ANNOTATION)
+
+
+def keyword_of(name: str) -> Keyword:
+    """The table's entry for `name`; an unknown keyword is an annotation (2020-12, section 6.5)."""
+    return KEYWORDS.get(name, _UNKNOWN)

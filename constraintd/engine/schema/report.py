@@ -1,0 +1,583 @@
+# The report of a conversion: every keyword of the schema that the grammar does not enforce, with its JSON
+# pointer and why.
+#
+# Contract:
+# - `unenforced_keywords(document, unsupported_patterns)` reads the schema objects the builder built
+#   (`SchemaDocument.sources`, in document order) and, for each, the kind of node it became: a keyword
+#   that node's grammar does not hold is named, unless it is an annotation (keywords.py) or vacuous
+#   (it speaks only of types the node's grammar cannot produce, or its value leaves nothing to check).
+# - Sound before precise: when a keyword may leave a document through that the schema forbids, it is
+#   named. A few are named where a closer reading would clear them (a sibling of `enum` is not evaluated
+#   against the values; `propertyNames` is named even where every property is declared).
+# - It reads, never changes: the grammar is llama.cpp's whatever the report says.
+# - Items come in document order, one per (pointer, keyword), first reason kept; `allOf` parts the
+#   converter drops are named by the part's pointer with the keyword `allOf`.
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Final
+
+from constraintd.engine.schema.json_text import JsonValue, dump_json, is_integer
+from constraintd.engine.schema.keywords import ANY_TYPE, Enforcement, Unenforced, keyword_of
+from constraintd.engine.schema.nodes import (
+    INT64_MAX,
+    INT64_MIN,
+    AllOfNode,
+    AnyNode,
+    AnyOfNode,
+    ArrayNode,
+    BooleanNode,
+    ConstNode,
+    EnumNode,
+    IntegerNode,
+    NullNode,
+    NumberNode,
+    ObjectNode,
+    RefNode,
+    SchemaDocument,
+    SchemaNode,
+    SchemaSource,
+    StringFormat,
+    StringNode,
+    TupleNode,
+    escape_pointer_token,
+)
+
+__all__ = ["unenforced_keywords"]
+
+_Schema = Mapping[str, JsonValue]
+# (keyword, reason) pairs a node kind leaves unenforced in its schema object, "" for the table's reason
+_Findings = Iterator[tuple[str, str]]
+
+_FIXED_TYPES: Final[Mapping[type, frozenset[str]]] = {
+    NullNode: frozenset({"null"}),
+    BooleanNode: frozenset({"boolean"}),
+    NumberNode: frozenset({"number"}),
+    IntegerNode: frozenset({"integer"}),
+    StringNode: frozenset({"string"}),
+    ArrayNode: frozenset({"array"}),
+    TupleNode: frozenset({"array"}),
+    ObjectNode: frozenset({"object"}),
+    AnyNode: ANY_TYPE | {"integer"},
+}
+_EVERY_TYPE: Final = ANY_TYPE | {"integer"}
+_INT32: Final = 2**31
+
+
+def json_type(value: JsonValue) -> str:
+    """The JSON type of a value; an integral number is "integer" (2020-12: 1.0 is an integer)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def canonical(value: JsonValue) -> str:
+    """A value's text up to JSON Schema's equality: object keys sorted, an integral number as an integer."""
+
+    def normal(item: JsonValue) -> JsonValue:
+        if isinstance(item, float) and item.is_integer():
+            return int(item)
+        if isinstance(item, list):
+            return [normal(x) for x in item]
+        if isinstance(item, dict):
+            return {key: normal(x) for key, x in item.items()}
+        return item
+
+    return json.dumps(normal(value), sort_keys=True)
+
+
+def _within(types: frozenset[str], allowed: frozenset[str]) -> bool:
+    """Every type of `types` is one `allowed` admits ("number" admits integers)."""
+    return all(t in allowed or (t == "integer" and "number" in allowed) for t in types)
+
+
+def _meets(types: frozenset[str], applies_to: frozenset[str]) -> bool:
+    """A keyword applying to `applies_to` says something about some value of `types`."""
+    return any(t in applies_to or (t == "integer" and "number" in applies_to) for t in types)
+
+
+class _Reader:
+    """The node tree, read for what its grammar can produce."""
+
+    def __init__(self, document: SchemaDocument) -> None:
+        self.refs = document.refs
+        self.ref_types: dict[str, frozenset[str]] = {}
+        self.schemas: dict[str, _Schema] = {}
+        for source in document.sources:
+            self.schemas.setdefault(source.pointer, source.schema)
+
+    def target(self, node: SchemaNode) -> SchemaNode | None:
+        seen: set[str] = set()
+        while isinstance(node, RefNode):
+            if node.ref in seen or node.ref not in self.refs:
+                return None
+            seen.add(node.ref)
+            node = self.refs[node.ref]
+        return node
+
+    def types(self, node: SchemaNode) -> frozenset[str]:
+        """The JSON types the grammar of `node` can produce."""
+        return self._types(node, ())[0]
+
+    def _types(self, node: SchemaNode, stack: tuple[str, ...]) -> tuple[frozenset[str], bool]:
+        # (types, complete): a $ref back into the walk adds nothing new to the types of the walk's start,
+        # so it counts as none there; a result that used that is not kept for the $ref in between
+        fixed = _FIXED_TYPES.get(type(node))
+        if fixed is not None:
+            return fixed, True
+        if isinstance(node, RefNode):
+            known = self.ref_types.get(node.ref)
+            if known is not None:
+                return known, True
+            target = self.refs.get(node.ref)
+            if target is None or node.ref in stack:
+                return frozenset(), False
+            types, complete = self._types(target, (*stack, node.ref))
+            if complete:
+                self.ref_types[node.ref] = types
+            return types, complete
+        if isinstance(node, ConstNode):
+            return frozenset({json_type(node.value)}), True
+        if isinstance(node, EnumNode):
+            return frozenset(map(json_type, node.values)), True
+        if isinstance(node, AnyOfNode):
+            found = [self._types(child, stack) for child in node.children]
+            return frozenset().union(*(types for types, _ in found)), all(complete for _, complete in found)
+        assert isinstance(node, AllOfNode)
+        common = self.all_of_values(node)
+        return (frozenset(map(json_type, common)) if common else frozenset({"object"})), True
+
+    def schema_types(self, node: SchemaNode) -> frozenset[str]:
+        """The JSON types the schema of `node` may validate (not the grammar's: `{"minLength": 3}` validates
+        every number); every type when that cannot be told."""
+        target = self.target(node)
+        schema = None if target is None else self.schemas.get(target.pointer)
+        if target is None or schema is None:
+            return _EVERY_TYPE
+        declared = schema.get("type")
+        if isinstance(declared, str | list) and declared:
+            return frozenset(t for t in (declared if isinstance(declared, list) else [declared])
+                             if isinstance(t, str))
+        if "const" in schema:
+            return frozenset({json_type(schema["const"])})
+        listed = schema.get("enum")
+        if isinstance(listed, list) and listed:
+            return frozenset(map(json_type, listed))
+        if isinstance(target, AnyOfNode):
+            return frozenset().union(*map(self.schema_types, target.children))
+        return _EVERY_TYPE
+
+    def values(self, node: SchemaNode) -> set[str] | None:
+        """The values a const or enum node allows, as `canonical` texts; None for other kinds."""
+        target = self.target(node)
+        if isinstance(target, ConstNode):
+            return {canonical(target.value)}
+        if isinstance(target, EnumNode):
+            return set(map(canonical, target.values))
+        return None
+
+    def parts(self, node: AllOfNode) -> Iterator[tuple[SchemaNode, SchemaNode | None, bool]]:
+        """The allOf's parts as the converter merges them: (part, its $ref target, required), an anyOf's
+        alternatives as parts that are not required."""
+        for child in node.children:
+            if isinstance(child, AnyOfNode):
+                for alt in child.children:
+                    yield alt, self.target(alt), False
+            else:
+                yield child, self.target(child), True
+
+    def all_of_values(self, node: AllOfNode) -> list[JsonValue]:
+        """The values the converter's allOf keeps: those every part's enum lists as often as there are parts
+        (the converter counts an anyOf's alternatives one by one); empty when it merges objects instead."""
+        counts: dict[str, int] = {}
+        values: dict[str, JsonValue] = {}
+        for _, target, _ in self.parts(node):
+            if isinstance(target, EnumNode):
+                for value in target.values:
+                    text = dump_json(value)
+                    counts[text] = counts.get(text, 0) + 1
+                    values[text] = value
+        return [values[text] for text in sorted(counts) if counts[text] == len(node.children)]
+
+    def disjoint(self, a: SchemaNode, b: SchemaNode) -> bool:
+        """No value one alternative's grammar takes is valid for the other's schema, either way (judged on
+        types, listed values, and a required property whose listed values differ); False when that cannot
+        be told."""
+        if not _overlap(self.types(a), self.schema_types(b)) and not _overlap(self.types(b),
+                                                                                  self.schema_types(a)):
+            return True
+        values_a, values_b = self.values(a), self.values(b)
+        if values_a is not None and values_b is not None:
+            return not values_a & values_b
+        target_a, target_b = self.target(a), self.target(b)
+        if not (isinstance(target_a, ObjectNode) and isinstance(target_b, ObjectNode)):
+            return False
+        required_b = {prop.name: prop.schema for prop in target_b.properties if prop.required}
+        for prop in target_a.properties:
+            if prop.required and prop.name in required_b:
+                tags_a, tags_b = self.values(prop.schema), self.values(required_b[prop.name])
+                if tags_a is not None and tags_b is not None and not tags_a & tags_b:
+                    return True
+        return False
+
+
+def _overlap(a: frozenset[str], b: frozenset[str]) -> bool:
+    return bool(a & b) or ("integer" in a and "number" in b) or ("number" in a and "integer" in b)
+
+
+def _bound_outside(value: JsonValue) -> bool:
+    """A bound the builder cannot hold in an int64 (a double outside it becomes INT64_MIN)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return not INT64_MIN <= value <= INT64_MAX
+
+
+def _count_narrowed(schema: _Schema, key: str) -> bool:
+    value = schema.get(key)
+    return is_integer(value) and not 0 <= value < _INT32  # type: ignore[operator]
+
+
+def _less(a: JsonValue, b: JsonValue) -> bool:
+    return isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool) and a < b
+
+
+def _integer_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+    schema = source.schema
+    for inclusive, exclusive, below in (("minimum", "exclusiveMinimum", True),
+                                        ("maximum", "exclusiveMaximum", False)):
+        used = inclusive if inclusive in schema else exclusive if exclusive in schema else None
+        if used is not None and _bound_outside(schema[used]):
+            yield used, "a bound beyond 64-bit integers is not enforced"
+        if inclusive in schema and exclusive in schema:
+            value = schema[exclusive]
+            if isinstance(value, bool):
+                if value:
+                    yield exclusive, f"a boolean {exclusive} (draft 4) is not enforced"
+            elif not (_less(value, schema[inclusive]) if below else _less(schema[inclusive], value)):
+                yield exclusive, f"ignored beside {inclusive} (the converter reads {inclusive} only)"
+    if "multipleOf" in schema and schema["multipleOf"] != 1:
+        yield "multipleOf", ""
+    yield from _beside(schema, frozenset({"integer"}), _INTEGER_READS, "")
+
+
+# escapes of a pattern that stand for one character (the rest stand for the character after the backslash)
+_CHAR_ESCAPES: Final = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "0": "\0"}
+_HEX_LENGTHS: Final = {"x": 2, "u": 4}
+_PATTERN_SYNTAX: Final = frozenset("()|*+?{},^$0123456789")
+
+
+def _raw_hazard(char: str) -> bool:
+    """A character the JSON text of a string never holds as itself: a quote, a backslash, a control."""
+    return char in '"\\' or ord(char) < 0x20
+
+
+def _pattern_hazard(pattern: str) -> bool:
+    """The pattern can match a quote, a backslash or a control character: its grammar takes that
+    character as it is, inside the JSON text of the string, where JSON has an escape (or the string's end):
+    `.` and `[^...]` do, as do such characters named in the pattern. Read conservatively: anything this
+    scan does not follow counts as a hazard."""
+    i, in_class, previous = 0, False, ""
+    while i < len(pattern):
+        char, i = pattern[i], i + 1
+        if char == "\\" and i < len(pattern):
+            kind = pattern[i]
+            i += 1
+            if kind in _HEX_LENGTHS:
+                digits = pattern[i : i + _HEX_LENGTHS[kind]]
+                try:
+                    char = chr(int(digits, 16))
+                except ValueError:
+                    return True
+                i += len(digits)
+            else:
+                char = _CHAR_ESCAPES.get(kind, kind)
+        elif in_class:
+            if char == "]":
+                in_class, previous = False, ""
+                continue
+            if char == "-" and previous and i < len(pattern) and pattern[i] != "]":
+                high = pattern[i]
+                if high == "\\":
+                    return True  # an escaped range end: not followed
+                if any(_raw_hazard(c) for c in ('"', "\\") if previous <= c <= high) or previous < " ":
+                    return True
+                i += 1
+                previous = ""
+                continue
+        elif char == "[":
+            if pattern[i : i + 1] == "^":
+                return True
+            in_class, previous = True, ""
+            continue
+        elif char == ".":
+            return True
+        elif char in _PATTERN_SYNTAX:
+            continue
+        if _raw_hazard(char):
+            return True
+        previous = char
+    return False
+
+
+def _string_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+    schema, node = source.schema, source.node
+    assert isinstance(node, StringNode)
+    if node.pattern:
+        if _pattern_hazard(node.pattern):
+            yield "pattern", ("matched against the JSON text, where it takes a quote, backslash or control "
+                              "character unescaped: text that is no JSON string of the pattern passes")
+        if "format" in schema:
+            yield "format", "ignored beside a pattern"
+        for key in ("minLength", "maxLength"):
+            if key in schema:
+                yield key, "ignored beside a pattern"
+    elif node.format is not StringFormat.NONE:
+        if node.format in (StringFormat.DATE, StringFormat.DATE_TIME):
+            yield "format", "a date's day is checked against 31, not its month's length (02-31 passes)"
+        for key in ("minLength", "maxLength"):
+            if key in schema:
+                yield key, f"ignored beside format {schema['format']}"
+    elif "format" in schema:
+        yield "format", f"format {schema['format']} is not enforced"
+    for key in ("minLength", "maxLength"):
+        if _count_narrowed(schema, key):
+            yield key, "a count beyond 32 bits is narrowed"
+    yield from _beside(schema, frozenset({"string"}), _STRING_READS, "")
+
+
+def _array_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+    schema, node = source.schema, source.node
+    if "items" in schema and "prefixItems" in schema:
+        yield "prefixItems", "ignored beside items (the converter reads items only)"
+    if isinstance(node, TupleNode):
+        size = len(node.items)
+        low, high = schema.get("minItems"), schema.get("maxItems")
+        if "minItems" in schema and not (is_integer(low) and low <= size):  # type: ignore[operator]
+            yield "minItems", f"not read beside a tuple of {size} items"
+        if "maxItems" in schema and not (is_integer(high) and high >= size):  # type: ignore[operator]
+            yield "maxItems", f"not read beside a tuple of {size} items"
+    else:
+        assert isinstance(node, ArrayNode)
+        for key in ("minItems", "maxItems"):
+            if _count_narrowed(schema, key):
+                yield key, "a count beyond 32 bits is narrowed"
+        # an item schema evaluates every item; a tuple admits no item past its own
+        if "unevaluatedItems" in schema and "items" not in schema and "prefixItems" not in schema:
+            yield "unevaluatedItems", ""
+    if schema.get("uniqueItems", False) is not False:
+        yield "uniqueItems", ""
+    if "contains" in schema:
+        yield "contains", ""
+        for key in ("minContains", "maxContains"):
+            if key in schema:
+                yield key, ""
+    yield from _beside(schema, frozenset({"array"}), _ARRAY_READS, "")
+
+
+def _object_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+    schema, node = source.schema, source.node
+    assert isinstance(node, ObjectNode)
+    declared = {prop.name for prop in node.properties}
+    required = schema.get("required")
+    if isinstance(required, list):
+        missing = [name for name in required if isinstance(name, str) and name not in declared]
+        if missing:
+            yield "required", f"not among the properties, so not required: {', '.join(missing)}"
+    closed = node.additional is None
+    if "patternProperties" in schema and not (closed and not declared):
+        yield "patternProperties", ""
+    if "propertyNames" in schema and not (closed and not declared):
+        yield "propertyNames", ""
+    if "unevaluatedProperties" in schema and not ("additionalProperties" in schema or "properties" in schema):
+        yield "unevaluatedProperties", ""
+    required_count = sum(prop.required for prop in node.properties)
+    low, high = schema.get("minProperties"), schema.get("maxProperties")
+    if "minProperties" in schema and not (is_integer(low) and low <= required_count):  # type: ignore[operator]
+        yield "minProperties", ""
+    if "maxProperties" in schema and not (closed and is_integer(high) and high >= len(declared)):  # type: ignore[operator]
+        yield "maxProperties", ""
+    yield from _beside(schema, frozenset({"object"}), _OBJECT_READS, "")
+
+
+def _all_of_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+    # Only the keywords beside `allOf`: its parts are judged by `_dropped_parts`.
+    schema, node = source.schema, source.node
+    assert isinstance(node, AllOfNode)
+    types = reader.types(node)
+    declared = schema.get("type")
+    if isinstance(declared, str) and not _within(types, frozenset({declared})):
+        yield "type", f"the allOf converts to {' or '.join(sorted(types))}, not {declared}"
+    yield from _beside(schema, types, _ALL_OF_READS, "ignored beside allOf")
+
+
+def _dropped_parts(reader: _Reader, node: AllOfNode) -> Iterator[Unenforced]:
+    common = reader.all_of_values(node)
+    common_texts = set(map(dump_json, common))
+    for child in node.children:
+        if isinstance(child, AnyOfNode):
+            schema = reader.schemas.get(child.pointer, {})
+            key = "oneOf" if "oneOf" in schema else "anyOf" if "anyOf" in schema else "type"
+            if len(child.children) > 1:
+                yield Unenforced(f"{child.pointer}/{key}", key,
+                                 "inside allOf, the alternatives are merged: none of them is required")
+    for part, target, required in reader.parts(node):
+        if target is None or isinstance(target, AnyNode):
+            continue
+        if common:
+            kept = isinstance(target, EnumNode) and common_texts <= set(map(dump_json, target.values))
+            why = "the allOf converts to the values its enums share"
+        elif isinstance(target, ObjectNode):
+            kept = required or not any(prop.required for prop in target.properties)
+            why = "the part's required properties are not required (an alternative inside allOf)"
+        else:
+            kept = False
+            why = "only objects' properties (and enums) of allOf parts are merged"
+        if not kept:
+            yield Unenforced(part.pointer, "allOf", f"this part is not enforced: {why}")
+
+
+def _beside(schema: _Schema, types: frozenset[str], reads: frozenset[str], why: str) -> _Findings:
+    """Every keyword of `schema` but the annotations, the ones read, and those vacuous for `types`."""
+    for key in schema:
+        entry = keyword_of(key)
+        if entry.enforcement is Enforcement.ANNOTATION or key in reads:
+            continue
+        if key == "type":
+            declared = schema[key]
+            listed = declared if isinstance(declared, list) else [declared]
+            if types and _within(types, frozenset(t for t in listed if isinstance(t, str))):
+                continue
+        elif not _meets(types, entry.applies_to):
+            continue
+        yield key, why
+
+
+def _ref_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+    types = reader.types(source.node) or _EVERY_TYPE  # a $ref cycle: say everything
+    yield from _beside(source.schema, types, frozenset({"$ref"}), "ignored beside $ref")
+
+
+def _any_of_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+    schema, node = source.schema, source.node
+    assert isinstance(node, AnyOfNode)
+    if "oneOf" not in schema and "anyOf" not in schema:
+        return  # a `type` list: its alternatives are judged one by one
+    key = "oneOf" if "oneOf" in schema else "anyOf"
+    if key == "anyOf" and "oneOf" in schema:
+        yield "anyOf", "ignored beside oneOf"
+    if key == "oneOf":
+        children = node.children
+        listed = [reader.values(child) for child in children]
+        if all(values is not None for values in listed):  # consts and enums: disjoint when no value repeats
+            overlapping = len(set().union(*listed)) < sum(map(len, listed))  # type: ignore[arg-type]
+        else:
+            overlapping = any(not reader.disjoint(a, b)
+                              for i, a in enumerate(children) for b in children[i + 1 :])
+        if overlapping:
+            yield "oneOf", "converted as anyOf: a value matching more than one alternative is accepted"
+    yield from _beside(schema, reader.types(node), frozenset({key}), f"ignored beside {key}")
+
+
+def _values_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+    schema, node = source.schema, source.node
+    values: tuple[JsonValue, ...]
+    if isinstance(node, ConstNode):
+        key, values = "const", (node.value,)
+        if "enum" in schema:
+            listed = schema["enum"]
+            if not (isinstance(listed, list) and canonical(node.value) in set(map(canonical, listed))):
+                yield "enum", "ignored beside const"
+    else:
+        assert isinstance(node, EnumNode)
+        key, values = "enum", node.values
+    types = frozenset(map(json_type, values))
+    declared = source.type_list if source.type_list is not None else (schema.get("type"),)
+    if "type" in schema and not _within(types, frozenset(t for t in declared if isinstance(t, str))):
+        yield "type", f"not checked against the {key} values"
+    reads = frozenset({key, "type", "enum"})
+    yield from _beside(schema, types, reads, f"not checked against the {key} values")
+
+
+def _any_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+    yield from _beside(source.schema, _EVERY_TYPE, frozenset(), "")
+
+
+def _number_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+    for key in source.schema:
+        if key in _BOUNDS:
+            yield key, "bounds on a non-integer number are not enforced"
+    yield from _beside(source.schema, frozenset({"number"}), frozenset({"type"}), "")
+
+
+def _typed(types: frozenset[str]) -> Callable[[_Reader, SchemaSource], _Findings]:
+    def findings(reader: _Reader, source: SchemaSource) -> _Findings:
+        yield from _beside(source.schema, types, frozenset({"type"}), "")
+
+    return findings
+
+
+# What each kind reads: the keywords its grammar holds, and those its findings judge use by use (a few
+# uses of which are vacuous); `_beside` names every other keyword that can matter.
+_INTEGER_READS: Final = frozenset({"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                   "multipleOf"})
+_STRING_READS: Final = frozenset({"type", "pattern", "format", "minLength", "maxLength"})
+_ARRAY_READS: Final = frozenset({"type", "items", "prefixItems", "minItems", "maxItems", "additionalItems",
+                                 "uniqueItems", "contains", "minContains", "maxContains", "unevaluatedItems"})
+_OBJECT_READS: Final = frozenset({"type", "properties", "additionalProperties", "required",
+                                  "patternProperties", "propertyNames", "unevaluatedProperties",
+                                  "minProperties", "maxProperties"})
+_ALL_OF_READS: Final = frozenset({"allOf", "type"})
+_BOUNDS: Final = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+
+_KINDS: Final[Mapping[type, Callable[[_Reader, SchemaSource], _Findings]]] = {
+    RefNode: _ref_findings,
+    AnyOfNode: _any_of_findings,
+    AllOfNode: _all_of_findings,
+    ConstNode: _values_findings,
+    EnumNode: _values_findings,
+    ObjectNode: _object_findings,
+    ArrayNode: _array_findings,
+    TupleNode: _array_findings,
+    StringNode: _string_findings,
+    IntegerNode: _integer_findings,
+    NumberNode: _number_findings,
+    BooleanNode: _typed(frozenset({"boolean"})),
+    NullNode: _typed(frozenset({"null"})),
+    AnyNode: _any_findings,
+}
+
+
+def unenforced_keywords(document: SchemaDocument, unsupported_patterns: Mapping[str, str]) -> tuple[
+        Unenforced, ...]:
+    """Every keyword of the document's schema objects that the converted grammar does not enforce.
+
+    Args:
+        document: the built schema tree, with its sources.
+        unsupported_patterns: node pointer -> llama.cpp's warning, for the patterns it could not translate.
+    """
+    reader = _Reader(document)
+    items: dict[tuple[str, str], Unenforced] = {}
+
+    def add(item: Unenforced) -> None:
+        items.setdefault((item.pointer, item.keyword), item)
+
+    for source in document.sources:
+        node = source.node
+        if isinstance(node, StringNode) and node.pattern and source.pointer in unsupported_patterns:
+            add(Unenforced(f"{source.pointer}/pattern", "pattern", unsupported_patterns[source.pointer]))
+        for key, why in _KINDS[type(node)](reader, source):
+            reason = why or keyword_of(key).reason or f"{key} is not enforced"
+            add(Unenforced(f"{source.pointer}/{escape_pointer_token(key)}", key, reason))
+        if isinstance(node, AllOfNode):
+            for item in _dropped_parts(reader, node):
+                add(item)
+    return tuple(items.values())
