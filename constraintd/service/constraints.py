@@ -5,7 +5,11 @@
 #   (with the vocabulary's hash) addresses the compiled grammar in the registry.
 # - Turning a constraint into GBNF is the engine's work (the JSON-schema converter, JSON mode, request
 #   resolution); this module only picks the engine function for the kind, from one table, and carries the
-#   conversion's warnings along. It does no I/O and imports no grpc.
+#   conversion's report along as the grammar's warnings (llama.cpp's warnings, then every other keyword the
+#   grammar leaves unenforced, `pointer: keyword: reason`). It does no I/O and imports no grpc.
+# - `strict` refuses a schema (given as a schema or inside a request) whose grammar would leave a keyword
+#   unenforced. It changes no grammar, only whether one is given, so it is part of the constraint's key
+#   (a refusal is cached by that key), and only when set, so every other key is what it always was.
 # - `prepare` is the half of a compile that needs no vocabulary (the conversion, the GBNF parse, llama.cpp's
 #   checks and the flattened `Rules`): a function of the constraint alone, whose product pickles, so the
 #   server runs it in a worker process (processes.py). What it leaves undone the compile does, with the
@@ -46,6 +50,8 @@ class Constraint:
         root: the GBNF start symbol (GBNF only).
         trigger_patterns: lazy-grammar patterns (llama.cpp's grammar_trigger_patterns).
         trigger_tokens: lazy-grammar trigger tokens.
+        strict: refuse a JSON schema (JSON_SCHEMA, or the schema of a request) whose grammar would leave a
+            keyword unenforced, instead of reporting it in the warnings. Nothing else reads it.
     """
 
     kind: ConstraintKind
@@ -53,12 +59,14 @@ class Constraint:
     root: str = "root"
     trigger_patterns: tuple[str, ...] = ()
     trigger_tokens: tuple[int, ...] = ()
+    strict: bool = False
 
     def key(self, vocab_hash: str) -> str:
         """Content hash of this constraint over the vocabulary with `vocab_hash`."""
+        texts = (self.kind.value, self.text, self.root, vocab_hash)
         return _digest(
             b"constraint",
-            (self.kind.value, self.text, self.root, vocab_hash),
+            (*texts, "strict") if self.strict else texts,
             self.trigger_patterns,
             self.trigger_tokens,
         )
@@ -109,13 +117,13 @@ def _gbnf(constraint: Constraint) -> ResolvedGrammar:
 
 
 def _json_schema(constraint: Constraint) -> ResolvedGrammar:
-    conversion = convert_json_schema(constraint.text)
+    conversion = convert_json_schema(constraint.text, strict=constraint.strict)
     return ResolvedGrammar(
         conversion.grammar,
         "root",
         constraint.trigger_patterns,
         constraint.trigger_tokens,
-        tuple(conversion.warnings),
+        conversion.report,
     )
 
 
@@ -126,7 +134,7 @@ def _json_object(constraint: Constraint) -> ResolvedGrammar:
 
 
 def _request(constraint: Constraint) -> ResolvedGrammar:
-    resolved = requests.resolve_request(constraint.text)
+    resolved = requests.resolve_request(constraint.text, strict=constraint.strict)
     if resolved.gbnf is None:
         raise InputError(f"the {constraint.kind.value} asks for free text: there is no constraint to hold")
     return ResolvedGrammar(
@@ -151,7 +159,8 @@ def resolve(constraint: Constraint) -> ResolvedGrammar:
     """The GBNF grammar (with root, triggers and warnings) a constraint stands for.
 
     Raises:
-        SchemaError: a JSON schema or a request body the engine refuses (with its JSON pointer).
+        SchemaError: a JSON schema or a request body the engine refuses (with its JSON pointer), or, with
+            `strict`, a schema whose grammar would leave a keyword unenforced (the keyword's pointer).
         InputError: a request body that is not JSON or asks for nothing this service can constrain.
     """
     return _RESOLVERS[constraint.kind](constraint)

@@ -22,7 +22,11 @@
 #   llama-server refuses one pair and silently drops a field of the others. Reasons llama-server or Ollama
 #   have are kept word for word.
 # - A refusal of the converter is re-rooted at the schema's place in the request
-#   (`#/response_format/json_schema/schema` + the converter's `/properties/a`).
+#   (`#/response_format/json_schema/schema` + the converter's `/properties/a`), and so are the pointers of
+#   its report (the keywords the grammar leaves unenforced).
+# - `strict` is the caller's: with it, a schema whose grammar leaves a keyword unenforced is refused.
+#   OpenAI's own `response_format.json_schema.strict: true` is read and told (`asks_strict`), never acted
+#   on here: whether it means this is the server's decision.
 # - Nothing else of the request is looked at (messages, tools, sampling options), and a GBNF grammar is
 #   passed on as text: compiling it (and refusing it with line and column) is the grammar compiler's job.
 from __future__ import annotations
@@ -33,7 +37,7 @@ import json
 from dataclasses import dataclass
 from typing import Final
 
-from constraintd.engine.schema.convert import convert_json_schema
+from constraintd.engine.schema.convert import Unenforced, convert_json_schema, report_lines
 from constraintd.engine.schema.json_text import JsonValue, dump_json, parse_json
 from constraintd.errors import SchemaError
 
@@ -80,11 +84,14 @@ class RequestedConstraint:
         kind: what the answer must be.
         text: the schema as nlohmann's `dump()` prints it (JSON kinds), the GBNF text (GRAMMAR), or None.
         source: the JSON pointer of the request field it comes from; "" when no field asks for anything.
+        asks_strict: the request says `response_format.json_schema.strict: true` (OpenAI's structured
+            outputs), which this module does not act on.
     """
 
     kind: AnswerFormat
     text: str | None
     source: str
+    asks_strict: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +102,12 @@ class RequestGrammar:
         kind: what the answer must be.
         gbnf: the grammar text, None for `AnswerFormat.NONE`.
         root: the grammar's start symbol.
-        warnings: what the schema conversion left unenforced, in llama.cpp's words.
+        warnings: what the schema conversion left unenforced, as lines: llama.cpp's warnings in its
+            words, then `pointer: keyword: reason` (`SchemaConversion.report`, pointers in the request).
         source: the JSON pointer of the request field it comes from; "" when no field asks for anything.
         schema: the schema text converted (JSON kinds), else None.
+        unenforced: the report itself, its pointers re-rooted in the request.
+        asks_strict: as `RequestedConstraint.asks_strict`.
     """
 
     kind: AnswerFormat
@@ -106,6 +116,8 @@ class RequestGrammar:
     warnings: tuple[str, ...] = ()
     source: str = ""
     schema: str | None = None
+    unenforced: tuple[Unenforced, ...] = ()
+    asks_strict: bool = False
 
 
 _NO_CONSTRAINT: Final = RequestedConstraint(AnswerFormat.NONE, None, "")
@@ -116,12 +128,12 @@ def _field(container: dict[str, JsonValue], name: str) -> JsonValue:
     return container.get(name)
 
 
-def _schema(value: JsonValue, pointer: str) -> RequestedConstraint:
+def _schema(value: JsonValue, pointer: str, *, asks_strict: bool = False) -> RequestedConstraint:
     """A schema field's value as a constraint: null or `{}` is any object (llama-server's rule)."""
     if value is None or value == {}:
-        return RequestedConstraint(AnswerFormat.JSON_OBJECT, JSON_OBJECT_SCHEMA, pointer)
+        return RequestedConstraint(AnswerFormat.JSON_OBJECT, JSON_OBJECT_SCHEMA, pointer, asks_strict)
     # A schema that is not an object goes on too: the converter refuses it in llama.cpp's words.
-    return RequestedConstraint(AnswerFormat.JSON_SCHEMA, dump_json(value), pointer)
+    return RequestedConstraint(AnswerFormat.JSON_SCHEMA, dump_json(value), pointer, asks_strict)
 
 
 def _response_format_schema(
@@ -162,6 +174,14 @@ def _response_format_schema(
     )
 
 
+def _asks_strict(response_format: JsonValue) -> bool:
+    """`response_format.json_schema.strict` is `true` (OpenAI's field; llama-server does not read it)."""
+    if not isinstance(response_format, dict):
+        return False
+    wrapper = response_format.get("json_schema")
+    return isinstance(wrapper, dict) and wrapper.get("strict") is True
+
+
 def _read_openai(body: dict[str, JsonValue]) -> RequestedConstraint:
     json_schema = _field(body, "json_schema")
     grammar = _field(body, "grammar")
@@ -176,7 +196,8 @@ def _read_openai(body: dict[str, JsonValue]) -> RequestedConstraint:
         if json_schema is not None:
             raise SchemaError("Cannot use both json_schema and a response_format schema",
                               pointer="#/json_schema")
-        return _schema(*from_format)
+        schema, pointer = from_format
+        return _schema(schema, pointer, asks_strict=_asks_strict(_field(body, "response_format")))
     if json_schema is not None:
         return _schema(json_schema, "#/json_schema")
     if grammar:
@@ -220,30 +241,40 @@ def read_request(request_text: str) -> RequestedConstraint:
     return _read_openai(body)
 
 
-def _converted(schema: str, source: str) -> RequestGrammar:
+def _rerooted(pointer: str, source: str) -> str:
+    # The converter points into the schema; the caller needs the place in the request.
+    # (A pointer that is not a fragment, a remote `$ref`'s text, is left as it is.)
+    return source + pointer[1:] if pointer.startswith("#") else pointer
+
+
+def _converted(requested: RequestedConstraint, *, strict: bool) -> RequestGrammar:
+    schema, source = requested.text, requested.source
+    assert schema is not None
     try:
-        conversion = convert_json_schema(schema)
+        conversion = convert_json_schema(schema, strict=strict)
     except SchemaError as exc:
-        # The converter points into the schema; the caller needs the place in the request.
-        # (A pointer that is not a fragment, a remote `$ref`'s text, is left as it is.)
-        pointer = source + exc.pointer[1:] if exc.pointer.startswith("#") else exc.pointer
-        raise SchemaError(exc.reason, pointer=pointer) from exc
-    return RequestGrammar(AnswerFormat.JSON_SCHEMA, conversion.grammar, warnings=tuple(conversion.warnings),
-                      source=source, schema=schema)
+        raise SchemaError(exc.reason, pointer=_rerooted(exc.pointer, source)) from exc
+    unenforced = tuple(Unenforced(_rerooted(item.pointer, source), item.keyword, item.reason)
+                       for item in conversion.unenforced)
+    warnings = report_lines(conversion.warnings, unenforced)
+    return RequestGrammar(AnswerFormat.JSON_SCHEMA, conversion.grammar, warnings=warnings, source=source,
+                          schema=schema, unenforced=unenforced, asks_strict=requested.asks_strict)
 
 
-def resolve_request(request_text: str) -> RequestGrammar:
+def resolve_request(request_text: str, *, strict: bool = False) -> RequestGrammar:
     """The constraint an OpenAI or Ollama request body asks for, as a GBNF grammar.
 
     Args:
         request_text: the request body, as JSON text.
+        strict: refuse a schema whose grammar would leave a keyword unenforced (see `convert_json_schema`),
+            whatever the request says; the request's own `strict` is only told (`asks_strict`).
 
     Returns:
         The constraint; its `gbnf` is None when the request asks for free text.
 
     Raises:
-        SchemaError: the request is refused (see `read_request`), or its schema is, by the converter, with
-            the pointer re-rooted at the schema's place in the request.
+        SchemaError: the request is refused (see `read_request`), or its schema is, by the converter (or by
+            `strict`), with the pointer re-rooted at the schema's place in the request.
     """
     requested = read_request(request_text)
     kind, text, source = requested.kind, requested.text, requested.source
@@ -252,8 +283,10 @@ def resolve_request(request_text: str) -> RequestGrammar:
     if kind is AnswerFormat.GRAMMAR:
         return RequestGrammar(kind, text, source=source)
     if kind is AnswerFormat.JSON_OBJECT:
-        return RequestGrammar(kind, json_object_grammar(), source=source, schema=JSON_OBJECT_SCHEMA)
-    return _converted(text, source)
+        # any object: nothing of it is left unenforced, strict or not
+        return RequestGrammar(kind, json_object_grammar(), source=source, schema=JSON_OBJECT_SCHEMA,
+                              asks_strict=requested.asks_strict)
+    return _converted(requested, strict=strict)
 
 
 @functools.cache

@@ -91,7 +91,8 @@ READS = [
 @pytest.mark.parametrize(("request_text", "kind", "text", "source"), [c[1:] for c in READS],
                          ids=[c[0] for c in READS])
 def test_read_request(request_text: str, kind: AnswerFormat, text: str | None, source: str) -> None:
-    assert read_request(request_text) == RequestedConstraint(kind, text, source)
+    asks_strict = '"strict": true' in request_text  # the one case of OpenAI's strict structured output
+    assert read_request(request_text) == RequestedConstraint(kind, text, source, asks_strict)
 
 
 # (id, request text, reason, pointer)
@@ -170,6 +171,43 @@ def test_resolve_keeps_float_text() -> None:
     resolved = resolve_request(f'{{"json_schema": {schema}}}')
     assert resolved.gbnf == convert_json_schema(schema).grammar
     assert resolved.schema == '{"type":"number","minimum":2.0}'
+
+
+AGED = {"type": "object", "properties": {"age": {"type": "number", "minimum": 0}}}
+
+
+@pytest.mark.parametrize(
+    ("request_text", "source"),
+    [(body(response_format={"type": "json_schema", "json_schema": {"schema": AGED}}),
+      "#/response_format/json_schema/schema"),
+     (body(json_schema=AGED), "#/json_schema"),
+     (json.dumps({"format": AGED}), "#/format")],
+    ids=["openai response_format", "top-level json_schema", "ollama format"],
+)
+def test_the_report_points_into_the_request(request_text: str, source: str) -> None:
+    resolved = resolve_request(request_text)
+    pointer = f"{source}/properties/age/minimum"
+    assert [(item.pointer, item.keyword) for item in resolved.unenforced] == [(pointer, "minimum")]
+    assert resolved.warnings == (f"{pointer}: minimum: bounds on a non-integer number are not enforced",)
+    with pytest.raises(SchemaError) as refused:
+        resolve_request(request_text, strict=True)
+    assert refused.value.pointer == pointer
+    assert refused.value.reason.startswith("strict: ")
+
+
+def test_strict_takes_what_the_grammar_holds() -> None:
+    for request_text in (body(response_format=PERSON_FORMAT), body(response_format={"type": "json_object"}),
+                         body(grammar='root ::= "a"'), body()):
+        assert resolve_request(request_text, strict=True) == resolve_request(request_text)
+
+
+def test_openai_strict_is_told_not_acted_on() -> None:
+    asked = body(response_format={"type": "json_schema", "json_schema": {"strict": True, "schema": AGED}})
+    resolved = resolve_request(asked)
+    assert resolved.asks_strict and resolved.unenforced  # converted leniently all the same
+    wrapper = {"strict": "yes", "schema": AGED}
+    not_asked = body(response_format={"type": "json_schema", "json_schema": wrapper})
+    assert not resolve_request(not_asked).asks_strict
 
 
 @pytest.mark.parametrize(
