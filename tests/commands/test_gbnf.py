@@ -40,27 +40,47 @@ def test_schema_from_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captu
     assert out == convert_json_schema('{"type": "integer", "minimum": 2.0}').grammar
 
 
-def test_schema_warnings_go_to_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # A pattern llama.cpp cannot translate: it accepts any string and says so.
+def test_the_report_goes_to_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Two patterns llama.cpp cannot translate (it accepts any string and says so), and a bound on a number.
     schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^(?=a)b$"},
-                                               "b": {"type": "string", "pattern": "x"}}}
+                                               "b": {"type": "string", "pattern": "x"},
+                                               "c": {"type": "number", "minimum": 0}}}
     conversion = convert_json_schema(json.dumps(schema))
     assert len(conversion.warnings) == 2
     code, out, err = run(["--schema", write(tmp_path, "s.json", schema)], capsys)
     assert (code, out) == (0, conversion.grammar)
-    expected = conversion.warnings
-    assert err.splitlines() == [f"constraintd gbnf: warning: {w}" for w in expected]
+    assert err.splitlines() == [
+        f"#/properties/a/pattern: pattern: {conversion.warnings[0]}",
+        f"#/properties/b/pattern: pattern: {conversion.warnings[1]}",
+        "#/properties/c/minimum: minimum: bounds on a non-integer number are not enforced",
+    ]
 
 
-def test_refused_schema_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_strict_refuses_the_first_unenforced_keyword(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    schema = {"type": "object", "properties": {"age": {"type": "number", "minimum": 0}, "tags": {
+        "type": "array", "uniqueItems": True}}}
+    path = write(tmp_path, "s.json", schema)
+    code, out, err = run(["--schema", path, "--strict"], capsys)
+    assert (code, out) == (2, "")
+    assert err == ("constraintd gbnf: refused: strict: the grammar would not enforce minimum: bounds on a "
+                   "non-integer number are not enforced (at #/properties/age/minimum)\n")
+
+
+def test_strict_passes_a_schema_the_grammar_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["--schema", write(tmp_path, "s.json", PERSON), "--strict"], capsys)
+    assert (code, out, err) == (0, convert_json_schema(json.dumps(PERSON)).grammar, "")
+
+
+def test_refused_schema_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["--schema", write(tmp_path, "s.json", {"$ref": "#/$defs/missing"})], capsys)
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert err.startswith("constraintd gbnf: refused: ") and "(at #" in err
 
 
-def test_schema_not_json_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_schema_not_json_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["--schema", write(tmp_path, "s.json", "{not json")], capsys)
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert "refused" in err
 
 
@@ -99,11 +119,25 @@ def test_request_without_constraint_prints_nothing(tmp_path: Path,
     assert "no constraint" in err
 
 
-def test_conflicting_request_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_conflicting_request_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     request_body = {"grammar": "root ::= [a]", "response_format": {"type": "json_object"}}
     code, out, err = run(["--request", write(tmp_path, "r.json", request_body)], capsys)
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert err == "constraintd gbnf: refused: Cannot use both response_format and grammar (at #/grammar)\n"
+
+
+def test_request_report_points_into_the_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "number", "maximum": 3}}}
+    request_body = {"messages": [], "response_format": {"type": "json_schema", "json_schema": {
+        "name": "n", "strict": True, "schema": schema}}}
+    path = write(tmp_path, "r.json", request_body)
+    code, out, err = run(["--request", path], capsys)  # the request's own strict is not acted on
+    assert (code, out) == (0, convert_json_schema(json.dumps(schema)).grammar)
+    pointer = "#/response_format/json_schema/schema/properties/n/maximum"
+    assert err == f"{pointer}: maximum: bounds on a non-integer number are not enforced\n"
+    code, out, err = run(["--request", path, "--strict"], capsys)
+    assert (code, out) == (2, "")
+    assert err.endswith(f"(at {pointer})\n")
 
 
 @pytest.mark.parametrize("argv", [[], ["--schema", "a", "--request", "b"]], ids=["neither", "both"])
