@@ -73,6 +73,7 @@ PEER_INPUTS: Final = {
     "gbnf": (peers.GBNF,),
     "schema": (peers.JSON_SCHEMA,),
     "both": (peers.GBNF, peers.JSON_SCHEMA),
+    "none": (),  # constraintd and llama.cpp alone (llama.cpp decides the documents and checks the masks)
 }
 
 
@@ -513,7 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--peer-input",
         choices=tuple(PEER_INPUTS),
         default="both",
-        help="what XGrammar and llguidance compile: the same GBNF, the JSON schema, or both (default)",
+        help="what XGrammar and llguidance compile: the same GBNF, the JSON schema, or both (default); "
+        "none: no peer but llama.cpp (a quicker run of constraintd's numbers)",
     )
     parser.add_argument(
         "--give-up",
