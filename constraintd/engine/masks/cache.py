@@ -160,7 +160,7 @@ class MaskCache:
                 extra.append(with_code_points[with_code_points != value])
         if extra:
             allow_tokens(words, extra[0] if len(extra) == 1 else np.concatenate(extra))
-        rows = np.unique(np.concatenate(uncertain)) if uncertain else np.zeros(0, dtype=np.int64)
+        rows = _union(uncertain, table.ids.size)
         if rows.size:
             ids = table.ids[rows]
             rows = rows[((words[ids >> 5] >> (ids & 31)) & 1) == 0]  # not allowed already
@@ -225,9 +225,12 @@ class MaskCache:
             np.bitwise_and.at(
                 words.view(np.uint32), walked >> 5, ~np.left_shift(1, walked & 31).astype(np.uint32)
             )
-        ids = known.ids[~np.isin(known.ids, walked)] if known.ids.size else known.ids
-        kept = known.uncertain[~np.isin(known.uncertain, rows)] if known.uncertain.size else known.uncertain
-        return self._verdict(words, np.union1d(ids, table.ids[allowed_rows]), np.union1d(kept, uncertain))
+        n_tokens, n_rows = self.vocab.n_tokens, table.ids.size
+        ids = _without(known.ids, walked, n_tokens)
+        kept = _without(known.uncertain, rows, n_rows)
+        return self._verdict(
+            words, _union([ids, table.ids[allowed_rows]], n_tokens), _union([kept, uncertain], n_rows)
+        )
 
     def _walk_top(self, top: Stack, limit: int) -> TopVerdict:
         escape = self.states.rules.escape
@@ -251,7 +254,7 @@ class MaskCache:
         allowed_rows, uncertain = walk(table, table.columns, start, limit, rows=shorter.uncertain)
         ids = table.ids[allowed_rows]
         if shorter.ids.size:
-            ids = np.union1d(shorter.ids, ids)
+            ids = _union([shorter.ids, ids], self.vocab.n_tokens)
         return self._verdict(shorter.words, ids, uncertain)
 
     def _verdict(self, words: Words | None, ids: IntArray, uncertain: IntArray) -> TopVerdict:
@@ -285,6 +288,36 @@ class MaskCache:
     def tops(self) -> int:
         """How many stack tops this grammar has met and keeps a shortcut to."""
         return len(self._tops)
+
+
+def _union(arrays: list[IntArray], size: int) -> IntArray:
+    # The distinct values of `arrays` (each in [0, size)), ascending. Not np.unique / np.union1d: their
+    # hashing costs milliseconds on the hundred thousand rows a permissive top leaves uncertain, where a
+    # row of bools costs a tenth of one; a sort, for the few.
+    if not arrays:
+        return np.zeros(0, dtype=np.int64)
+    total = sum(array.size for array in arrays)
+    if total * 16 >= size:
+        bits = np.zeros(size, dtype=np.bool_)
+        for array in arrays:
+            bits[array] = True
+        return np.flatnonzero(bits)
+    joined = np.sort(np.concatenate(arrays))
+    if joined.size < 2:
+        return joined
+    keep = np.empty(joined.size, dtype=np.bool_)
+    keep[0] = True
+    np.not_equal(joined[1:], joined[:-1], out=keep[1:])
+    return joined[keep]
+
+
+def _without(values: IntArray, dropped: IntArray, size: int) -> IntArray:
+    # `values` (in [0, size)) but those in `dropped`, order kept (np.isin sorts both, each time)
+    if not values.size or not dropped.size:
+        return values
+    bits = np.zeros(size, dtype=np.bool_)
+    bits[dropped] = True
+    return values[~bits[values]]
 
 
 def _past(table: ColumnTable, reach: int) -> tuple[int, int]:
