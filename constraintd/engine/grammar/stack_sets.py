@@ -13,6 +13,9 @@
 # - Transitions give exactly the stack sets of grammar/stacks.py's literal functions (llama.cpp's semantics):
 #   `step(cp)` is llama_grammar_accept of one code point; `walk` decides a token as
 #   llama_grammar_apply_impl does and yields the char-path stacks llama_grammar_accept_token keeps.
+# - A token's first visit interns only the state its code points end in: steps no state has memoized are
+#   taken on the stack sets as they are (an interned state met on the way takes over with its memo), so
+#   a new path costs one new state, not one per code point.
 # - A stack set larger than the caller's `limit` raises LimitError and is not cached; a cached one is
 #   checked against each caller's limit on use.
 # - Thread-safety without locks: memo tables are dicts written with single assignments; two threads may
@@ -25,7 +28,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.grammar.elements import CHAR, CHAR_ANY, CHAR_NOT, TOKEN
+from constraintd.engine.grammar.elements import CHAR, CHAR_ANY, CHAR_NOT, TOKEN, TOKEN_NOT
 from constraintd.engine.grammar.stacks import ESCAPE, Rules, Stack, StackSet
 from constraintd.engine.grammar.utf8 import PartialUtf8
 from constraintd.errors import LimitError
@@ -35,6 +38,7 @@ __all__ = ["Move", "State", "StateTable"]
 _CHAR_KINDS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY))
 _NO_CODE_POINT: Final = -1
 _TOP_CODE_POINT: Final = 1 << 32  # above every value llama.cpp's decoder can produce
+_UNKNOWN: Final = object()  # a step not memoized yet (None is memoized: no stack takes the code point)
 
 # A token taken from a state: whether llama.cpp's apply allows it, the state and unfinished UTF-8 sequence
 # accepting it leaves (None where llama.cpp's accept would leave no stack, or the token is not allowed), and
@@ -72,8 +76,36 @@ class StateTable:
             state = self._states.setdefault(key, State(self, key))
         return state
 
+    def known(self, stacks: StackSet) -> State | None:
+        """The state of a non-empty stack set if the table holds one already (no new state, no check)."""
+        return self._states.get(stacks)
+
     def __len__(self) -> int:
         return len(self._states)
+
+
+def _step_stacks(rules: Rules, stacks: Iterable[Stack], code_point: int) -> set[Stack]:
+    # llama_grammar_accept of one code point on stacks as they are (no state): what State.step interns
+    found: set[Stack] = set()
+    kinds, match, pop = rules.kinds, rules.match_char, rules.pop_terminal
+    for stack in stacks:
+        if stack and kinds[stack[-1]] in _CHAR_KINDS and match(stack[-1], code_point):
+            found.update(pop(stack))
+    return found
+
+
+def _takes_token(rules: Rules, stacks: Iterable[Stack], token: int) -> bool:
+    # State.token_matches on stacks as they are
+    kinds, values = rules.kinds, rules.values
+    for stack in stacks:
+        if stack:
+            kind = kinds[stack[-1]]
+            if kind == TOKEN:
+                if values[stack[-1]] == token:
+                    return True
+            elif kind == TOKEN_NOT and values[stack[-1]] != token:
+                return True
+    return False
 
 
 class State:
@@ -227,23 +259,57 @@ class State:
     ) -> tuple[bool, State | None, int]:
         """Decide one token decoded to `code_points` ending in `partial`, not an end-of-generation token.
 
+        Steps a state knows already are read from its memo; past the first it does not know, the stacks
+        are stepped as they are, and only where they end is a state interned (a state met on the way that
+        the table holds already takes over with its memo). A first visit so builds one state, not one per
+        code point.
+
         Returns:
             Whether llama_grammar_apply_impl leaves it finite; the state its code points lead to through
             char classes (the stacks llama_grammar_accept_token keeps from char-topped stacks; None when
             they die; meaningless when there are no code points); the most stacks met on the way.
         """
         allowed = False
-        state: State = self
+        state: State | None = self
+        stacks: StackSet = self.stacks
         peak = 0
+        table = self.table
         for code_point in code_points:
-            if state.token_tops and not allowed:
-                allowed = state.token_matches(token)
-            after = state.step(code_point, limit)
-            if after is None:
+            if state is not None:
+                if state.token_tops and not allowed:
+                    allowed = state.token_matches(token)
+                after = state._steps.get(code_point, _UNKNOWN)
+                if after is not _UNKNOWN:
+                    if after is None:
+                        return allowed, None, peak
+                    assert isinstance(after, State)
+                    size = len(after.stacks)
+                    if size > limit:
+                        raise LimitError(f"the grammar reached {size} stacks, above the limit of {limit}")
+                    state, stacks = after, after.stacks
+                    if size > peak:
+                        peak = size
+                    continue
+            elif not allowed:
+                allowed = _takes_token(table.rules, stacks, token)
+            found = _step_stacks(table.rules, stacks, code_point)
+            if not found:
+                if state is not None:
+                    state._steps[code_point] = None
                 return allowed, None, peak
-            state = after
-            if len(after.stacks) > peak:
-                peak = len(after.stacks)
+            size = len(found)
+            if size > limit:
+                raise LimitError(f"the grammar reached {size} stacks, above the limit of {limit}")
+            if size > peak:
+                peak = size
+            stacks = frozenset(found)
+            known = table.known(stacks)
+            if state is not None and known is not None:
+                state._steps[code_point] = known
+            state = known
+        if state is None:
+            state = table.intern(stacks, limit)
+            assert state is not None
         if not allowed:
             allowed = partial[1] == 0 or state.partial_ok(partial)
         return allowed, state, peak
