@@ -114,8 +114,9 @@ class BaseClient:
         trigger_tokens: Sequence[int],
         prefill: str | bytes,
         ttl: float | None,
+        strict: bool = False,
     ) -> pb.CreateSessionRequest:
-        request = pb.CreateSessionRequest(vocab_id=vocab.id)
+        request = pb.CreateSessionRequest(vocab_id=vocab.id, strict=strict)
         given = []
         if gbnf is not None:
             request.gbnf.CopyFrom(pb.Gbnf(text=gbnf, root=root))

@@ -129,6 +129,7 @@ class Client(BaseClient):
         trigger_tokens: Sequence[int] = (),
         prefill: str | bytes = b"",
         ttl: float | None = None,
+        strict: bool = False,
     ) -> Session:
         """Opens a session over one constraint (exactly one of gbnf, json_schema, json_object,
         openai_request, ollama_request).
@@ -144,6 +145,9 @@ class Client(BaseClient):
             trigger_tokens: make the grammar lazy, active once one of these tokens is accepted.
             prefill: text taken as generated already.
             ttl: idle seconds before the server reclaims the session (the client rebuilds it if used again).
+            strict: refuse a JSON schema (given, or inside a request) that the grammar cannot enforce in
+                full (SchemaError naming the keyword and its pointer); off, `Session.warnings` names what
+                the grammar leaves unenforced.
 
         Raises:
             ValueError: not exactly one constraint.
@@ -162,6 +166,7 @@ class Client(BaseClient):
             trigger_tokens=trigger_tokens,
             prefill=prefill,
             ttl=ttl,
+            strict=strict,
         )
         record = SessionRecord(vocab, request)
         self.drive(flows.create(self.policy, record))

@@ -165,6 +165,7 @@ class Operations:
             root=root,
             trigger_patterns=tuple(options.trigger_patterns),
             trigger_tokens=tuple(options.trigger_tokens),
+            strict=request.strict,
         )
         constraint.check_size(limits.max_grammar_bytes)
         # the patterns are part of the grammar's size: each is compiled, and looked for after every token

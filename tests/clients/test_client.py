@@ -131,6 +131,27 @@ def test_accept_and_mask_answers_the_next_mask_in_one_call(client: Client) -> No
         assert outcome.mask is not None and np.array_equal(outcome.mask, mask)
 
 
+BOUNDED_NUMBER = {"type": "object", "properties": {"x": {"type": "number", "minimum": 1}}}
+
+
+def test_strict_refuses_a_schema_the_grammar_cannot_enforce_and_otherwise_it_is_reported(
+    client: Client,
+) -> None:
+    vocab = client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+    with client.session(vocab, json_schema=BOUNDED_NUMBER) as lenient:
+        assert any("/properties/x/minimum" in warning for warning in lenient.warnings)
+    with pytest.raises(SchemaError) as refused:
+        client.session(vocab, json_schema=BOUNDED_NUMBER, strict=True)
+    assert refused.value.pointer == "#/properties/x/minimum"
+    assert "minimum" in str(refused.value)
+    request = {"messages": [], "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": BOUNDED_NUMBER}}}
+    with pytest.raises(SchemaError):
+        client.session(vocab, openai_request=request, strict=True)
+    with client.session(vocab, json_schema={"type": "object"}, strict=True) as enforced:
+        assert enforced.warnings == ()
+
+
 def test_every_kind_of_constraint(client: Client) -> None:
     vocab = client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
     schema = {"type": "string", "pattern": "x"}

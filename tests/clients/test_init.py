@@ -16,6 +16,7 @@ PUBLIC = [
     "VocabHandle",
     "apply_mask",
     "count_allowed",
+    "mask_allows",
     "unpack_mask",
 ]
 
