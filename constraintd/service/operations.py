@@ -37,7 +37,7 @@ from constraintd.service.sessions import Session, SessionStore
 from constraintd.service.status import status_for
 from constraintd.v1 import constraintd_pb2 as pb
 
-__all__ = ["Operations", "OwedMask", "SessionPlan", "encode_mask", "pay"]
+__all__ = ["Operations", "OwedMask", "SessionPlan", "WireMasks", "encode_mask", "pay"]
 
 
 def encode_mask(words: npt.NDArray[np.int32], vocab_size: int, *, compact: bool = False) -> pb.Mask:
@@ -47,6 +47,35 @@ def encode_mask(words: npt.NDArray[np.int32], vocab_size: int, *, compact: bool 
     if compact and allowed == vocab_size:
         return pb.Mask(vocab_size=vocab_size, allowed=allowed, all_allowed=True)
     return pb.Mask(words=little.tobytes(), vocab_size=vocab_size, allowed=allowed)
+
+
+class WireMasks:
+    """The wire form of the masks answered lately, by the engine's array: a grammar's masks are read-only
+    arrays kept per state, so a state met before answers the same array, and its words and count are
+    encoded once. At most `size` are kept, each with its array (an id is never reused while it is a key);
+    about 2 x size x vocab_size / 8 bytes."""
+
+    def __init__(self, size: int = 128) -> None:
+        self._size = size
+        self._kept: dict[int, tuple[npt.NDArray[np.int32], pb.Mask]] = {}
+
+    def encode(self, words: npt.NDArray[np.int32], vocab_size: int, *, compact: bool) -> pb.Mask:
+        """`encode_mask(words, vocab_size, compact=compact)`, from the kept ones when it can."""
+        if words.flags.writeable:  # an array that may change: not kept
+            return encode_mask(words, vocab_size, compact=compact)
+        kept = self._kept.get(id(words))
+        if kept is None or kept[0] is not words:
+            if len(self._kept) >= self._size:
+                self._kept.clear()
+            kept = (words, encode_mask(words, vocab_size))
+            self._kept[id(words)] = kept
+        mask = kept[1]
+        if compact and mask.allowed == vocab_size:
+            return pb.Mask(vocab_size=vocab_size, allowed=vocab_size, all_allowed=True)
+        return mask
+
+
+_WIRE_MASKS = WireMasks()
 
 
 class OwedMask:
@@ -62,7 +91,7 @@ class OwedMask:
 
     def pay(self) -> None:
         matcher = self.matcher
-        self.into.CopyFrom(encode_mask(matcher.mask(), matcher.grammar.n_vocab, compact=self.compact))
+        self.into.CopyFrom(_WIRE_MASKS.encode(matcher.mask(), matcher.grammar.n_vocab, compact=self.compact))
 
 
 def pay(owed: list[OwedMask]) -> None:
