@@ -178,6 +178,13 @@ class Matcher:
             self._mask_state, self._mask_words = state, words.data
         return words
 
+    def mask_known(self) -> bool:
+        """Whether `mask()` answers from what the grammar keeps, with no walk of the vocabulary: a lazy
+        grammar before its trigger, or a state whose mask was made before. Changes nothing."""
+        if self._awaiting:
+            return True
+        return self.grammar._masks.finished(self._state, self._partial) is not None
+
     def fill_mask(self, out: npt.NDArray[np.int32], index: int = 0) -> bool:
         """Write `mask()` into row `index` of `out`, as XGrammar's and llguidance's
         `fill_next_token_bitmask(bitmask, index)`. Changes nothing but that row.

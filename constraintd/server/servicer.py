@@ -56,6 +56,10 @@ REPLAY_ON_LOOP = 32
 _INTERNAL = status_pb2.Status(code=code_pb2.INTERNAL, message="internal error (logged by the server)")
 
 
+# the most masks a reply pays on the event loop when the grammars keep them all (each a lookup and a copy)
+INLINE_MASKS = 256
+
+
 def status_of(error: Exception) -> grpc.Status:
     """The gRPC status a failed call answers with: code, message, and in the trailing metadata the
     google.rpc.Status with the error's class and parts. The only such mapping."""
@@ -192,7 +196,13 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
         return self.operations.open_session(plan, compiled, started)
 
     async def _pay(self, owed: list[OwedMask]) -> None:
-        if owed:
+        # masks the grammars keep are lookups, paid here (a few at a time: the loop is not held for long);
+        # any to compute go to a worker thread, all together
+        if not owed:
+            return
+        if len(owed) <= INLINE_MASKS and all(mask.known() for mask in owed):
+            pay(owed)
+        else:
             await self.mask_workers.run(lambda: pay(owed), what="computing the mask")
 
     @_answered

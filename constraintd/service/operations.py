@@ -89,6 +89,10 @@ class OwedMask:
         self.matcher = matcher
         self.compact = compact
 
+    def known(self) -> bool:
+        """Whether the mask is one the grammar keeps (paying it is a lookup, not a walk)."""
+        return self.matcher.mask_known()
+
     def pay(self) -> None:
         matcher = self.matcher
         self.into.CopyFrom(_WIRE_MASKS.encode(matcher.mask(), matcher.grammar.n_vocab, compact=self.compact))

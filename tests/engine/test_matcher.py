@@ -242,6 +242,18 @@ def test_rollback_undoes_one_step_by_default() -> None:
     assert matcher.accept(ord("b"))
 
 
+def test_mask_known_says_whether_the_mask_is_a_lookup() -> None:
+    waiting = Matcher(Grammar.from_gbnf('root ::= "x" [0-9]+\n', BYTES, trigger_tokens=[ord("x")]))
+    assert waiting.mask_known()  # before the trigger: every token
+    assert waiting.accept(ord("x"))
+    assert not waiting.mask_known()
+    first = waiting.mask()
+    assert waiting.mask_known()
+    twin = waiting.fork()  # the grammar keeps the mask: another matcher in the same state knows it
+    assert twin.mask_known() and twin.mask() is first
+    assert twin.accept(ord("1")) and not twin.mask_known()
+
+
 def test_masks_are_read_only() -> None:
     mask = Matcher(Grammar.from_gbnf('root ::= "a"\n', BYTES)).mask()
     with pytest.raises(ValueError, match="read-only"):
