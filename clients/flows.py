@@ -152,16 +152,23 @@ def register(policy: Policy, registration: pb.RegisterVocabRequest) -> Flow[Voca
 
 
 def create(policy: Policy, record: SessionRecord) -> Flow[None]:
-    """Opens the record's session on the server, replaying its tokens; re-registers a lost vocabulary."""
+    """Opens the record's session on the server, replaying its tokens; re-registers a lost vocabulary (again
+    if the server loses it once more, a restart between the registration and the session, up to
+    `policy.rebuilds` times)."""
     request = pb.CreateSessionRequest()
     request.CopyFrom(record.request)
     request.replay.extend(record.history)
-    try:
-        reply = yield from retried(policy, Call("CreateSession", request, policy.setup_timeout))
-    except NotFoundError:
+    for registration in range(policy.rebuilds + 1):
+        try:
+            reply = yield from retried(policy, Call("CreateSession", request, policy.setup_timeout))
+            break
+        except NotFoundError:
+            if registration == policy.rebuilds:
+                raise
         vocab = yield from register(policy, record.vocab.registration)
         request.vocab_id = vocab.id
-        reply = yield from retried(policy, Call("CreateSession", request, policy.setup_timeout))
+    else:
+        raise AssertionError("unreachable: the last try breaks or raises")
     record.id = reply.session_id
     record.complete = reply.state.complete
     record.warnings = tuple(reply.warnings)

@@ -166,6 +166,30 @@ def test_a_lost_vocabulary_is_registered_again_before_the_session() -> None:
     assert record.id == "s3"
 
 
+def test_a_vocabulary_lost_again_between_its_registration_and_the_session_is_registered_again() -> None:
+    # the server restarts after the client registered the vocabulary anew but before CreateSession
+    record = record_with([1])
+
+    def register(request: pb.RegisterVocabRequest) -> pb.RegisterVocabResponse:
+        return pb.RegisterVocabResponse(vocab_id="v1", size=20, content_hash="v1")
+
+    no_vocab = fail(NotFoundError("no vocab"))
+    run(
+        flows.create(POLICY, record),
+        [
+            ("CreateSession", no_vocab),
+            ("RegisterVocab", register),
+            ("CreateSession", no_vocab),
+            ("RegisterVocab", register),
+            ("CreateSession", created("s4")),
+        ],
+    )
+    assert record.id == "s4"
+    with pytest.raises(NotFoundError):  # up to the policy's rebuilds
+        run(flows.create(POLICY, record), [("CreateSession", no_vocab), ("RegisterVocab", register)] * 2
+            + [("CreateSession", no_vocab)])
+
+
 def test_rebuilding_gives_up_after_its_limit() -> None:
     record = record_with([])
     gone = fail(NotFoundError("gone"))
