@@ -192,7 +192,11 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
         started = None
         if len(plan.replay) > REPLAY_ON_LOOP:
             ready = compiled
-            started = await self._off_loop(lambda: self.operations.start(plan, ready), "replaying the tokens")
+            # the replay stops itself at the time limit the caller is answered DEADLINE_EXCEEDED at
+            deadline = time.monotonic() + self.compile_workers.time_limit
+            started = await self._off_loop(
+                lambda: self.operations.start(plan, ready, deadline=deadline), "replaying the tokens"
+            )
         return self.operations.open_session(plan, compiled, started)
 
     async def _pay(self, owed: list[OwedMask]) -> None:

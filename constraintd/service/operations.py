@@ -232,10 +232,13 @@ class Operations:
             return plan.compiled
         return self.registry.compile(plan.constraint, self.registry.vocab(plan.vocab_id))
 
-    def start(self, plan: SessionPlan, compiled: CompiledConstraint) -> Matcher:
+    def start(
+        self, plan: SessionPlan, compiled: CompiledConstraint, *, deadline: float | None = None
+    ) -> Matcher:
         """The planned session's matcher past its prefill and replay (slow for a long replay: a worker
-        thread's job; it touches no shared state)."""
-        return self.store.start(compiled, prefill=plan.prefill, replay=plan.replay)
+        thread's job; it touches no shared state). A replay still running at `deadline` (time.monotonic())
+        stops with DeadlineError."""
+        return self.store.start(compiled, prefill=plan.prefill, replay=plan.replay, deadline=deadline)
 
     def open_session(
         self, plan: SessionPlan, compiled: CompiledConstraint, started: Matcher | None = None

@@ -19,13 +19,22 @@ import time
 from collections.abc import Callable, Sequence
 
 from constraintd.engine.matcher import Matcher
-from constraintd.errors import InputError, LimitError, NotFoundError, PositionError, UnavailableError
+from constraintd.errors import (
+    DeadlineError,
+    InputError,
+    LimitError,
+    NotFoundError,
+    PositionError,
+    UnavailableError,
+)
 from constraintd.service.limits import Limits, shown
 from constraintd.service.registry import CompiledConstraint
 
 __all__ = ["Session", "SessionStore"]
 
 ID_BYTES = 18
+# a replay looks at its deadline once every this many tokens (a clock read is about 50 ns; a token tens of µs)
+REPLAY_CHECK = 256
 
 
 class Session:
@@ -123,10 +132,16 @@ class SessionStore:
         return self.adopt(compiled, self.start(compiled, prefill=prefill, replay=replay), ttl=ttl)
 
     def start(
-        self, compiled: CompiledConstraint, *, prefill: bytes = b"", replay: Sequence[int] = ()
+        self,
+        compiled: CompiledConstraint,
+        *,
+        prefill: bytes = b"",
+        replay: Sequence[int] = (),
+        deadline: float | None = None,
     ) -> Matcher:
         """A new matcher past the prefill and the replayed tokens, not yet a session: it touches nothing
-        of the store, so a long replay may run in a worker thread. Raises as `open`."""
+        of the store, so a long replay may run in a worker thread. Raises as `open`, and DeadlineError
+        when the replay is still running at `deadline` (time.monotonic()): the work stops there."""
         if len(prefill) > self._limits.max_prefill_bytes:
             raise LimitError(
                 f"a prefill of {len(prefill)} bytes is over the limit of {self._limits.max_prefill_bytes}"
@@ -135,6 +150,8 @@ class SessionStore:
         if prefill and not matcher.accept_bytes(prefill):
             raise InputError(f"the grammar rejects the prefill {shown(prefill)}")
         for position, token in enumerate(replay):
+            if deadline is not None and position % REPLAY_CHECK == 0 and time.monotonic() > deadline:
+                raise DeadlineError(f"replaying the tokens ran past its time limit at token {position}")
             if not matcher.accept(token):
                 raise InputError(f"the grammar rejects replayed token {token} at position {position}")
         return matcher

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import time
 
 import pytest
 
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import (
+    DeadlineError,
     InputError,
     LimitError,
     NotFoundError,
@@ -16,10 +18,11 @@ from constraintd.errors import (
     TokenError,
     UnavailableError,
 )
+from constraintd.service import sessions as sessions_module
 from constraintd.service.constraints import Constraint, ConstraintKind
 from constraintd.service.limits import Limits
 from constraintd.service.registry import CompiledConstraint, Registry
-from constraintd.service.sessions import ID_BYTES, SessionStore
+from constraintd.service.sessions import ID_BYTES, REPLAY_CHECK, SessionStore
 from tests.server.running import AB_PLUS, TINY_EOG, TINY_PIECES
 
 A, B = 3, 4
@@ -131,6 +134,28 @@ def test_prefill_and_replay(compiled: CompiledConstraint) -> None:
         store.open(compiled, replay=[A, A])
     with pytest.raises(TokenError):
         store.open(compiled, replay=[999])
+
+
+def test_a_replay_past_its_deadline_stops_there(compiled: CompiledConstraint) -> None:
+    store = store_with(Clock())
+    long_replay = [A] + [B] * (3 * REPLAY_CHECK)
+    with pytest.raises(DeadlineError, match="at token 0"):
+        store.start(compiled, replay=long_replay, deadline=time.monotonic() - 1.0)
+    # a deadline met while replaying: the replay stops at the next check, not at its end
+    calls = 0
+
+    def clock_passes_the_deadline_at_the_second_check() -> float:
+        nonlocal calls
+        calls += 1
+        return 0.0 if calls == 1 else 2.0
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sessions_module.time, "monotonic", clock_passes_the_deadline_at_the_second_check)
+        with pytest.raises(DeadlineError, match=f"at token {REPLAY_CHECK}"):
+            store.start(compiled, replay=long_replay, deadline=1.0)
+    assert store.start(compiled, replay=long_replay, deadline=time.monotonic() + 60).history == tuple(
+        long_replay
+    )
 
 
 def test_a_prefill_over_the_limit_is_refused(compiled: CompiledConstraint) -> None:
