@@ -2,9 +2,9 @@
 #
 # Invariants:
 # - With a token configured, every call must carry `authorization: Bearer <token>` metadata, compared in
-#   constant time, or it fails with UNAUTHENTICATED before reaching the servicer. Health checks are the one
-#   exception: a probe (a kubelet) carries no secrets, and health reveals nothing. A refusal is counted
-#   in the metrics like any other answer.
+#   constant time, or it fails with UNAUTHENTICATED before reaching the servicer, its request never
+#   parsed. Health checks are the one exception: a probe (a kubelet) carries no secrets, and health
+#   reveals nothing. A refusal is counted in the metrics like any other answer.
 # - With a client CA, the TLS handshake itself refuses clients without a certificate it signed.
 # - Certificate files are read once, at startup; a missing file fails startup, not the first call.
 from __future__ import annotations
@@ -76,9 +76,10 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc] 
             return handler
         for kind, build in _REFUSERS.items():
             if getattr(handler, kind) is not None:
+                # no deserializer: the request's bytes are never parsed for a caller that may not call
                 return build(
                     _refuser(details.method.rpartition("/")[2], self._metrics),
-                    request_deserializer=handler.request_deserializer,
+                    request_deserializer=None,
                     response_serializer=handler.response_serializer,
                 )
         return handler

@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from constraintd.server.config import TlsFiles
 from constraintd.server.lifecycle import EXIT_FORCED, Service, ServiceState, loop_factory
+from constraintd.server.security import BearerTokenInterceptor
 from constraintd.service.limits import Limits
 from constraintd.v1 import constraintd_pb2 as pb
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
@@ -191,6 +192,31 @@ async def test_a_bearer_token_is_required_except_for_health() -> None:
             assert session
             health = health_pb2_grpc.HealthStub(channel)
             assert (await health.Check(health_pb2.HealthCheckRequest())).status == SERVING
+
+
+@pytest.mark.asyncio
+async def test_a_call_without_the_token_is_refused_before_its_request_is_parsed() -> None:
+    interceptor = BearerTokenInterceptor("s3cret")
+
+    async def register(request: pb.RegisterVocabRequest, context: object) -> pb.RegisterVocabResponse:
+        return pb.RegisterVocabResponse()
+
+    served = grpc.unary_unary_rpc_method_handler(
+        register, request_deserializer=pb.RegisterVocabRequest.FromString
+    )
+
+    async def continuation(details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        return served
+
+    class Details(grpc.HandlerCallDetails):  # type: ignore[misc]
+        def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+            self.method = "/constraintd.v1.Constraintd/RegisterVocab"
+            self.invocation_metadata = metadata
+
+    refused = await interceptor.intercept_service(continuation, Details(()))
+    assert refused is not served and refused.request_deserializer is None
+    token = (("authorization", "Bearer s3cret"),)
+    assert await interceptor.intercept_service(continuation, Details(token)) is served
 
 
 def make_certificates(directory: Path) -> dict[str, Path]:
