@@ -1,0 +1,377 @@
+"""Schema coverage benchmark (a program, not a test): which real schemas each engine compiles, and whether
+its grammar takes the valid documents and refuses the invalid ones.
+
+    .venv/bin/python -m tests.benchmarks.bench_schema_coverage                      # the MaskBench sample
+    .venv/bin/python -m tests.benchmarks.bench_schema_coverage --corpus DIR         # another corpus too
+    .venv/bin/python -m tests.benchmarks.bench_schema_coverage --schemas 50 --seed 1  # a quick subset
+
+Workload: corpora of MaskBench files (a JSON schema and example documents, each marked valid or not): the
+MaskBench sample in tests/vectors/maskbench-sample, and each directory given with --corpus. Each document
+is written compactly (`json.dumps(data, separators=(",", ":"), ensure_ascii=False)`) and matched, on its
+bytes, against the grammar each engine compiles from the schema, in the same run:
+- constraintd: llama.cpp's grammar (the converter, byte for byte llama.cpp's), matched by constraintd's
+  matcher over a vocabulary of one token per byte;
+- constraintd (strict): the same, but a schema whose report names a keyword the grammar does not enforce
+  is refused;
+- llguidance: its own JSON-schema compiler, as its users call it (it refuses a keyword it does not
+  implement), and llguidance (lenient), told to skip such keywords instead (`x-guidance: {lenient: true}`);
+- XGrammar: its own JSON-schema compiler (`any_whitespace=True, strict_mode=False`: objects open to other
+  properties, as JSON Schema has them).
+The peers' tokenizer is one token per byte too, so the tokens never decide a verdict.
+
+Per corpus and engine it prints: schemas compiled and refused; schemas passing (compiled, every valid
+document taken and every invalid one refused); valid documents refused and invalid documents taken,
+counted over the schemas the engine compiled; the time each engine took (compiles and matching). Then, for
+constraintd, how many of the valid documents it refused it takes once each object's properties are in the
+order llama.cpp's grammar writes them (required ones first), and why strict conversion refused: the first
+keyword each refused schema's report names. A peer that is not installed is "NOT MEASURED".
+
+`--schemas N` takes N files of each corpus drawn uniformly at random without replacement (the first N of
+a permutation of all of them drawn from `--seed`, default 0). Progress goes to stderr, tables to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from constraintd.engine import Grammar, Matcher, Vocab  # noqa: E402
+from constraintd.engine.schema.convert import convert_json_schema  # noqa: E402
+from constraintd.errors import ConstraintdError, SchemaError  # noqa: E402
+
+SAMPLE: Final = ROOT / "tests" / "vectors" / "maskbench-sample"
+# one token per byte, and an end of generation; constraintd's vocabulary keeps token 0 for it
+PEER_PIECES: Final = [bytes((b,)) for b in range(256)] + [b"<eos>"]
+PEER_EOS: Final = 256
+CONSTRAINTD_BYTES: Final = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
+
+
+class Refused(Exception):
+    """The engine does not compile the schema."""
+
+
+class Checker(Protocol):
+    def accepts(self, document: str) -> bool: ...
+
+
+class Engine(Protocol):
+    name: str
+
+    def compile(self, schema: str) -> Checker: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    name: str
+    schema: str
+    valid: tuple[str, ...]
+    invalid: tuple[str, ...]
+    reordered: tuple[str, ...]  # the valid documents, each object's properties in llama.cpp's order
+
+
+def in_llama_order(value: Any, schema: Any, root: Any, depth: int = 0) -> Any:
+    """`value` with each object's properties in the order llama.cpp's grammar writes them: the required
+    ones first, then the others, each in the order of the schema's `properties`; the rest last. Follows
+    `properties`, `items` and `$ref` into the document; nothing else."""
+    while isinstance(schema, dict) and isinstance(schema.get("$ref"), str) and depth < 64:
+        depth += 1
+        target = root
+        for token in schema["$ref"].removeprefix("#/").split("/"):
+            target = target.get(token) if isinstance(target, dict) else None
+        schema = target
+    if not isinstance(schema, dict) or depth >= 64:
+        return value
+    if isinstance(value, dict):
+        declared = schema.get("properties")
+        declared = declared if isinstance(declared, dict) else {}
+        required = schema.get("required")
+        required = required if isinstance(required, list) else []
+        order = list(declared)
+
+        def rank(key: str) -> tuple[bool, int]:
+            return key not in required, order.index(key) if key in order else len(order)
+
+        return {key: in_llama_order(value[key], declared.get(key), root, depth + 1)
+                for key in sorted(value, key=rank)}
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [in_llama_order(item, schema["items"], root, depth + 1) for item in value]
+    return value
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def read_corpus(directory: Path, *, count: int | None, seed: int) -> list[Case]:
+    """`count` files of the corpus (all by default), the first of a permutation drawn from `seed`."""
+    files = sorted(directory.glob("*.json"))
+    random.Random(seed).shuffle(files)
+    cases = []
+    for path in files[:count]:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        texts: dict[bool, list[str]] = {True: [], False: []}
+        reordered = []
+        for test in entry.get("tests", ()):
+            texts[bool(test["valid"])].append(_compact(test["data"]))
+            if test["valid"]:
+                reordered.append(_compact(in_llama_order(test["data"], entry["schema"], entry["schema"])))
+        cases.append(Case(path.stem, json.dumps(entry["schema"]), tuple(texts[True]), tuple(texts[False]),
+                          tuple(reordered)))
+    return cases
+
+
+# -- engines ------------------------------------------------------------------------------------------
+
+
+class _ConstraintdChecker:
+    def __init__(self, grammar: Grammar) -> None:
+        self.grammar = grammar
+
+    def accepts(self, document: str) -> bool:
+        matcher = Matcher(self.grammar)
+        try:
+            return matcher.accept_bytes(document.encode()) and matcher.is_complete()
+        except ConstraintdError:  # too many stacks: not taken
+            return False
+
+
+class ConstraintdEngine:
+    def __init__(self, *, strict: bool) -> None:
+        self.strict = strict
+        self.name = "constraintd (strict)" if strict else "constraintd"
+        self.first_unenforced: Counter[str] = Counter()  # strict: the keyword each refusal names
+
+    def compile(self, schema: str) -> Checker:
+        try:
+            conversion = convert_json_schema(schema)
+            if self.strict and conversion.unenforced:
+                self.first_unenforced[conversion.unenforced[0].keyword] += 1
+                convert_json_schema(schema, strict=True)  # refuses, as a strict session would
+                raise AssertionError("strict conversion took a schema its report names keywords of")
+            return _ConstraintdChecker(Grammar.from_gbnf(conversion.grammar, CONSTRAINTD_BYTES))
+        except (SchemaError, ConstraintdError) as exc:
+            raise Refused(str(exc)) from exc
+
+
+class _LlguidanceChecker:
+    def __init__(self, matcher: Any) -> None:
+        self.matcher = matcher
+
+    def accepts(self, document: str) -> bool:
+        self.matcher.reset()
+        taken = self.matcher.consume_tokens(list(document.encode()))
+        return bool(taken) and bool(self.matcher.is_accepting())
+
+
+class _BytePieces:
+    # what llguidance's TokenizerWrapper reads: the pieces, end of sequence, and a tokenizer
+    tokens = PEER_PIECES
+    eos_token_id = PEER_EOS
+    bos_token_id = None
+
+    def __call__(self, text: bytes | str) -> list[int]:
+        return list(text if isinstance(text, bytes) else text.encode())
+
+
+class LlguidanceEngine:
+    def __init__(self, *, lenient: bool) -> None:
+        import llguidance
+
+        self.llg: Any = llguidance
+        self.lenient = lenient
+        self.name = "llguidance (lenient)" if lenient else "llguidance"
+        self.tokenizer = llguidance.LLTokenizer(
+            llguidance.TokenizerWrapper(_BytePieces()), n_vocab=len(PEER_PIECES), eos_token=[PEER_EOS]
+        )
+
+    def compile(self, schema: str) -> Checker:
+        if self.lenient:
+            value = json.loads(schema)
+            if isinstance(value, dict):
+                schema = json.dumps({**value, "x-guidance": {**value.get("x-guidance", {}), "lenient": True}})
+        try:
+            grammar = self.llg.grammar_from("json_schema", schema)
+            matcher = self.llg.LLMatcher(self.tokenizer, grammar, log_level=0)
+        except (ValueError, RuntimeError) as exc:
+            raise Refused(str(exc)) from exc
+        if matcher.is_error():
+            raise Refused(matcher.get_error())
+        return _LlguidanceChecker(matcher)
+
+
+class _XGrammarChecker:
+    def __init__(self, xgr: Any, compiled: Any) -> None:
+        self.xgr = xgr
+        self.compiled = compiled
+
+    def accepts(self, document: str) -> bool:
+        matcher = self.xgr.GrammarMatcher(self.compiled)
+        return bool(matcher.accept_string(document.encode())) and bool(matcher.accept_token(PEER_EOS))
+
+
+class XGrammarEngine:
+    name = "XGrammar"
+
+    def __init__(self) -> None:
+        import xgrammar
+
+        self.xgr: Any = xgrammar
+        info = xgrammar.TokenizerInfo(PEER_PIECES, xgrammar.VocabType.RAW, vocab_size=len(PEER_PIECES),
+                                      stop_token_ids=[PEER_EOS])
+        self.compiler = xgrammar.GrammarCompiler(info, max_threads=1)
+
+    def compile(self, schema: str) -> Checker:
+        try:
+            compiled = self.compiler.compile_json_schema(schema, any_whitespace=True, strict_mode=False)
+        except (RuntimeError, ValueError) as exc:
+            raise Refused(str(exc)) from exc
+        return _XGrammarChecker(self.xgr, compiled)
+
+
+def load_engines() -> tuple[list[Engine], list[str]]:
+    engines: list[Engine] = [ConstraintdEngine(strict=False), ConstraintdEngine(strict=True)]
+    missing: list[str] = []
+    makers: tuple[tuple[str, Callable[[], list[Engine]]], ...] = (
+        ("llguidance", lambda: [LlguidanceEngine(lenient=False), LlguidanceEngine(lenient=True)]),
+        ("XGrammar", lambda: [XGrammarEngine()]),
+    )
+    for name, make in makers:
+        try:
+            engines.extend(make())
+        except ImportError as exc:
+            missing.append(f"{name}: NOT MEASURED (not installed: {exc})")
+    return engines, missing
+
+
+# -- the run ------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Tally:
+    schemas: int = 0
+    compiled: int = 0
+    passing: int = 0
+    valid: int = 0  # documents of compiled schemas
+    valid_refused: int = 0
+    invalid: int = 0
+    invalid_taken: int = 0
+    taken_reordered: int = 0  # valid documents refused, taken with their properties in llama.cpp's order
+    seconds: float = 0.0
+    errors: Counter[str] = field(default_factory=Counter)  # an engine's exception other than a refusal
+
+
+def measure(engine: Engine, case: Case, tally: Tally) -> None:
+    tally.schemas += 1
+    started = time.perf_counter()
+    try:
+        checker = engine.compile(case.schema)
+        refused = [i for i, text in enumerate(case.valid) if not checker.accepts(text)]
+        refused_valid = len(refused)
+        taken_invalid = sum(checker.accepts(text) for text in case.invalid)
+        if isinstance(engine, ConstraintdEngine):
+            tally.taken_reordered += sum(checker.accepts(case.reordered[i]) for i in refused)
+    except Refused:
+        return
+    except Exception as exc:  # a peer's crash counts as a refusal, and is said
+        tally.errors[type(exc).__name__] += 1
+        return
+    finally:
+        tally.seconds += time.perf_counter() - started
+    tally.compiled += 1
+    tally.valid += len(case.valid)
+    tally.invalid += len(case.invalid)
+    tally.valid_refused += refused_valid
+    tally.invalid_taken += taken_invalid
+    tally.passing += refused_valid == 0 and taken_invalid == 0
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part:,} of {whole:,} ({100 * part / whole:.1f}%)" if whole else f"{part:,} of 0"
+
+
+def print_table(title: str, cases: Sequence[Case], tallies: dict[str, Tally], missing: Sequence[str]) -> None:
+    valid = sum(len(case.valid) for case in cases)
+    invalid = sum(len(case.invalid) for case in cases)
+    print(f"\n{title}: {len(cases):,} schemas, {valid:,} valid and {invalid:,} invalid documents")
+    header = (f"{'engine':22} {'compiled':>9} {'refused':>8} {'passing':>18} {'valid refused':>24} "
+              f"{'invalid taken':>24} {'seconds':>8}")
+    print(header)
+    print("-" * len(header))
+    for name, tally in tallies.items():
+        errors = f"  ({sum(tally.errors.values())} errors: {dict(tally.errors)})" if tally.errors else ""
+        print(f"{name:22} {tally.compiled:>9,} {tally.schemas - tally.compiled:>8,} "
+              f"{_share(tally.passing, tally.schemas):>18} {_share(tally.valid_refused, tally.valid):>24} "
+              f"{_share(tally.invalid_taken, tally.invalid):>24} {tally.seconds:>8.1f}{errors}")
+    for note in missing:
+        print(note)
+    for name, tally in tallies.items():
+        if tally.valid_refused and name.startswith("constraintd"):
+            share = _share(tally.taken_reordered, tally.valid_refused)
+            print(f"{name}: {share} of its refused valid documents are taken with their properties in "
+                  "llama.cpp's order (required first, then the schema's)")
+
+
+def _versions() -> str:
+    found = []
+    for package in ("llguidance", "xgrammar"):
+        try:
+            found.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{package} not installed")
+    return ", ".join(found)
+
+
+def run_corpus(title: str, cases: Sequence[Case], engines: Sequence[Engine], missing: Sequence[str]) -> None:
+    tallies = {engine.name: Tally() for engine in engines}
+    for engine in engines:
+        if isinstance(engine, ConstraintdEngine):
+            engine.first_unenforced.clear()
+    for i, case in enumerate(cases, 1):
+        print(f"\r{title}: {i}/{len(cases)} {case.name[:60]:60}", end="", file=sys.stderr, flush=True)
+        for engine in engines:
+            measure(engine, case, tallies[engine.name])
+    print(file=sys.stderr)
+    print_table(title, cases, tallies, missing)
+    for engine in engines:
+        if isinstance(engine, ConstraintdEngine) and engine.strict and engine.first_unenforced:
+            firsts = engine.first_unenforced.most_common()
+            common = ", ".join(f"{keyword} {count}" for keyword, count in firsts)
+            print(f"strict refusals by the first keyword the report names: {common}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--corpus", type=Path, action="append", default=[], metavar="DIR",
+                        help="a directory of MaskBench files, measured after the sample (repeatable)")
+    parser.add_argument("--no-sample", action="store_true", help="leave out the MaskBench sample")
+    parser.add_argument("--schemas", type=int, default=None, help="N files of each corpus (default: all)")
+    parser.add_argument("--seed", type=int, default=0, help="which N files (default 0)")
+    args = parser.parse_args(argv)
+    corpora = ([] if args.no_sample else [("MaskBench sample", SAMPLE)]) + [
+        (str(directory.name), directory) for directory in args.corpus
+    ]
+    if not corpora:
+        parser.error("no corpus: --no-sample needs --corpus")
+    engines, missing = load_engines()
+    print(f"schema coverage; seed {args.seed}; {_versions()}")
+    for title, directory in corpora:
+        cases = read_corpus(directory, count=args.schemas, seed=args.seed)
+        run_corpus(title, cases, engines, missing)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
