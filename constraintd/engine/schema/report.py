@@ -43,6 +43,7 @@ from constraintd.engine.schema.nodes import (
     TupleNode,
     escape_pointer_token,
 )
+from constraintd.engine.schema.raw_text import matches_unescaped
 
 __all__ = ["unenforced_keywords"]
 
@@ -269,70 +270,11 @@ def _integer_findings(reader: _Reader, source: SchemaSource) -> _Findings:
     yield from _beside(schema, frozenset({"integer"}), _INTEGER_READS, "")
 
 
-# escapes of a pattern that stand for one character (the rest stand for the character after the backslash)
-_CHAR_ESCAPES: Final = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "0": "\0"}
-_HEX_LENGTHS: Final = {"x": 2, "u": 4}
-_PATTERN_SYNTAX: Final = frozenset("()|*+?{},^$0123456789")
-
-
-def _raw_hazard(char: str) -> bool:
-    """A character the JSON text of a string never holds as itself: a quote, a backslash, a control."""
-    return char in '"\\' or ord(char) < 0x20
-
-
-def _pattern_hazard(pattern: str) -> bool:
-    """The pattern can match a quote, a backslash or a control character: its grammar takes that
-    character as it is, inside the JSON text of the string, where JSON has an escape (or the string's end):
-    `.` and `[^...]` do, as do such characters named in the pattern. Read conservatively: anything this
-    scan does not follow counts as a hazard."""
-    i, in_class, previous = 0, False, ""
-    while i < len(pattern):
-        char, i = pattern[i], i + 1
-        if char == "\\" and i < len(pattern):
-            kind = pattern[i]
-            i += 1
-            if kind in _HEX_LENGTHS:
-                digits = pattern[i : i + _HEX_LENGTHS[kind]]
-                try:
-                    char = chr(int(digits, 16))
-                except ValueError:
-                    return True
-                i += len(digits)
-            else:
-                char = _CHAR_ESCAPES.get(kind, kind)
-        elif in_class:
-            if char == "]":
-                in_class, previous = False, ""
-                continue
-            if char == "-" and previous and i < len(pattern) and pattern[i] != "]":
-                high = pattern[i]
-                if high == "\\":
-                    return True  # an escaped range end: not followed
-                if any(_raw_hazard(c) for c in ('"', "\\") if previous <= c <= high) or previous < " ":
-                    return True
-                i += 1
-                previous = ""
-                continue
-        elif char == "[":
-            if pattern[i : i + 1] == "^":
-                return True
-            in_class, previous = True, ""
-            continue
-        elif char == ".":
-            return True
-        elif char in _PATTERN_SYNTAX:
-            continue
-        if _raw_hazard(char):
-            return True
-        previous = char
-    return False
-
-
 def _string_findings(reader: _Reader, source: SchemaSource) -> _Findings:
     schema, node = source.schema, source.node
     assert isinstance(node, StringNode)
     if node.pattern:
-        if _pattern_hazard(node.pattern):
+        if matches_unescaped(node.pattern):
             yield "pattern", ("matched against the JSON text, where it takes a quote, backslash or control "
                               "character unescaped: text that is no JSON string of the pattern passes")
         if "format" in schema:
@@ -393,6 +335,11 @@ def _object_findings(reader: _Reader, source: SchemaSource) -> _Findings:
         if missing:
             yield "required", f"not among the properties, so not required: {', '.join(missing)}"
     closed = node.additional is None
+    if declared and not closed:
+        # llama.cpp's rule for the other keys excludes the names as they are written, and reads a key as
+        # JSON text: a name spelled with an escape (`\u0061` for `a`) passes as another key
+        yield "additionalProperties", ("other keys are matched as JSON text: a property's name spelled with "
+                                       "an escape passes as another key")
     if "patternProperties" in schema and not (closed and not declared):
         yield "patternProperties", ""
     if "propertyNames" in schema and not (closed and not declared):
@@ -443,6 +390,27 @@ def _dropped_parts(reader: _Reader, node: AllOfNode) -> Iterator[Unenforced]:
             why = "only objects' properties (and enums) of allOf parts are merged"
         if not kept:
             yield Unenforced(part.pointer, "allOf", f"this part is not enforced: {why}")
+    if not common:
+        yield from _replaced_properties(reader, node)
+
+
+def _replaced_properties(reader: _Reader, node: AllOfNode) -> Iterator[Unenforced]:
+    # The converter merges the parts' properties into one object whose rule for a name is the last
+    # part's: an earlier part's schema for the same name (unless it is the same schema) is dropped.
+    last: dict[str, str] = {}
+    merged: list[tuple[ObjectNode, str, SchemaNode]] = []
+    for _, target, _ in reader.parts(node):
+        if isinstance(target, ObjectNode):
+            for prop in target.properties:
+                text = canonical(dict(reader.schemas.get(prop.schema.pointer, {})))
+                merged.append((target, prop.name, prop.schema))
+                last[prop.name] = text
+    for target, name, schema in merged:
+        text = canonical(dict(reader.schemas.get(schema.pointer, {})))
+        if text != last[name]:
+            pointer = f"{target.pointer}/properties/{escape_pointer_token(name)}"
+            yield Unenforced(pointer, "properties", "a later allOf part declares this property too: only the "
+                             "last one's schema holds")
 
 
 def _beside(schema: _Schema, types: frozenset[str], reads: frozenset[str], why: str) -> _Findings:

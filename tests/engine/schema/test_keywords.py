@@ -66,8 +66,10 @@ CASES: Final = [
     Case("contains", "contains", {"type": "array", "contains": {"type": "integer"}}, ["x"],
          pointer="#/contains"),
     Case("additionalProperties", "additionalProperties",
-         {"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "integer"}}, {"b": "x"},
-         {"b": 1}),
+         {"type": "object", "additionalProperties": {"type": "integer"}}, {"b": "x"}, {"b": 1}),
+    Case("additionalProperties beside properties", "additionalProperties",
+         {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": True},
+         {"a": "x"}, pointer="#/additionalProperties"),
     Case("properties", "properties", {"type": "object", "properties": {"a": {"type": "integer"}}}, {"a": "x"},
          {"a": 1}),
     Case("properties beside anyOf", "properties",
@@ -294,6 +296,10 @@ REF_LADDER: Final = {
                                     {"type": "object", "properties": {"c": {"$ref": "#/$defs/t"}}}]}},
           "$ref": "#/$defs/t", "minimum": 1}, []),
         (REF_LADDER, []),
+        ({"allOf": [{"properties": {"a": {"type": "integer"}}}, {"properties": {"a": {"type": "string"}}}]},
+         ["#/allOf/0/properties/a"]),
+        ({"allOf": [{"properties": {"a": {"type": "integer"}}}, {"properties": {"a": {"type": "integer"}}}]},
+         []),
     ],
     ids=["other-types-vacuous", "type-list", "type-list-number", "enum-other-type", "enum-same-type",
          "patternProperties-open", "patternProperties-closed-empty", "unevaluatedItems-items",
@@ -302,8 +308,16 @@ REF_LADDER: Final = {
          "anyOf-type-holds", "oneOf-values-disjoint", "oneOf-values-overlap", "pattern-class-safe",
          "pattern-negated-class", "pattern-range-over-quote", "anyOf-inside-allOf", "allOf-enums",
          "allOf-enum-beside-object", "pointer-escapes", "oneOf-untyped-alternative", "oneOf-equal-numbers",
-         "oneOf-equal-objects", "recursive-ref-types", "ref-ladder"],
+         "oneOf-equal-objects", "recursive-ref-types", "ref-ladder", "allOf-property-replaced",
+         "allOf-property-repeated"],
 )
 def test_what_the_report_names(schema: dict[str, object], pointers: list[str]) -> None:
     conversion = convert_json_schema(json.dumps(schema))
     assert [item.pointer for item in conversion.unenforced] == pointers
+
+
+def test_an_escaped_property_name_passes_as_another_key() -> None:
+    # why additionalProperties beside properties is reported: `\u0061` is `a`, read as another key
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": True}
+    matcher = Matcher(Grammar.from_gbnf(convert_json_schema(json.dumps(schema)).grammar, BYTES))
+    assert matcher.accept_bytes(b'{"\\u0061":"x"}') and matcher.is_complete()
