@@ -128,11 +128,17 @@ def _answered(method: Method[Request, Reply]) -> Method[Request, Reply]:
                 raise request.error()
             reply = await method(self, request, context)
         except Exception as error:
-            await self.abort(name, error, context)
-            raise  # not reached: abort raises
-        self.metrics.rpcs.inc(name, "OK")
-        self.metrics.rpc_seconds.observe(time.perf_counter() - started, name)
-        return reply
+            status = self.failed(name, error)
+        else:
+            self.metrics.rpcs.inc(name, "OK")
+            self.metrics.rpc_seconds.observe(time.perf_counter() - started, name)
+            return reply
+        # aborted out of the handler, and without the request: grpc keeps the abort's exception (and with it
+        # this frame) for a while, and neither the error (its context otherwise, whose traceback holds the
+        # frames below) nor the request (a refused vocabulary's can be 100s of MB) must stay with it
+        del request
+        await context.abort_with_status(status)
+        raise AssertionError("unreachable: abort_with_status raises")
 
     return answer
 
@@ -153,13 +159,13 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
         self.mask_workers = mask_workers
         self.metrics = metrics
 
-    async def abort(self, method: str, error: Exception, context: Context) -> None:
-        """Ends the call with the error's status (counted; a bug is logged with its traceback). Raises."""
+    def failed(self, method: str, error: Exception) -> grpc.Status:
+        """The status a call ends with for `error` (counted; a bug is logged with its traceback)."""
         status = status_of(error)
         self.metrics.rpcs.inc(method, status.code.name)
         if status.code is grpc.StatusCode.INTERNAL:
             log.error("internal error", exc_info=error, extra=fields(method=method))
-        await context.abort_with_status(status)
+        return status
 
     async def _off_loop(self, work: Callable[[], T], what: str) -> T:
         started = time.perf_counter()
@@ -265,4 +271,7 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
                 self.metrics.rpc_seconds.observe(time.perf_counter() - started, "Step")
                 yield reply
         except Exception as error:
-            await self.abort("Step", error, context)
+            status = self.failed("Step", error)
+        else:
+            return
+        await context.abort_with_status(status)  # out of the handler, as in `_answered`

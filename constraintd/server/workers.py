@@ -25,6 +25,7 @@ import os
 import queue
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -73,6 +74,14 @@ class WorkerPool:
         except TimeoutError:
             outcome.add_done_callback(_forget)  # no one waits for it now: not an error to report
             raise DeadlineError(f"{what} ran past its time limit of {self.time_limit:g} s") from None
+        except BaseException as error:
+            # The futures hold the error, and its traceback holds the frames it came through (this one,
+            # asyncio's, the worker's): cycles that would keep those frames' locals, the job's request
+            # among them, until the garbage collector runs. So the futures go, and the finished frames
+            # lose their locals (the traceback keeps its files and lines).
+            del future, outcome
+            traceback.clear_frames(error.__traceback__)
+            raise
 
     def shutdown(self) -> None:
         """Takes no more jobs; idle workers end, busy ones end after their job (they never block exit)."""
@@ -83,19 +92,31 @@ class WorkerPool:
     @staticmethod
     def _run_one(job: _Job) -> None:
         work, future = job
-        if not future.set_running_or_notify_cancel():
-            return
+        del job
         try:
-            result = work()
-        except BaseException as exc:
-            future.set_exception(exc)
-        else:
-            future.set_result(result)
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                result = work()
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+        finally:
+            # A failed job's traceback holds this frame. Without these names the frame holds neither the
+            # future (which holds the exception: a cycle only the garbage collector would break, rarely, as
+            # it counts objects, not bytes) nor the work (and the request it closes over, 100s of MB for
+            # a refused vocabulary).
+            del work, future
 
     def _work(self) -> None:
         _lower_priority(self.nice)
-        while (job := self._jobs.get()) is not None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
             self._run_one(job)
+            del job  # not kept (with its work's request) while the thread waits for the next one
 
 
 def _forget(outcome: asyncio.Future[Any]) -> None:

@@ -156,6 +156,8 @@ class Operations:
             vocab = self.registry.register_gguf(request.gguf_path)
         elif source == "pieces":
             given = request.pieces
+            # counted before any piece becomes a Python object: a refused vocabulary costs its message only
+            self.registry.check_size(max(len(given.pieces), len(given.token_texts), len(given.token_attrs)))
             tokenizer = None
             if given.HasField("tokenizer") and given.tokenizer.model:
                 tokenizer = TokenizerRules(

@@ -271,7 +271,7 @@ class Registry:
                 registered.
             VocabError: the pieces do not make a vocabulary.
         """
-        self._check_size(len(pieces))
+        self.check_size(len(pieces))
         self._check_pieces(pieces, "piece")
         self._check_pieces(token_texts or (), "token text")
         vocab = Vocab(pieces, eog_ids, token_texts=token_texts, token_attrs=token_attrs, tokenizer=tokenizer)
@@ -302,7 +302,7 @@ class Registry:
 
         def load() -> Vocab:
             vocab = self._read_gguf(resolved)
-            self._check_size(len(vocab))
+            self.check_size(len(vocab))
             self._check_pieces(vocab.pieces, "piece")
             kept = self._keep(vocab)
             with self._lock:
@@ -528,7 +528,8 @@ class Registry:
                     f"the {what} of token {token} is {size} bytes, over the limit of {limit} bytes a piece"
                 )
 
-    def _check_size(self, size: int) -> None:
+    def check_size(self, size: int) -> None:
+        """Raises LimitError for a vocabulary of more than `max_vocab_size` tokens (before it is read)."""
         if size > self._limits.max_vocab_size:
             raise LimitError(
                 f"a vocabulary of {size} tokens is over the limit of {self._limits.max_vocab_size}"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
 import threading
+import weakref
 
 import pytest
 
@@ -95,3 +97,33 @@ async def test_workers_run_at_a_lower_priority_than_the_event_loop() -> None:
     finally:
         lowered.shutdown()
         plain.shutdown()
+
+
+class Request:
+    """Stands for a large request a job closes over (a refused vocabulary's can be 100s of MB)."""
+
+
+@pytest.mark.asyncio
+async def test_a_failed_job_frees_what_its_work_held_without_the_garbage_collector() -> None:
+    # The error's traceback holds the frames it came through and the futures hold the error: cycles that
+    # kept a refused request alive until the collector ran (it counts objects, not bytes), and a worker's
+    # last job stayed alive while the worker waited for the next
+    pool = WorkerPool(1, time_limit=5.0)
+    request = Request()
+    alive = weakref.ref(request)
+
+    def work(held: Request = request) -> None:
+        raise ValueError("refused")
+
+    gc.disable()
+    try:
+        failed = False
+        try:
+            await pool.run(work)
+        except ValueError:
+            failed = True
+        del work, request
+        assert failed and alive() is None
+    finally:
+        gc.enable()
+        pool.shutdown()
