@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping
+from fractions import Fraction
 from typing import Final
 
 from constraintd.engine.schema.json_text import JsonValue, dump_json, is_integer
@@ -251,6 +252,13 @@ def _less(a: JsonValue, b: JsonValue) -> bool:
     return isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool) and a < b
 
 
+def _divides_one(value: JsonValue) -> bool:
+    """Every integer is a multiple of `value` (1, 0.5, 0.25, 0.1, ...), read from the number as written."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return False
+    return (1 / Fraction(repr(value))).denominator == 1
+
+
 def _integer_findings(reader: _Reader, source: SchemaSource) -> _Findings:
     schema = source.schema
     for inclusive, exclusive, below in (("minimum", "exclusiveMinimum", True),
@@ -265,7 +273,7 @@ def _integer_findings(reader: _Reader, source: SchemaSource) -> _Findings:
                     yield exclusive, f"a boolean {exclusive} (draft 4) is not enforced"
             elif not (_less(value, schema[inclusive]) if below else _less(schema[inclusive], value)):
                 yield exclusive, f"ignored beside {inclusive} (the converter reads {inclusive} only)"
-    if "multipleOf" in schema and schema["multipleOf"] != 1:
+    if "multipleOf" in schema and not _divides_one(schema["multipleOf"]):
         yield "multipleOf", ""
     yield from _beside(schema, frozenset({"integer"}), _INTEGER_READS, "")
 
@@ -315,7 +323,8 @@ def _array_findings(reader: _Reader, source: SchemaSource) -> _Findings:
         # an item schema evaluates every item; a tuple admits no item past its own
         if "unevaluatedItems" in schema and "items" not in schema and "prefixItems" not in schema:
             yield "unevaluatedItems", ""
-    if schema.get("uniqueItems", False) is not False:
+    at_most_one = len(node.items) <= 1 if isinstance(node, TupleNode) else 0 <= node.max_items <= 1
+    if schema.get("uniqueItems", False) is not False and not at_most_one:
         yield "uniqueItems", ""
     if "contains" in schema:
         yield "contains", ""
@@ -426,6 +435,9 @@ def _beside(schema: _Schema, types: frozenset[str], reads: frozenset[str], why: 
                 continue
         elif not _meets(types, entry.applies_to):
             continue
+        needs = _NEEDS.get(key)
+        if needs is not None and not any(other in schema for other in needs):
+            continue  # the specification ignores it without its partner
         yield key, why
 
 
@@ -505,6 +517,15 @@ _OBJECT_READS: Final = frozenset({"type", "properties", "additionalProperties", 
                                   "minProperties", "maxProperties"})
 _ALL_OF_READS: Final = frozenset({"allOf", "type"})
 _BOUNDS: Final = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+# keywords the specification ignores unless one of these siblings is there
+_NEEDS: Final[Mapping[str, tuple[str, ...]]] = {
+    "if": ("then", "else"),
+    "then": ("if",),
+    "else": ("if",),
+    "minContains": ("contains",),
+    "maxContains": ("contains",),
+    "additionalItems": ("items",),
+}
 
 _KINDS: Final[Mapping[type, Callable[[_Reader, SchemaSource], _Findings]]] = {
     RefNode: _ref_findings,

@@ -300,6 +300,11 @@ REF_LADDER: Final = {
          ["#/allOf/0/properties/a"]),
         ({"allOf": [{"properties": {"a": {"type": "integer"}}}, {"properties": {"a": {"type": "integer"}}}]},
          []),
+        ({"if": {"type": "integer"}, "minimum": 0, "type": "integer"}, []),
+        ({"then": {"type": "integer"}, "else": {"type": "string"}}, []),
+        ({"type": "integer", "multipleOf": 0.1}, []),
+        ({"type": "integer", "multipleOf": 0.3}, ["#/multipleOf"]),
+        ({"type": "array", "maxItems": 1, "uniqueItems": True}, []),
     ],
     ids=["other-types-vacuous", "type-list", "type-list-number", "enum-other-type", "enum-same-type",
          "patternProperties-open", "patternProperties-closed-empty", "unevaluatedItems-items",
@@ -309,7 +314,8 @@ REF_LADDER: Final = {
          "pattern-negated-class", "pattern-range-over-quote", "anyOf-inside-allOf", "allOf-enums",
          "allOf-enum-beside-object", "pointer-escapes", "oneOf-untyped-alternative", "oneOf-equal-numbers",
          "oneOf-equal-objects", "recursive-ref-types", "ref-ladder", "allOf-property-replaced",
-         "allOf-property-repeated"],
+         "allOf-property-repeated", "if-alone", "then-else-alone", "multipleOf-divides-one",
+         "multipleOf-not-dividing-one", "uniqueItems-of-one"],
 )
 def test_what_the_report_names(schema: dict[str, object], pointers: list[str]) -> None:
     conversion = convert_json_schema(json.dumps(schema))
