@@ -527,6 +527,15 @@ _NEEDS: Final[Mapping[str, tuple[str, ...]]] = {
     "additionalItems": ("items",),
 }
 
+# what a kind's grammar is, for the reason of a keyword it does not read
+_KIND_NAMES: Final[Mapping[type, str]] = {
+    RefNode: "its $ref", AnyOfNode: "its alternatives", AllOfNode: "its merged allOf",
+    ConstNode: "its const", EnumNode: "its enum", ObjectNode: "an object of its properties",
+    ArrayNode: "an array of its items", TupleNode: "a tuple of its items", StringNode: "a string",
+    IntegerNode: "an integer", NumberNode: "a number", BooleanNode: "a boolean", NullNode: "null",
+    AnyNode: "any value",
+}
+
 _KINDS: Final[Mapping[type, Callable[[_Reader, SchemaSource], _Findings]]] = {
     RefNode: _ref_findings,
     AnyOfNode: _any_of_findings,
@@ -564,7 +573,8 @@ def unenforced_keywords(document: SchemaDocument, unsupported_patterns: Mapping[
         if isinstance(node, StringNode) and node.pattern and source.pointer in unsupported_patterns:
             add(Unenforced(f"{source.pointer}/pattern", "pattern", unsupported_patterns[source.pointer]))
         for key, why in _KINDS[type(node)](reader, source):
-            reason = why or keyword_of(key).reason or f"{key} is not enforced"
+            kind = _KIND_NAMES[type(node)]
+            reason = why or keyword_of(key).reason or f"ignored: the schema converts as {kind}"
             add(Unenforced(f"{source.pointer}/{escape_pointer_token(key)}", key, reason))
         if isinstance(node, AllOfNode):
             for item in _dropped_parts(reader, node):

@@ -189,6 +189,7 @@ def test_a_keyword_is_enforced_or_reported(case: Case) -> None:
     text = json.dumps(case.schema)
     conversion = convert_json_schema(text)
     named = {(item.pointer, item.keyword) for item in conversion.unenforced}
+    assert all(item.reason for item in conversion.unenforced)
     if case.pointer is not None:
         assert (case.pointer, case.keyword) in named, conversion.unenforced
         with pytest.raises(SchemaError) as refused:
@@ -244,6 +245,11 @@ def test_an_annotation_changes_neither_grammar_nor_report(keyword: str) -> None:
     annotated = convert_json_schema(json.dumps({**schema, keyword: ANNOTATIONS[keyword]}))
     assert annotated.grammar == plain.grammar
     assert annotated.unenforced == plain.unenforced == ()
+
+
+def test_a_keyword_the_kind_does_not_read_says_what_the_schema_converts_as() -> None:
+    conversion = convert_json_schema('{"type": "integer", "allOf": [{"minimum": 1}]}')
+    assert conversion.report == ("#/allOf: allOf: ignored: the schema converts as an integer",)
 
 
 def test_an_unknown_keyword_is_an_annotation() -> None:
