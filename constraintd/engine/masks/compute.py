@@ -6,10 +6,12 @@
 #   `state` (None: no stacks) after a piece left `partial` unfinished: end-of-generation tokens when
 #   the empty stack is among the stacks; never a NEVER token; otherwise the tokens some stack takes whole
 #   (llama_grammar_reject_candidates), an unfinished last sequence judged by match_partial_char.
-# - No Python loop over tokens. The tokens are walked column by column (vocab/decoded.py): all tokens
-#   that share a state at column j are moved on at once with numpy, through the state's code-point
+# - No Python loop over the vocabulary. The tokens are walked column by column (vocab/decoded.py): all
+#   tokens that share a state at column j are moved on at once with numpy, through the state's code-point
 #   intervals (`State.segments`); Python runs once per (state, column), plus once per interval the first
-#   time a state meets it. Token-topped stacks decide the tokens they meet by id.
+#   time a state meets it. Token-topped stacks decide the tokens they meet by id. Once at most _FEW_ROWS
+#   rows are left (the long tail of a walk, or the few uncertain rows a verdict walks again), they go on
+#   one at a time through the states' memoized steps: numpy's calls cost more a column than that.
 # - `walk` also runs from stacks cut short by an escape mark (stacks.Rules.escape), for masks/cache.py:
 #   a row that reaches the mark on some path and is not allowed on another is "uncertain" (the stacks
 #   below decide it); every other verdict is the same whatever lies below.
@@ -27,6 +29,7 @@ from constraintd.engine.masks.bitmask import pack_mask
 from constraintd.engine.vocab.decoded import (
     ColumnTable,
     DecodedVocab,
+    decode_partial,
 )
 
 __all__ = ["compute_allowed", "compute_mask", "walk"]
@@ -38,6 +41,8 @@ _DEAD: Final = 0
 # below 2 ** 33 (llama.cpp's decoder never yields a code point of 23 bits or more).
 _STATE_SHIFT: Final = 33
 _LOW_BITS: Final = (1 << _STATE_SHIFT) - 1
+# Rows at most that the column loop hands to a walk of one row at a time (_walk_singly).
+_FEW_ROWS: Final = 32
 
 
 def compute_mask(
@@ -145,7 +150,9 @@ def walk(
         rows = rows[:split]
         at = np.ones(rows.size, dtype=np.int64)
     for j in range(first, len(columns)):
-        if rows.size == 0:
+        if rows.size <= _FEW_ROWS and not (j == 0 and whole):
+            if rows.size:
+                _walk_singly(table, columns, j, rows, at, states, allowed, uncertain, limit)
             break
         column = columns[j]
         present = np.flatnonzero(np.bincount(at, minlength=len(states)))
@@ -183,6 +190,50 @@ def walk(
             rows, at = rows[:split], at[:split]
     unsure = np.flatnonzero(uncertain)
     return np.flatnonzero(allowed), unsure[~allowed[unsure]]
+
+
+def _walk_singly(
+    table: ColumnTable,
+    columns: tuple[IntArray, ...],
+    j: int,
+    rows: IntArray,
+    at: IntArray,
+    states: list[State | None],
+    allowed: BoolArray,
+    uncertain: BoolArray,
+    limit: int,
+) -> None:
+    # The few rows still alive at column j (each with a code point there), walked one at a time from
+    # here to their end: the column loop's numpy calls cost tens of microseconds a column whatever the
+    # rows, a step of one row a dict lookup (State.step, memoized), and a state met for the first time
+    # builds the one transition its row takes instead of all its intervals'. The same verdicts: token
+    # tops and escape marks met with code points left, then the end judged as _judge_ends does.
+    count_from = table.count_from
+    ids, partials = table.ids, table.partials
+    n_columns = len(columns)
+    for row, index in zip(rows.tolist(), at.tolist(), strict=True):
+        state = states[index]
+        assert state is not None
+        token = int(ids[row])
+        k = j
+        while True:
+            if state.token_tops and not allowed[row] and state.token_matches(token):
+                allowed[row] = True
+            if state.has_escape:
+                uncertain[row] = True
+            after = state.step(int(columns[k][row]), limit)
+            if after is None:
+                break
+            state = after
+            k += 1
+            if k < n_columns and row < count_from[k]:
+                continue
+            code = int(partials[row])
+            if code == 0 or state.partial_ok(decode_partial(code)):
+                allowed[row] = True
+            if code and state.has_escape:
+                uncertain[row] = True
+            break
 
 
 def _first_column(table: ColumnTable, bounds: IntArray, ids: IntArray) -> tuple[IntArray, IntArray]:
