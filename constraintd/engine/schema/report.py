@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Final
 
@@ -65,6 +65,7 @@ _FIXED_TYPES: Final[Mapping[type, frozenset[str]]] = {
 }
 _EVERY_TYPE: Final = ANY_TYPE | {"integer"}
 _INT32: Final = 2**31
+_MAX_PAIRWISE: Final = 64  # alternatives of a oneOf compared pair by pair, at most
 
 
 def json_type(value: JsonValue) -> str:
@@ -446,6 +447,35 @@ def _ref_findings(reader: _Reader, source: SchemaSource) -> _Findings:
     yield from _beside(source.schema, types, frozenset({"$ref"}), "ignored beside $ref")
 
 
+def _repeats(listed: Sequence[set[str]]) -> bool:
+    """Some value is in two of the sets."""
+    return len(set().union(*listed)) < sum(map(len, listed))
+
+
+def _may_overlap(reader: _Reader, children: Sequence[SchemaNode]) -> bool:
+    """Whether a value the grammar of one alternative takes may be valid for another's schema too."""
+    listed = [reader.values(child) for child in children]
+    if all(values is not None for values in listed):  # consts and enums
+        return _repeats(listed)  # type: ignore[arg-type]
+    targets = [reader.target(child) for child in children]
+    objects = [target for target in targets if isinstance(target, ObjectNode)]
+    if len(objects) == len(children):  # a tagged union: a required property whose values tell them apart
+        for prop in objects[0].properties:
+            tags = [_tag(reader, target, prop.name) for target in objects]
+            if all(values is not None for values in tags) and not _repeats(tags):  # type: ignore[arg-type]
+                return False
+    if len(children) > _MAX_PAIRWISE:
+        return True  # not told apart pair by pair: the report says so rather than spend the time
+    return any(not reader.disjoint(a, b) for i, a in enumerate(children) for b in children[i + 1 :])
+
+
+def _tag(reader: _Reader, node: ObjectNode, name: str) -> set[str] | None:
+    for prop in node.properties:
+        if prop.name == name and prop.required:
+            return reader.values(prop.schema)
+    return None
+
+
 def _any_of_findings(reader: _Reader, source: SchemaSource) -> _Findings:
     schema, node = source.schema, source.node
     assert isinstance(node, AnyOfNode)
@@ -454,16 +484,8 @@ def _any_of_findings(reader: _Reader, source: SchemaSource) -> _Findings:
     key = "oneOf" if "oneOf" in schema else "anyOf"
     if key == "anyOf" and "oneOf" in schema:
         yield "anyOf", "ignored beside oneOf"
-    if key == "oneOf":
-        children = node.children
-        listed = [reader.values(child) for child in children]
-        if all(values is not None for values in listed):  # consts and enums: disjoint when no value repeats
-            overlapping = len(set().union(*listed)) < sum(map(len, listed))  # type: ignore[arg-type]
-        else:
-            overlapping = any(not reader.disjoint(a, b)
-                              for i, a in enumerate(children) for b in children[i + 1 :])
-        if overlapping:
-            yield "oneOf", "converted as anyOf: a value matching more than one alternative is accepted"
+    if key == "oneOf" and _may_overlap(reader, node.children):
+        yield "oneOf", "converted as anyOf: a value matching more than one alternative is accepted"
     yield from _beside(schema, reader.types(node), frozenset({key}), f"ignored beside {key}")
 
 

@@ -265,6 +265,12 @@ REF_LADDER: Final = {
 }
 
 
+def tagged(tags: list[object]) -> dict[str, object]:
+    """A oneOf of objects told apart by the value of their required property `kind`."""
+    return {"oneOf": [{"type": "object", "properties": {"kind": {"enum": [tag]}, "value": {"type": "string"}},
+                       "required": ["kind"]} for tag in tags]}
+
+
 @pytest.mark.parametrize(
     ("schema", "pointers"),
     [
@@ -311,6 +317,9 @@ REF_LADDER: Final = {
         ({"type": "integer", "multipleOf": 0.1}, []),
         ({"type": "integer", "multipleOf": 0.3}, ["#/multipleOf"]),
         ({"type": "array", "maxItems": 1, "uniqueItems": True}, []),
+        (tagged(["a", "b", "c"]), []),
+        (tagged(["a", "b", "a"]), ["#/oneOf"]),
+        (tagged(list(range(500))), []),
     ],
     ids=["other-types-vacuous", "type-list", "type-list-number", "enum-other-type", "enum-same-type",
          "patternProperties-open", "patternProperties-closed-empty", "unevaluatedItems-items",
@@ -321,7 +330,8 @@ REF_LADDER: Final = {
          "allOf-enum-beside-object", "pointer-escapes", "oneOf-untyped-alternative", "oneOf-equal-numbers",
          "oneOf-equal-objects", "recursive-ref-types", "ref-ladder", "allOf-property-replaced",
          "allOf-property-repeated", "if-alone", "then-else-alone", "multipleOf-divides-one",
-         "multipleOf-not-dividing-one", "uniqueItems-of-one"],
+         "multipleOf-not-dividing-one", "uniqueItems-of-one", "tagged-union", "tagged-union-repeated-tag",
+         "tagged-union-of-500"],
 )
 def test_what_the_report_names(schema: dict[str, object], pointers: list[str]) -> None:
     conversion = convert_json_schema(json.dumps(schema))
