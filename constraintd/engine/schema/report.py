@@ -113,7 +113,8 @@ class _Reader:
 
     def __init__(self, document: SchemaDocument) -> None:
         self.refs = document.refs
-        self.ref_types: dict[str, frozenset[str]] = {}
+        # an anyOf's types short of its $refs, by pointer (checked to be that node: `type` lists share one)
+        self.local_types: dict[str, tuple[SchemaNode, frozenset[str], frozenset[str]]] = {}
         self.schemas: dict[str, _Schema] = {}
         for source in document.sources:
             self.schemas.setdefault(source.pointer, source.schema)
@@ -129,35 +130,48 @@ class _Reader:
 
     def types(self, node: SchemaNode) -> frozenset[str]:
         """The JSON types the grammar of `node` can produce."""
-        return self._types(node, ())[0]
+        # The types of the node itself, and of every $ref target reachable through alternatives: a union
+        # over what is reachable, so a cycle of $refs adds nothing and each target is read once.
+        types, pending = self._local(node)
+        seen = set(pending)
+        while pending:
+            ref = pending.pop()
+            target = self.refs.get(ref)
+            if target is None:
+                continue
+            more, refs = self._local(target)
+            types |= more
+            for other in refs - seen:
+                seen.add(other)
+                pending.add(other)
+        return types
 
-    def _types(self, node: SchemaNode, stack: tuple[str, ...]) -> tuple[frozenset[str], bool]:
-        # (types, complete): a $ref back into the walk adds nothing new to the types of the walk's start,
-        # so it counts as none there; a result that used that is not kept for the $ref in between
+    def _local(self, node: SchemaNode) -> tuple[frozenset[str], set[str]]:
+        """The types of `node` short of its $refs, and those $refs' texts (targets read once, kept)."""
         fixed = _FIXED_TYPES.get(type(node))
         if fixed is not None:
-            return fixed, True
+            return fixed, set()
         if isinstance(node, RefNode):
-            known = self.ref_types.get(node.ref)
-            if known is not None:
-                return known, True
-            target = self.refs.get(node.ref)
-            if target is None or node.ref in stack:
-                return frozenset(), False
-            types, complete = self._types(target, (*stack, node.ref))
-            if complete:
-                self.ref_types[node.ref] = types
-            return types, complete
+            return frozenset(), {node.ref}
         if isinstance(node, ConstNode):
-            return frozenset({json_type(node.value)}), True
+            return frozenset({json_type(node.value)}), set()
         if isinstance(node, EnumNode):
-            return frozenset(map(json_type, node.values)), True
+            return frozenset(map(json_type, node.values)), set()
         if isinstance(node, AnyOfNode):
-            found = [self._types(child, stack) for child in node.children]
-            return frozenset().union(*(types for types, _ in found)), all(complete for _, complete in found)
+            known = self.local_types.get(node.pointer)
+            if known is not None and known[0] is node:
+                return known[1], set(known[2])
+            types: frozenset[str] = frozenset()
+            refs: set[str] = set()
+            for child in node.children:
+                child_types, child_refs = self._local(child)
+                types |= child_types
+                refs |= child_refs
+            self.local_types[node.pointer] = (node, types, frozenset(refs))
+            return types, refs
         assert isinstance(node, AllOfNode)
         common = self.all_of_values(node)
-        return (frozenset(map(json_type, common)) if common else frozenset({"object"})), True
+        return (frozenset(map(json_type, common)) if common else frozenset({"object"})), set()
 
     def schema_types(self, node: SchemaNode) -> frozenset[str]:
         """The JSON types the schema of `node` may validate (not the grammar's: `{"minLength": 3}` validates
