@@ -1,0 +1,277 @@
+"""Attacks on a real `constraintd serve` process with a memory cap: each ends in a clean status, the
+server's memory comes back near its size before the attack, and another session's Accepts keep being
+answered in about their normal time while it runs.
+
+Each test starts a server process whose address space is capped (RLIMIT_AS), opens a probe session
+that accepts tokens in a loop on a thread of its own (its round trips are the "normal time"), runs one
+attack from this process, and then checks: the attack's status; the probe's slowest answers; the server's
+resident memory after the attack against its size before. The bounds are a test's, loose enough for a
+shared two-core machine and tight enough that each attack's old behaviour fails them (an event loop held
+for seconds, hundreds of megabytes kept): a soak benchmark measures the real figures.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from clients import Client, Policy
+from constraintd.v1 import constraintd_pb2 as pb
+from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
+from tests.server.running import AB_PLUS, ROOT, TINY_EOG, TINY_PIECES, ServerProcess, socket_dir, wait_serving
+
+A, B = 3, 4
+# The server's address space: Python, numpy and grpc's threads reserve about 1 GiB before any work.
+ADDRESS_SPACE = 3 << 30
+MIB = 1 << 20
+EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
+# What a test allows of the probe's Accepts while an attack runs (the attacks once held every call for
+# seconds), and of the server's memory after it (they once kept hundreds of MB).
+PROBE_WORST = 0.5
+PROBE_P99 = 0.05
+PROBE_SECONDS = 3.0  # the probe's window: at least this long from the attack's start
+MEMORY_KEPT = 48 * MIB
+
+
+class CappedServer(ServerProcess):
+    """A ServerProcess whose address space is capped at `ADDRESS_SPACE` bytes."""
+
+    def launch(self) -> CappedServer:
+        def cap() -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=cap
+            )
+        return self
+
+    def rss(self) -> int:
+        """Resident bytes of the server process."""
+        assert self.process is not None
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS in /proc")
+
+    def cpu_seconds(self) -> float:
+        assert self.process is not None
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Probe(threading.Thread):
+    """Accepts tokens in one normal session, timing each round trip, until stopped."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(daemon=True)
+        self.client = Client(target, policy=Policy(timeout=30.0))
+        vocab = self.client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+        self.session = self.client.session(vocab, gbnf=AB_PLUS)
+        assert self.session.accept(A)
+        self.halt = threading.Event()
+        self.seconds: list[float] = []
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.halt.is_set():
+                started = time.perf_counter()
+                accepted = self.session.accept(B)
+                self.seconds.append(time.perf_counter() - started)
+                assert accepted
+                if len(self.seconds) % 200 == 0:
+                    self.session.rollback(200)
+                time.sleep(0.002)
+        except BaseException as error:  # reported by `stop`
+            self.failure = error
+
+    def stop(self) -> list[float]:
+        self.halt.set()
+        self.join(timeout=30)
+        self.client.close()
+        if self.failure is not None:
+            raise self.failure
+        return self.seconds
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest) -> Iterator[CappedServer]:
+    extra: tuple[str, ...] = getattr(request, "param", ())
+    with socket_dir() as directory:
+        capped = CappedServer(directory / "constraintd.sock", *extra)
+        capped.launch()
+        try:
+            wait_serving(capped.target)
+            yield capped
+        finally:
+            capped.kill()
+
+
+def stub_for(server: CappedServer) -> tuple[grpc.Channel, pb_grpc.ConstraintdStub]:
+    options = [("grpc.max_send_message_length", 256 * MIB), ("grpc.max_receive_message_length", 256 * MIB)]
+    channel = grpc.insecure_channel(server.target, options=options)
+    return channel, pb_grpc.ConstraintdStub(channel)  # type: ignore[no-untyped-call]
+
+
+def attacked(server: CappedServer, attack: Callable[[pb_grpc.ConstraintdStub], None]) -> None:
+    """Runs `attack` with the probe going, and checks the probe's answers and the server's memory."""
+    channel, stub = stub_for(server)
+    with channel:
+        vocab_id = tiny_vocab(stub)
+        # the probe's grammar compiled first: a compile past a short time limit goes on and is kept
+        for _ in range(50):
+            try:
+                tiny_session(stub, vocab_id)
+                break
+            except grpc.RpcError as error:
+                assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
+                time.sleep(0.1)
+        before = server.rss()
+        probe = Probe(server.target)
+        probe.start()
+        time.sleep(0.2)
+        started = time.monotonic()
+        try:
+            attack(stub)
+            time.sleep(max(0.0, PROBE_SECONDS - (time.monotonic() - started)))
+        finally:
+            seconds = probe.stop()
+    time.sleep(0.5)  # the server lets go of what the attack brought
+    after = server.rss()
+    assert len(seconds) >= 10, "the probe never got going"
+    worst, p99 = max(seconds), statistics.quantiles(seconds, n=100)[98]
+    assert worst < PROBE_WORST and p99 < PROBE_P99, f"probe: worst {worst:.3f} s, p99 {p99:.4f} s"
+    assert after - before < MEMORY_KEPT, f"the server kept {(after - before) / MIB:.0f} MiB"
+
+
+def tiny_vocab(stub: pb_grpc.ConstraintdStub) -> str:
+    reply = stub.RegisterVocab(pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=TINY_PIECES, eog=TINY_EOG)))
+    return str(reply.vocab_id)
+
+
+def tiny_session(stub: pb_grpc.ConstraintdStub, vocab_id: str) -> str:
+    reply = stub.CreateSession(pb.CreateSessionRequest(vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS)))
+    return str(reply.session_id)
+
+
+def refused(call: Callable[[], object], code: grpc.StatusCode) -> str:
+    with pytest.raises(grpc.RpcError) as caught:
+        call()
+    error = caught.value
+    assert error.code() is code, error.details()  # type: ignore[attr-defined]
+    details: str = error.details() or ""  # type: ignore[attr-defined]
+    return details
+
+
+# -- the attacks -------------------------------------------------------------------------------------------
+
+
+def test_a_vocabulary_of_millions_of_pieces(server: CappedServer) -> None:
+    def attack(stub: pb_grpc.ConstraintdStub) -> None:
+        pieces = pb.PieceList(pieces=[b"p%d" % i for i in range(2_000_000)])
+        message = refused(
+            lambda: stub.RegisterVocab(pb.RegisterVocabRequest(pieces=pieces)), EXHAUSTED
+        )
+        assert "a vocabulary of 2000000 tokens is over the limit" in message
+
+    attacked(server, attack)
+
+
+def test_a_piece_of_48_mib(server: CappedServer) -> None:
+    def attack(stub: pb_grpc.ConstraintdStub) -> None:
+        pieces = pb.PieceList(pieces=[*TINY_PIECES, b"x" * (48 * MIB)], eog=TINY_EOG)
+        message = refused(
+            lambda: stub.RegisterVocab(pb.RegisterVocabRequest(pieces=pieces)), EXHAUSTED
+        )
+        assert "bytes a piece" in message
+
+    attacked(server, attack)
+
+
+def test_allows_of_millions_of_token_ids(server: CappedServer) -> None:
+    def attack(stub: pb_grpc.ConstraintdStub) -> None:
+        vocab_id = tiny_vocab(stub)
+        session_id = tiny_session(stub, vocab_id)
+        tokens = [A] * 5_000_000
+        refused(
+            lambda: stub.Allows(pb.AllowsRequest(session_id=session_id, tokens=tokens)),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+        )
+
+    attacked(server, attack)
+
+
+def test_a_backtracking_trigger_pattern(server: CappedServer) -> None:
+    def attack(stub: pb_grpc.ConstraintdStub) -> None:
+        vocab_id = tiny_vocab(stub)
+        session = stub.CreateSession(
+            pb.CreateSessionRequest(
+                vocab_id=vocab_id,
+                gbnf=pb.Gbnf(text=AB_PLUS),
+                options=pb.SessionOptions(trigger_patterns=["(a+a+)+y"]),
+            )
+        )
+        for _ in range(400):
+            started = time.perf_counter()
+            assert stub.Accept(pb.AcceptRequest(session_id=session.session_id, token=A)).accepted
+            assert time.perf_counter() - started < PROBE_WORST
+
+    attacked(server, attack)
+
+
+def test_a_megabyte_session_id_and_bytes_that_are_no_message(server: CappedServer) -> None:
+    def attack(stub: pb_grpc.ConstraintdStub) -> None:
+        message = refused(
+            lambda: stub.Accept(pb.AcceptRequest(session_id="x" * MIB, token=A)), grpc.StatusCode.NOT_FOUND
+        )
+        assert len(message) < 200
+        channel, _ = stub_for(server)
+        with channel:
+            raw = channel.unary_unary("/constraintd.v1.Constraintd/Accept")
+            refused(lambda: raw(b"\xff" * 1000), grpc.StatusCode.INVALID_ARGUMENT)
+
+    attacked(server, attack)
+
+
+def test_files_that_are_not_vocabularies(server: CappedServer, tmp_path: Path) -> None:
+    def attack(stub: pb_grpc.ConstraintdStub) -> None:
+        answers = set()
+        for path in ("/dev/zero", "/proc/self/environ", str(tmp_path / "missing.gguf")):
+            message = refused(
+                lambda path=path: stub.RegisterVocab(pb.RegisterVocabRequest(gguf_path=path)),
+                grpc.StatusCode.INVALID_ARGUMENT,
+            )
+            answers.add(message.replace(path, "PATH"))
+        assert len(answers) == 1  # one answer whatever the file: nothing of it is told
+
+    attacked(server, attack)
+
+
+@pytest.mark.parametrize(
+    "server", [("--compile-timeout", "0.2", "--max-tokens-per-call", "8000000")], indirect=True
+)
+def test_a_replay_past_its_time_limit_stops(server: CappedServer) -> None:
+    def attack(stub: pb_grpc.ConstraintdStub) -> None:
+        vocab_id = tiny_vocab(stub)
+        request = pb.CreateSessionRequest(
+            vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), replay=[A] + [B] * 7_000_000
+        )
+        refused(lambda: stub.CreateSession(request), grpc.StatusCode.DEADLINE_EXCEEDED)
+        # the replay stopped itself: the server's CPU goes back to the probe's small share at once
+        time.sleep(0.3)
+        cpu = server.cpu_seconds()
+        time.sleep(1.0)
+        assert server.cpu_seconds() - cpu < 0.6
+
+    attacked(server, attack)
