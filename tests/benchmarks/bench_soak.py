@@ -1,0 +1,250 @@
+"""Soak benchmark of the constraintd service (not a test): a hostile and a normal load at once, for minutes.
+
+    .venv/bin/python -m tests.benchmarks.bench_soak                  # 3 minutes
+    .venv/bin/python -m tests.benchmarks.bench_soak --seconds 30     # a short run
+
+A `constraintd serve` process on a Unix socket, its address space capped (3 GiB). Normal clients (threads
+of this process, `--clients`, 2 by default) generate as a sampler does, over llama.cpp's llama-spm
+vocabulary (32,000 tokens) and a JSON schema: accept a token the grammar allows (one drawn at random
+from the session's mask), now and then a Mask, a new session every 64 tokens. One hostile client runs
+the attacks of the reliability suite in a loop, each drawn at random (seeded): a vocabulary of 2M pieces,
+a 48 MiB piece, an Allows of 5M ids, a backtracking trigger pattern accepted 200 times, a megabyte
+session id, bytes that are no message, files that are no vocabulary, a replay of 5M tokens past its
+time limit, and JSON nested 2,000 deep (one array opened per Accept).
+
+Printed: per window of `--window` seconds, the normal Accepts' count, p50, p99 and max, and the server's
+resident memory (min and max of one sample a second); the attacks run in the window; then every status
+the normal and the hostile clients got, counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from clients import Client, Policy  # noqa: E402
+from clients.masks import allowed_tokens  # noqa: E402
+from constraintd.errors import ConstraintdError  # noqa: E402
+from constraintd.v1 import constraintd_pb2 as pb  # noqa: E402
+from constraintd.v1 import constraintd_pb2_grpc as pb_grpc  # noqa: E402
+from tests import reference  # noqa: E402
+from tests.server.running import AB_PLUS, TINY_EOG, TINY_PIECES, socket_dir, wait_serving  # noqa: E402
+from tests.server.test_reliability import CappedServer  # noqa: E402
+
+MIB = 1 << 20
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "score": {"type": "number"},
+    },
+    "required": ["name", "tags", "score"],
+}
+
+
+@dataclass
+class Window:
+    accepts: list[float] = field(default_factory=list)
+    rss: list[int] = field(default_factory=list)
+    attacks: Counter[str] = field(default_factory=Counter)
+
+
+class Soak:
+    def __init__(self, server: CappedServer, seconds: float, window: float) -> None:
+        self.server = server
+        self.started = time.monotonic()
+        self.seconds = seconds
+        self.window = window
+        self.windows = [Window() for _ in range(int(seconds // window) + 1)]
+        self.normal_statuses: Counter[str] = Counter()
+        self.hostile_statuses: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def now(self) -> Window:
+        return self.windows[min(len(self.windows) - 1, int((time.monotonic() - self.started) // self.window))]
+
+    def running(self) -> bool:
+        return time.monotonic() - self.started < self.seconds
+
+    def normal(self, seed: int) -> None:
+        rng = random.Random(seed)
+        gguf = reference.require(reference.vocab_path("llama-spm"))
+        with Client(self.server.target, policy=Policy(timeout=60.0)) as client:
+            vocab = client.register_vocab(gguf=gguf)
+            while self.running():
+                try:
+                    with client.session(vocab, json_schema=json.dumps(SCHEMA)) as session:
+                        for step in range(64):
+                            allowed = allowed_tokens(session.mask(), vocab.size)
+                            if not len(allowed) or not self.running():
+                                break
+                            token = int(allowed[rng.randrange(len(allowed))])
+                            started = time.perf_counter()
+                            taken = session.accept(token)
+                            elapsed = time.perf_counter() - started
+                            with self.lock:
+                                self.now().accepts.append(elapsed)
+                                self.normal_statuses["OK" if taken else "refused (a bug)"] += 1
+                            if step % 8 == 7:
+                                session.mask()
+                except ConstraintdError as error:
+                    with self.lock:
+                        self.normal_statuses[type(error).__name__] += 1
+
+    def hostile(self, seed: int) -> None:
+        rng = random.Random(seed)
+        options = [("grpc.max_send_message_length", 256 * MIB)]
+        with grpc.insecure_channel(self.server.target, options=options) as channel:
+            stub = pb_grpc.ConstraintdStub(channel)  # type: ignore[no-untyped-call]
+            vocab_id = stub.RegisterVocab(
+                pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=TINY_PIECES, eog=TINY_EOG))
+            ).vocab_id
+            attacks = _attacks(stub, channel, vocab_id)
+            while self.running():
+                name = rng.choice(sorted(attacks))
+                with self.lock:
+                    self.now().attacks[name] += 1
+                try:
+                    attacks[name]()
+                    status = "OK"
+                except grpc.RpcError as error:
+                    status = error.code().name  # type: ignore[attr-defined]
+                with self.lock:
+                    self.hostile_statuses[f"{name}: {status}"] += 1
+                time.sleep(0.2)
+
+    def sample_memory(self) -> None:
+        while self.running():
+            rss = self.server.rss()
+            with self.lock:
+                self.now().rss.append(rss)
+            time.sleep(1.0)
+
+
+def _attacks(
+    stub: pb_grpc.ConstraintdStub, channel: grpc.Channel, vocab_id: str
+) -> dict[str, Callable[[], object]]:
+    def session(**fields: object) -> str:
+        request = pb.CreateSessionRequest(vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), **fields)
+        return str(stub.CreateSession(request).session_id)
+
+    def backtracking() -> None:
+        session_id = session(options=pb.SessionOptions(trigger_patterns=["(a+a+)+y"]))
+        for _ in range(200):
+            stub.Accept(pb.AcceptRequest(session_id=session_id, token=3))
+        stub.Close(pb.CloseRequest(session_id=session_id))
+
+    def deep_nesting() -> None:
+        reply = stub.CreateSession(pb.CreateSessionRequest(vocab_id=json_vocab, json_object=pb.JsonObject()))
+        for token in [ord("{"), ord('"'), ord("a"), ord('"'), ord(":")] + [ord("[")] * 2000:
+            stub.Accept(pb.AcceptRequest(session_id=reply.session_id, token=token))
+        stub.Close(pb.CloseRequest(session_id=reply.session_id))
+
+    json_vocab = stub.RegisterVocab(
+        pb.RegisterVocabRequest(
+            pieces=pb.PieceList(pieces=[b"</s>", *(bytes((b,)) for b in range(1, 256))], eog=[0])
+        )
+    ).vocab_id
+    raw = channel.unary_unary("/constraintd.v1.Constraintd/Accept")
+    tokens = pb.AllowsRequest(session_id="", tokens=[3] * 5_000_000)
+    return {
+        "2M-piece vocabulary": lambda: stub.RegisterVocab(
+            pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=[b"p%d" % i for i in range(2_000_000)]))
+        ),
+        "48 MiB piece": lambda: stub.RegisterVocab(
+            pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=[*TINY_PIECES, b"x" * (48 * MIB)]))
+        ),
+        "Allows of 5M ids": lambda: stub.Allows(
+            pb.AllowsRequest(session_id=session(), tokens=tokens.tokens)
+        ),
+        "backtracking trigger": backtracking,
+        "megabyte session id": lambda: stub.Accept(pb.AcceptRequest(session_id="x" * MIB, token=3)),
+        "bytes that are no message": lambda: raw(b"\xff" * 1000),
+        "/dev/zero as a vocabulary": lambda: stub.RegisterVocab(
+            pb.RegisterVocabRequest(gguf_path="/dev/zero")
+        ),
+        "replay of 5M tokens": lambda: session(replay=[3] + [4] * 5_000_000),
+        "JSON nested 2,000 deep": deep_nesting,
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=180.0, help="how long (default 180)")
+    parser.add_argument("--window", type=float, default=30.0, help="seconds a row of the table (default 30)")
+    parser.add_argument("--clients", type=int, default=2, help="normal clients (default 2)")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    reference.require(reference.vocab_path("llama-spm"))
+    with socket_dir() as directory:
+        server = CappedServer(
+            directory / "constraintd.sock", "--compile-timeout", "2", "--max-tokens-per-call", "8000000"
+        )
+        server.launch()
+        try:
+            wait_serving(server.target)
+            idle = server.rss()
+            soak = Soak(server, args.seconds, args.window)
+            threads = [
+                threading.Thread(target=soak.normal, args=(args.seed + i,)) for i in range(args.clients)
+            ]
+            threads.append(threading.Thread(target=soak.hostile, args=(args.seed + 1000,)))
+            threads.append(threading.Thread(target=soak.sample_memory))
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            server.kill()
+    print(
+        f"soak: {args.seconds:g} s, {args.clients} normal clients (llama-spm, a JSON schema) and one "
+        f"hostile; server idle RSS {idle / MIB:.0f} MiB, address space capped at 3 GiB"
+    )
+    names = ("window", "accepts", "p50 ms", "p99 ms", "max ms", "RSS MiB")
+    header = zip(names, (10, 8, 7, 7, 7, 13), strict=True)
+    print("  ".join(f"{name:>{width}}" for name, width in header) + "  attacks")
+    for index, window in enumerate(soak.windows):
+        if not window.accepts and not window.rss:
+            continue
+        span = f"{index * args.window:g}-{(index + 1) * args.window:g}s"
+        rss = f"{min(window.rss) / MIB:.0f}-{max(window.rss) / MIB:.0f}" if window.rss else "-"
+        attacks = ", ".join(f"{name} x{count}" for name, count in sorted(window.attacks.items()))
+        values = [1000 * s for s in window.accepts]
+        print(
+            f"{span:>10}  {len(values):>8}  {percentile(values, 50):>7.2f}  {percentile(values, 99):>7.2f}  "
+            f"{max(values, default=float('nan')):>7.1f}  {rss:>13}  {attacks}"
+        )
+    everything = [1000 * s for window in soak.windows for s in window.accepts]
+    print(
+        f"{'all':>10}  {len(everything):>8}  {percentile(everything, 50):>7.2f}  "
+        f"{percentile(everything, 99):>7.2f}  {max(everything, default=float('nan')):>7.1f}"
+    )
+    print("normal clients' answers:", dict(soak.normal_statuses))
+    print("hostile client's answers:")
+    for name, count in sorted(soak.hostile_statuses.items()):
+        print(f"  {name}: {count}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
