@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Final
@@ -65,6 +66,7 @@ _FIXED_TYPES: Final[Mapping[type, frozenset[str]]] = {
 }
 _EVERY_TYPE: Final = ANY_TYPE | {"integer"}
 _INT32: Final = 2**31
+_CROSSED: Final = "the counts admit nothing, and llama.cpp's grammar for them may take something"
 _MAX_PAIRWISE: Final = 64  # alternatives of a oneOf compared pair by pair, at most
 
 
@@ -173,10 +175,13 @@ class _Reader:
         common = self.all_of_values(node)
         return (frozenset(map(json_type, common)) if common else frozenset({"object"})), set()
 
-    def schema_types(self, node: SchemaNode) -> frozenset[str]:
+    def schema_types(self, node: SchemaNode, seen: frozenset[str] = frozenset()) -> frozenset[str]:
         """The JSON types the schema of `node` may validate (not the grammar's: `{"minLength": 3}` validates
-        every number); every type when that cannot be told."""
+        every number); every type when that cannot be told. An anyOf met again through its own alternatives
+        adds nothing to what its other alternatives give."""
         target = self.target(node)
+        if target is not None and target.pointer in seen:
+            return frozenset()
         schema = None if target is None else self.schemas.get(target.pointer)
         if target is None or schema is None:
             return _EVERY_TYPE
@@ -190,7 +195,8 @@ class _Reader:
         if isinstance(listed, list) and listed:
             return frozenset(map(json_type, listed))
         if isinstance(target, AnyOfNode):
-            return frozenset().union(*map(self.schema_types, target.children))
+            inner = seen | {target.pointer}
+            return frozenset().union(*(self.schema_types(child, inner) for child in target.children))
         return _EVERY_TYPE
 
     def values(self, node: SchemaNode) -> set[str] | None:
@@ -251,20 +257,9 @@ def _overlap(a: frozenset[str], b: frozenset[str]) -> bool:
     return bool(a & b) or ("integer" in a and "number" in b) or ("number" in a and "integer" in b)
 
 
-def _bound_outside(value: JsonValue) -> bool:
-    """A bound the builder cannot hold in an int64 (a double outside it becomes INT64_MIN)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return not INT64_MIN <= value <= INT64_MAX
-
-
 def _count_narrowed(schema: _Schema, key: str) -> bool:
     value = schema.get(key)
     return is_integer(value) and not 0 <= value < _INT32  # type: ignore[operator]
-
-
-def _less(a: JsonValue, b: JsonValue) -> bool:
-    return isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool) and a < b
 
 
 def _divides_one(value: JsonValue) -> bool:
@@ -274,23 +269,75 @@ def _divides_one(value: JsonValue) -> bool:
     return (1 / Fraction(repr(value))).denominator == 1
 
 
+def _intended(schema: _Schema, inclusive: str, exclusive: str, below: bool) -> tuple[int | None, str]:
+    """The integer bound the schema sets on one side (None: none), and the keyword that sets it."""
+    bound: int | None = None
+    key = inclusive
+    value = schema.get(inclusive)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        bound = math.ceil(value) if below else math.floor(value)
+    value = schema.get(exclusive)
+    if isinstance(value, bool):  # draft 4: the inclusive bound, excluded
+        if value and bound is not None:
+            strict = schema[inclusive]
+            assert isinstance(strict, int | float)
+            bound, key = (math.floor(strict) + 1 if below else math.ceil(strict) - 1), exclusive
+    elif isinstance(value, int | float):
+        candidate = math.floor(value) + 1 if below else math.ceil(value) - 1
+        if bound is None or (candidate > bound if below else candidate < bound):
+            bound, key = candidate, exclusive
+    return bound, key
+
+
 def _integer_findings(reader: _Reader, source: SchemaSource) -> _Findings:
-    schema = source.schema
-    for inclusive, exclusive, below in (("minimum", "exclusiveMinimum", True),
-                                        ("maximum", "exclusiveMaximum", False)):
-        used = inclusive if inclusive in schema else exclusive if exclusive in schema else None
-        if used is not None and _bound_outside(schema[used]):
-            yield used, "a bound beyond 64-bit integers is not enforced"
-        if inclusive in schema and exclusive in schema:
-            value = schema[exclusive]
-            if isinstance(value, bool):
-                if value:
-                    yield exclusive, f"a boolean {exclusive} (draft 4) is not enforced"
-            elif not (_less(value, schema[inclusive]) if below else _less(schema[inclusive], value)):
-                yield exclusive, f"ignored beside {inclusive} (the converter reads {inclusive} only)"
+    # The grammar's range is the builder's (llama.cpp's narrowing: one keyword a side, int64, a double
+    # outside it unbounded); the schema's is read exactly. Each side the grammar does not hold is named.
+    schema, node = source.schema, source.node
+    assert isinstance(node, IntegerNode)
+    low, low_key = _intended(schema, "minimum", "exclusiveMinimum", True)
+    high, high_key = _intended(schema, "maximum", "exclusiveMaximum", False)
+    grammar_low = None if node.minimum == INT64_MIN else node.minimum
+    grammar_high = None if node.maximum == INT64_MAX else node.maximum
+    if grammar_low is not None and grammar_high is not None and grammar_low > grammar_high:
+        yield low_key, "the bounds admit no integer, and the grammar llama.cpp writes for them takes some"
+    elif not range_holds(node.minimum, node.maximum):
+        key = low_key if grammar_low is not None else high_key
+        yield key, ("llama.cpp's grammar of this one-sided range takes integers outside it (or digits JSON "
+                    "refuses)")
+    else:
+        if low is not None and (grammar_low is None or grammar_low < low):
+            yield low_key, f"the grammar's lower bound is {_shown(grammar_low)}, not {low}"
+        if high is not None and (grammar_high is None or grammar_high > high):
+            yield high_key, f"the grammar's upper bound is {_shown(grammar_high)}, not {high}"
     if "multipleOf" in schema and not _divides_one(schema["multipleOf"]):
         yield "multipleOf", ""
     yield from _beside(schema, frozenset({"integer"}), _INTEGER_READS, "")
+
+
+def range_holds(minimum: int, maximum: int) -> bool:
+    """llama.cpp's `build_min_max_int(minimum, maximum)` (ranges.py) takes no text but JSON integers of the
+    range (INT64_MIN / INT64_MAX: no bound on that side). It may refuse some of them (its 16 digits, and a
+    few more): that is not asked here.
+
+    Two-sided ranges hold. A one-sided one recurses on the digits after the first as a number, which
+    forgets their leading zeros: a minimum of 100 reads its tail "00" as 0 and takes 10. A negative maximum
+    is a minimum of its magnitude written after "-" inside a number, where a first digit may be 0: -1
+    takes -01, -20 takes -012. tests/engine/schema/test_report_ranges.py checks this against the grammar.
+    """
+    has_min, has_max = minimum != INT64_MIN, maximum != INT64_MAX
+    if has_min == has_max:
+        return True
+    if has_min:
+        digits = str(minimum)
+        return minimum < 10 or "0" not in digits[1:-1]
+    if maximum >= 0:
+        return True
+    digits = str(-maximum)
+    return len(digits) > 1 and digits[0] == "1" and "0" not in digits[1:-1]
+
+
+def _shown(bound: int | None) -> str:
+    return "none" if bound is None else str(bound)
 
 
 def _string_findings(reader: _Reader, source: SchemaSource) -> _Findings:
@@ -313,6 +360,8 @@ def _string_findings(reader: _Reader, source: SchemaSource) -> _Findings:
                 yield key, f"ignored beside format {schema['format']}"
     elif "format" in schema:
         yield "format", f"format {schema['format']} is not enforced"
+    elif 0 <= node.max_length < node.min_length:
+        yield "minLength", _CROSSED
     for key in ("minLength", "maxLength"):
         if _count_narrowed(schema, key):
             yield key, "a count beyond 32 bits is narrowed"
@@ -332,6 +381,8 @@ def _array_findings(reader: _Reader, source: SchemaSource) -> _Findings:
             yield "maxItems", f"not read beside a tuple of {size} items"
     else:
         assert isinstance(node, ArrayNode)
+        if 0 <= node.max_items < node.min_items:
+            yield "minItems", _CROSSED
         for key in ("minItems", "maxItems"):
             if _count_narrowed(schema, key):
                 yield key, "a count beyond 32 bits is narrowed"

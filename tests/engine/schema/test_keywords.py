@@ -320,6 +320,17 @@ def tagged(tags: list[object]) -> dict[str, object]:
         (tagged(["a", "b", "c"]), []),
         (tagged(["a", "b", "a"]), ["#/oneOf"]),
         (tagged(list(range(500))), []),
+        ({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}, {"type": "null"}]},
+                    "b": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "string"}]}},
+          "oneOf": [{"$ref": "#/$defs/a"}, {"type": "integer"}]}, []),
+        ({"type": "integer", "minimum": 10, "maximum": 2}, ["#/minimum"]),
+        ({"type": "integer", "exclusiveMaximum": -(2**63)}, ["#/exclusiveMaximum"]),
+        ({"type": "integer", "minimum": 2.5, "exclusiveMaximum": 7.5}, []),
+        ({"type": "integer", "minimum": 100}, ["#/minimum"]),
+        ({"type": "integer", "maximum": -1}, ["#/maximum"]),
+        ({"type": "integer", "minimum": 123}, []),
+        ({"type": "array", "minItems": 3, "maxItems": 1}, ["#/minItems"]),
+        ({"type": "string", "minLength": 1, "maxLength": 0}, ["#/minLength"]),
     ],
     ids=["other-types-vacuous", "type-list", "type-list-number", "enum-other-type", "enum-same-type",
          "patternProperties-open", "patternProperties-closed-empty", "unevaluatedItems-items",
@@ -331,7 +342,9 @@ def tagged(tags: list[object]) -> dict[str, object]:
          "oneOf-equal-objects", "recursive-ref-types", "ref-ladder", "allOf-property-replaced",
          "allOf-property-repeated", "if-alone", "then-else-alone", "multipleOf-divides-one",
          "multipleOf-not-dividing-one", "uniqueItems-of-one", "tagged-union", "tagged-union-repeated-tag",
-         "tagged-union-of-500"],
+         "tagged-union-of-500", "oneOf-through-a-ref-cycle", "integer-bounds-crossed",
+         "exclusive-bound-wraps", "fractional-bounds", "minimum-with-inner-zero", "negative-maximum-alone",
+         "minimum-that-holds", "item-counts-crossed", "lengths-crossed"],
 )
 def test_what_the_report_names(schema: dict[str, object], pointers: list[str]) -> None:
     conversion = convert_json_schema(json.dumps(schema))
