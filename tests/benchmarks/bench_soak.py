@@ -13,14 +13,16 @@ session id, bytes that are no message, files that are no vocabulary, a replay of
 time limit, and JSON nested 2,000 deep (one array opened per Accept).
 
 Printed: per window of `--window` seconds, the normal Accepts' count, p50, p99 and max, and the server's
-resident memory (min and max of one sample a second); the attacks run in the window; then every status
-the normal and the hostile clients got, counted.
+resident memory (min and max of one sample a second); the attacks run in the window; the slowest normal
+Accepts with the attack running when each began; then every status the normal and the hostile clients
+got, counted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import random
 import sys
 import threading
@@ -28,6 +30,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing import Queue
 from pathlib import Path
 
 import grpc
@@ -47,6 +50,7 @@ from tests.server.running import AB_PLUS, TINY_EOG, TINY_PIECES, socket_dir, wai
 from tests.server.test_reliability import CappedServer  # noqa: E402
 
 MIB = 1 << 20
+SLOW = 0.1  # an Accept slower than this is listed, with the attack running when it began
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -56,6 +60,14 @@ SCHEMA = {
     },
     "required": ["name", "tags", "score"],
 }
+
+
+@dataclass(frozen=True)
+class Attack:
+    name: str
+    started: float  # time.monotonic()
+    ended: float
+    status: str
 
 
 @dataclass
@@ -73,11 +85,15 @@ class Soak:
         self.window = window
         self.windows = [Window() for _ in range(int(seconds // window) + 1)]
         self.normal_statuses: Counter[str] = Counter()
-        self.hostile_statuses: Counter[str] = Counter()
+        self.slowest: list[tuple[float, float]] = []  # (seconds, when it began) of the slow Accepts
         self.lock = threading.Lock()
 
     def now(self) -> Window:
-        return self.windows[min(len(self.windows) - 1, int((time.monotonic() - self.started) // self.window))]
+        return self.at(time.monotonic())
+
+    def at(self, moment: float) -> Window:
+        """The window of a moment (time.monotonic())."""
+        return self.windows[min(len(self.windows) - 1, max(0, int((moment - self.started) // self.window)))]
 
     def running(self) -> bool:
         return time.monotonic() - self.started < self.seconds
@@ -95,39 +111,19 @@ class Soak:
                             if not len(allowed) or not self.running():
                                 break
                             token = int(allowed[rng.randrange(len(allowed))])
-                            started = time.perf_counter()
+                            started = time.monotonic()
                             taken = session.accept(token)
-                            elapsed = time.perf_counter() - started
+                            elapsed = time.monotonic() - started
                             with self.lock:
                                 self.now().accepts.append(elapsed)
+                                if elapsed > SLOW:
+                                    self.slowest.append((elapsed, started))
                                 self.normal_statuses["OK" if taken else "refused (a bug)"] += 1
                             if step % 8 == 7:
                                 session.mask()
                 except ConstraintdError as error:
                     with self.lock:
                         self.normal_statuses[type(error).__name__] += 1
-
-    def hostile(self, seed: int) -> None:
-        rng = random.Random(seed)
-        options = [("grpc.max_send_message_length", 256 * MIB)]
-        with grpc.insecure_channel(self.server.target, options=options) as channel:
-            stub = pb_grpc.ConstraintdStub(channel)  # type: ignore[no-untyped-call]
-            vocab_id = stub.RegisterVocab(
-                pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=TINY_PIECES, eog=TINY_EOG))
-            ).vocab_id
-            attacks = _attacks(stub, channel, vocab_id)
-            while self.running():
-                name = rng.choice(sorted(attacks))
-                with self.lock:
-                    self.now().attacks[name] += 1
-                try:
-                    attacks[name]()
-                    status = "OK"
-                except grpc.RpcError as error:
-                    status = error.code().name  # type: ignore[attr-defined]
-                with self.lock:
-                    self.hostile_statuses[f"{name}: {status}"] += 1
-                time.sleep(0.2)
 
     def sample_memory(self) -> None:
         while self.running():
@@ -137,9 +133,41 @@ class Soak:
             time.sleep(1.0)
 
 
+def hostile(target: str, seed: int, until: float, out: Queue[list[Attack]]) -> None:
+    """The hostile client, in a process of its own (building its requests would otherwise hold the normal
+    clients' GIL): runs attacks until `until` (time.monotonic()) and reports each."""
+    rng = random.Random(seed)
+    done: list[Attack] = []
+    options = [("grpc.max_send_message_length", 256 * MIB)]
+    with grpc.insecure_channel(target, options=options) as channel:
+        stub = pb_grpc.ConstraintdStub(channel)  # type: ignore[no-untyped-call]
+        vocab_id = stub.RegisterVocab(
+            pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=TINY_PIECES, eog=TINY_EOG))
+        ).vocab_id
+        attacks = _attacks(stub, channel, vocab_id)
+        while time.monotonic() < until:
+            name = rng.choice(sorted(attacks))
+            prepare = attacks[name]
+            call = prepare()  # the request is built before the clock starts
+            started = time.monotonic()
+            try:
+                call()
+                status = "OK"
+            except grpc.RpcError as error:
+                status = error.code().name  # type: ignore[attr-defined]
+            done.append(Attack(name, started, time.monotonic(), status))
+            time.sleep(0.2)
+    out.put(done)
+
+
+Call = Callable[[], object]
+
+
 def _attacks(
     stub: pb_grpc.ConstraintdStub, channel: grpc.Channel, vocab_id: str
-) -> dict[str, Callable[[], object]]:
+) -> dict[str, Callable[[], Call]]:
+    """Each attack by name: a function that builds its requests and returns the call that sends them."""
+
     def session(**fields: object) -> str:
         request = pb.CreateSessionRequest(vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), **fields)
         return str(stub.CreateSession(request).session_id)
@@ -150,37 +178,44 @@ def _attacks(
             stub.Accept(pb.AcceptRequest(session_id=session_id, token=3))
         stub.Close(pb.CloseRequest(session_id=session_id))
 
+    json_vocab = stub.RegisterVocab(
+        pb.RegisterVocabRequest(
+            pieces=pb.PieceList(pieces=[b"</s>", *(bytes((b,)) for b in range(1, 256))], eog=[0])
+        )
+    ).vocab_id
+
     def deep_nesting() -> None:
         reply = stub.CreateSession(pb.CreateSessionRequest(vocab_id=json_vocab, json_object=pb.JsonObject()))
         for token in [ord("{"), ord('"'), ord("a"), ord('"'), ord(":")] + [ord("[")] * 2000:
             stub.Accept(pb.AcceptRequest(session_id=reply.session_id, token=token))
         stub.Close(pb.CloseRequest(session_id=reply.session_id))
 
-    json_vocab = stub.RegisterVocab(
-        pb.RegisterVocabRequest(
-            pieces=pb.PieceList(pieces=[b"</s>", *(bytes((b,)) for b in range(1, 256))], eog=[0])
-        )
-    ).vocab_id
+    def vocabulary(pieces: list[bytes]) -> Call:
+        request = pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=pieces))
+        return lambda: stub.RegisterVocab(request)
+
+    def allows() -> Call:
+        request = pb.AllowsRequest(session_id=session(), tokens=[3] * 5_000_000)
+        return lambda: stub.Allows(request)
+
+    def replay() -> Call:
+        replayed = [3] + [4] * 5_000_000
+        request = pb.CreateSessionRequest(vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), replay=replayed)
+        return lambda: stub.CreateSession(request)
+
     raw = channel.unary_unary("/constraintd.v1.Constraintd/Accept")
-    tokens = pb.AllowsRequest(session_id="", tokens=[3] * 5_000_000)
     return {
-        "2M-piece vocabulary": lambda: stub.RegisterVocab(
-            pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=[b"p%d" % i for i in range(2_000_000)]))
-        ),
-        "48 MiB piece": lambda: stub.RegisterVocab(
-            pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=[*TINY_PIECES, b"x" * (48 * MIB)]))
-        ),
-        "Allows of 5M ids": lambda: stub.Allows(
-            pb.AllowsRequest(session_id=session(), tokens=tokens.tokens)
-        ),
-        "backtracking trigger": backtracking,
-        "megabyte session id": lambda: stub.Accept(pb.AcceptRequest(session_id="x" * MIB, token=3)),
-        "bytes that are no message": lambda: raw(b"\xff" * 1000),
-        "/dev/zero as a vocabulary": lambda: stub.RegisterVocab(
+        "2M-piece vocabulary": lambda: vocabulary([b"p%d" % i for i in range(2_000_000)]),
+        "48 MiB piece": lambda: vocabulary([*TINY_PIECES, b"x" * (48 * MIB)]),
+        "Allows of 5M ids": allows,
+        "backtracking trigger": lambda: backtracking,
+        "megabyte session id": lambda: lambda: stub.Accept(pb.AcceptRequest(session_id="x" * MIB, token=3)),
+        "bytes that are no message": lambda: lambda: raw(b"\xff" * 1000),
+        "/dev/zero as a vocabulary": lambda: lambda: stub.RegisterVocab(
             pb.RegisterVocabRequest(gguf_path="/dev/zero")
         ),
-        "replay of 5M tokens": lambda: session(replay=[3] + [4] * 5_000_000),
-        "JSON nested 2,000 deep": deep_nesting,
+        "replay of 5M tokens": replay,
+        "JSON nested 2,000 deep": lambda: deep_nesting,
     }
 
 
@@ -205,17 +240,25 @@ def main(argv: list[str] | None = None) -> int:
             wait_serving(server.target)
             idle = server.rss()
             soak = Soak(server, args.seconds, args.window)
+            reports: Queue[list[Attack]] = multiprocessing.get_context("spawn").Queue()
+            attacker = multiprocessing.get_context("spawn").Process(
+                target=hostile, args=(server.target, args.seed + 1000, soak.started + args.seconds, reports)
+            )
+            attacker.start()
             threads = [
                 threading.Thread(target=soak.normal, args=(args.seed + i,)) for i in range(args.clients)
             ]
-            threads.append(threading.Thread(target=soak.hostile, args=(args.seed + 1000,)))
             threads.append(threading.Thread(target=soak.sample_memory))
             for thread in threads:
                 thread.start()
             for thread in threads:
                 thread.join()
+            done = reports.get(timeout=600)
+            attacker.join(timeout=60)
         finally:
             server.kill()
+    for attack in done:
+        soak.at(attack.started).attacks[attack.name] += 1
     print(
         f"soak: {args.seconds:g} s, {args.clients} normal clients (llama-spm, a JSON schema) and one "
         f"hostile; server idle RSS {idle / MIB:.0f} MiB, address space capped at 3 GiB"
@@ -239,10 +282,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{'all':>10}  {len(everything):>8}  {percentile(everything, 50):>7.2f}  "
         f"{percentile(everything, 99):>7.2f}  {max(everything, default=float('nan')):>7.1f}"
     )
+    print(f"normal Accepts over {SLOW * 1000:g} ms: {len(soak.slowest)}; the slowest, with the attack "
+          "running when each began:")
+    for seconds, at in sorted(soak.slowest, reverse=True)[:10]:
+        running = [a.name for a in done if a.started <= at <= a.ended] or ["-"]
+        print(f"  {seconds * 1000:7.1f} ms at {at - soak.started:6.1f} s  {', '.join(running)}")
     print("normal clients' answers:", dict(soak.normal_statuses))
     print("hostile client's answers:")
-    for name, count in sorted(soak.hostile_statuses.items()):
-        print(f"  {name}: {count}")
+    for (name, status), count in sorted(Counter((a.name, a.status) for a in done).items()):
+        print(f"  {name}: {status} x{count}")
     return 0
 
 
