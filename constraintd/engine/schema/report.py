@@ -66,6 +66,8 @@ _FIXED_TYPES: Final[Mapping[type, frozenset[str]]] = {
 }
 _EVERY_TYPE: Final = ANY_TYPE | {"integer"}
 _INT32: Final = 2**31
+_STAR: Final = ("llama.cpp reads a property named * as the place of the other keys: the grammar takes it "
+                "repeated, and beside additionalProperties with their schema")
 _CROSSED: Final = "the counts admit nothing, and llama.cpp's grammar for them may take something"
 _MAX_PAIRWISE: Final = 64  # alternatives of a oneOf compared pair by pair, at most
 
@@ -666,4 +668,24 @@ def unenforced_keywords(document: SchemaDocument, unsupported_patterns: Mapping[
         if isinstance(node, AllOfNode):
             for item in _dropped_parts(reader, node):
                 add(item)
+        if isinstance(node, ObjectNode) and any(prop.name == "*" for prop in node.properties):
+            add(Unenforced(f"{node.pointer}/properties/*", "properties", _STAR))
+    for item in _root_named_property(reader, document.root):
+        add(item)
     return tuple(items.values())
+
+
+def _root_named_property(reader: _Reader, root: SchemaNode) -> Iterator[Unenforced]:
+    # llama.cpp names a property's rule after the object's rule and the property's name; the root object's
+    # rule name is empty, so a property named "" gets the name `root`: the grammar is that property's value
+    if isinstance(root, ObjectNode):
+        objects = [root]
+    elif isinstance(root, AllOfNode) and not reader.all_of_values(root):
+        objects = [target for _, target, _ in reader.parts(root) if isinstance(target, ObjectNode)]
+    else:
+        return
+    for node in objects:
+        if any(prop.name == "" for prop in node.properties):
+            yield Unenforced(f"{node.pointer}/properties/", "properties", "llama.cpp names this property's "
+                             "rule `root`: the whole grammar is the property's value, not the object")
+

@@ -331,6 +331,9 @@ def tagged(tags: list[object]) -> dict[str, object]:
         ({"type": "integer", "minimum": 123}, []),
         ({"type": "array", "minItems": 3, "maxItems": 1}, ["#/minItems"]),
         ({"type": "string", "minLength": 1, "maxLength": 0}, ["#/minLength"]),
+        ({"type": "object", "properties": {"": {"type": "integer"}}}, ["#/properties/"]),
+        ({"type": "object", "properties": {"a": {"properties": {"": {"type": "integer"}}}}}, []),
+        ({"type": "object", "properties": {"*": {"type": "integer"}}}, ["#/properties/*"]),
     ],
     ids=["other-types-vacuous", "type-list", "type-list-number", "enum-other-type", "enum-same-type",
          "patternProperties-open", "patternProperties-closed-empty", "unevaluatedItems-items",
@@ -344,7 +347,8 @@ def tagged(tags: list[object]) -> dict[str, object]:
          "multipleOf-not-dividing-one", "uniqueItems-of-one", "tagged-union", "tagged-union-repeated-tag",
          "tagged-union-of-500", "oneOf-through-a-ref-cycle", "integer-bounds-crossed",
          "exclusive-bound-wraps", "fractional-bounds", "minimum-with-inner-zero", "negative-maximum-alone",
-         "minimum-that-holds", "item-counts-crossed", "lengths-crossed"],
+         "minimum-that-holds", "item-counts-crossed", "lengths-crossed", "empty-name-at-the-root",
+         "empty-name-below", "star-name"],
 )
 def test_what_the_report_names(schema: dict[str, object], pointers: list[str]) -> None:
     conversion = convert_json_schema(json.dumps(schema))
