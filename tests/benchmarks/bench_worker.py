@@ -381,8 +381,16 @@ def stand_in(args: argparse.Namespace) -> None:
                     chosen = [trajectories[i % len(trajectories)] for i in range(count)]
                     modes = ["unconstrained", "off", "ahead"] + (["auto"] if count == 1 else [])
                     for mode in modes:
-                        if count == 1:
-                            run = _one(model, chosen[0], seconds, remote, remote_handle, schema, mode)
+                        if count == 1:  # every trajectory in turn, one generation at a time
+                            runs = [
+                                _one(model, trajectory, seconds, remote, remote_handle, schema, mode)
+                                for trajectory in trajectories
+                            ]
+                            run = stand_in_module.BatchRun(
+                                sum(r.tokens for r in runs), sum(r.seconds for r in runs),
+                                sum(r.waits for r in runs), sum(r.wait_seconds for r in runs),
+                                sum(r.rejections for r in runs),
+                            )
                         else:
                             run = stand_in_module.run_batch(
                                 model, chosen, seconds, remote if mode != "unconstrained" else None,
