@@ -10,9 +10,10 @@
 #     ENFORCED    the converter reads it wherever the schema's kind reads it (`type`, `properties`,
 #                 `required`, `minItems`, ...): reported only where the kind it converts to ignores it
 #                 (beside a `$ref`, on a number, ...);
-#     PARTIAL     enforced for some values or beside some keywords only (`minimum` on integers, `format`
-#                 date / time / date-time / uuid, a `pattern` llama.cpp translates, `oneOf` whose
-#                 alternatives cannot overlap): the report names every other use;
+#     PARTIAL     enforced for some values or beside some keywords only (`minimum` on integers, within
+#                 ranges llama.cpp writes right; `format` time / uuid; a `pattern` llama.cpp translates
+#                 that cannot take a quote; `oneOf` whose alternatives cannot overlap): the report names
+#                 every other use;
 #     NEVER       no grammar text comes of it (`not`, `if`, `uniqueItems`, `multipleOf`, ...): every use
 #                 that can matter is reported;
 #     ANNOTATION  restricts no value (titles, descriptions, identifiers, `$defs` as a container, the content
@@ -21,13 +22,13 @@
 #   a keyword beside a grammar that can only produce other types is vacuous (`minLength` on an integer) and
 #   is not reported.
 #
-# Known approximations of enforced keywords, not reported (the grammar text is llama.cpp's and stays so):
-# - `format: date` accepts days 29 to 31 in every month; `time` takes exactly three fraction digits and
-#   no leap second (it refuses valid texts, it accepts no invalid one beyond the day of the month).
-# - `minLength` / `maxLength` count the JSON text's characters, escapes counted once: a character outside
-#   the BMP written as two `\u` escapes counts twice.
-# - A translated `pattern` is matched against the JSON text between the quotes, not the decoded string
-#   (an escape such as `\u0061` is not the letter it stands for).
+# Where the grammar refuses documents the schema allows (llama.cpp writes an object's properties in one
+# order, required first; closes objects without `additionalProperties`; takes integers of at most 16
+# digits; reads a translated `pattern` or a const against the JSON text, so an escape such as `\u0061` is
+# not the letter it stands for), the report says nothing: it is about what the grammar lets through.
+# One approximation lets through what it should not and is not reported: `minLength` / `maxLength` count
+# the JSON text's characters, an escape as one, so a character outside the BMP written as two `\u`
+# escapes counts twice.
 from __future__ import annotations
 
 import enum
