@@ -294,6 +294,7 @@ def generate(
     stop: Sequence[str] = (),
     on_step: Callable[[Step], None] | None = None,
     overlap: Overlap = "off",
+    counters: Counters | None = None,
 ) -> Generation:
     """Generate from `prompt` with llama-server's sampler chain, constrained by `session` if given.
 
@@ -307,6 +308,8 @@ def generate(
         on_step: called after each token with what it adds to the text (streaming).
         overlap: "off" (draw, accept, on a refusal mask and redraw), "ahead" (the next mask fetched while
             the model evaluates a token), or "auto" (probe both, keep the faster). The tokens are the same.
+        counters: count into these (read them as the generation goes, or after it failed); new ones
+            when None. The generation's own are these.
 
     Returns:
         The generation.
@@ -321,7 +324,7 @@ def generate(
     if overlap not in OVERLAP_MODES:
         raise ValueError(f"overlap must be one of {', '.join(OVERLAP_MODES)}, not {overlap!r}")
     chain = SamplerChain.from_settings(_with_suppressed_tokens(settings, model.suppress_tokens))
-    counters = Counters()
+    counters = counters if counters is not None else Counters()
     ahead = _Ahead(session, counters) if session is not None and overlap != "off" else None
     try:
         return _run(model, prompt, chain, counters, session, ahead, overlap, max_tokens, stop, on_step)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from sampler_worker.generate import OVERLAP_MODES, Overlap
+
 __all__ = ["LOCAL", "Listen", "add_parser", "parse_listen", "run_serve", "serving"]
 
 LOCAL = "local"
@@ -110,6 +112,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     serve.add_argument("--parallel", type=int, default=1,
                        help="generations at once, each with a context of its own over one loaded model "
                        "(default 1)")
+    serve.add_argument(
+        "--overlap", choices=OVERLAP_MODES, default="auto",
+        help="how generations meet constraintd, as `generate --overlap`: ahead fetches the next mask while "
+        "the model evaluates a token, off accepts each draw; auto (default) probes both per generation",
+    )
     serve.add_argument("--max-queue", type=int, default=8,
                        help="requests that may wait for a free slot; past it, 429 with Retry-After "
                        "(default 8)")
@@ -168,6 +175,7 @@ def serving(
     n_ctx: int = 4096,
     threads: int | None = None,
     alias: str | None = None,
+    overlap: Overlap = "auto",
     say: TextIO = sys.stderr,
 ) -> Iterator[Any]:
     """Startup and shutdown around the app: yields the FastAPI app, ready to serve.
@@ -204,7 +212,7 @@ def serving(
                     raise ModelError("constraintd read a different vocabulary from the GGUF than this worker")
                 metrics = Metrics()
                 generations = Generations(slots, client=client, vocab=handle, max_queue=max_queue,
-                                          metrics=metrics)
+                                          metrics=metrics, overlap=overlap)
                 state = ServeState(generations, metrics, alias or Path(path).name, timeout)
                 app = create_app(state)
                 app.state.serve = state
@@ -257,7 +265,7 @@ def run_serve(args: argparse.Namespace, say: TextIO = sys.stderr) -> int:
         with serving(
             model_path=args.model, constraintd=args.constraintd, parallel=args.parallel,
             max_queue=args.max_queue, timeout=args.timeout, n_ctx=args.n_ctx, threads=args.threads,
-            alias=args.alias, say=say,
+            alias=args.alias, overlap=args.overlap, say=say,
         ) as app:
             server = uvicorn_server(app)
             say.write(f"listening on {address(sock)}\n")

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sampler_worker.generate import ConstraintSession, Generation, Step, generate
+from sampler_worker.generate import ConstraintSession, Counters, Generation, Overlap, Step, generate
 from sampler_worker.model import Model
 from sampler_worker.prompt import chat_text
 from sampler_worker.serve.bodies import Job, RequestError
@@ -116,53 +116,18 @@ Event = Started | Token | Finished | Failed
 
 
 class _Tally:
-    # What one run cost, filled by its worker thread and read on the loop once the thread has ended.
-    __slots__ = ("constraint_seconds", "prompt_tokens", "rejections", "stopped", "tokens")
+    # What one run cost, filled by its worker thread and read on the loop once the thread has ended: the
+    # generation counts into `counters` as it goes (waits on constraintd included), so a cancelled run
+    # is counted too; `constraint_seconds` is the session's opening and closing.
+    __slots__ = ("constraint_seconds", "counters", "prompt_tokens", "rejections", "stopped", "tokens")
 
     def __init__(self) -> None:
         self.prompt_tokens = 0
         self.tokens = 0
         self.rejections = 0
         self.constraint_seconds = 0.0
+        self.counters = Counters()
         self.stopped = False
-
-
-class _TimedSession:
-    # A constraintd session whose calls are timed into the tally (for /metrics, cancelled runs included).
-    def __init__(self, session: ConstraintSession, tally: _Tally) -> None:
-        self._session = session
-        self._tally = tally
-
-    def accept_or_mask(self, token: int) -> Mask | None:
-        started = time.perf_counter()
-        try:
-            return self._session.accept_or_mask(token)
-        finally:
-            self._tally.constraint_seconds += time.perf_counter() - started
-
-    def accept(self, token: int) -> bool:
-        started = time.perf_counter()
-        try:
-            return self._session.accept(token)
-        finally:
-            self._tally.constraint_seconds += time.perf_counter() - started
-
-    # The mask-ahead calls: not made, as the server generates without overlap (its contexts share the
-    # machine's cores with constraintd, where a mask at every step costs more than it hides); timed all the
-    # same, should that change.
-    def accept_and_mask(self, token: int) -> tuple[bool, Mask]:
-        started = time.perf_counter()
-        try:
-            return self._session.accept_and_mask(token)
-        finally:
-            self._tally.constraint_seconds += time.perf_counter() - started
-
-    def mask(self) -> Mask:
-        started = time.perf_counter()
-        try:
-            return self._session.mask()
-        finally:
-            self._tally.constraint_seconds += time.perf_counter() - started
 
 
 class Run:
@@ -216,10 +181,18 @@ class Generations:
         vocab: the model's vocabulary, registered with that client.
         max_queue: requests that may wait for a free context; one more is refused (`QueueFull`).
         metrics: where results are counted.
+        overlap: how each generation meets constraintd (`sampler_worker.generate`'s modes).
     """
 
     def __init__(
-        self, contexts: Sequence[Model], *, client: Any, vocab: Any, max_queue: int, metrics: Metrics
+        self,
+        contexts: Sequence[Model],
+        *,
+        client: Any,
+        vocab: Any,
+        max_queue: int,
+        metrics: Metrics,
+        overlap: Overlap = "auto",
     ) -> None:
         if not contexts:
             raise ValueError("at least one context is needed")
@@ -230,6 +203,7 @@ class Generations:
         self._vocab = vocab
         self.max_queue = max_queue
         self.metrics = metrics
+        self.overlap: Overlap = overlap
         self._runs: set[Run] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -314,7 +288,7 @@ class Generations:
         metrics.prompt_tokens += tally.prompt_tokens
         metrics.generated_tokens += tally.tokens
         metrics.rejections += tally.rejections
-        metrics.constraintd_seconds += tally.constraint_seconds
+        metrics.constraintd_seconds += tally.constraint_seconds + tally.counters.constraint_seconds
         metrics.cancelled += tally.stopped
         self._runs.discard(run)
         if not self._runs:
@@ -355,7 +329,7 @@ class Generations:
 
                 generation = generate(
                     context, prompt, job.settings, session=session, max_tokens=budget, stop=job.stop,
-                    on_step=on_step, overlap="off",
+                    on_step=on_step, overlap=self.overlap, counters=tally.counters,
                 )
             run.emit(Finished(generation))
         except _Stopped as exc:
@@ -368,7 +342,7 @@ class Generations:
             run.emit(Failed(exc))
 
     @contextlib.contextmanager
-    def _session(self, job: Job, run: Run) -> Iterator[_TimedSession | None]:
+    def _session(self, job: Job, run: Run) -> Iterator[ConstraintSession | None]:
         if job.constraint is None:
             yield None
             return
@@ -378,7 +352,7 @@ class Generations:
         tally.constraint_seconds += time.perf_counter() - started
         run.on_loop(self._count_session, 1)
         try:
-            yield _TimedSession(session, tally)
+            yield session
         finally:
             started = time.perf_counter()
             try:
