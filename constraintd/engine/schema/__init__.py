@@ -3,6 +3,7 @@
     convert     the converter: a schema text -> the GBNF text, the warnings llama.cpp gives and the report
     keywords    the JSON Schema keywords and what the converter does with each (enforced, in part, never, ...)
     report      the report: each keyword the grammar does not enforce, with its JSON pointer and why
+    tree_reader the schema tree read for the types its grammars produce and its schemas accept
     raw_text    which patterns' grammars take a quote, backslash or control character unescaped
     nodes       the schema tree llama.cpp's converter walks (common/json-schema.cpp), with JSON pointers
     patterns    a `pattern` as GBNF (llama.cpp's regex subset)

@@ -14,14 +14,13 @@
 #   converter drops are named by the part's pointer with the keyword `allOf`.
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Final
 
 from constraintd.engine.schema.json_text import JsonValue, dump_json, is_integer
-from constraintd.engine.schema.keywords import ANY_TYPE, Enforcement, Unenforced, keyword_of
+from constraintd.engine.schema.keywords import Enforcement, Unenforced, keyword_of
 from constraintd.engine.schema.nodes import (
     INT64_MAX,
     INT64_MIN,
@@ -46,6 +45,14 @@ from constraintd.engine.schema.nodes import (
     escape_pointer_token,
 )
 from constraintd.engine.schema.raw_text import matches_unescaped
+from constraintd.engine.schema.tree_reader import (
+    EVERY_TYPE,
+    TreeReader,
+    canonical,
+    json_type,
+    meets,
+    within,
+)
 
 __all__ = ["unenforced_keywords"]
 
@@ -53,210 +60,11 @@ _Schema = Mapping[str, JsonValue]
 # (keyword, reason) pairs a node kind leaves unenforced in its schema object, "" for the table's reason
 _Findings = Iterator[tuple[str, str]]
 
-_FIXED_TYPES: Final[Mapping[type, frozenset[str]]] = {
-    NullNode: frozenset({"null"}),
-    BooleanNode: frozenset({"boolean"}),
-    NumberNode: frozenset({"number"}),
-    IntegerNode: frozenset({"integer"}),
-    StringNode: frozenset({"string"}),
-    ArrayNode: frozenset({"array"}),
-    TupleNode: frozenset({"array"}),
-    ObjectNode: frozenset({"object"}),
-    AnyNode: ANY_TYPE | {"integer"},
-}
-_EVERY_TYPE: Final = ANY_TYPE | {"integer"}
-_INT32: Final = 2**31
 _STAR: Final = ("llama.cpp reads a property named * as the place of the other keys: the grammar takes it "
                 "repeated, and beside additionalProperties with their schema")
 _CROSSED: Final = "the counts admit nothing, and llama.cpp's grammar for them may take something"
 _MAX_PAIRWISE: Final = 64  # alternatives of a oneOf compared pair by pair, at most
-
-
-def json_type(value: JsonValue) -> str:
-    """The JSON type of a value; an integral number is "integer" (2020-12: 1.0 is an integer)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
-def canonical(value: JsonValue) -> str:
-    """A value's text up to JSON Schema's equality: object keys sorted, an integral number as an integer."""
-
-    def normal(item: JsonValue) -> JsonValue:
-        if isinstance(item, float) and item.is_integer():
-            return int(item)
-        if isinstance(item, list):
-            return [normal(x) for x in item]
-        if isinstance(item, dict):
-            return {key: normal(x) for key, x in item.items()}
-        return item
-
-    return json.dumps(normal(value), sort_keys=True)
-
-
-def _within(types: frozenset[str], allowed: frozenset[str]) -> bool:
-    """Every type of `types` is one `allowed` admits ("number" admits integers)."""
-    return all(t in allowed or (t == "integer" and "number" in allowed) for t in types)
-
-
-def _meets(types: frozenset[str], applies_to: frozenset[str]) -> bool:
-    """A keyword applying to `applies_to` says something about some value of `types`."""
-    return any(t in applies_to or (t == "integer" and "number" in applies_to) for t in types)
-
-
-class _Reader:
-    """The node tree, read for what its grammar can produce."""
-
-    def __init__(self, document: SchemaDocument) -> None:
-        self.refs = document.refs
-        # an anyOf's types short of its $refs, by pointer (checked to be that node: `type` lists share one)
-        self.local_types: dict[str, tuple[SchemaNode, frozenset[str], frozenset[str]]] = {}
-        self.schemas: dict[str, _Schema] = {}
-        for source in document.sources:
-            self.schemas.setdefault(source.pointer, source.schema)
-
-    def target(self, node: SchemaNode) -> SchemaNode | None:
-        seen: set[str] = set()
-        while isinstance(node, RefNode):
-            if node.ref in seen or node.ref not in self.refs:
-                return None
-            seen.add(node.ref)
-            node = self.refs[node.ref]
-        return node
-
-    def types(self, node: SchemaNode) -> frozenset[str]:
-        """The JSON types the grammar of `node` can produce."""
-        # The types of the node itself, and of every $ref target reachable through alternatives: a union
-        # over what is reachable, so a cycle of $refs adds nothing and each target is read once.
-        types, pending = self._local(node)
-        seen = set(pending)
-        while pending:
-            ref = pending.pop()
-            target = self.refs.get(ref)
-            if target is None:
-                continue
-            more, refs = self._local(target)
-            types |= more
-            for other in refs - seen:
-                seen.add(other)
-                pending.add(other)
-        return types
-
-    def _local(self, node: SchemaNode) -> tuple[frozenset[str], set[str]]:
-        """The types of `node` short of its $refs, and those $refs' texts (targets read once, kept)."""
-        fixed = _FIXED_TYPES.get(type(node))
-        if fixed is not None:
-            return fixed, set()
-        if isinstance(node, RefNode):
-            return frozenset(), {node.ref}
-        if isinstance(node, ConstNode):
-            return frozenset({json_type(node.value)}), set()
-        if isinstance(node, EnumNode):
-            return frozenset(map(json_type, node.values)), set()
-        if isinstance(node, AnyOfNode):
-            known = self.local_types.get(node.pointer)
-            if known is not None and known[0] is node:
-                return known[1], set(known[2])
-            types: frozenset[str] = frozenset()
-            refs: set[str] = set()
-            for child in node.children:
-                child_types, child_refs = self._local(child)
-                types |= child_types
-                refs |= child_refs
-            self.local_types[node.pointer] = (node, types, frozenset(refs))
-            return types, refs
-        assert isinstance(node, AllOfNode)
-        common = self.all_of_values(node)
-        return (frozenset(map(json_type, common)) if common else frozenset({"object"})), set()
-
-    def schema_types(self, node: SchemaNode, seen: frozenset[str] = frozenset()) -> frozenset[str]:
-        """The JSON types the schema of `node` may validate (not the grammar's: `{"minLength": 3}` validates
-        every number); every type when that cannot be told. An anyOf met again through its own alternatives
-        adds nothing to what its other alternatives give."""
-        target = self.target(node)
-        if target is not None and target.pointer in seen:
-            return frozenset()
-        schema = None if target is None else self.schemas.get(target.pointer)
-        if target is None or schema is None:
-            return _EVERY_TYPE
-        declared = schema.get("type")
-        if isinstance(declared, str | list) and declared:
-            return frozenset(t for t in (declared if isinstance(declared, list) else [declared])
-                             if isinstance(t, str))
-        if "const" in schema:
-            return frozenset({json_type(schema["const"])})
-        listed = schema.get("enum")
-        if isinstance(listed, list) and listed:
-            return frozenset(map(json_type, listed))
-        if isinstance(target, AnyOfNode):
-            inner = seen | {target.pointer}
-            return frozenset().union(*(self.schema_types(child, inner) for child in target.children))
-        return _EVERY_TYPE
-
-    def values(self, node: SchemaNode) -> set[str] | None:
-        """The values a const or enum node allows, as `canonical` texts; None for other kinds."""
-        target = self.target(node)
-        if isinstance(target, ConstNode):
-            return {canonical(target.value)}
-        if isinstance(target, EnumNode):
-            return set(map(canonical, target.values))
-        return None
-
-    def parts(self, node: AllOfNode) -> Iterator[tuple[SchemaNode, SchemaNode | None, bool]]:
-        """The allOf's parts as the converter merges them: (part, its $ref target, required), an anyOf's
-        alternatives as parts that are not required."""
-        for child in node.children:
-            if isinstance(child, AnyOfNode):
-                for alt in child.children:
-                    yield alt, self.target(alt), False
-            else:
-                yield child, self.target(child), True
-
-    def all_of_values(self, node: AllOfNode) -> list[JsonValue]:
-        """The values the converter's allOf keeps: those every part's enum lists as often as there are parts
-        (the converter counts an anyOf's alternatives one by one); empty when it merges objects instead."""
-        counts: dict[str, int] = {}
-        values: dict[str, JsonValue] = {}
-        for _, target, _ in self.parts(node):
-            if isinstance(target, EnumNode):
-                for value in target.values:
-                    text = dump_json(value)
-                    counts[text] = counts.get(text, 0) + 1
-                    values[text] = value
-        return [values[text] for text in sorted(counts) if counts[text] == len(node.children)]
-
-    def disjoint(self, a: SchemaNode, b: SchemaNode) -> bool:
-        """No value one alternative's grammar takes is valid for the other's schema, either way (judged on
-        types, listed values, and a required property whose listed values differ); False when that cannot
-        be told."""
-        if not _overlap(self.types(a), self.schema_types(b)) and not _overlap(self.types(b),
-                                                                                  self.schema_types(a)):
-            return True
-        values_a, values_b = self.values(a), self.values(b)
-        if values_a is not None and values_b is not None:
-            return not values_a & values_b
-        target_a, target_b = self.target(a), self.target(b)
-        if not (isinstance(target_a, ObjectNode) and isinstance(target_b, ObjectNode)):
-            return False
-        required_b = {prop.name: prop.schema for prop in target_b.properties if prop.required}
-        for prop in target_a.properties:
-            if prop.required and prop.name in required_b:
-                tags_a, tags_b = self.values(prop.schema), self.values(required_b[prop.name])
-                if tags_a is not None and tags_b is not None and not tags_a & tags_b:
-                    return True
-        return False
-
-
-def _overlap(a: frozenset[str], b: frozenset[str]) -> bool:
-    return bool(a & b) or ("integer" in a and "number" in b) or ("number" in a and "integer" in b)
+_INT32: Final = 2**31
 
 
 def _count_narrowed(schema: _Schema, key: str) -> bool:
@@ -291,7 +99,7 @@ def _intended(schema: _Schema, inclusive: str, exclusive: str, below: bool) -> t
     return bound, key
 
 
-def _integer_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+def _integer_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     # The grammar's range is the builder's (llama.cpp's narrowing: one keyword a side, int64, a double
     # outside it unbounded); the schema's is read exactly. Each side the grammar does not hold is named.
     schema, node = source.schema, source.node
@@ -342,7 +150,7 @@ def _shown(bound: int | None) -> str:
     return "none" if bound is None else str(bound)
 
 
-def _string_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+def _string_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     schema, node = source.schema, source.node
     assert isinstance(node, StringNode)
     if node.pattern:
@@ -370,7 +178,7 @@ def _string_findings(reader: _Reader, source: SchemaSource) -> _Findings:
     yield from _beside(schema, frozenset({"string"}), _STRING_READS, "")
 
 
-def _array_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+def _array_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     schema, node = source.schema, source.node
     if "items" in schema and "prefixItems" in schema:
         yield "prefixItems", "ignored beside items (the converter reads items only)"
@@ -402,7 +210,7 @@ def _array_findings(reader: _Reader, source: SchemaSource) -> _Findings:
     yield from _beside(schema, frozenset({"array"}), _ARRAY_READS, "")
 
 
-def _object_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+def _object_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     schema, node = source.schema, source.node
     assert isinstance(node, ObjectNode)
     declared = {prop.name for prop in node.properties}
@@ -432,18 +240,18 @@ def _object_findings(reader: _Reader, source: SchemaSource) -> _Findings:
     yield from _beside(schema, frozenset({"object"}), _OBJECT_READS, "")
 
 
-def _all_of_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+def _all_of_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     # Only the keywords beside `allOf`: its parts are judged by `_dropped_parts`.
     schema, node = source.schema, source.node
     assert isinstance(node, AllOfNode)
     types = reader.types(node)
     declared = schema.get("type")
-    if isinstance(declared, str) and not _within(types, frozenset({declared})):
+    if isinstance(declared, str) and not within(types, frozenset({declared})):
         yield "type", f"the allOf converts to {' or '.join(sorted(types))}, not {declared}"
     yield from _beside(schema, types, _ALL_OF_READS, "ignored beside allOf")
 
 
-def _dropped_parts(reader: _Reader, node: AllOfNode) -> Iterator[Unenforced]:
+def _dropped_parts(reader: TreeReader, node: AllOfNode) -> Iterator[Unenforced]:
     common = reader.all_of_values(node)
     common_texts = set(map(dump_json, common))
     for child in node.children:
@@ -471,7 +279,7 @@ def _dropped_parts(reader: _Reader, node: AllOfNode) -> Iterator[Unenforced]:
         yield from _replaced_properties(reader, node)
 
 
-def _replaced_properties(reader: _Reader, node: AllOfNode) -> Iterator[Unenforced]:
+def _replaced_properties(reader: TreeReader, node: AllOfNode) -> Iterator[Unenforced]:
     # The converter merges the parts' properties into one object whose rule for a name is the last
     # part's: an earlier part's schema for the same name (unless it is the same schema) is dropped.
     last: dict[str, str] = {}
@@ -499,9 +307,9 @@ def _beside(schema: _Schema, types: frozenset[str], reads: frozenset[str], why: 
         if key == "type":
             declared = schema[key]
             listed = declared if isinstance(declared, list) else [declared]
-            if types and _within(types, frozenset(t for t in listed if isinstance(t, str))):
+            if types and within(types, frozenset(t for t in listed if isinstance(t, str))):
                 continue
-        elif not _meets(types, entry.applies_to):
+        elif not meets(types, entry.applies_to):
             continue
         needs = _NEEDS.get(key)
         if needs is not None and not any(other in schema for other in needs):
@@ -509,8 +317,8 @@ def _beside(schema: _Schema, types: frozenset[str], reads: frozenset[str], why: 
         yield key, why
 
 
-def _ref_findings(reader: _Reader, source: SchemaSource) -> _Findings:
-    types = reader.types(source.node) or _EVERY_TYPE  # a $ref cycle: say everything
+def _ref_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
+    types = reader.types(source.node) or EVERY_TYPE  # a $ref cycle: say everything
     yield from _beside(source.schema, types, frozenset({"$ref"}), "ignored beside $ref")
 
 
@@ -519,7 +327,7 @@ def _repeats(listed: Sequence[set[str]]) -> bool:
     return len(set().union(*listed)) < sum(map(len, listed))
 
 
-def _may_overlap(reader: _Reader, children: Sequence[SchemaNode]) -> bool:
+def _may_overlap(reader: TreeReader, children: Sequence[SchemaNode]) -> bool:
     """Whether a value the grammar of one alternative takes may be valid for another's schema too."""
     listed = [reader.values(child) for child in children]
     if all(values is not None for values in listed):  # consts and enums
@@ -536,14 +344,14 @@ def _may_overlap(reader: _Reader, children: Sequence[SchemaNode]) -> bool:
     return any(not reader.disjoint(a, b) for i, a in enumerate(children) for b in children[i + 1 :])
 
 
-def _tag(reader: _Reader, node: ObjectNode, name: str) -> set[str] | None:
+def _tag(reader: TreeReader, node: ObjectNode, name: str) -> set[str] | None:
     for prop in node.properties:
         if prop.name == name and prop.required:
             return reader.values(prop.schema)
     return None
 
 
-def _any_of_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+def _any_of_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     schema, node = source.schema, source.node
     assert isinstance(node, AnyOfNode)
     if "oneOf" not in schema and "anyOf" not in schema:
@@ -556,7 +364,7 @@ def _any_of_findings(reader: _Reader, source: SchemaSource) -> _Findings:
     yield from _beside(schema, reader.types(node), frozenset({key}), f"ignored beside {key}")
 
 
-def _values_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+def _values_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     schema, node = source.schema, source.node
     values: tuple[JsonValue, ...]
     if isinstance(node, ConstNode):
@@ -570,25 +378,25 @@ def _values_findings(reader: _Reader, source: SchemaSource) -> _Findings:
         key, values = "enum", node.values
     types = frozenset(map(json_type, values))
     declared = source.type_list if source.type_list is not None else (schema.get("type"),)
-    if "type" in schema and not _within(types, frozenset(t for t in declared if isinstance(t, str))):
+    if "type" in schema and not within(types, frozenset(t for t in declared if isinstance(t, str))):
         yield "type", f"not checked against the {key} values"
     reads = frozenset({key, "type", "enum"})
     yield from _beside(schema, types, reads, f"not checked against the {key} values")
 
 
-def _any_findings(reader: _Reader, source: SchemaSource) -> _Findings:
-    yield from _beside(source.schema, _EVERY_TYPE, frozenset(), "")
+def _any_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
+    yield from _beside(source.schema, EVERY_TYPE, frozenset(), "")
 
 
-def _number_findings(reader: _Reader, source: SchemaSource) -> _Findings:
+def _number_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     for key in source.schema:
         if key in _BOUNDS:
             yield key, "bounds on a non-integer number are not enforced"
     yield from _beside(source.schema, frozenset({"number"}), frozenset({"type"}), "")
 
 
-def _typed(types: frozenset[str]) -> Callable[[_Reader, SchemaSource], _Findings]:
-    def findings(reader: _Reader, source: SchemaSource) -> _Findings:
+def _typed(types: frozenset[str]) -> Callable[[TreeReader, SchemaSource], _Findings]:
+    def findings(reader: TreeReader, source: SchemaSource) -> _Findings:
         yield from _beside(source.schema, types, frozenset({"type"}), "")
 
     return findings
@@ -625,7 +433,7 @@ _KIND_NAMES: Final[Mapping[type, str]] = {
     AnyNode: "any value",
 }
 
-_KINDS: Final[Mapping[type, Callable[[_Reader, SchemaSource], _Findings]]] = {
+_KINDS: Final[Mapping[type, Callable[[TreeReader, SchemaSource], _Findings]]] = {
     RefNode: _ref_findings,
     AnyOfNode: _any_of_findings,
     AllOfNode: _all_of_findings,
@@ -651,7 +459,7 @@ def unenforced_keywords(document: SchemaDocument, unsupported_patterns: Mapping[
         document: the built schema tree, with its sources.
         unsupported_patterns: node pointer -> llama.cpp's warning, for the patterns it could not translate.
     """
-    reader = _Reader(document)
+    reader = TreeReader(document)
     items: dict[tuple[str, str], Unenforced] = {}
 
     def add(item: Unenforced) -> None:
@@ -675,7 +483,7 @@ def unenforced_keywords(document: SchemaDocument, unsupported_patterns: Mapping[
     return tuple(items.values())
 
 
-def _root_named_property(reader: _Reader, root: SchemaNode) -> Iterator[Unenforced]:
+def _root_named_property(reader: TreeReader, root: SchemaNode) -> Iterator[Unenforced]:
     # llama.cpp names a property's rule after the object's rule and the property's name; the root object's
     # rule name is empty, so a property named "" gets the name `root`: the grammar is that property's value
     if isinstance(root, ObjectNode):
