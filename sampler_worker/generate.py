@@ -19,9 +19,11 @@
 # tokens are step 2's and 3's: the grammar's single-token check and the mask's bit are the same predicate,
 # and the generator is consumed the same way. The session accepts t as in step 2, only later; a refusal of
 # a token its own mask allowed is a GenerationError at the next step. `overlap="auto"` runs the first
-# PROBE_STEPS steps without overlap and the next PROBE_STEPS ahead, then keeps the mode whose median step
-# took less time (a forward pass long enough to hide the round trip and the mask favours ahead; a CPU model
-# that the mask's computation slows may not).
+# PROBE_STEPS steps without overlap and the next PROBE_STEPS ahead, then keeps ahead unless the median step
+# without overlap was shorter by more than AUTO_MARGIN: ahead takes the round trip off the critical path
+# whenever the forward pass hides it, and loses only where masks cost more than the pass hides (new states
+# on a fast model) or their computation slows a model that needs every core, differences of more than a
+# few per cent; smaller ones are the machine's noise over 8 steps, which would otherwise decide.
 #
 # Generation ends at an end-of-generation token (not part of the text), after `max_tokens` tokens, or
 # when the text contains a stop string (the text is cut before it). Text is the tokens' pieces without
@@ -46,13 +48,24 @@ import numpy.typing as npt
 from constraintd.engine.masks.bitmask import unpack_mask
 from sampler_worker.chain import SamplerChain, SamplerSettings
 
-__all__ = ["OVERLAP_MODES", "PROBE_STEPS", "Counters", "Generation", "GenerationError", "Step", "generate"]
+__all__ = [
+    "AUTO_MARGIN",
+    "OVERLAP_MODES",
+    "PROBE_STEPS",
+    "Counters",
+    "Generation",
+    "GenerationError",
+    "Step",
+    "generate",
+]
 
 Mask = npt.NDArray[np.int32]
 Overlap = Literal["auto", "off", "ahead"]
 OVERLAP_MODES: tuple[Overlap, ...] = ("auto", "off", "ahead")
 # auto: steps run without overlap, then as many ahead, before it keeps the faster mode
 PROBE_STEPS = 8
+# auto: how much shorter the median step without overlap must be for it to be kept instead of ahead
+AUTO_MARGIN = 0.03
 
 
 class ConstraintSession(Protocol):
@@ -271,6 +284,11 @@ class _Ahead:
         self._pool.shutdown(wait=True)
 
 
+def _off_wins(probe: dict[str, list[float]]) -> bool:
+    """auto's choice after its probe: whether the steps without overlap were clearly the shorter."""
+    return statistics.median(probe["off"]) < statistics.median(probe["ahead"]) * (1 - AUTO_MARGIN)
+
+
 def _allows(mask: Mask, token: int) -> bool:
     return bool(int(mask[token >> 5]) >> (token & 31) & 1)
 
@@ -431,9 +449,7 @@ def _run(
         counters.model_seconds += clock() - started
         if ahead is not None and overlap == "auto" and index < 2 * PROBE_STEPS:
             probe["ahead" if index >= PROBE_STEPS else "off"].append(clock() - step_started)
-            if index + 1 == 2 * PROBE_STEPS and statistics.median(probe["off"]) < statistics.median(
-                probe["ahead"]
-            ):
+            if index + 1 == 2 * PROBE_STEPS and _off_wins(probe):
                 ahead.settle(index)  # the session has the token; the mask is not needed
                 mode = "off"
     if ahead is not None:
