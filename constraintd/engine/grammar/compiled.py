@@ -18,7 +18,8 @@
 #   containers and the counts of what they hold (not by walking every object): the parsed rules, the
 #   flattened rules (element table, alternates, character classes, follow positions, the closures' stacks),
 #   the initial state's stacks, the trigger programs, the key. Counted as it grows: the finished masks
-#   (their arrays) and the states learned while serving, at a flat `STATE_BYTES` each. Not counted: the
+#   and the stack-top verdicts kept for this grammar alone (their arrays), and the states learned while
+#   serving, at a flat `STATE_BYTES` each. Not counted: the
 #   vocabulary and what it owns (decoded pieces, shared verdicts: bounded by its owner), the per-top
 #   shortcuts to those verdicts, a learned state's memo tables past the flat estimate, and the allocator's
 #   own overhead. A test holds the estimate to what tracemalloc sees a compile allocate.

@@ -22,6 +22,13 @@
 #   vocabulary (masks/verdicts.py: the store its `DecodedVocab` owns): the string, number and value rules
 #   that every converted JSON schema repeats are walked once per vocabulary, and a new grammar mostly
 #   walks the few tokens its own literals and nesting decide.
+# - Not every top is keyed: a longer top whose shorter one leaves no token uncertain has its verdict; one
+#   whose shorter top leaves at most 1/FEW_SHARE of the vocabulary uncertain is walked over those rows,
+#   and a shortest top whose whole walk moves at most that share of the rows past their first code
+#   point (a narrow class on top: a literal's character) is walked whole, both without a key and kept
+#   for the grammar alone (`max_own_bytes`, counted in `nbytes`): the structural ids of positions in a
+#   grammar's schema-specific rules cost more than such walks, for verdicts no other grammar would
+#   likely share.
 # - First visits inside bounded repetitions (`x{0,n}`, unrolled by the parser into a chain of rules,
 #   each position a structure of its own within the horizon) borrow from the loop `x*`: the top is also
 #   keyed with its chains made loops (masks/structural_ids.py, `loops`), and every token that looks at no
@@ -35,8 +42,8 @@
 # - After an unfinished UTF-8 sequence (rare: a token cut a character) the mask is walked whole.
 # - Every cache is an `LruCache` (engine/lru.py), dropping its least recently used entries beyond its
 #   bound (bytes of arrays for masks and verdicts, a count for the per-grammar shortcut to them); the
-#   answers never depend on them. The masks and shortcuts are owned by the `MaskCache` (one per grammar),
-#   the verdicts by the vocabulary: nothing here lives in the module.
+#   answers never depend on them. The masks, a grammar's own verdicts and the shortcuts are owned by the
+#   `MaskCache` (one per grammar), the shared verdicts by the vocabulary: nothing here lives in the module.
 from __future__ import annotations
 
 from dataclasses import replace
@@ -51,12 +58,20 @@ from constraintd.engine.grammar.stacks import Stack
 from constraintd.engine.grammar.utf8 import FRESH, PartialUtf8
 from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.bitmask import allow_tokens, mask_words, pack_mask
-from constraintd.engine.masks.compute import compute_mask, walk
+from constraintd.engine.masks.compute import compute_mask, rows_past_first, walk
 from constraintd.engine.masks.structural_ids import Structure
 from constraintd.engine.masks.verdicts import LOOP_MARK, SharedVerdicts, TopVerdict
 from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab
 
-__all__ = ["CONTEXT_DEPTH", "LOOP_SHARE", "MAX_MASK_BYTES", "MAX_NEW_TOPS", "MaskCache"]
+__all__ = [
+    "CONTEXT_DEPTH",
+    "FEW_SHARE",
+    "LOOP_SHARE",
+    "MAX_MASK_BYTES",
+    "MAX_NEW_TOPS",
+    "MAX_OWN_BYTES",
+    "MaskCache",
+]
 
 # Positions a stack top keeps (the stack's own positions when it is no deeper).
 CONTEXT_DEPTH: Final = 4
@@ -64,8 +79,13 @@ CONTEXT_DEPTH: Final = 4
 MAX_NEW_TOPS: Final = 16
 # A top borrows its loop's verdict when at most 1/LOOP_SHARE of the vocabulary is left to walk.
 LOOP_SHARE: Final = 16
+# A longer top is walked from its shorter one's uncertain rows, without a structural key, when they are at
+# most 1/FEW_SHARE of the vocabulary.
+FEW_SHARE: Final = 64
 # Default bound of a grammar's finished masks.
 MAX_MASK_BYTES: Final = 4 << 20
+# Default bound of the verdicts a grammar keeps for itself alone (tops walked without a structural key).
+MAX_OWN_BYTES: Final = 4 << 20
 
 Words = npt.NDArray[np.int32]
 IntArray = npt.NDArray[np.int64]
@@ -76,6 +96,7 @@ class MaskCache:
 
     __slots__ = (
         "_masks",
+        "_own",
         "_tops",
         "loops",
         "shared",
@@ -91,6 +112,7 @@ class MaskCache:
         *,
         max_mask_bytes: int = MAX_MASK_BYTES,
         max_tops: int = 2048,
+        max_own_bytes: int = MAX_OWN_BYTES,
         shared: SharedVerdicts | None = None,
     ) -> None:
         self.states = states
@@ -101,6 +123,9 @@ class MaskCache:
         self._masks: LruCache[tuple[State, PartialUtf8], Words] = LruCache(max_mask_bytes)
         # stack top -> its verdict (a shortcut past the structural key, for this grammar's tops), counted
         self._tops: LruCache[Stack, TopVerdict] = LruCache(max_tops)
+        # stack top -> its verdict when no structural key keeps it (`_from_shorter`): this grammar's alone,
+        # sized by the arrays it holds alone
+        self._own: LruCache[Stack, TopVerdict] = LruCache(max_own_bytes)
 
     def mask(self, state: State, partial: PartialUtf8, limit: int) -> Words:
         """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only).
@@ -130,7 +155,7 @@ class MaskCache:
             for stacks in state.by_top.values()
             for stack in stacks
         }
-        if sum(top not in self._tops for top in tops) > MAX_NEW_TOPS:
+        if sum(top not in self._tops and top not in self._own for top in tops) > MAX_NEW_TOPS:
             return compute_mask(state, FRESH, self.vocab, limit)
         vocab = self.vocab
         table = vocab.fresh_table()
@@ -172,17 +197,63 @@ class MaskCache:
     def _top(self, top: Stack, limit: int) -> TopVerdict:
         verdict = self._tops.get(top)
         if verdict is None:
-            structure = self.structure
-            if structure is None:
-                # a token matches at most as many char terminals as it has code points, then looks at one more
-                horizon = len(self.vocab.fresh_table().columns) + 1
-                self.loops = Structure(self.states.rules, horizon, self.shared.forms, loops=True)
-                structure = self.structure = Structure(self.states.rules, horizon, self.shared.forms)
-            key = structure.stack(top)
-            verdict = self.shared.get(key)
-            if verdict is None:
-                verdict = self._learn_top(top, key, limit)
-            self._tops.put(top, verdict, 1)
+            verdict = self._own.get(top)
+        if verdict is None:
+            shorter = self._shorter(top, limit)
+            if shorter is None and self._narrow(top, limit):
+                # the shortest top, of a narrow class: its whole walk touches few rows, kept as below
+                table = self.vocab.fresh_table()
+                start = self.states.intern([top], limit)
+                assert start is not None
+                allowed_rows, uncertain = walk(table, table.columns, start, limit)
+                verdict = self._verdict(None, table.ids[allowed_rows], uncertain)
+                self._own.put(top, verdict, verdict.nbytes)
+            elif shorter is not None and shorter.uncertain.size == 0:
+                verdict = shorter  # it decides every token whatever lies below: so does the longer top
+                self._tops.put(top, verdict, 1)
+            elif (
+                shorter is not None
+                and shorter.uncertain.size * FEW_SHARE <= self.vocab.fresh_table().ids.size
+            ):
+                # Few rows left to walk: walked from this top without its structural key (the ids of
+                # positions deep in a grammar, whose forms run through its schema-specific rules, cost
+                # more than such a walk), and kept for this grammar alone.
+                verdict = self._walk_uncertain(top, shorter, limit)
+                self._own.put(top, verdict, verdict.nbytes)
+            else:
+                verdict = self._keyed_top(top, limit)
+                self._tops.put(top, verdict, 1)
+        return verdict
+
+    def _narrow(self, top: Stack, limit: int) -> bool:
+        # whether a whole walk from the shortest top (escape, p) moves at most 1/FEW_SHARE of the rows past
+        # their first code point, deciding no token by id (a literal's character, a digit)
+        start = self.states.intern([top], limit)
+        assert start is not None
+        if start.token_tops or start.has_empty:
+            return False
+        table = self.vocab.fresh_table()
+        return rows_past_first(table, start, limit) * FEW_SHARE <= table.ids.size
+
+    def _shorter(self, top: Stack, limit: int) -> TopVerdict | None:
+        # the verdict of the top one position shorter (None for the shortest, which is walked whole)
+        escape = self.states.rules.escape
+        if top[0] == escape:
+            return None if len(top) == 2 else self._top((escape, *top[2:]), limit)
+        return self._top((escape, *top), limit)
+
+    def _keyed_top(self, top: Stack, limit: int) -> TopVerdict:
+        # a top's verdict by its structural key: shared by every grammar on the vocabulary
+        structure = self.structure
+        if structure is None:
+            # a token matches at most as many char terminals as it has code points, then looks at one more
+            horizon = len(self.vocab.fresh_table().columns) + 1
+            self.loops = Structure(self.states.rules, horizon, self.shared.forms, loops=True)
+            structure = self.structure = Structure(self.states.rules, horizon, self.shared.forms)
+        key = structure.stack(top)
+        verdict = self.shared.get(key)
+        if verdict is None:
+            verdict = self._learn_top(top, key, limit)
         return verdict
 
     def _learn_top(self, top: Stack, key: tuple[int, ...], limit: int) -> TopVerdict:
@@ -251,6 +322,13 @@ class MaskCache:
             # point instead of row by row, costs less (and decides the rest again, alike)
             allowed_rows, uncertain = walk(table, table.columns, start, limit)
             return self._verdict(None, table.ids[allowed_rows], uncertain)
+        return self._walk_uncertain(top, shorter, limit)
+
+    def _walk_uncertain(self, top: Stack, shorter: TopVerdict, limit: int) -> TopVerdict:
+        # `shorter`'s verdict, with the rows it leaves uncertain walked from `top`
+        table = self.vocab.fresh_table()
+        start = self.states.intern([top], limit)
+        assert start is not None
         allowed_rows, uncertain = walk(table, table.columns, start, limit, rows=shorter.uncertain)
         ids = table.ids[allowed_rows]
         if shorter.ids.size:
@@ -277,8 +355,9 @@ class MaskCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the finished masks kept (their arrays only, not the dict around them)."""
-        return self._masks.size
+        """Bytes of the finished masks and of the verdicts kept for this grammar alone (their arrays
+        only, not the dicts around them)."""
+        return self._masks.size + self._own.size
 
     def forget_masks(self) -> None:
         """Drops the finished masks (not the per-top verdicts): the next masks are composed anew."""

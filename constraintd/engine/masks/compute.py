@@ -32,7 +32,7 @@ from constraintd.engine.vocab.decoded import (
     decode_partial,
 )
 
-__all__ = ["compute_allowed", "compute_mask", "walk"]
+__all__ = ["compute_allowed", "compute_mask", "rows_past_first", "walk"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -104,6 +104,8 @@ def walk(
     Raises:
         LimitError: a state met has more than `limit` stacks.
     """
+    if rows is not None and rows.size <= _FEW_ROWS:
+        return _walk_few(table, columns, start, rows, limit)
     allowed = np.zeros(table.ids.size, dtype=np.bool_)
     uncertain = np.zeros(table.ids.size, dtype=np.bool_)
     states: list[State | None] = [None, start]
@@ -152,7 +154,14 @@ def walk(
     for j in range(first, len(columns)):
         if rows.size <= _FEW_ROWS and not (j == 0 and whole):
             if rows.size:
-                _walk_singly(table, columns, j, rows, at, states, allowed, uncertain, limit)
+                starts: list[State] = []
+                for index in at.tolist():
+                    state = states[index]
+                    assert state is not None  # dead rows were dropped
+                    starts.append(state)
+                rows_allowed, rows_unsure = _walk_singly(table, columns, j, rows.tolist(), starts, limit)
+                allowed[rows_allowed] = True
+                uncertain[rows_unsure] = True
             break
         column = columns[j]
         present = np.flatnonzero(np.bincount(at, minlength=len(states)))
@@ -196,31 +205,30 @@ def _walk_singly(
     table: ColumnTable,
     columns: tuple[IntArray, ...],
     j: int,
-    rows: IntArray,
-    at: IntArray,
-    states: list[State | None],
-    allowed: BoolArray,
-    uncertain: BoolArray,
+    rows: list[int],
+    starts: list[State],
     limit: int,
-) -> None:
-    # The few rows still alive at column j (each with a code point there), walked one at a time from
-    # here to their end: the column loop's numpy calls cost tens of microseconds a column whatever the
-    # rows, a step of one row a dict lookup (State.step, memoized), and a state met for the first time
-    # builds the one transition its row takes instead of all its intervals'. The same verdicts: token
-    # tops and escape marks met with code points left, then the end judged as _judge_ends does.
+) -> tuple[list[int], list[int]]:
+    # The few rows still alive at column j (each with a code point there, in the state `starts` gives),
+    # walked one at a time from here to their end: the column loop's numpy calls cost tens of
+    # microseconds a column whatever the rows, a step of one row a dict lookup (State.step, memoized),
+    # and a state met for the first time builds the one transition its row takes instead of all its
+    # intervals'. The same verdicts: token tops and escape marks met with code points left, then the end
+    # judged as _judge_ends does. Returns the rows allowed and the rows that met an escape mark.
     count_from = table.count_from
     ids, partials = table.ids, table.partials
     n_columns = len(columns)
-    for row, index in zip(rows.tolist(), at.tolist(), strict=True):
-        state = states[index]
-        assert state is not None
+    allowed: list[int] = []
+    uncertain: list[int] = []
+    for row, state in zip(rows, starts, strict=True):
         token = int(ids[row])
+        ok = unsure = False
         k = j
         while True:
-            if state.token_tops and not allowed[row] and state.token_matches(token):
-                allowed[row] = True
+            if state.token_tops and not ok:
+                ok = state.token_matches(token)
             if state.has_escape:
-                uncertain[row] = True
+                unsure = True
             after = state.step(int(columns[k][row]), limit)
             if after is None:
                 break
@@ -230,10 +238,35 @@ def _walk_singly(
                 continue
             code = int(partials[row])
             if code == 0 or state.partial_ok(decode_partial(code)):
-                allowed[row] = True
+                ok = True
             if code and state.has_escape:
-                uncertain[row] = True
+                unsure = True
             break
+        if ok:
+            allowed.append(row)
+        if unsure:
+            uncertain.append(row)
+    return allowed, uncertain
+
+
+def _walk_few(
+    table: ColumnTable, columns: tuple[IntArray, ...], start: State, rows: IntArray, limit: int
+) -> tuple[IntArray, IntArray]:
+    # `walk` of a few rows: one at a time from the start, without the vocabulary-sized arrays
+    with_code_points = table.count_from[0] if table.count_from else 0
+    listed = rows.tolist()
+    walking = [row for row in listed if row < with_code_points]
+    allowed, uncertain = _walk_singly(table, columns, 0, walking, [start] * len(walking), limit)
+    for row in listed[len(walking) :]:  # no code point: only an unfinished sequence, judged at the start
+        if start.partial_ok(decode_partial(int(table.partials[row]))):
+            allowed.append(row)
+        if start.has_escape:
+            uncertain.append(row)
+    found = set(allowed)
+    return (
+        np.array(sorted(found), dtype=np.int64),
+        np.array(sorted(set(uncertain) - found), dtype=np.int64),
+    )
 
 
 def _first_column(table: ColumnTable, bounds: IntArray, ids: IntArray) -> tuple[IntArray, IntArray]:
@@ -259,6 +292,22 @@ def _first_column(table: ColumnTable, bounds: IntArray, ids: IntArray) -> tuple[
     at = np.repeat(ids[live], sizes)
     order = np.argsort(rows)
     return rows[order], at[order]
+
+
+def rows_past_first(table: ColumnTable, start: State, limit: int) -> int:
+    """How many rows of `table` a whole walk from `start` moves past their first code point (a narrow
+    class on top keeps few): counted from the rows' groups by first code point, without listing them.
+
+    Raises:
+        LimitError: a state one code point from `start` has more than `limit` stacks.
+    """
+    bounds, after = start.segments(limit)
+    edges = np.zeros(bounds.size + 2, dtype=np.int64)
+    edges[1:-1] = np.searchsorted(table.first_code_points, bounds, side="left")
+    edges[-1] = table.first_code_points.size
+    live = np.array([index for index, state in enumerate(after) if state is not None], dtype=np.int64)
+    starts = table.row_groups().group_starts
+    return int((starts[edges[live + 1]] - starts[edges[live]]).sum())
 
 
 def _judge_bare(table: ColumnTable, start: State, allowed: BoolArray) -> None:
