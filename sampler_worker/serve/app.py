@@ -46,12 +46,15 @@ class ServeState:
         metrics: the counters `/metrics` shows.
         model_name: the model's name in `/v1/models` and in answers (any requested name is accepted).
         timeout: seconds a request may take, from its arrival to its last byte.
+        honour_strict: OpenAI's `response_format.json_schema.strict: true` refuses (400) a schema the
+            grammar cannot enforce in full, instead of generating under llama.cpp's grammar.
     """
 
     generations: Generations
     metrics: Metrics
     model_name: str
     timeout: float
+    honour_strict: bool = False
 
 
 # endpoint -> (path, request model)
@@ -100,7 +103,7 @@ async def _generate(state: ServeState, endpoint: str, request: Request) -> Respo
     try:
         text = (await request.body()).decode("utf-8")
         body = model.model_validate_json(text)
-        job = job_from(body, text)
+        job = job_from(body, text, honour_strict=state.honour_strict)
         run = await state.generations.start(job, deadline=arrived + state.timeout)
     except Exception as exc:
         return _error_response(state, endpoint, http_error(exc))

@@ -217,14 +217,17 @@ def _budget(*values: int | None) -> int | None:
     return None
 
 
-def _constraint(text: str, dialect: Dialect) -> tuple[dict[str, Any] | None, bool]:
+def _constraint(text: str, dialect: Dialect, honour_strict: bool) -> tuple[dict[str, Any] | None, bool]:
     # SchemaError (with the field's pointer) goes up as it is.
     # A body that asks for free text has no schema or grammar text (`resolve_request` reads it so too).
     from sampler_worker.cli import answers_json
 
-    if read_request(text).text is None:
+    requested = read_request(text)
+    if requested.text is None:
         return None, False
     constraint: dict[str, Any] = {f"{dialect}_request": text}
+    if honour_strict and requested.asks_strict:
+        constraint["strict"] = True  # structured outputs' promise: a schema the grammar cannot hold is a 400
     return constraint, answers_json(constraint)
 
 
@@ -236,19 +239,21 @@ def _messages(messages: list[ChatMessage]) -> tuple[Message, ...]:
 
 def _job(
     text: str, dialect: Dialect, chat: tuple[Message, ...] | None, prompt: str, sampling: _Sampling | None,
-    budget: int | None, stop: str | list[str] | None,
+    budget: int | None, stop: str | list[str] | None, honour_strict: bool,
 ) -> Job:
-    constraint, json_answer = _constraint(text, dialect)
+    constraint, json_answer = _constraint(text, dialect, honour_strict)
     return Job(chat=chat, prompt=prompt, settings=_settings(sampling), max_tokens=budget, stop=_stop(stop),
                constraint=constraint, json_answer=json_answer)
 
 
-def job_from(body: BaseModel, text: str) -> Job:
+def job_from(body: BaseModel, text: str, *, honour_strict: bool = False) -> Job:
     """The generation a validated request body asks for.
 
     Args:
         body: one of the request models, validated from `text`.
         text: the body's JSON text, as received.
+        honour_strict: a `response_format.json_schema.strict: true` refuses a schema the grammar cannot
+            enforce in full (constraintd's strict), instead of generating under llama.cpp's grammar.
 
     Raises:
         RequestError: an unsupported option, or sampling settings out of range.
@@ -259,24 +264,24 @@ def job_from(body: BaseModel, text: str) -> Job:
             raise RequestError("only n = 1 is supported", param="n")
         budget = _budget(body.max_completion_tokens, body.max_tokens, body.n_predict)
         if isinstance(body, ChatCompletionRequest):
-            return _job(text, "openai", _messages(body.messages), "", body, budget, body.stop)
+            return _job(text, "openai", _messages(body.messages), "", body, budget, body.stop, honour_strict)
         if isinstance(body, CompletionRequest):
             prompt = body.prompt
             if isinstance(prompt, list):
                 if len(prompt) != 1:
                     raise RequestError("only a single prompt is supported", param="prompt")
                 prompt = prompt[0]
-            return _job(text, "openai", None, prompt, body, budget, body.stop)
+            return _job(text, "openai", None, prompt, body, budget, body.stop, honour_strict)
     if isinstance(body, _OllamaBody):
         options = body.options
         budget = _budget(options.num_predict if options else None)
         stop = options.stop if options else None
         if isinstance(body, OllamaChatRequest):
-            return _job(text, "ollama", _messages(body.messages), "", options, budget, stop)
+            return _job(text, "ollama", _messages(body.messages), "", options, budget, stop, honour_strict)
         if isinstance(body, OllamaGenerateRequest):
             if body.raw:
-                return _job(text, "ollama", None, body.prompt, options, budget, stop)
+                return _job(text, "ollama", None, body.prompt, options, budget, stop, honour_strict)
             system = (Message("system", body.system),) if body.system else ()
             chat = (*system, Message("user", body.prompt))
-            return _job(text, "ollama", chat, "", options, budget, stop)
+            return _job(text, "ollama", chat, "", options, budget, stop, honour_strict)
     raise TypeError(f"not a request model: {type(body).__name__}")

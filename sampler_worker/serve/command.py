@@ -117,6 +117,12 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="how generations meet constraintd, as `generate --overlap`: ahead fetches the next mask while "
         "the model evaluates a token, off accepts each draw; auto (default) probes both per generation",
     )
+    serve.add_argument(
+        "--honour-strict", action="store_true",
+        help="OpenAI's response_format.json_schema.strict: true refuses (400, naming the keyword and its "
+        "pointer) a schema the grammar cannot enforce in full; without it the grammar is llama.cpp's and "
+        "may accept more than the schema",
+    )
     serve.add_argument("--max-queue", type=int, default=8,
                        help="requests that may wait for a free slot; past it, 429 with Retry-After "
                        "(default 8)")
@@ -176,6 +182,7 @@ def serving(
     threads: int | None = None,
     alias: str | None = None,
     overlap: Overlap = "auto",
+    honour_strict: bool = False,
     say: TextIO = sys.stderr,
 ) -> Iterator[Any]:
     """Startup and shutdown around the app: yields the FastAPI app, ready to serve.
@@ -213,7 +220,7 @@ def serving(
                 metrics = Metrics()
                 generations = Generations(slots, client=client, vocab=handle, max_queue=max_queue,
                                           metrics=metrics, overlap=overlap)
-                state = ServeState(generations, metrics, alias or Path(path).name, timeout)
+                state = ServeState(generations, metrics, alias or Path(path).name, timeout, honour_strict)
                 app = create_app(state)
                 app.state.serve = state
                 try:
@@ -265,7 +272,7 @@ def run_serve(args: argparse.Namespace, say: TextIO = sys.stderr) -> int:
         with serving(
             model_path=args.model, constraintd=args.constraintd, parallel=args.parallel,
             max_queue=args.max_queue, timeout=args.timeout, n_ctx=args.n_ctx, threads=args.threads,
-            alias=args.alias, overlap=args.overlap, say=say,
+            alias=args.alias, overlap=args.overlap, honour_strict=args.honour_strict, say=say,
         ) as app:
             server = uvicorn_server(app)
             say.write(f"listening on {address(sock)}\n")

@@ -74,6 +74,20 @@ def test_a_constraint_goes_to_constraintd_as_the_body_itself(
     assert got.json_answer is json_answer
 
 
+def test_openais_strict_is_honoured_only_when_the_server_says_so() -> None:
+    schema = {"type": "object", "properties": {"x": {"type": "number", "minimum": 1}}}
+    body = {"messages": USER, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "strict": True, "schema": schema}}}
+    text = json.dumps(body)
+    parsed = ChatCompletionRequest.model_validate_json(text)
+    assert job_from(parsed, text).constraint == {"openai_request": text}
+    assert job_from(parsed, text, honour_strict=True).constraint == {"openai_request": text, "strict": True}
+    not_strict = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    lenient = json.dumps(dict(body, response_format=not_strict))
+    lenient_job = job_from(ChatCompletionRequest.model_validate_json(lenient), lenient, honour_strict=True)
+    assert lenient_job.constraint == {"openai_request": lenient}
+
+
 def test_free_text_asks_for_no_constraint() -> None:
     text = {"messages": USER, "response_format": {"type": "text"}}
     assert job(ChatCompletionRequest, text).constraint is None
