@@ -2,6 +2,7 @@
 
     convert     the converter: a schema text -> the GBNF text, the warnings llama.cpp gives and the report
     keywords    the JSON Schema keywords and what the converter does with each (enforced, in part, never, ...)
+    extended    the extended dialect (opt-in): exact string formats and integer bounds beyond llama.cpp's
     report      the report: each keyword the grammar does not enforce, with its JSON pointer and why
     tree_reader the schema tree read for the types its grammars produce and its schemas accept
     raw_text    which patterns' grammars take a quote, backslash or control character unescaped
@@ -14,5 +15,6 @@
 
 Contract: a schema llama.cpp converts gives the same text; a schema it refuses raises `SchemaError` with
 llama.cpp's reason and the JSON pointer of the node. The report never changes the text; strict conversion
-refuses a schema whose report is not empty.
+refuses a schema whose report is not empty. With `dialect="extended"` the grammar is no longer llama.cpp's:
+it enforces more (schema/extended.py), and the report names only what it still leaves unenforced.
 """

@@ -20,10 +20,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from constraintd.engine.schema import extended
+from constraintd.engine.schema.extended import DEFAULT_DIALECT, EXTENDED, check_dialect
 from constraintd.engine.schema.json_text import JsonValue, dump_json, dump_string, parse_json
 from constraintd.engine.schema.keywords import Unenforced
 from constraintd.engine.schema.nodes import (
@@ -96,10 +98,19 @@ _BAD_UTF8: Final = (
 
 
 class _Converter:
-    """common_chat_schema_converter, with dotall off (the JSON-schema path)."""
+    """common_chat_schema_converter, with dotall off (the JSON-schema path); with `dialect` "extended",
+    the string formats and integer bounds of schema/extended.py written exactly."""
 
-    def __init__(self, document: SchemaDocument, limit: WorkLimit, max_chars: int) -> None:
+    def __init__(self, document: SchemaDocument, limit: WorkLimit, max_chars: int,
+                 dialect: str = DEFAULT_DIALECT) -> None:
         self.document = document
+        self.extended = dialect == EXTENDED
+        self.reserved = RESERVED_NAMES | extended.RESERVED_NAMES if self.extended else RESERVED_NAMES
+        # the schema object each string and integer node was built from (what the extended dialect reads)
+        self.schemas: dict[SchemaNode, Mapping[str, JsonValue]] = {
+            source.node: source.schema for source in document.sources
+            if isinstance(source.node, StringNode | IntegerNode)
+        }
         self.limit = limit
         self.max_chars = max_chars
         self.chars = len("space") + len(SPACE_RULE)
@@ -136,6 +147,14 @@ class _Converter:
             elif dep not in self.rules:
                 self.add_primitive(dep, dep_rule)
         return result
+
+    def add_extended(self, name: str) -> str:
+        """A rule of the extended dialect (schema/extended.py) and the rules it needs, once each."""
+        rule = extended.RULES[name]
+        for dep in rule.deps:
+            if dep not in self.rules:
+                self.add_extended(dep)
+        return self.add_rule(name, rule.content)
 
     def visit_primitive(self, rule_name: str, kind: str) -> str:
         return self.add_primitive("root" if rule_name == "root" else kind, PRIMITIVE_RULES[kind])
@@ -272,7 +291,7 @@ class _Converter:
     def visit(self, node: SchemaNode, name: str) -> str:
         self.limit.enter(node.pointer)
         try:
-            rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
+            rule_name = name + "-" if name in self.reserved else name or "root"
             return _VISITORS[type(node)](self, node, name, rule_name)
         finally:
             self.limit.leave()
@@ -300,6 +319,10 @@ class _Converter:
     def visit_string(self, node: StringNode, name: str, rule_name: str) -> str:
         if node.pattern:
             return self.visit_pattern(node, rule_name)
+        if self.extended:
+            format_name = self.schemas.get(node, {}).get("format")
+            if isinstance(format_name, str) and format_name in extended.FORMATS:
+                return self.add_rule(rule_name, self.add_extended(extended.format_rule_name(format_name)))
         if node.format is StringFormat.UUID:
             return self.visit_primitive(rule_name, "uuid")
         if node.format is not StringFormat.NONE:
@@ -313,6 +336,10 @@ class _Converter:
         return self.visit_primitive(rule_name, "string")
 
     def visit_integer(self, node: IntegerNode, name: str, rule_name: str) -> str:
+        if self.extended:
+            bounds = extended.exact_range(*extended.integer_bounds(self.schemas.get(node, {})))
+            if bounds is not None:
+                return self.add_rule(rule_name, f"({extended.integer_range_rule(*bounds)})")
         if node.minimum == INT64_MIN and node.maximum == INT64_MAX:
             return self.visit_primitive(rule_name, "integer")
         try:
@@ -384,17 +411,20 @@ def _refuse_unenforced(item: Unenforced) -> SchemaError:
 
 
 def convert_schema_value(
-    schema: JsonValue, *, strict: bool = False, time_limit: float = MAX_CONVERSION_SECONDS
+    schema: JsonValue, *, strict: bool = False, time_limit: float = MAX_CONVERSION_SECONDS,
+    dialect: str = DEFAULT_DIALECT,
 ) -> SchemaConversion:
     """Convert an already parsed schema (a `parse_json` value, so numbers and key order are llama.cpp's).
 
     Raises:
-        SchemaError: llama.cpp refuses the schema (its message), a limit of this module is reached, or
-            `strict` is set and the grammar would leave a keyword unenforced (the first one, its pointer).
+        SchemaError: llama.cpp refuses the schema (its message), a limit of this module is reached,
+            `strict` is set and the grammar would leave a keyword unenforced (the first one, its pointer),
+            or `dialect` is not one of `extended.DIALECTS`.
     """
+    check_dialect(dialect)
     limit = WorkLimit(max_depth=MAX_SCHEMA_DEPTH, deadline=time.monotonic() + time_limit)
     document = schema_from_json(schema, limit)
-    converter = _Converter(document, limit, MAX_GRAMMAR_CHARS)
+    converter = _Converter(document, limit, MAX_GRAMMAR_CHARS, dialect)
     converter.visit(document.root, "")
     if converter.errors:
         message = FAILED + "\n".join(text for text, _ in converter.errors)
@@ -403,33 +433,38 @@ def convert_schema_value(
         grammar = converter.format_grammar().encode("latin-1").decode("utf-8")
     except UnicodeDecodeError:
         raise SchemaError(f"{FAILED}{_BAD_UTF8}", pointer=converter.bad_utf8_pointer or "#") from None
-    unenforced = unenforced_keywords(document, converter.unsupported_patterns)
+    unenforced = unenforced_keywords(document, converter.unsupported_patterns, dialect=dialect)
     if strict and unenforced:
         raise _refuse_unenforced(unenforced[0])
     return SchemaConversion(grammar, tuple(converter.warnings), unenforced)
 
 
 def convert_json_schema(
-    schema_text: str, *, strict: bool = False, time_limit: float = MAX_CONVERSION_SECONDS
+    schema_text: str, *, strict: bool = False, time_limit: float = MAX_CONVERSION_SECONDS,
+    dialect: str = DEFAULT_DIALECT,
 ) -> SchemaConversion:
     """Convert a JSON schema text to GBNF exactly as llama.cpp's `json_schema_to_grammar` does, with the
     report of what the grammar leaves unenforced.
 
     The text is read as llama.cpp reads it (nlohmann ordered_json; see schema/json_text.py). `strict` does
-    not change any grammar: it refuses the schemas whose report is not empty.
+    not change any grammar: it refuses the schemas whose report is not empty. `dialect="extended"` opts in
+    to grammars that enforce more than llama.cpp's (schema/extended.py: string formats, integer bounds);
+    its report names only what those grammars still leave unenforced.
 
     Raises:
         SchemaError: the text is not JSON, llama.cpp refuses the schema (`reason` is its message, `pointer`
             the node), the conversion exceeds this module's depth, size or time limits, or `strict` is set
-            and a keyword would not be enforced (`pointer` is the first such keyword's).
+            and a keyword would not be enforced (`pointer` is the first such keyword's), or `dialect` is
+            unknown.
     """
-    return convert_schema_value(parse_json(schema_text), strict=strict, time_limit=time_limit)
+    return convert_schema_value(parse_json(schema_text), strict=strict, time_limit=time_limit,
+                                dialect=dialect)
 
 
-def json_schema_to_gbnf(schema_text: str, *, strict: bool = False) -> str:
+def json_schema_to_gbnf(schema_text: str, *, strict: bool = False, dialect: str = DEFAULT_DIALECT) -> str:
     """The GBNF grammar of a JSON schema text (see `convert_json_schema`; the report is dropped).
 
     Raises:
         SchemaError: as `convert_json_schema`.
     """
-    return convert_json_schema(schema_text, strict=strict).grammar
+    return convert_json_schema(schema_text, strict=strict, dialect=dialect).grammar

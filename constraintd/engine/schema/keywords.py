@@ -38,6 +38,7 @@ from typing import Final
 
 __all__ = [
     "ANY_TYPE",
+    "EXTENDED_KEYWORDS",
     "KEYWORDS",
     "Enforcement",
     "Keyword",
@@ -170,6 +171,23 @@ KEYWORDS: Final[Mapping[str, Keyword]] = {
     "$recursiveAnchor": _k("2019-09", _A),
     "dependencies": _k("draft-07", _N, _OBJECT, "dependencies are not enforced"),
     "additionalItems": _k("draft-07", _N, _ARRAY, "additional items are not enforced"),
+}
+
+# What the extended dialect (schema/extended.py) enforces beyond the table above, keyword by keyword; a
+# keyword not named here is enforced and reported as in the default dialect.
+_INTEGER_BOUND: Final = (
+    "on integers: exactly, one- or two-sided, the tightest of minimum and exclusiveMinimum (maximum and "
+    "exclusiveMaximum) and draft 4's boolean exclusives, bounds of up to 40 digits (an open side takes at "
+    "most 16 digits, or the bound's); crossed bounds and bounds on non-integer numbers stay reported"
+)
+EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
+    "format": ("date, time, date-time (RFC 3339: month lengths, leap years, offsets; a leap second at "
+               "23:59:60 UTC only; years from 0001), ipv4 (dotted decimal, no leading zeros), uuid: exact "
+               "grammars; every other format, and a length beside a format, stays reported"),
+    "minimum": _INTEGER_BOUND,
+    "maximum": _INTEGER_BOUND,
+    "exclusiveMinimum": _INTEGER_BOUND,
+    "exclusiveMaximum": _INTEGER_BOUND,
 }
 
 _UNKNOWN: Final = Keyword("unknown", Enforcement.ANNOTATION)

@@ -12,13 +12,17 @@
 # - It reads, never changes: the grammar is llama.cpp's whatever the report says.
 # - Items come in document order, one per (pointer, keyword), first reason kept; `allOf` parts the
 #   converter drops are named by the part's pointer with the keyword `allOf`.
+# - With the extended dialect (schema/extended.py), the formats and integer bounds its grammars hold are
+#   not named; every other finding is the default dialect's.
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Final
 
+from constraintd.engine.schema import extended
 from constraintd.engine.schema.json_text import JsonValue, dump_json, is_integer
 from constraintd.engine.schema.keywords import Enforcement, Unenforced, keyword_of
 from constraintd.engine.schema.nodes import (
@@ -150,10 +154,26 @@ def _shown(bound: int | None) -> str:
     return "none" if bound is None else str(bound)
 
 
-def _string_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
+def _extended_integer_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
+    # The extended dialect writes the schema's own range where it can (schema/extended.py); else llama.cpp's.
+    schema = source.schema
+    if extended.exact_range(*extended.integer_bounds(schema)) is None:
+        yield from _integer_findings(reader, source)
+        return
+    if "multipleOf" in schema and not _divides_one(schema["multipleOf"]):
+        yield "multipleOf", ""
+    yield from _beside(schema, frozenset({"integer"}), _INTEGER_READS, "")
+
+
+def _string_findings(reader: TreeReader, source: SchemaSource, exact_formats: frozenset[str] = frozenset(),
+                     ) -> _Findings:
     schema, node = source.schema, source.node
     assert isinstance(node, StringNode)
-    if node.pattern:
+    if not node.pattern and schema.get("format") in exact_formats:
+        for key in ("minLength", "maxLength"):
+            if key in schema:
+                yield key, f"ignored beside format {schema['format']}"
+    elif node.pattern:
         if matches_unescaped(node.pattern):
             yield "pattern", ("matched against the JSON text, where it takes a quote, backslash or control "
                               "character unescaped: text that is no JSON string of the pattern passes")
@@ -451,14 +471,23 @@ _KINDS: Final[Mapping[type, Callable[[TreeReader, SchemaSource], _Findings]]] = 
 }
 
 
-def unenforced_keywords(document: SchemaDocument, unsupported_patterns: Mapping[str, str]) -> tuple[
-        Unenforced, ...]:
+_EXTENDED_KINDS: Final[Mapping[type, Callable[[TreeReader, SchemaSource], _Findings]]] = {
+    **_KINDS,
+    IntegerNode: _extended_integer_findings,
+    StringNode: functools.partial(_string_findings, exact_formats=extended.FORMATS),
+}
+
+
+def unenforced_keywords(document: SchemaDocument, unsupported_patterns: Mapping[str, str], *,
+                        dialect: str = extended.DEFAULT_DIALECT) -> tuple[Unenforced, ...]:
     """Every keyword of the document's schema objects that the converted grammar does not enforce.
 
     Args:
         document: the built schema tree, with its sources.
         unsupported_patterns: node pointer -> llama.cpp's warning, for the patterns it could not translate.
+        dialect: the dialect the grammar was written in (schema/extended.py).
     """
+    kinds = _EXTENDED_KINDS if dialect == extended.EXTENDED else _KINDS
     reader = TreeReader(document)
     items: dict[tuple[str, str], Unenforced] = {}
 
@@ -469,7 +498,7 @@ def unenforced_keywords(document: SchemaDocument, unsupported_patterns: Mapping[
         node = source.node
         if isinstance(node, StringNode) and node.pattern and source.pointer in unsupported_patterns:
             add(Unenforced(f"{source.pointer}/pattern", "pattern", unsupported_patterns[source.pointer]))
-        for key, why in _KINDS[type(node)](reader, source):
+        for key, why in kinds[type(node)](reader, source):
             kind = _KIND_NAMES[type(node)]
             reason = why or keyword_of(key).reason or f"ignored: the schema converts as {kind}"
             add(Unenforced(f"{source.pointer}/{escape_pointer_token(key)}", key, reason))

@@ -1,0 +1,221 @@
+# The extended dialect: what the converter enforces beyond llama.cpp when asked for `dialect="extended"`.
+#
+# Contract:
+# - `DIALECTS` names the dialects; "llama.cpp" (the default) is llama.cpp's converter byte for byte and
+#   nothing here touches it. "extended" writes, for the keywords below, a grammar that takes exactly the
+#   documents the schema allows (up to JSON whitespace, and refusing some spellings of a valid value, as
+#   the default does: property order, `1.0` for an integer, escapes), and the report names only what it
+#   still does not enforce.
+# - `FORMATS`: the `format`s written as exact grammars, each to a named specification (`FORMAT_SPECS`):
+#     date       RFC 3339 full-date, months' lengths and leap years (Feb 29 in leap years only); years 0001
+#                to 9999 (0000, which the ABNF allows, is refused: the proleptic calendars of validators
+#                start at year 1);
+#     time       RFC 3339 full-time: an offset is required, any number of fraction digits, `Z` in either
+#                case; a leap second (60) only at 23:59:60 UTC (Z, +00:00, -00:00): a leap second written
+#                in another offset is refused although the JSON Schema test suite takes it;
+#     date-time  RFC 3339 date-time: full-date, `T` in either case, full-time;
+#     ipv4       RFC 2673's dotted-decimal: four decimal octets 0-255 without leading zeros;
+#     uuid       RFC 4122's 8-4-4-4-12 hexadecimal digits, either case (llama.cpp's own rule).
+#   Every other format (email, hostname, ipv6, uri, ...) stays reported.
+# - `integer_bounds(schema)`: the integer range the schema's minimum / maximum / exclusive bounds set (the
+#   tightest of them, draft 4's boolean exclusives read too), exactly, or None for a side without one.
+#   `integer_range_rule(low, high)` is a GBNF expression taking exactly the integers of [low, high] in JSON's
+#   spelling (no leading zeros, no "-0"). An open side stops at `OPEN_DIGITS` digits (llama.cpp's integers
+#   take at most 16), or at the bound's own number of digits when that is more. Bounds past `MAX_DIGITS`
+#   digits are left to llama.cpp's rule (and reported).
+# Invariants: every rule name written here starts with `x-`, and `RESERVED_NAMES` reserves them, so a
+# property's rule can never take one of their names.
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Final
+
+from constraintd.engine.schema.json_text import JsonValue
+from constraintd.engine.schema.rules import BuiltinRule
+from constraintd.errors import SchemaError
+
+__all__ = [
+    "DEFAULT_DIALECT",
+    "DIALECTS",
+    "EXTENDED",
+    "FORMATS",
+    "FORMAT_SPECS",
+    "MAX_DIGITS",
+    "OPEN_DIGITS",
+    "RESERVED_NAMES",
+    "RULES",
+    "check_dialect",
+    "exact_range",
+    "format_rule_name",
+    "integer_bounds",
+    "integer_range_rule",
+]
+
+DEFAULT_DIALECT: Final = "llama.cpp"
+EXTENDED: Final = "extended"
+DIALECTS: Final = (DEFAULT_DIALECT, EXTENDED)
+OPEN_DIGITS: Final = 16
+MAX_DIGITS: Final = 40
+
+_MULTIPLE_OF_4: Final = '"0" [48] | [2468] [048] | [13579] [26]'  # 04 .. 96, two digits
+_DAY_28: Final = '"0" [1-9] | "1" [0-9] | "2" [0-8]'
+
+# rule name -> rule; the names a format needs are its rule's dependencies
+_FORMAT_RULES: Final[Mapping[str, BuiltinRule]] = {
+    "x-year": BuiltinRule('[0-9]{3} [1-9] | [0-9]{2} [1-9] "0" | [0-9] [1-9] "00" | [1-9] "000"'),
+    "x-leap-year": BuiltinRule(f'[0-9] [0-9] ({_MULTIPLE_OF_4}) | ({_MULTIPLE_OF_4}) "00"'),
+    "x-date": BuiltinRule(
+        f'x-year "-" ( ( "0" [13578] | "1" [02] ) "-" ( {_DAY_28} | "29" | "3" [01] )'
+        f' | ( "0" [469] | "11" ) "-" ( {_DAY_28} | "29" | "30" ) | "02-" ( {_DAY_28} ) )'
+        ' | x-leap-year "-02-29"',
+        ("x-year", "x-leap-year"),
+    ),
+    "x-time-fraction": BuiltinRule('"." [0-9]+'),
+    "x-time": BuiltinRule(
+        '( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] x-time-fraction? '
+        '( [Zz] | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )'
+        ' | "23:59:60" x-time-fraction? ( [Zz] | [+-] "00:00" )',
+        ("x-time-fraction",),
+    ),
+    "x-date-time": BuiltinRule("x-date [Tt] x-time", ("x-date", "x-time")),
+    "x-ipv4-octet": BuiltinRule('"25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9]'),
+    "x-ipv4": BuiltinRule('x-ipv4-octet "." x-ipv4-octet "." x-ipv4-octet "." x-ipv4-octet',
+                          ("x-ipv4-octet",)),
+    "x-uuid": BuiltinRule('[0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" '
+                          "[0-9a-fA-F]{12}"),
+}
+
+# format -> the specification its grammar is exact to
+FORMAT_SPECS: Final[Mapping[str, str]] = {
+    "date": "RFC 3339 full-date",
+    "time": "RFC 3339 full-time",
+    "date-time": "RFC 3339 date-time",
+    "ipv4": "RFC 2673 dotted-decimal",
+    "uuid": "RFC 4122",
+}
+FORMATS: Final = frozenset(FORMAT_SPECS)
+# each format's JSON string: its rule between quotes
+RULES: Final[Mapping[str, BuiltinRule]] = {
+    **_FORMAT_RULES,
+    **{f"x-{name}-string": BuiltinRule(f'"\\"" x-{name} "\\""', (f"x-{name}",)) for name in FORMATS},
+}
+RESERVED_NAMES: Final = frozenset(RULES)
+
+
+def format_rule_name(name: str) -> str:
+    """The rule (in `RULES`) of a JSON string of format `name` (one of `FORMATS`)."""
+    return f"x-{name}-string"
+
+
+def check_dialect(dialect: str) -> None:
+    """Raises SchemaError when `dialect` is not one of `DIALECTS`."""
+    if dialect not in DIALECTS:
+        raise SchemaError(f"unknown schema dialect {dialect!r}: one of {', '.join(DIALECTS)}")
+
+
+def _number(value: JsonValue) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _side(schema: Mapping[str, JsonValue], inclusive: str, exclusive: str, below: bool) -> int | None:
+    bound: int | None = None
+    value = _number(schema.get(inclusive))
+    if value is not None:
+        bound = math.ceil(value) if below else math.floor(value)
+    flag = schema.get(exclusive)
+    if isinstance(flag, bool):  # draft 4: the inclusive bound, excluded
+        if flag and value is not None:
+            bound = math.floor(value) + 1 if below else math.ceil(value) - 1
+        return bound
+    value = _number(flag)
+    if value is not None:
+        candidate = math.floor(value) + 1 if below else math.ceil(value) - 1
+        if bound is None or (candidate > bound if below else candidate < bound):
+            bound = candidate
+    return bound
+
+
+def integer_bounds(schema: Mapping[str, JsonValue]) -> tuple[int | None, int | None]:
+    """The inclusive integer range a schema's bounds set (None: no bound on that side)."""
+    return (_side(schema, "minimum", "exclusiveMinimum", True),
+            _side(schema, "maximum", "exclusiveMaximum", False))
+
+
+def exact_range(low: int | None, high: int | None) -> tuple[int, int] | None:
+    """The closed range `integer_range_rule` writes for these bounds, or None when the extended dialect
+    leaves them to llama.cpp (no bound, bounds past MAX_DIGITS digits, or crossed bounds)."""
+    if low is None and high is None:
+        return None
+    if any(bound is not None and len(str(abs(bound))) > MAX_DIGITS for bound in (low, high)):
+        return None
+    if low is not None and high is not None:
+        return (low, high) if low <= high else None
+    bound = low if low is not None else high
+    assert bound is not None
+    widest = 10 ** max(OPEN_DIGITS, len(str(abs(bound)))) - 1
+    return (bound, widest) if low is not None else (-widest, bound)
+
+
+def _span(low: str, high: str) -> str:
+    """GBNF for the digit strings of one length between `low` and `high` (inclusive, low <= high)."""
+    if low == high:
+        return f'"{low}"'
+    i = 0
+    while low[i] == high[i]:
+        i += 1
+    prefix = f'"{low[:i]}" ' if i else ""
+    rest = len(low) - i - 1
+    a, b = low[i], high[i]
+    if rest == 0:
+        return f"{prefix}[{a}-{b}]"
+    tail = f" [0-9]{{{rest}}}" if rest > 1 else " [0-9]"
+    alternatives = []
+    first = a if low[i + 1 :] == "0" * rest else None  # the low digit's whole block is in range
+    last = b if high[i + 1 :] == "9" * rest else None
+    if first is None:
+        alternatives.append(f'"{a}" ({_span(low[i + 1 :], "9" * rest)})')
+    middle_low = a if first is not None else chr(ord(a) + 1)
+    middle_high = b if last is not None else chr(ord(b) - 1)
+    if middle_low <= middle_high:
+        digits = f"[{middle_low}]" if middle_low == middle_high else f"[{middle_low}-{middle_high}]"
+        alternatives.append(digits + tail)
+    if last is None:
+        alternatives.append(f'"{b}" ({_span("0" * rest, high[i + 1 :])})')
+    body = " | ".join(alternatives)
+    return f"{prefix}({body})" if prefix or len(alternatives) > 1 else body
+
+
+def _naturals(low: int, high: int) -> list[str]:
+    """Alternatives for the naturals of [low, high] (0 <= low <= high), one or more per length."""
+    alternatives = []
+    full: list[int] = []  # lengths of two digits or more whose every number is in range, in a row
+    for length in range(len(str(low)), len(str(high)) + 1):
+        first = max(low, 10 ** (length - 1) if length > 1 else 0)
+        last = min(high, 10**length - 1)
+        if length > 1 and (first, last) == (10 ** (length - 1), 10**length - 1):
+            full.append(length)
+        elif first <= last:
+            alternatives.append(_span(str(first), str(last)))
+    if full:
+        low_rest, high_rest = full[0] - 1, full[-1] - 1
+        counts = f"{{{low_rest}}}" if low_rest == high_rest else f"{{{low_rest},{high_rest}}}"
+        alternatives.insert(1 if alternatives and len(str(low)) < full[0] else 0, f"[1-9] [0-9]{counts}")
+    return alternatives
+
+
+def integer_range_rule(low: int, high: int) -> str:
+    """A GBNF expression taking exactly the JSON integers of [low, high] (low <= high), written without
+    leading zeros and never as "-0"."""
+    assert low <= high
+    alternatives = []
+    if low < 0:
+        negatives = _naturals(max(1, -high), -low)
+        alternatives.append('"-" (' + " | ".join(negatives) + ")")
+    if high >= 0:
+        alternatives.extend(_naturals(max(0, low), high))
+    return " | ".join(alternatives)

@@ -1,0 +1,318 @@
+"""The extended dialect (constraintd/engine/schema/extended.py): each keyword it enforces, checked on raw
+bytes against a validator of JSON Schema 2020-12 (`jsonschema` with format assertion), or, where `jsonschema`
+has no check of its own (`time`, `date-time` need a package it does not install), against RFC 3339 read
+here.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import random
+import re
+import warnings
+from typing import Any, Final
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from constraintd.engine import Grammar, Matcher, Vocab
+from constraintd.engine.schema.convert import convert_json_schema, json_schema_to_gbnf
+from constraintd.engine.schema.extended import OPEN_DIGITS, integer_range_rule
+from constraintd.errors import ConstraintdError, SchemaError
+from tests.engine.schema.test_report_property import draw_text, judge
+from tests.schema_oracle.strategies import schema_documents
+
+jsonschema = pytest.importorskip("jsonschema")
+
+BYTES: Final = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
+FORMAT_CHECKER: Final = jsonschema.Draft202012Validator.FORMAT_CHECKER
+
+
+def grammar_of(schema: dict[str, Any], *, strict: bool = True) -> Grammar:
+    gbnf = json_schema_to_gbnf(json.dumps(schema), strict=strict, dialect="extended")
+    return Grammar.from_gbnf(gbnf, BYTES)
+
+
+def takes(grammar: Grammar, text: str | bytes) -> bool:
+    matcher = Matcher(grammar)
+    data = text.encode() if isinstance(text, str) else text
+    return matcher.accept_bytes(data) and matcher.is_complete()
+
+
+def valid(schema: dict[str, Any], document: object) -> bool:
+    return bool(jsonschema.Draft202012Validator(schema, format_checker=FORMAT_CHECKER).is_valid(document))
+
+
+# ---------------------------------------------------------------------------------------------- the dialect
+
+
+def test_the_default_dialect_is_llama_cpps() -> None:
+    schema = json.dumps({"type": "object", "properties": {"d": {"type": "string", "format": "date"},
+                                                          "n": {"type": "integer", "minimum": 100}}})
+    assert convert_json_schema(schema, dialect="llama.cpp") == convert_json_schema(schema)
+
+
+def test_an_unknown_dialect_is_refused() -> None:
+    with pytest.raises(SchemaError, match="unknown schema dialect 'llama'"):
+        convert_json_schema('{"type": "integer"}', dialect="llama")
+
+
+def test_rule_names_of_the_dialect_are_reserved() -> None:
+    # a property whose rule would be named as one of the dialect's rules gets another name
+    schema = {"type": "object", "properties": {"x-date": {"type": "string", "format": "date"},
+                                               "x-year": {"type": "integer", "minimum": 0}},
+              "required": ["x-date", "x-year"]}
+    grammar = grammar_of(schema)
+    assert takes(grammar, '{"x-date":"2024-02-29","x-year":5}')
+    assert not takes(grammar, '{"x-date":"2023-02-29","x-year":5}')
+    assert not takes(grammar, '{"x-date":"2024-02-29","x-year":-5}')
+
+
+# ------------------------------------------------------------------------------------------ integer bounds
+
+
+def integer_rule_grammar(low: int, high: int) -> Grammar:
+    return Grammar.from_gbnf(f"root ::= {integer_range_rule(low, high)}\n", BYTES)
+
+
+def probes(low: int, high: int, rng: random.Random) -> set[int]:
+    near = {low - 1, low, low + 1, high - 1, high, high + 1, 0, -1, 1, -low, -high}
+    near |= {rng.randint(low - 1000, high + 1000) for _ in range(20)}
+    near |= {10**k for k in range(1, len(str(high)) + 1)} | {-(10**k) for k in range(1, len(str(low)) + 1)}
+    return near | {value - 1 for value in near}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-10**20, 10**20), st.integers(0, 10**20), st.randoms(use_true_random=False))
+def test_an_integer_range_takes_exactly_its_integers(low: int, width: int, rng: random.Random) -> None:
+    high = low + width if rng.random() < 0.5 else low + width % 1000
+    grammar = integer_rule_grammar(low, high)
+    for value in probes(low, high, rng):
+        assert takes(grammar, str(value)) == (low <= value <= high), (low, high, value)
+    for text in ("-0", "00", "01", "-01", "+1", "1.0", "1e2", ""):
+        if takes(grammar, text):  # only a JSON integer of the range, spelled as JSON spells it
+            assert text == str(json.loads(text)) and low <= json.loads(text) <= high, (low, high, text)
+
+
+@pytest.mark.parametrize(("schema", "low", "high"), [
+    ({"minimum": 100}, 100, None),
+    ({"minimum": 1000, "maximum": 1000}, 1000, 1000),
+    ({"maximum": -1}, None, -1),
+    ({"maximum": -20}, None, -20),
+    ({"exclusiveMinimum": 7}, 8, None),
+    ({"exclusiveMaximum": 0}, None, -1),
+    ({"minimum": 2.5, "maximum": 9.5}, 3, 9),
+    ({"exclusiveMinimum": 2.5, "exclusiveMaximum": 9.0}, 3, 8),
+    ({"minimum": 5, "exclusiveMinimum": 10}, 11, None),  # the tighter of the two holds
+    ({"maximum": 5, "exclusiveMaximum": 10}, None, 5),
+    ({"minimum": -5, "maximum": 5}, -5, 5),
+    ({"minimum": 10**18, "maximum": 10**19}, 10**18, 10**19),  # past int64: llama.cpp's range wraps
+    ({"minimum": -(10**17)}, -(10**17), None),
+], ids=lambda value: json.dumps(value) if isinstance(value, dict) else None)
+def test_integer_bounds_hold_exactly(schema: dict[str, Any], low: int | None, high: int | None) -> None:
+    schema = {"type": "integer", **schema}
+    conversion = convert_json_schema(json.dumps(schema), dialect="extended")
+    assert conversion.unenforced == ()
+    grammar = Grammar.from_gbnf(conversion.grammar, BYTES)
+    rng = random.Random(7)
+    bound_low = low if low is not None else -(10**OPEN_DIGITS) + 1
+    bound_high = high if high is not None else 10**OPEN_DIGITS - 1
+    for value in probes(bound_low, bound_high, rng) | {10, 99, 101, 9, -1, -2, -21, -19}:
+        expected = valid(schema, value) and len(str(abs(value))) <= max(OPEN_DIGITS, len(str(abs(low or 0))),
+                                                                          len(str(abs(high or 0))))
+        assert takes(grammar, str(value)) == expected, value
+
+
+def test_draft_4_exclusive_flags_are_read() -> None:
+    schema = {"type": "integer", "minimum": 3, "exclusiveMinimum": True, "maximum": 9,
+              "exclusiveMaximum": True}
+    conversion = convert_json_schema(json.dumps(schema), dialect="extended")
+    assert conversion.unenforced == ()
+    grammar = Grammar.from_gbnf(conversion.grammar, BYTES)
+    assert [value for value in range(0, 12) if takes(grammar, str(value))] == list(range(4, 9))
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "integer", "minimum": 10, "maximum": 5},  # admits nothing: llama.cpp's grammar and its report
+    {"type": "integer", "minimum": 1e60},  # past the dialect's digits
+    {"type": "integer", "minimum": 0, "multipleOf": 3},
+], ids=["crossed", "huge", "multipleOf"])
+def test_what_the_dialect_leaves_to_llama_cpp_stays_reported(schema: dict[str, Any]) -> None:
+    assert convert_json_schema(json.dumps(schema), dialect="extended").unenforced
+    with pytest.raises(SchemaError, match="strict: the grammar would not enforce"):
+        convert_json_schema(json.dumps(schema), dialect="extended", strict=True)
+
+
+def test_the_report_example_minimum_100_refuses_10() -> None:
+    schema = json.dumps({"type": "integer", "minimum": 100})
+    assert takes(Grammar.from_gbnf(convert_json_schema(schema).grammar, BYTES), "10")  # llama.cpp's
+    grammar = grammar_of({"type": "integer", "minimum": 100})
+    assert not takes(grammar, "10")
+    assert takes(grammar, "100")
+    assert takes(grammar, "1000")
+
+
+# ------------------------------------------------------------------------------------------------- formats
+
+_TIME: Final = re.compile(
+    r"(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)(?:\.\d+)?(?:[Zz]|(?P<sign>[+-])(?P<oh>\d\d):(?P<om>\d\d))"
+)
+
+
+def rfc3339_time(text: str) -> bool:
+    """RFC 3339 full-time; a leap second only where it is 23:59:60 in UTC (the JSON Schema test suite's
+    reading), and, as the dialect says, written with a zero offset."""
+    match = _TIME.fullmatch(text)
+    if match is None:
+        return False
+    hour, minute, second = int(match["h"]), int(match["m"]), int(match["s"])
+    if hour > 23 or minute > 59 or second > 60:
+        return False
+    if match["sign"] and (int(match["oh"]) > 23 or int(match["om"]) > 59):
+        return False
+    if second == 60:
+        return (hour, minute) == (23, 59) and (not match["sign"] or match["oh"] + match["om"] == "0000")
+    return True
+
+
+def rfc3339_date(text: str) -> bool:
+    match = re.fullmatch(r"(\d{4})-(\d\d)-(\d\d)", text)
+    if match is None:
+        return False
+    year, month, day = map(int, match.groups())
+    return year >= 1 and 1 <= month <= 12 and 1 <= day <= calendar.monthrange(year, month)[1]
+
+
+def rfc3339_date_time(text: str) -> bool:
+    return len(text) > 11 and text[10] in "Tt" and rfc3339_date(text[:10]) and rfc3339_time(text[11:])
+
+
+@pytest.mark.parametrize("year", ["0000", "0001", "0004", "0100", "0400", "1900", "2000", "2023", "2024",
+                                  "9999"])
+def test_every_date_of_a_year(year: str) -> None:
+    grammar = grammar_of({"type": "string", "format": "date"})
+    for month in range(0, 14):
+        for day in range(0, 33):
+            text = f"{year}-{month:02}-{day:02}"
+            expected = valid({"format": "date"}, text)
+            assert expected == rfc3339_date(text)
+            assert takes(grammar, json.dumps(text)) == expected, text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.from_regex(r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}\Z") | st.text("0123456789-", max_size=12))
+def test_random_dates(text: str) -> None:
+    grammar = grammar_of({"type": "string", "format": "date"})
+    assert takes(grammar, json.dumps(text)) == valid({"format": "date"}, text), text
+
+
+TIMES: Final = [
+    "08:30:06Z", "08:30:06z", "08:30:06.1+01:00", "08:30:06.123456789-23:59", "23:59:60Z", "23:59:60.5+00:00",
+    "23:59:60-00:00", "00:00:00+00:00",
+    # invalid
+    "08:30:06", "24:00:00Z", "08:60:06Z", "08:30:61Z", "08:30:60Z", "23:58:60Z", "22:59:60Z",
+    "08:30:06+24:00", "08:30:06+01:60", "08:30:06.Z", "8:30:06Z", "08:30:06 Z", "08:30:06+0100",
+    "08:30:06+01", "T08:30:06Z",
+    "08:30:06ZZ",
+]
+
+
+@pytest.mark.parametrize("text", TIMES)
+def test_time(text: str) -> None:
+    assert takes(grammar_of({"type": "string", "format": "time"}), json.dumps(text)) == rfc3339_time(text)
+
+
+@pytest.mark.parametrize("text", [
+    "1963-06-19T08:30:06.283185Z", "1963-06-19t08:30:06z", "2024-02-29T23:59:60Z",
+    "1998-12-31T23:59:60+00:00",
+    "2023-02-29T08:30:06Z", "1963-06-19 08:30:06Z", "1963-06-19T08:30:06", "0000-01-01T00:00:00Z",
+    "1963-06-1908:30:06Z", "1963-13-19T08:30:06Z", "1963-04-31T08:30:06Z",
+])
+def test_date_time(text: str) -> None:
+    grammar = grammar_of({"type": "string", "format": "date-time"})
+    assert takes(grammar, json.dumps(text)) == rfc3339_date_time(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.from_regex(r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,3})?"
+                     r"([Zz]|[+-][0-9]{2}:[0-9]{2})?\Z"))
+def test_random_date_times(text: str) -> None:
+    grammar = grammar_of({"type": "string", "format": "date-time"})
+    assert takes(grammar, json.dumps(text)) == rfc3339_date_time(text), text
+
+
+@pytest.mark.parametrize("text", [
+    "0.0.0.0", "255.255.255.255", "192.168.1.10", "256.1.1.1", "01.1.1.1", "1.1.1", "1.1.1.1.1", "1..1.1",
+    "1.1.1.1 ", "249.250.199.100", "300.0.0.0", "-1.0.0.0", "1.2.3.04",
+])
+def test_ipv4(text: str) -> None:
+    grammar = grammar_of({"type": "string", "format": "ipv4"})
+    assert takes(grammar, json.dumps(text)) == valid({"format": "ipv4"}, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.from_regex(r"\A[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\Z")
+       | st.text("0123456789.", max_size=16))
+def test_random_ipv4(text: str) -> None:
+    grammar = grammar_of({"type": "string", "format": "ipv4"})
+    assert takes(grammar, json.dumps(text)) == valid({"format": "ipv4"}, text), text
+
+
+@pytest.mark.parametrize("text", [
+    "123e4567-e89b-12d3-a456-426614174000", "123E4567-E89B-12D3-A456-426614174000",
+    "123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400",
+    "g23e4567-e89b-12d3-a456-426614174000",
+])
+def test_uuid(text: str) -> None:
+    grammar = grammar_of({"type": "string", "format": "uuid"})
+    assert takes(grammar, json.dumps(text)) == valid({"format": "uuid"}, text)
+
+
+@pytest.mark.parametrize("format_name", ["email", "hostname", "ipv6", "uri", "duration", "regex"])
+def test_other_formats_stay_reported(format_name: str) -> None:
+    schema = json.dumps({"type": "object", "properties": {"a": {"type": "string", "format": format_name}}})
+    conversion = convert_json_schema(schema, dialect="extended")
+    found = [(item.pointer, item.keyword) for item in conversion.unenforced]
+    assert found == [("#/properties/a/format", "format")]
+    with pytest.raises(SchemaError) as refused:
+        convert_json_schema(schema, dialect="extended", strict=True)
+    assert refused.value.pointer == "#/properties/a/format"
+
+
+def test_a_length_beside_a_format_stays_reported() -> None:
+    schema = json.dumps({"type": "string", "format": "date", "maxLength": 5})
+    conversion = convert_json_schema(schema, dialect="extended")
+    assert [item.keyword for item in conversion.unenforced] == ["maxLength"]
+
+
+# -------------------------------------------------------------------------------------- the report's promise
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(schema_documents(), st.randoms(use_true_random=False))
+def test_what_a_fully_enforced_extended_grammar_produces_is_valid(schema: dict[str, Any],
+                                                                  rng: random.Random) -> None:
+    try:
+        grammar = Grammar.from_gbnf(json_schema_to_gbnf(json.dumps(schema), strict=True, dialect="extended"),
+                                    BYTES)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            jsonschema.Draft202012Validator.check_schema(schema)
+        validator = jsonschema.Draft202012Validator(schema, format_checker=FORMAT_CHECKER)
+    except (SchemaError, ConstraintdError, jsonschema.exceptions.SchemaError):
+        return
+    for _ in range(5):
+        text = draw_text(grammar, rng)
+        if text is None:
+            continue
+        document = json.loads(text)
+        verdict = judge(validator, document)
+        assert verdict is not False, f"{text!r} is not valid for {json.dumps(schema)[:300]}"
+
+
+def test_the_extended_table_speaks_of_known_keywords() -> None:
+    from constraintd.engine.schema.keywords import EXTENDED_KEYWORDS, KEYWORDS
+
+    assert set(EXTENDED_KEYWORDS) <= set(KEYWORDS)
