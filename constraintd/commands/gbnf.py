@@ -5,6 +5,8 @@
                                               json_schema or grammar (OpenAI, llama-server), or its format
                                               (Ollama)
     --strict                                  refuse a schema whose grammar would leave a keyword unenforced
+    --dialect extended                        enforce more than llama.cpp where a grammar can (string
+                                              formats, integer bounds); the report names only the rest
 
 FILE may be `-` for standard input. The grammar goes to standard output; the report of the conversion goes
 to standard error, one line per keyword the grammar does not enforce: `pointer: keyword: reason` (the
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from constraintd.engine.chat.requests import AnswerFormat, resolve_request
 from constraintd.engine.schema.convert import Unenforced, convert_json_schema
+from constraintd.engine.schema.extended import DEFAULT_DIALECT, DIALECTS
 from constraintd.errors import InputError
 
 PROG = "constraintd gbnf"
@@ -36,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an OpenAI or Ollama request body (`-`: standard input)")
     parser.add_argument("--strict", action="store_true",
                         help="refuse a schema whose grammar would not enforce one of its keywords")
+    parser.add_argument("--dialect", choices=DIALECTS, default=DEFAULT_DIALECT,
+                        help="the schema dialect: llama.cpp's grammar (the default), or extended: "
+                             "enforce more of the schema")
 
 
 def _read(name: str) -> str:
@@ -47,9 +53,9 @@ def _read(name: str) -> str:
 def _grammar(args: argparse.Namespace) -> tuple[str | None, tuple[Unenforced, ...]]:
     """The grammar to print (None: the request asks for none) and the report of its conversion."""
     if args.schema is not None:
-        conversion = convert_json_schema(_read(args.schema), strict=args.strict)
+        conversion = convert_json_schema(_read(args.schema), strict=args.strict, dialect=args.dialect)
         return conversion.grammar, conversion.unenforced
-    constraint = resolve_request(_read(args.request), strict=args.strict)
+    constraint = resolve_request(_read(args.request), strict=args.strict, dialect=args.dialect)
     if constraint.kind is AnswerFormat.NONE:
         return None, ()
     return constraint.gbnf, constraint.unenforced

@@ -10,6 +10,9 @@
 # - `strict` refuses a schema (given as a schema or inside a request) whose grammar would leave a keyword
 #   unenforced. It changes no grammar, only whether one is given, so it is part of the constraint's key
 #   (a refusal is cached by that key), and only when set, so every other key is what it always was.
+# - `dialect` picks the JSON-schema converter's dialect ("llama.cpp", the default, or "extended": see
+#   engine/schema/extended.py). It changes the grammar, so it is part of the key, and only when it is not
+#   the default, for the same reason as `strict`.
 # - `prepare` is the half of a compile that needs no vocabulary (the conversion, the GBNF parse, llama.cpp's
 #   checks and the flattened `Rules`): a function of the constraint alone, whose product pickles, so the
 #   server runs it in a worker process (processes.py). What it leaves undone the compile does, with the
@@ -27,6 +30,7 @@ from constraintd.engine.chat import requests
 from constraintd.engine.grammar.gbnf import ParsedGrammar, check_grammar, parse_gbnf
 from constraintd.engine.grammar.stacks import Rules
 from constraintd.engine.schema.convert import convert_json_schema
+from constraintd.engine.schema.extended import DEFAULT_DIALECT
 from constraintd.errors import GrammarError, InputError, LimitError
 
 __all__ = ["Constraint", "ConstraintKind", "PreparedGrammar", "ResolvedGrammar", "prepare", "resolve"]
@@ -52,6 +56,8 @@ class Constraint:
         trigger_tokens: lazy-grammar trigger tokens.
         strict: refuse a JSON schema (JSON_SCHEMA, or the schema of a request) whose grammar would leave a
             keyword unenforced, instead of reporting it in the warnings. Nothing else reads it.
+        dialect: the JSON-schema dialect for JSON_SCHEMA and the schema of a request: "llama.cpp" (the
+            default: llama.cpp's grammar) or "extended" (enforces more; engine/schema/extended.py).
     """
 
     kind: ConstraintKind
@@ -60,16 +66,16 @@ class Constraint:
     trigger_patterns: tuple[str, ...] = ()
     trigger_tokens: tuple[int, ...] = ()
     strict: bool = False
+    dialect: str = DEFAULT_DIALECT
 
     def key(self, vocab_hash: str) -> str:
         """Content hash of this constraint over the vocabulary with `vocab_hash`."""
-        texts = (self.kind.value, self.text, self.root, vocab_hash)
-        return _digest(
-            b"constraint",
-            (*texts, "strict") if self.strict else texts,
-            self.trigger_patterns,
-            self.trigger_tokens,
-        )
+        texts: tuple[str, ...] = (self.kind.value, self.text, self.root, vocab_hash)
+        if self.strict:
+            texts = (*texts, "strict")
+        if self.dialect != DEFAULT_DIALECT:
+            texts = (*texts, "dialect", self.dialect)
+        return _digest(b"constraint", texts, self.trigger_patterns, self.trigger_tokens)
 
     def check_size(self, max_bytes: int) -> None:
         """Raises LimitError when the text is larger than `max_bytes` (UTF-8)."""
@@ -117,7 +123,7 @@ def _gbnf(constraint: Constraint) -> ResolvedGrammar:
 
 
 def _json_schema(constraint: Constraint) -> ResolvedGrammar:
-    conversion = convert_json_schema(constraint.text, strict=constraint.strict)
+    conversion = convert_json_schema(constraint.text, strict=constraint.strict, dialect=constraint.dialect)
     return ResolvedGrammar(
         conversion.grammar,
         "root",
@@ -134,7 +140,8 @@ def _json_object(constraint: Constraint) -> ResolvedGrammar:
 
 
 def _request(constraint: Constraint) -> ResolvedGrammar:
-    resolved = requests.resolve_request(constraint.text, strict=constraint.strict)
+    resolved = requests.resolve_request(constraint.text, strict=constraint.strict,
+                                        dialect=constraint.dialect)
     if resolved.gbnf is None:
         raise InputError(f"the {constraint.kind.value} asks for free text: there is no constraint to hold")
     return ResolvedGrammar(

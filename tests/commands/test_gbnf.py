@@ -146,3 +146,25 @@ def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]
         main(["gbnf", *argv])
     assert caught.value.code == 2
     assert "usage:" in capsys.readouterr().err
+
+
+def test_dialect_extended(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    schema = {"type": "object", "properties": {"day": {"type": "string", "format": "date"},
+                                               "n": {"type": "integer", "minimum": 100}}}
+    path = write(tmp_path, "s.json", schema)
+    code, out, err = run(["--schema", path, "--strict"], capsys)  # llama.cpp's grammar holds neither
+    assert (code, out) == (2, "")
+    code, out, err = run(["--schema", path, "--strict", "--dialect", "extended"], capsys)
+    assert (code, err) == (0, "")
+    assert out == convert_json_schema(json.dumps(schema), dialect="extended").grammar
+    request_body = {"model": "m", "format": schema}
+    code, out, err = run(["--request", write(tmp_path, "r.json", request_body), "--strict", "--dialect",
+                          "extended"], capsys)
+    assert (code, err) == (0, "")
+    assert out == convert_json_schema(json.dumps(schema), dialect="extended").grammar
+
+
+def test_an_unknown_dialect_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run(["--schema", write(tmp_path, "s.json", PERSON), "--dialect", "xgrammar"], capsys)
+    assert exited.value.code == 2

@@ -89,3 +89,35 @@ def test_strict_takes_what_the_grammar_holds(kind: ConstraintKind, text: str) ->
 def test_a_requests_own_strict_is_not_acted_on() -> None:
     # OpenAI's `strict: true` in the body does not make the conversion strict: the constraint's flag does
     assert resolve(Constraint(ConstraintKind.OPENAI_REQUEST, openai(AGE))).warnings[1:]
+
+
+EXTENDED_HELD: Final = json.dumps({"type": "object", "properties": {
+    "n": {"type": "integer", "minimum": 100}, "day": {"type": "string", "format": "date"}}})
+
+
+def test_the_dialect_is_part_of_the_key_when_not_the_default() -> None:
+    default = Constraint(ConstraintKind.JSON_SCHEMA, '{"type": "integer"}')
+    assert Constraint(ConstraintKind.JSON_SCHEMA, '{"type": "integer"}', dialect="llama.cpp").key(
+        VOCAB_HASH) == default.key(VOCAB_HASH)
+    extended = Constraint(ConstraintKind.JSON_SCHEMA, '{"type": "integer"}', dialect="extended")
+    assert extended.key(VOCAB_HASH) != default.key(VOCAB_HASH)
+    strict = Constraint(ConstraintKind.JSON_SCHEMA, '{"type": "integer"}', strict=True, dialect="extended")
+    assert len({strict.key(VOCAB_HASH), extended.key(VOCAB_HASH), default.key(VOCAB_HASH)}) == 3
+
+
+@pytest.mark.parametrize(("kind", "text"), [(ConstraintKind.JSON_SCHEMA, EXTENDED_HELD),
+                                            (ConstraintKind.OPENAI_REQUEST, openai(EXTENDED_HELD)),
+                                            (ConstraintKind.OLLAMA_REQUEST,
+                                             json.dumps({"format": json.loads(EXTENDED_HELD)}))],
+                         ids=["schema", "openai", "ollama"])
+def test_the_dialect_reaches_the_converter(kind: ConstraintKind, text: str) -> None:
+    with pytest.raises(SchemaError):
+        resolve(Constraint(kind, text, strict=True))
+    resolved = resolve(Constraint(kind, text, strict=True, dialect="extended"))
+    assert resolved.gbnf == convert_json_schema(EXTENDED_HELD, dialect="extended").grammar
+    assert resolved.warnings == ()
+
+
+def test_an_unknown_dialect_is_refused() -> None:
+    with pytest.raises(SchemaError, match="unknown schema dialect"):
+        resolve(Constraint(ConstraintKind.JSON_SCHEMA, HELD, dialect="other"))

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from constraintd.engine.schema.convert import Unenforced, convert_json_schema, report_lines
+from constraintd.engine.schema.extended import DEFAULT_DIALECT, check_dialect
 from constraintd.engine.schema.json_text import JsonValue, dump_json, parse_json
 from constraintd.errors import SchemaError
 
@@ -247,11 +248,11 @@ def _rerooted(pointer: str, source: str) -> str:
     return source + pointer[1:] if pointer.startswith("#") else pointer
 
 
-def _converted(requested: RequestedConstraint, *, strict: bool) -> RequestGrammar:
+def _converted(requested: RequestedConstraint, *, strict: bool, dialect: str) -> RequestGrammar:
     schema, source = requested.text, requested.source
     assert schema is not None
     try:
-        conversion = convert_json_schema(schema, strict=strict)
+        conversion = convert_json_schema(schema, strict=strict, dialect=dialect)
     except SchemaError as exc:
         raise SchemaError(exc.reason, pointer=_rerooted(exc.pointer, source)) from exc
     unenforced = tuple(Unenforced(_rerooted(item.pointer, source), item.keyword, item.reason)
@@ -261,13 +262,16 @@ def _converted(requested: RequestedConstraint, *, strict: bool) -> RequestGramma
                           schema=schema, unenforced=unenforced, asks_strict=requested.asks_strict)
 
 
-def resolve_request(request_text: str, *, strict: bool = False) -> RequestGrammar:
+def resolve_request(request_text: str, *, strict: bool = False, dialect: str = DEFAULT_DIALECT,
+                    ) -> RequestGrammar:
     """The constraint an OpenAI or Ollama request body asks for, as a GBNF grammar.
 
     Args:
         request_text: the request body, as JSON text.
         strict: refuse a schema whose grammar would leave a keyword unenforced (see `convert_json_schema`),
             whatever the request says; the request's own `strict` is only told (`asks_strict`).
+        dialect: the schema dialect (see `convert_json_schema`): "llama.cpp", or "extended" to enforce
+            more of the schema.
 
     Returns:
         The constraint; its `gbnf` is None when the request asks for free text.
@@ -276,6 +280,7 @@ def resolve_request(request_text: str, *, strict: bool = False) -> RequestGramma
         SchemaError: the request is refused (see `read_request`), or its schema is, by the converter (or by
             `strict`), with the pointer re-rooted at the schema's place in the request.
     """
+    check_dialect(dialect)
     requested = read_request(request_text)
     kind, text, source = requested.kind, requested.text, requested.source
     if text is None:
@@ -286,7 +291,7 @@ def resolve_request(request_text: str, *, strict: bool = False) -> RequestGramma
         # any object: nothing of it is left unenforced, strict or not
         return RequestGrammar(kind, json_object_grammar(), source=source, schema=JSON_OBJECT_SCHEMA,
                               asks_strict=requested.asks_strict)
-    return _converted(requested, strict=strict)
+    return _converted(requested, strict=strict, dialect=dialect)
 
 
 @functools.cache
