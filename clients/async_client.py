@@ -134,6 +134,7 @@ class AsyncClient(BaseClient):
         prefill: str | bytes = b"",
         ttl: float | None = None,
         strict: bool = False,
+        dialect: str = "llama.cpp",
     ) -> AsyncSession:
         """Opens a session over one constraint (exactly one of gbnf, json_schema, json_object,
         openai_request, ollama_request).
@@ -152,6 +153,8 @@ class AsyncClient(BaseClient):
             strict: refuse a JSON schema (given, or inside a request) that the grammar cannot enforce in
                 full (SchemaError naming the keyword and its pointer); off, `Session.warnings` names what
                 the grammar leaves unenforced.
+            dialect: the JSON-schema converter's: "llama.cpp" (its grammar, byte for byte) or "extended"
+                (enforces more keywords exactly; see constraintd/engine/schema/extended.py).
 
         Raises:
             ValueError: not exactly one constraint.
@@ -171,6 +174,7 @@ class AsyncClient(BaseClient):
             prefill=prefill,
             ttl=ttl,
             strict=strict,
+            dialect=dialect,
         )
         record = SessionRecord(vocab, request)
         await self.drive(flows.create(self.policy, record))

@@ -115,8 +115,11 @@ class BaseClient:
         prefill: str | bytes,
         ttl: float | None,
         strict: bool = False,
+        dialect: str = "llama.cpp",
     ) -> pb.CreateSessionRequest:
-        request = pb.CreateSessionRequest(vocab_id=vocab.id, strict=strict)
+        request = pb.CreateSessionRequest(
+            vocab_id=vocab.id, strict=strict, schema_dialect="" if dialect == "llama.cpp" else dialect
+        )
         given = []
         if gbnf is not None:
             request.gbnf.CopyFrom(pb.Gbnf(text=gbnf, root=root))

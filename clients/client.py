@@ -130,6 +130,7 @@ class Client(BaseClient):
         prefill: str | bytes = b"",
         ttl: float | None = None,
         strict: bool = False,
+        dialect: str = "llama.cpp",
     ) -> Session:
         """Opens a session over one constraint (exactly one of gbnf, json_schema, json_object,
         openai_request, ollama_request).
@@ -148,6 +149,8 @@ class Client(BaseClient):
             strict: refuse a JSON schema (given, or inside a request) that the grammar cannot enforce in
                 full (SchemaError naming the keyword and its pointer); off, `Session.warnings` names what
                 the grammar leaves unenforced.
+            dialect: the JSON-schema converter's: "llama.cpp" (its grammar, byte for byte) or "extended"
+                (enforces more keywords exactly; see constraintd/engine/schema/extended.py).
 
         Raises:
             ValueError: not exactly one constraint.
@@ -167,6 +170,7 @@ class Client(BaseClient):
             prefill=prefill,
             ttl=ttl,
             strict=strict,
+            dialect=dialect,
         )
         record = SessionRecord(vocab, request)
         self.drive(flows.create(self.policy, record))

@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from constraintd.engine.matcher import Matcher
+from constraintd.engine.schema.extended import DEFAULT_DIALECT, check_dialect
 from constraintd.engine.vocab.vocab import TokenizerRules
 from constraintd.errors import ConstraintdError, InputError, LimitError, TokenError
 from constraintd.service.constraints import Constraint, ConstraintKind
@@ -201,7 +202,9 @@ class Operations:
             trigger_patterns=tuple(options.trigger_patterns),
             trigger_tokens=tuple(options.trigger_tokens),
             strict=request.strict,
+            dialect=request.schema_dialect or DEFAULT_DIALECT,
         )
+        check_dialect(constraint.dialect)  # before any work: an unknown name is the caller's mistake
         constraint.check_size(limits.max_grammar_bytes)
         # the patterns are part of the grammar's size: each is compiled, and looked for after every token
         patterns = sum(len(p.encode("utf-8", "surrogatepass")) for p in constraint.trigger_patterns)

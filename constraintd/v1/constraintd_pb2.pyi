@@ -50,7 +50,7 @@ class RegisterVocabResponse(_message.Message):
     def __init__(self, vocab_id: _Optional[str] = ..., size: _Optional[int] = ..., content_hash: _Optional[str] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("vocab_id", "gbnf", "json_schema", "json_object", "openai_request", "ollama_request", "options", "replay", "strict")
+    __slots__ = ("vocab_id", "gbnf", "json_schema", "json_object", "openai_request", "ollama_request", "options", "replay", "strict", "schema_dialect")
     VOCAB_ID_FIELD_NUMBER: _ClassVar[int]
     GBNF_FIELD_NUMBER: _ClassVar[int]
     JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,7 @@ class CreateSessionRequest(_message.Message):
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     REPLAY_FIELD_NUMBER: _ClassVar[int]
     STRICT_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_DIALECT_FIELD_NUMBER: _ClassVar[int]
     vocab_id: str
     gbnf: Gbnf
     json_schema: str
@@ -69,7 +70,8 @@ class CreateSessionRequest(_message.Message):
     options: SessionOptions
     replay: _containers.RepeatedScalarFieldContainer[int]
     strict: bool
-    def __init__(self, vocab_id: _Optional[str] = ..., gbnf: _Optional[_Union[Gbnf, _Mapping]] = ..., json_schema: _Optional[str] = ..., json_object: _Optional[_Union[JsonObject, _Mapping]] = ..., openai_request: _Optional[str] = ..., ollama_request: _Optional[str] = ..., options: _Optional[_Union[SessionOptions, _Mapping]] = ..., replay: _Optional[_Iterable[int]] = ..., strict: _Optional[bool] = ...) -> None: ...
+    schema_dialect: str
+    def __init__(self, vocab_id: _Optional[str] = ..., gbnf: _Optional[_Union[Gbnf, _Mapping]] = ..., json_schema: _Optional[str] = ..., json_object: _Optional[_Union[JsonObject, _Mapping]] = ..., openai_request: _Optional[str] = ..., ollama_request: _Optional[str] = ..., options: _Optional[_Union[SessionOptions, _Mapping]] = ..., replay: _Optional[_Iterable[int]] = ..., strict: _Optional[bool] = ..., schema_dialect: _Optional[str] = ...) -> None: ...
 
 class Gbnf(_message.Message):
     __slots__ = ("text", "root")

@@ -152,6 +152,20 @@ def test_strict_refuses_a_schema_the_grammar_cannot_enforce_and_otherwise_it_is_
         assert enforced.warnings == ()
 
 
+def test_the_extended_dialect_enforces_what_llama_cpps_leaves_out(client: Client) -> None:
+    vocab = client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
+    number = {"type": "integer", "minimum": 100}
+    at_least_100 = {"type": "object", "properties": {"n": number}, "required": ["n"]}
+    with client.session(vocab, json_schema=at_least_100) as llama_cpps:
+        assert any("/properties/n/minimum" in warning for warning in llama_cpps.warnings)
+    with pytest.raises(SchemaError):
+        client.session(vocab, json_schema=at_least_100, strict=True)
+    with client.session(vocab, json_schema=at_least_100, dialect="extended", strict=True) as extended:
+        assert extended.warnings == ()
+    with pytest.raises(SchemaError, match="unknown schema dialect"):
+        client.session(vocab, json_schema=at_least_100, dialect="llama.cpp-and-more")
+
+
 def test_every_kind_of_constraint(client: Client) -> None:
     vocab = client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG)
     schema = {"type": "string", "pattern": "x"}
