@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     constraint.add_argument("--grammar", type=Path, help="a GBNF grammar file (root symbol `root`)")
     constraint.add_argument("--request", type=Path, help="an OpenAI or Ollama request body (JSON) whose "
                             "response_format / json_schema / grammar / format decides")
+    run.add_argument("--strict", action="store_true",
+                     help="refuse a schema (--schema, or a request's) the grammar cannot enforce in full, "
+                     "naming the keyword, instead of generating under a grammar that accepts more")
+    run.add_argument("--dialect", choices=("llama.cpp", "extended"), default="llama.cpp",
+                     help="the schema converter's: llama.cpp's (default), or extended (enforces more "
+                     "keywords exactly)")
     defaults = SamplerSettings()
     sampling = run.add_argument_group("sampling (llama-server's defaults)")
     for option, (name, kind, text) in _SAMPLING_OPTIONS.items():
@@ -162,14 +168,18 @@ def constraint_from(args: argparse.Namespace) -> dict[str, Any] | None:
     Raises:
         UsageError: a file cannot be read, or a request body is refused (not JSON, conflicting fields).
     """
+    schema_options = {"strict": True} if args.strict else {}
+    if args.dialect != "llama.cpp":
+        schema_options["dialect"] = args.dialect
     if args.json:
         return {"json_object": True}
     if args.schema is not None:
-        return {"json_schema": _read(args.schema)}
+        return {"json_schema": _read(args.schema), **schema_options}
     if args.grammar is not None:
         return {"gbnf": _read(args.grammar)}
     if args.request is not None:
-        return _request_constraint(args.request)
+        asked = _request_constraint(args.request)
+        return None if asked is None else {**asked, **schema_options}
     return None
 
 

@@ -66,6 +66,15 @@ def test_constraints(tmp_path: Path) -> None:
     assert constraint_from(parse("--prompt", "p", "--request", str(ollama))) == {
         "ollama_request": '{"format": "json"}'
     }
+    # strict and the dialect go with a schema, given or in a request, and with nothing else
+    extended = parse("--prompt", "p", "--schema", str(schema), "--strict", "--dialect", "extended")
+    assert constraint_from(extended) == {
+        "json_schema": '{"type": "object"}', "strict": True, "dialect": "extended"
+    }
+    assert constraint_from(parse("--prompt", "p", "--request", str(openai), "--strict")) == {
+        "openai_request": openai.read_text(), "strict": True
+    }
+    assert constraint_from(parse("--prompt", "p", "--json", "--strict")) == {"json_object": True}
 
 
 def test_unreadable_or_malformed_files(tmp_path: Path) -> None:
