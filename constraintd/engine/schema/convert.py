@@ -64,6 +64,7 @@ from constraintd.engine.schema.rules import (
     BuiltinRule,
     format_literal,
     from_bytes,
+    from_utf8,
     is_utf8,
     not_strings,
     to_bytes,
@@ -219,9 +220,7 @@ class _Converter:
             value_rule = (self.visit(additional, sub_name + "-value") if not isinstance(additional, AnyNode)
                           else self.add_primitive("value", PRIMITIVE_RULES["value"]))
             names = [prop_name for prop_name, _ in properties]
-            char_rule = "" if not names else self.add_primitive("char", PRIMITIVE_RULES["char"])
-            key_rule = (self.add_primitive("string", PRIMITIVE_RULES["string"]) if not names
-                        else self.add_rule(sub_name + "-k", not_strings(names, char_rule)))
+            key_rule = self.other_keys(names, sub_name + "-k")
             kv_rule_names["*"] = self.add_rule(sub_name + "-kv", f'{key_rule} ":" space {value_rule}')
             optional_props.append("*")
         if not required_props and not optional_props:
@@ -232,6 +231,18 @@ class _Converter:
             rule += " | ".join(self.optional_chains(optional_props, kv_rule_names, prefix))
             rule += (" )" if required_props else "") + " )?"
         return rule + ' space "}"'
+
+    def other_keys(self, names: list[str], name: str) -> str:
+        """The rule of the keys beside the declared properties' `names` (byte strings)."""
+        if not names:
+            return self.add_primitive("string", PRIMITIVE_RULES["string"])
+        if self.extended:
+            rule = extended.other_keys_rule([from_utf8(name) for name in names])
+            if rule is not None:
+                self.add_extended("x-key-char")
+                return self.add_rule(name, rule)
+        char_rule = self.add_primitive("char", PRIMITIVE_RULES["char"])
+        return self.add_rule(name, not_strings(names, char_rule))
 
     def optional_chains(self, keys: list[str], kv_rule_names: dict[str, str], prefix: str) -> list[str]:
         # llama.cpp's get_recursive_refs, unrolled: for each start i, the first key then a rule "<k>-rest"

@@ -23,12 +23,14 @@
 #   spelling (no leading zeros, no "-0"). An open side stops at `OPEN_DIGITS` digits (llama.cpp's integers
 #   take at most 16), or at the bound's own number of digits when that is more. Bounds past `MAX_DIGITS`
 #   digits are left to llama.cpp's rule (and reported).
+# - `other_keys_rule(names)`: the keys beside an object's declared properties, exactly the JSON strings that
+#   are none of the names (see the section below).
 # Invariants: every rule name written here starts with `x-`, and `RESERVED_NAMES` reserves them, so a
 # property's rule can never take one of their names.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from constraintd.engine.schema.json_text import JsonValue
@@ -50,6 +52,7 @@ __all__ = [
     "format_rule_name",
     "integer_bounds",
     "integer_range_rule",
+    "other_keys_rule",
 ]
 
 DEFAULT_DIALECT: Final = "llama.cpp"
@@ -95,10 +98,16 @@ FORMAT_SPECS: Final[Mapping[str, str]] = {
     "uuid": "RFC 4122",
 }
 FORMATS: Final = frozenset(FORMAT_SPECS)
+_KEY_ESCAPE: Final = '[\\\\] (["\\\\bfnrt] | "u00" ([01] [0-9a-fA-F] | "22" | "5" [cC] | "7" [fF]))'
+_KEY_RULES: Final[Mapping[str, BuiltinRule]] = {
+    "x-key-escape": BuiltinRule(_KEY_ESCAPE),
+    "x-key-char": BuiltinRule('[^"\\\\\\x7F\\x00-\\x1F] | x-key-escape', ("x-key-escape",)),
+}
 # each format's JSON string: its rule between quotes
 RULES: Final[Mapping[str, BuiltinRule]] = {
     **_FORMAT_RULES,
     **{f"x-{name}-string": BuiltinRule(f'"\\"" x-{name} "\\""', (f"x-{name}",)) for name in FORMATS},
+    **_KEY_RULES,
 }
 RESERVED_NAMES: Final = frozenset(RULES)
 
@@ -219,3 +228,56 @@ def integer_range_rule(low: int, high: int) -> str:
     if high >= 0:
         alternatives.extend(_naturals(max(0, low), high))
     return " | ".join(alternatives)
+
+
+# -- the other keys of an object ------------------------------------------------------------------------
+# llama.cpp's rule for the keys beside the declared properties reads a key as JSON text: a declared name
+# spelled with an escape (`\u0061` for `a`) passes as another key, and a first character outside the names'
+# is taken raw, a backslash or a control character too (text that is no JSON string). The dialect's rule
+# takes escapes only for the characters that need one (quote, backslash, controls, DEL): a key spelled with
+# an escape then holds one of them, so it is no declared name when no declared name does, and a key without
+# one is compared as it is written. Where a declared name holds such a character, the dialect keeps
+# llama.cpp's rule (and the report). Other spellings of a key (`\u0061`, `\/`) are refused.
+
+_MAX_NAME_CHARS: Final = 256  # the rule nests one group per character
+
+
+def _class_char(char: str) -> str:
+    return char if char.isascii() and char.isalnum() else f"\\U{ord(char):08X}"
+
+
+def _needs_escape(char: str) -> bool:
+    return char in '"\\\x7f' or ord(char) < 0x20
+
+
+class _Trie:
+    __slots__ = ("children", "end")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Trie] = {}
+        self.end = False
+
+
+def other_keys_rule(names: Sequence[str]) -> str | None:
+    """A GBNF expression for a JSON string (with its quotes) that is none of `names` (text), or None when a
+    name holds a character JSON must escape, or is too long for the rule's nesting."""
+    if any(len(name) > _MAX_NAME_CHARS or any(map(_needs_escape, name)) for name in names):
+        return None
+    root = _Trie()
+    for name in names:
+        node = root
+        for char in name:
+            node = node.children.setdefault(char, _Trie())
+        node.end = True
+
+    def rest(node: _Trie) -> str:
+        if not node.children:
+            return "x-key-char+" if node.end else "x-key-char*"
+        other = "".join(_class_char(char) for char in sorted(node.children))
+        alternatives = [f"[{_class_char(char)}] {rest(child)}"
+                        for char, child in sorted(node.children.items())]
+        alternatives.append(f'([^"\\\\\\x7F\\x00-\\x1F{other}] | x-key-escape) x-key-char*')
+        group = "(" + " | ".join(alternatives) + ")"
+        return group if node.end else group + "?"
+
+    return f'"\\"" {rest(root)} "\\""'

@@ -184,6 +184,10 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
     "format": ("date, time, date-time (RFC 3339: month lengths, leap years, offsets; a leap second at "
                "23:59:60 UTC only; years from 0001), ipv4 (dotted decimal, no leading zeros), uuid: exact "
                "grammars; every other format, and a length beside a format, stays reported"),
+    "additionalProperties": ("the keys beside the declared properties are exactly the JSON strings that are "
+                             "none of their names (a name spelled with an escape no longer passes, nor a key "
+                             "that is no JSON string); other keys take an escape only for the characters "
+                             "JSON must escape; where a declared name holds one, it stays reported"),
     "minimum": _INTEGER_BOUND,
     "maximum": _INTEGER_BOUND,
     "exclusiveMinimum": _INTEGER_BOUND,

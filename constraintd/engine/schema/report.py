@@ -230,7 +230,7 @@ def _array_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     yield from _beside(schema, frozenset({"array"}), _ARRAY_READS, "")
 
 
-def _object_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
+def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bool = False) -> _Findings:
     schema, node = source.schema, source.node
     assert isinstance(node, ObjectNode)
     declared = {prop.name for prop in node.properties}
@@ -240,7 +240,9 @@ def _object_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
         if missing:
             yield "required", f"not among the properties, so not required: {', '.join(missing)}"
     closed = node.additional is None
-    if declared and not closed:
+    # the extended dialect's rule of the other keys is exact where it can be written (schema/extended.py)
+    keys_held = exact_keys and extended.other_keys_rule([prop.name for prop in node.properties]) is not None
+    if declared and not closed and not keys_held:
         # llama.cpp's rule for the other keys excludes the names as they are written, and reads a key as
         # JSON text: a name spelled with an escape (`\u0061` for `a`) passes as another key
         yield "additionalProperties", ("other keys are matched as JSON text: a property's name spelled with "
@@ -475,6 +477,7 @@ _EXTENDED_KINDS: Final[Mapping[type, Callable[[TreeReader, SchemaSource], _Findi
     **_KINDS,
     IntegerNode: _extended_integer_findings,
     StringNode: functools.partial(_string_findings, exact_formats=extended.FORMATS),
+    ObjectNode: functools.partial(_object_findings, exact_keys=True),
 }
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "BuiltinRule",
     "format_literal",
     "from_bytes",
+    "from_utf8",
     "is_utf8",
     "not_strings",
     "to_bytes",
@@ -77,6 +78,11 @@ def to_bytes(text: str) -> str:
 def from_bytes(data: str) -> str:
     """A byte string (one character per byte) back to text, undecodable bytes replaced (for messages)."""
     return data.encode("latin-1").decode("utf-8", "replace")
+
+
+def from_utf8(data: str) -> str:
+    """A byte string (one character per byte) of valid UTF-8 back to its text."""
+    return data.encode("latin-1").decode("utf-8")
 
 
 def is_utf8(data: str) -> bool:

@@ -316,3 +316,45 @@ def test_the_extended_table_speaks_of_known_keywords() -> None:
     from constraintd.engine.schema.keywords import EXTENDED_KEYWORDS, KEYWORDS
 
     assert set(EXTENDED_KEYWORDS) <= set(KEYWORDS)
+
+
+# ------------------------------------------------------------------------------- the other keys of an object
+
+OPEN: Final = {"type": "object", "properties": {"a": {"type": "integer"}, "ab": {"type": "integer"},
+                                                "é-x": {"type": "integer"}},
+               "additionalProperties": {"type": "string"}}
+
+
+def key_text(key: str) -> str:
+    # JSON's own spelling of a key, DEL escaped (llama.cpp's strings never take it raw)
+    return json.dumps(key, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+@pytest.mark.parametrize(("text", "taken"), [
+    ('{"a":1}', True), ('{"b":"x"}', True), ('{"":"x"}', True), ('{"abc":"x"}', True), ('{"é":"x"}', True),
+    ('{"a":"x"}', False), ('{"ab":"x"}', False), ('{"é-x":"x"}', False),
+    ('{"\\u0061":"x"}', False),  # `a` spelled with an escape: llama.cpp's grammar takes it as another key
+    ('{"\\u0061b":"x"}', False), ('{"\\/":"x"}', False),
+    ('{"\\"":"x"}', True), ('{"\\u0022":"x"}', True), ('{"\\n":"x"}', True), ('{"a\\u001f":"x"}', True),
+    ('{"\\":"x"}', False),  # no JSON: a backslash then the closing quote
+    ('{"\n":"x"}', False),  # no JSON: a raw control character
+])
+def test_other_keys_are_exactly_the_undeclared_names(text: str, taken: bool) -> None:
+    grammar = grammar_of(OPEN)
+    assert takes(grammar, text) == taken
+    if taken:
+        assert valid(OPEN, json.loads(text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["a", "ab", "é-x", "b"]) | st.text(max_size=4))
+def test_random_other_keys(key: str) -> None:
+    grammar = grammar_of(OPEN)
+    document = {key: "v"}
+    assert takes(grammar, "{" + key_text(key) + ':"v"}') == valid(OPEN, document), key
+
+
+def test_a_name_json_must_escape_keeps_llama_cpps_rule() -> None:
+    schema = {"type": "object", "properties": {'a"b': {"type": "integer"}}, "additionalProperties": True}
+    conversion = convert_json_schema(json.dumps(schema), dialect="extended")
+    assert [item.keyword for item in conversion.unenforced] == ["additionalProperties"]
