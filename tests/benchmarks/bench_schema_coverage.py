@@ -4,6 +4,7 @@ its grammar takes the valid documents and refuses the invalid ones.
     .venv/bin/python -m tests.benchmarks.bench_schema_coverage                      # the MaskBench sample
     .venv/bin/python -m tests.benchmarks.bench_schema_coverage --corpus DIR         # another corpus too
     .venv/bin/python -m tests.benchmarks.bench_schema_coverage --schemas 50 --seed 1  # a quick subset
+    .venv/bin/python -m tests.benchmarks.bench_schema_coverage --no-peers           # constraintd's modes only
 
 Workload: corpora of MaskBench files (a JSON schema and example documents, each marked valid or not): the
 MaskBench sample in tests/vectors/maskbench-sample, and each directory given with --corpus. Each document
@@ -13,6 +14,8 @@ bytes, against the grammar each engine compiles from the schema, in the same run
   matcher over a vocabulary of one token per byte;
 - constraintd (strict): the same, but a schema whose report names a keyword the grammar does not enforce
   is refused;
+- constraintd (extended), constraintd (extended, strict): the same two with the extended dialect
+  (`dialect="extended"`: grammars that enforce more than llama.cpp's, and a report of what they still do not);
 - llguidance: its own JSON-schema compiler, as its users call it (it refuses a keyword it does not
   implement), and llguidance (lenient), told to skip such keywords instead (`x-guidance: {lenient: true}`);
 - XGrammar: its own JSON-schema compiler (`any_whitespace=True, strict_mode=False`: objects open to other
@@ -149,17 +152,20 @@ class _ConstraintdChecker:
 
 
 class ConstraintdEngine:
-    def __init__(self, *, strict: bool) -> None:
+    def __init__(self, *, strict: bool, dialect: str = "llama.cpp") -> None:
         self.strict = strict
-        self.name = "constraintd (strict)" if strict else "constraintd"
+        self.dialect = dialect
+        modes = [mode for mode, on in (("extended", dialect == "extended"), ("strict", strict)) if on]
+        self.name = f"constraintd ({', '.join(modes)})" if modes else "constraintd"
         self.first_unenforced: Counter[str] = Counter()  # strict: the keyword each refusal names
 
     def compile(self, schema: str) -> Checker:
         try:
-            conversion = convert_json_schema(schema)
+            conversion = convert_json_schema(schema, dialect=self.dialect)
             if self.strict and conversion.unenforced:
                 self.first_unenforced[conversion.unenforced[0].keyword] += 1
-                convert_json_schema(schema, strict=True)  # refuses, as a strict session would
+                # refuses, as a strict session would
+                convert_json_schema(schema, strict=True, dialect=self.dialect)
                 raise AssertionError("strict conversion took a schema its report names keywords of")
             return _ConstraintdChecker(Grammar.from_gbnf(conversion.grammar, CONSTRAINTD_BYTES))
         except (SchemaError, ConstraintdError) as exc:
@@ -241,9 +247,12 @@ class XGrammarEngine:
         return _XGrammarChecker(self.xgr, compiled)
 
 
-def load_engines() -> tuple[list[Engine], list[str]]:
-    engines: list[Engine] = [ConstraintdEngine(strict=False), ConstraintdEngine(strict=True)]
+def load_engines(*, peers: bool = True) -> tuple[list[Engine], list[str]]:
+    engines: list[Engine] = [ConstraintdEngine(strict=strict, dialect=dialect)
+                             for dialect in ("llama.cpp", "extended") for strict in (False, True)]
     missing: list[str] = []
+    if not peers:
+        return engines, missing
     makers: tuple[tuple[str, Callable[[], list[Engine]]], ...] = (
         ("llguidance", lambda: [LlguidanceEngine(lenient=False), LlguidanceEngine(lenient=True)]),
         ("XGrammar", lambda: [XGrammarEngine()]),
@@ -349,7 +358,7 @@ def run_corpus(title: str, cases: Sequence[Case], engines: Sequence[Engine], mis
         if isinstance(engine, ConstraintdEngine) and engine.strict and engine.first_unenforced:
             firsts = engine.first_unenforced.most_common()
             common = ", ".join(f"{keyword} {count}" for keyword, count in firsts)
-            print(f"strict refusals by the first keyword the report names: {common}")
+            print(f"{engine.name} refusals by the first keyword the report names: {common}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -359,13 +368,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-sample", action="store_true", help="leave out the MaskBench sample")
     parser.add_argument("--schemas", type=int, default=None, help="N files of each corpus (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="which N files (default 0)")
+    parser.add_argument("--no-peers", action="store_true", help="measure constraintd's modes only")
     args = parser.parse_args(argv)
     corpora = ([] if args.no_sample else [("MaskBench sample", SAMPLE)]) + [
         (str(directory.name), directory) for directory in args.corpus
     ]
     if not corpora:
         parser.error("no corpus: --no-sample needs --corpus")
-    engines, missing = load_engines()
+    engines, missing = load_engines(peers=not args.no_peers)
     print(f"schema coverage; seed {args.seed}; {_versions()}")
     for title, directory in corpora:
         cases = read_corpus(directory, count=args.schemas, seed=args.seed)
