@@ -1,4 +1,4 @@
-"""Kill benchmark of the client's recovery (not a test): seeded walks while the server is killed, again.
+"""Kill benchmark of the client's recovery (not a test): seeded walks through repeated server kills.
 
     .venv/bin/python -m tests.benchmarks.bench_kills                       # 40 walks, up to 50 kills
     .venv/bin/python -m tests.benchmarks.bench_kills --walks 10 --kills 10
