@@ -165,6 +165,11 @@ class _Converter:
         return format_literal(to_bytes(dump_json(value)))
 
     def visit_pattern(self, node: StringNode, name: str) -> str:
+        if self.extended:
+            rule = extended.exact_pattern(node.pattern)
+            if rule is not None:
+                self.add_extended("x-any-char")
+                return self.add_rule(name, rule)
         # _visit_pattern: an untranslatable pattern leaves no rule behind and becomes any string
         self.journal = []
         try:

@@ -23,6 +23,8 @@
 #   spelling (no leading zeros, no "-0"). An open side stops at `OPEN_DIGITS` digits (llama.cpp's integers
 #   take at most 16), or at the bound's own number of digits when that is more. Bounds past `MAX_DIGITS`
 #   digits are left to llama.cpp's rule (and reported).
+# - `exact_pattern(pattern)`: a `pattern` as ECMA-262 reads it, matched against the string's value, unanchored
+#   unless anchored (schema/ecma_patterns.py says what it reads); None where it does not read the pattern.
 # - `other_keys_rule(names)`: the keys beside an object's declared properties, exactly the JSON strings that
 #   are none of the names (see the section below).
 # Invariants: every rule name written here starts with `x-`, and `RESERVED_NAMES` reserves them, so a
@@ -33,6 +35,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from constraintd.engine.schema.ecma_patterns import ANY_JSON_CHAR, Unsupported, pattern_rule
 from constraintd.engine.schema.json_text import JsonValue
 from constraintd.engine.schema.rules import BuiltinRule
 from constraintd.errors import SchemaError
@@ -48,6 +51,7 @@ __all__ = [
     "RESERVED_NAMES",
     "RULES",
     "check_dialect",
+    "exact_pattern",
     "exact_range",
     "format_rule_name",
     "integer_bounds",
@@ -108,8 +112,18 @@ RULES: Final[Mapping[str, BuiltinRule]] = {
     **_FORMAT_RULES,
     **{f"x-{name}-string": BuiltinRule(f'"\\"" x-{name} "\\""', (f"x-{name}",)) for name in FORMATS},
     **_KEY_RULES,
+    "x-any-char": BuiltinRule(ANY_JSON_CHAR),
 }
 RESERVED_NAMES: Final = frozenset(RULES)
+
+
+def exact_pattern(pattern: str) -> str | None:
+    """The dialect's rule for a JSON string `pattern` matches (schema/ecma_patterns.py), None where it has
+    none (llama.cpp's translation then holds, and the report)."""
+    try:
+        return pattern_rule(pattern, "x-any-char")
+    except Unsupported:
+        return None
 
 
 def format_rule_name(name: str) -> str:

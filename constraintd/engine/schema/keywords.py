@@ -188,6 +188,11 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
                              "none of their names (a name spelled with an escape no longer passes, nor a key "
                              "that is no JSON string); other keys take an escape only for the characters "
                              "JSON must escape; where a declared name holds one, it stays reported"),
+    "pattern": ("matched against the string's value as ECMA-262 reads it (unanchored unless anchored; `.`, "
+                "`\\d \\w \\s` and their negations, classes, groups, alternatives, counted repetition, "
+                "escapes), each character in its JSON spelling (a quote, backslash or control character "
+                "escaped); lookarounds, backreferences, word boundaries, `\\p{...}` and anchors inside stay "
+                "reported, as does a length beside a pattern"),
     "minimum": _INTEGER_BOUND,
     "maximum": _INTEGER_BOUND,
     "exclusiveMinimum": _INTEGER_BOUND,

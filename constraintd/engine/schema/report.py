@@ -166,10 +166,14 @@ def _extended_integer_findings(reader: TreeReader, source: SchemaSource) -> _Fin
 
 
 def _string_findings(reader: TreeReader, source: SchemaSource, exact_formats: frozenset[str] = frozenset(),
-                     ) -> _Findings:
+                     exact_patterns: bool = False) -> _Findings:
     schema, node = source.schema, source.node
     assert isinstance(node, StringNode)
-    if not node.pattern and schema.get("format") in exact_formats:
+    if node.pattern and exact_patterns and extended.exact_pattern(node.pattern) is not None:
+        for key in ("format", "minLength", "maxLength"):
+            if key in schema:
+                yield key, "ignored beside a pattern"
+    elif not node.pattern and schema.get("format") in exact_formats:
         for key in ("minLength", "maxLength"):
             if key in schema:
                 yield key, f"ignored beside format {schema['format']}"
@@ -476,7 +480,7 @@ _KINDS: Final[Mapping[type, Callable[[TreeReader, SchemaSource], _Findings]]] = 
 _EXTENDED_KINDS: Final[Mapping[type, Callable[[TreeReader, SchemaSource], _Findings]]] = {
     **_KINDS,
     IntegerNode: _extended_integer_findings,
-    StringNode: functools.partial(_string_findings, exact_formats=extended.FORMATS),
+    StringNode: functools.partial(_string_findings, exact_formats=extended.FORMATS, exact_patterns=True),
     ObjectNode: functools.partial(_object_findings, exact_keys=True),
 }
 
