@@ -110,7 +110,7 @@ class _Converter:
         # the schema object each string and integer node was built from (what the extended dialect reads)
         self.schemas: dict[SchemaNode, Mapping[str, JsonValue]] = {
             source.node: source.schema for source in document.sources
-            if isinstance(source.node, StringNode | IntegerNode)
+            if isinstance(source.node, StringNode | IntegerNode | NumberNode)
         }
         self.limit = limit
         self.max_chars = max_chars
@@ -363,6 +363,13 @@ class _Converter:
         except SchemaError as err:
             raise SchemaError(err.reason, pointer=node.pointer) from None
 
+    def visit_number(self, node: NumberNode, name: str, rule_name: str) -> str:
+        if self.extended:
+            rule = extended.number_rule(self.schemas.get(node, {}))
+            if rule is not None:
+                return self.add_rule(rule_name, f"({rule})")
+        return self.visit_primitive(rule_name, "number")
+
     def format_grammar(self) -> str:
         return "".join(f"{key} ::= {self.rules[key]}\n" for key in sorted(self.rules))
 
@@ -384,7 +391,7 @@ _VISITORS: Final[dict[type, _Visitor]] = {
     ArrayNode: _Converter.visit_array,
     StringNode: _Converter.visit_string,
     IntegerNode: _Converter.visit_integer,
-    NumberNode: lambda c, node, name, rule_name: c.visit_primitive(rule_name, "number"),
+    NumberNode: _Converter.visit_number,
     BooleanNode: lambda c, node, name, rule_name: c.visit_primitive(rule_name, "boolean"),
     NullNode: lambda c, node, name, rule_name: c.visit_primitive(rule_name, "null"),
     AnyNode: lambda c, node, name, rule_name: c.add_rule(

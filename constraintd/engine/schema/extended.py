@@ -25,6 +25,8 @@
 #   digits are left to llama.cpp's rule (and reported).
 # - `exact_pattern(pattern)`: a `pattern` as ECMA-262 reads it, matched against the string's value, unanchored
 #   unless anchored (schema/ecma_patterns.py says what it reads); None where it does not read the pattern.
+# - `number_rule(schema)`: bounds on a number (not an integer), exactly, as decimals, for the numbers written
+#   without an exponent (number_ranges.py), or None.
 # - `other_keys_rule(names)`: the keys beside an object's declared properties, exactly the JSON strings that
 #   are none of the names (see the section below).
 # Invariants: every rule name written here starts with `x-`, and `RESERVED_NAMES` reserves them, so a
@@ -33,10 +35,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Final
 
 from constraintd.engine.schema.ecma_patterns import ANY_JSON_CHAR, Unsupported, pattern_rule
 from constraintd.engine.schema.json_text import JsonValue
+from constraintd.engine.schema.number_ranges import Bound, integer_range_rule, number_range_rule
 from constraintd.engine.schema.rules import BuiltinRule
 from constraintd.errors import SchemaError
 
@@ -56,6 +60,7 @@ __all__ = [
     "format_rule_name",
     "integer_bounds",
     "integer_range_rule",
+    "number_rule",
     "other_keys_rule",
 ]
 
@@ -169,6 +174,59 @@ def integer_bounds(schema: Mapping[str, JsonValue]) -> tuple[int | None, int | N
             _side(schema, "maximum", "exclusiveMaximum", False))
 
 
+_BOUND_KEYS: Final = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
+
+
+def _decimal(value: JsonValue) -> Decimal | None:
+    number = _number(value)
+    if number is None:
+        return None
+    # a double's shortest decimal: the value as the schema's text wrote it, to a double's precision
+    return Decimal(number) if isinstance(number, int) else Decimal(repr(number))
+
+
+def _number_side(schema: Mapping[str, JsonValue], inclusive: str, exclusive: str, below: bool,
+                 ) -> tuple[bool, Bound | None]:
+    # (readable, the tightest bound of the side)
+    bounds: list[Bound] = []
+    value = _decimal(schema.get(inclusive))
+    if inclusive in schema and value is None:
+        return False, None
+    flag = schema.get(exclusive)
+    if isinstance(flag, bool):  # draft 4: the inclusive bound, excluded
+        if value is not None:
+            bounds.append(Bound(value, flag))
+    else:
+        if value is not None:
+            bounds.append(Bound(value))
+        strict = _decimal(flag)
+        if exclusive in schema and strict is None:
+            return False, None
+        if strict is not None:
+            bounds.append(Bound(strict, True))
+    if not bounds:
+        return True, None
+    # the tightest: the largest lower bound (the strict one on a tie), the smallest upper bound
+    if below:
+        return True, max(bounds, key=lambda bound: (bound.value, bound.strict))
+    return True, max(bounds, key=lambda bound: (-bound.value, bound.strict))
+
+
+def number_rule(schema: Mapping[str, JsonValue]) -> str | None:
+    """The dialect's expression for a number within the schema's bounds (number_ranges.py), or None where
+    it leaves them to llama.cpp (no bound, one it cannot read, past MAX_DIGITS digits, or none admits a
+    number)."""
+    if not any(key in schema for key in _BOUND_KEYS):
+        return None
+    readable_low, low = _number_side(schema, "minimum", "exclusiveMinimum", True)
+    readable_high, high = _number_side(schema, "maximum", "exclusiveMaximum", False)
+    if not (readable_low and readable_high) or (low is None and high is None):
+        return None
+    if any(len(format(abs(bound.value), "f")) > MAX_DIGITS for bound in (low, high) if bound is not None):
+        return None
+    return number_range_rule(low, high)
+
+
 def exact_range(low: int | None, high: int | None) -> tuple[int, int] | None:
     """The closed range `integer_range_rule` writes for these bounds, or None when the extended dialect
     leaves them to llama.cpp (no bound, bounds past MAX_DIGITS digits, or crossed bounds)."""
@@ -182,66 +240,6 @@ def exact_range(low: int | None, high: int | None) -> tuple[int, int] | None:
     assert bound is not None
     widest = 10 ** max(OPEN_DIGITS, len(str(abs(bound)))) - 1
     return (bound, widest) if low is not None else (-widest, bound)
-
-
-def _span(low: str, high: str) -> str:
-    """GBNF for the digit strings of one length between `low` and `high` (inclusive, low <= high)."""
-    if low == high:
-        return f'"{low}"'
-    i = 0
-    while low[i] == high[i]:
-        i += 1
-    prefix = f'"{low[:i]}" ' if i else ""
-    rest = len(low) - i - 1
-    a, b = low[i], high[i]
-    if rest == 0:
-        return f"{prefix}[{a}-{b}]"
-    tail = f" [0-9]{{{rest}}}" if rest > 1 else " [0-9]"
-    alternatives = []
-    first = a if low[i + 1 :] == "0" * rest else None  # the low digit's whole block is in range
-    last = b if high[i + 1 :] == "9" * rest else None
-    if first is None:
-        alternatives.append(f'"{a}" ({_span(low[i + 1 :], "9" * rest)})')
-    middle_low = a if first is not None else chr(ord(a) + 1)
-    middle_high = b if last is not None else chr(ord(b) - 1)
-    if middle_low <= middle_high:
-        digits = f"[{middle_low}]" if middle_low == middle_high else f"[{middle_low}-{middle_high}]"
-        alternatives.append(digits + tail)
-    if last is None:
-        alternatives.append(f'"{b}" ({_span("0" * rest, high[i + 1 :])})')
-    body = " | ".join(alternatives)
-    return f"{prefix}({body})" if prefix or len(alternatives) > 1 else body
-
-
-def _naturals(low: int, high: int) -> list[str]:
-    """Alternatives for the naturals of [low, high] (0 <= low <= high), one or more per length."""
-    alternatives = []
-    full: list[int] = []  # lengths of two digits or more whose every number is in range, in a row
-    for length in range(len(str(low)), len(str(high)) + 1):
-        first = max(low, 10 ** (length - 1) if length > 1 else 0)
-        last = min(high, 10**length - 1)
-        if length > 1 and (first, last) == (10 ** (length - 1), 10**length - 1):
-            full.append(length)
-        elif first <= last:
-            alternatives.append(_span(str(first), str(last)))
-    if full:
-        low_rest, high_rest = full[0] - 1, full[-1] - 1
-        counts = f"{{{low_rest}}}" if low_rest == high_rest else f"{{{low_rest},{high_rest}}}"
-        alternatives.insert(1 if alternatives and len(str(low)) < full[0] else 0, f"[1-9] [0-9]{counts}")
-    return alternatives
-
-
-def integer_range_rule(low: int, high: int) -> str:
-    """A GBNF expression taking exactly the JSON integers of [low, high] (low <= high), written without
-    leading zeros and never as "-0"."""
-    assert low <= high
-    alternatives = []
-    if low < 0:
-        negatives = _naturals(max(1, -high), -low)
-        alternatives.append('"-" (' + " | ".join(negatives) + ")")
-    if high >= 0:
-        alternatives.extend(_naturals(max(0, low), high))
-    return " | ".join(alternatives)
 
 
 # -- the other keys of an object ------------------------------------------------------------------------

@@ -176,9 +176,10 @@ KEYWORDS: Final[Mapping[str, Keyword]] = {
 # What the extended dialect (schema/extended.py) enforces beyond the table above, keyword by keyword; a
 # keyword not named here is enforced and reported as in the default dialect.
 _INTEGER_BOUND: Final = (
-    "on integers: exactly, one- or two-sided, the tightest of minimum and exclusiveMinimum (maximum and "
-    "exclusiveMaximum) and draft 4's boolean exclusives, bounds of up to 40 digits (an open side takes at "
-    "most 16 digits, or the bound's); crossed bounds and bounds on non-integer numbers stay reported"
+    "exactly, one- or two-sided, the tightest of minimum and exclusiveMinimum (maximum and exclusiveMaximum) "
+    "and draft 4's boolean exclusives, bounds of up to 40 digits: on integers, any integer of the range (an "
+    "open side takes at most 16 digits, or the bound's); on numbers, compared as decimals, the numbers "
+    "written without an exponent (an open side's integer part as integers'); crossed bounds stay reported"
 )
 EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
     "format": ("date, time, date-time (RFC 3339: month lengths, leap years, offsets; a leap second at "

@@ -421,6 +421,13 @@ def _number_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     yield from _beside(source.schema, frozenset({"number"}), frozenset({"type"}), "")
 
 
+def _extended_number_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
+    if extended.number_rule(source.schema) is None:
+        yield from _number_findings(reader, source)
+    else:
+        yield from _beside(source.schema, frozenset({"number"}), frozenset({"type", *_BOUNDS}), "")
+
+
 def _typed(types: frozenset[str]) -> Callable[[TreeReader, SchemaSource], _Findings]:
     def findings(reader: TreeReader, source: SchemaSource) -> _Findings:
         yield from _beside(source.schema, types, frozenset({"type"}), "")
@@ -482,6 +489,7 @@ _EXTENDED_KINDS: Final[Mapping[type, Callable[[TreeReader, SchemaSource], _Findi
     IntegerNode: _extended_integer_findings,
     StringNode: functools.partial(_string_findings, exact_formats=extended.FORMATS, exact_patterns=True),
     ObjectNode: functools.partial(_object_findings, exact_keys=True),
+    NumberNode: _extended_number_findings,
 }
 
 
