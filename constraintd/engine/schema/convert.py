@@ -107,10 +107,9 @@ class _Converter:
         self.document = document
         self.extended = dialect == EXTENDED
         self.reserved = RESERVED_NAMES | extended.RESERVED_NAMES if self.extended else RESERVED_NAMES
-        # the schema object each string and integer node was built from (what the extended dialect reads)
-        self.schemas: dict[SchemaNode, Mapping[str, JsonValue]] = {
-            source.node: source.schema for source in document.sources
-            if isinstance(source.node, StringNode | IntegerNode | NumberNode)
+        # the schema object each node was built from (what the extended dialect reads), by kind and pointer
+        self.schemas: dict[tuple[type, str], Mapping[str, JsonValue]] = {
+            (type(source.node), source.pointer): source.schema for source in document.sources
         }
         self.limit = limit
         self.max_chars = max_chars
@@ -148,6 +147,9 @@ class _Converter:
             elif dep not in self.rules:
                 self.add_primitive(dep, dep_rule)
         return result
+
+    def schema_of(self, node: SchemaNode) -> Mapping[str, JsonValue]:
+        return self.schemas.get((type(node), node.pointer), {})
 
     def add_extended(self, name: str) -> str:
         """A rule of the extended dialect (schema/extended.py) and the rules it needs, once each."""
@@ -313,10 +315,16 @@ class _Converter:
             self.limit.leave()
 
     def visit_object(self, node: ObjectNode, name: str, rule_name: str) -> str:
-        if not node.properties and isinstance(node.additional, AnyNode):
+        # the extended dialect: a required name the properties do not declare is a required property, of
+        # the other keys' schema (any value where llama.cpp closes the object)
+        extras = extended.undeclared_required(self.schema_of(node), node) if self.extended else []
+        if not node.properties and not extras and isinstance(node.additional, AnyNode):
             return self.add_rule(rule_name, self.add_primitive("object", PRIMITIVE_RULES["object"]))
         properties = [(to_bytes(prop.name), prop.schema) for prop in node.properties]
         required = {to_bytes(prop.name) for prop in node.properties if prop.required}
+        for extra in extras:
+            properties.append((to_bytes(extra), node.additional or AnyNode(node.pointer)))
+            required.add(to_bytes(extra))
         return self.add_rule(rule_name, self.object_rule(properties, required, name, node.additional))
 
     def visit_tuple(self, node: TupleNode, name: str, rule_name: str) -> str:
@@ -336,7 +344,7 @@ class _Converter:
         if node.pattern:
             return self.visit_pattern(node, rule_name)
         if self.extended:
-            format_name = self.schemas.get(node, {}).get("format")
+            format_name = self.schema_of(node).get("format")
             if isinstance(format_name, str) and format_name in extended.FORMATS:
                 return self.add_rule(rule_name, self.add_extended(extended.format_rule_name(format_name)))
         if node.format is StringFormat.UUID:
@@ -353,7 +361,7 @@ class _Converter:
 
     def visit_integer(self, node: IntegerNode, name: str, rule_name: str) -> str:
         if self.extended:
-            bounds = extended.exact_range(*extended.integer_bounds(self.schemas.get(node, {})))
+            bounds = extended.exact_range(*extended.integer_bounds(self.schema_of(node)))
             if bounds is not None:
                 return self.add_rule(rule_name, f"({extended.integer_range_rule(*bounds)})")
         if node.minimum == INT64_MIN and node.maximum == INT64_MAX:
@@ -365,7 +373,7 @@ class _Converter:
 
     def visit_number(self, node: NumberNode, name: str, rule_name: str) -> str:
         if self.extended:
-            rule = extended.number_rule(self.schemas.get(node, {}))
+            rule = extended.number_rule(self.schema_of(node))
             if rule is not None:
                 return self.add_rule(rule_name, f"({rule})")
         return self.visit_primitive(rule_name, "number")

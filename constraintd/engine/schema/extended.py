@@ -27,6 +27,10 @@
 #   unless anchored (schema/ecma_patterns.py says what it reads); None where it does not read the pattern.
 # - `number_rule(schema)`: bounds on a number (not an integer), exactly, as decimals, for the numbers written
 #   without an exponent (number_ranges.py), or None.
+# - A format JSON Schema does not define is an annotation (2020-12 makes an unknown format one): not
+#   reported. A name `required` lists that the properties do not declare is a required property of the
+#   other keys' schema (of any value where llama.cpp closes the object), unless `additionalProperties` is
+#   false (`undeclared_required`).
 # - `other_keys_rule(names)`: the keys beside an object's declared properties, exactly the JSON strings that
 #   are none of the names (see the section below).
 # Invariants: every rule name written here starts with `x-`, and `RESERVED_NAMES` reserves them, so a
@@ -40,12 +44,14 @@ from typing import Final
 
 from constraintd.engine.schema.ecma_patterns import ANY_JSON_CHAR, Unsupported, pattern_rule
 from constraintd.engine.schema.json_text import JsonValue
+from constraintd.engine.schema.nodes import ObjectNode
 from constraintd.engine.schema.number_ranges import Bound, integer_range_rule, number_range_rule
 from constraintd.engine.schema.rules import BuiltinRule
 from constraintd.errors import SchemaError
 
 __all__ = [
     "DEFAULT_DIALECT",
+    "DEFINED_FORMATS",
     "DIALECTS",
     "EXTENDED",
     "FORMATS",
@@ -62,6 +68,7 @@ __all__ = [
     "integer_range_rule",
     "number_rule",
     "other_keys_rule",
+    "undeclared_required",
 ]
 
 DEFAULT_DIALECT: Final = "llama.cpp"
@@ -107,6 +114,13 @@ FORMAT_SPECS: Final[Mapping[str, str]] = {
     "uuid": "RFC 4122",
 }
 FORMATS: Final = frozenset(FORMAT_SPECS)
+# the formats JSON Schema 2020-12 defines; any other is an annotation ("An implementation MUST NOT fail
+# validation or cease processing due to an unknown format attribute", 2020-12 validation, 7.2.3)
+DEFINED_FORMATS: Final = frozenset({
+    "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname", "ipv4", "ipv6",
+    "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template", "json-pointer",
+    "relative-json-pointer", "regex",
+})
 _KEY_ESCAPE: Final = '[\\\\] (["\\\\bfnrt] | "u00" ([01] [0-9a-fA-F] | "22" | "5" [cC] | "7" [fF]))'
 _KEY_RULES: Final[Mapping[str, BuiltinRule]] = {
     "x-key-escape": BuiltinRule(_KEY_ESCAPE),
@@ -129,6 +143,18 @@ def exact_pattern(pattern: str) -> str | None:
         return pattern_rule(pattern, "x-any-char")
     except Unsupported:
         return None
+
+
+def undeclared_required(schema: Mapping[str, JsonValue], node: ObjectNode) -> list[str]:
+    """The names `required` lists that the object's properties do not declare, in its order, once each;
+    none where `additionalProperties` is false (no object is valid: that stays reported)."""
+    listed = schema.get("required")
+    if not isinstance(listed, list) or schema.get("additionalProperties") is False:
+        return []
+    declared = {prop.name for prop in node.properties}
+    # "" and "*" are left out: llama.cpp's rule naming breaks on them (the report names them)
+    return list(dict.fromkeys(name for name in listed
+                              if isinstance(name, str) and name not in declared and name not in ("", "*")))
 
 
 def format_rule_name(name: str) -> str:

@@ -184,7 +184,8 @@ _INTEGER_BOUND: Final = (
 EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
     "format": ("date, time, date-time (RFC 3339: month lengths, leap years, offsets; a leap second at "
                "23:59:60 UTC only; years from 0001), ipv4 (dotted decimal, no leading zeros), uuid: exact "
-               "grammars; every other format, and a length beside a format, stays reported"),
+               "grammars; a format 2020-12 does not define is an annotation; every other format (email, "
+               "hostname, ipv6, uri, ...), and a length beside a format, stays reported"),
     "additionalProperties": ("the keys beside the declared properties are exactly the JSON strings that are "
                              "none of their names (a name spelled with an escape no longer passes, nor a key "
                              "that is no JSON string); other keys take an escape only for the characters "
@@ -194,6 +195,8 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
                 "escapes), each character in its JSON spelling (a quote, backslash or control character "
                 "escaped); lookarounds, backreferences, word boundaries, `\\p{...}` and anchors inside stay "
                 "reported, as does a length beside a pattern"),
+    "required": ("a name the properties do not declare is a required property of the other keys' schema (any "
+                 "value where llama.cpp closes the object); beside additionalProperties false, reported"),
     "minimum": _INTEGER_BOUND,
     "maximum": _INTEGER_BOUND,
     "exclusiveMinimum": _INTEGER_BOUND,

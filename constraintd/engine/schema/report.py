@@ -192,7 +192,7 @@ def _string_findings(reader: TreeReader, source: SchemaSource, exact_formats: fr
         for key in ("minLength", "maxLength"):
             if key in schema:
                 yield key, f"ignored beside format {schema['format']}"
-    elif "format" in schema:
+    elif "format" in schema and (not exact_formats or schema["format"] in extended.DEFINED_FORMATS):
         yield "format", f"format {schema['format']} is not enforced"
     elif 0 <= node.max_length < node.min_length:
         yield "minLength", _CROSSED
@@ -235,17 +235,23 @@ def _array_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
 
 
 def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bool = False) -> _Findings:
+    # exact_keys: the extended dialect's reading (the other keys exactly, required names added)
     schema, node = source.schema, source.node
     assert isinstance(node, ObjectNode)
     declared = {prop.name for prop in node.properties}
+    names = [prop.name for prop in node.properties]
     required = schema.get("required")
+    if exact_keys:
+        extra = extended.undeclared_required(schema, node)
+        declared |= set(extra)
+        names += extra
     if isinstance(required, list):
         missing = [name for name in required if isinstance(name, str) and name not in declared]
         if missing:
             yield "required", f"not among the properties, so not required: {', '.join(missing)}"
     closed = node.additional is None
     # the extended dialect's rule of the other keys is exact where it can be written (schema/extended.py)
-    keys_held = exact_keys and extended.other_keys_rule([prop.name for prop in node.properties]) is not None
+    keys_held = exact_keys and extended.other_keys_rule(names) is not None
     if declared and not closed and not keys_held:
         # llama.cpp's rule for the other keys excludes the names as they are written, and reads a key as
         # JSON text: a name spelled with an escape (`\u0061` for `a`) passes as another key

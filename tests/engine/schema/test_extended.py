@@ -270,7 +270,8 @@ def test_uuid(text: str) -> None:
     assert takes(grammar, json.dumps(text)) == valid({"format": "uuid"}, text)
 
 
-@pytest.mark.parametrize("format_name", ["email", "hostname", "ipv6", "uri", "duration", "regex"])
+@pytest.mark.parametrize("format_name", ["email", "hostname", "ipv6", "uri", "duration", "regex",
+                                         "uri-reference"])
 def test_other_formats_stay_reported(format_name: str) -> None:
     schema = json.dumps({"type": "object", "properties": {"a": {"type": "string", "format": format_name}}})
     conversion = convert_json_schema(schema, dialect="extended")
@@ -358,3 +359,36 @@ def test_a_name_json_must_escape_keeps_llama_cpps_rule() -> None:
     schema = {"type": "object", "properties": {'a"b': {"type": "integer"}}, "additionalProperties": True}
     conversion = convert_json_schema(json.dumps(schema), dialect="extended")
     assert [item.keyword for item in conversion.unenforced] == ["additionalProperties"]
+
+
+# ---------------------------------------------------------------------- required names, undefined formats
+
+
+@pytest.mark.parametrize(("schema", "cases"), [
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"]},
+     {'{"a":1,"b":"x"}': True, '{"a":1}': False, '{"b":[1]}': False}),
+    ({"type": "object", "required": ["b"]}, {'{"b":null}': True, '{"b":1,"c":2}': True, "{}": False}),
+    ({"type": "object", "properties": {"a": {}}, "required": ["b"],
+      "additionalProperties": {"type": "integer"}},
+     {'{"b":1}': True, '{"b":"x"}': False, '{"a":1}': False, '{"b":1,"a":"x"}': True, '{"b":1,"c":2}': True}),
+], ids=["closed by llama.cpp", "no properties", "other keys' schema"])
+def test_a_required_name_without_a_property_is_required(schema: dict[str, Any],
+                                                        cases: dict[str, bool]) -> None:
+    grammar = grammar_of(schema)
+    for text, expected in cases.items():
+        if expected:
+            assert valid(schema, json.loads(text))
+        assert takes(grammar, text) == expected, text
+
+
+def test_a_required_name_where_no_other_key_is_allowed_stays_reported() -> None:
+    schema = {"type": "object", "properties": {"a": {}}, "required": ["b"], "additionalProperties": False}
+    conversion = convert_json_schema(json.dumps(schema), dialect="extended")
+    assert [item.keyword for item in conversion.unenforced] == ["required"]
+
+
+@pytest.mark.parametrize("format_name", ["path", "byte", "int32", "uuid7", "topic"])
+def test_a_format_json_schema_does_not_define_is_an_annotation(format_name: str) -> None:
+    schema = {"type": "string", "format": format_name}
+    assert convert_json_schema(json.dumps(schema), dialect="extended").unenforced == ()
+    assert valid(schema, "anything at all")
