@@ -266,3 +266,42 @@ def test_counting_the_tokens_past_a_reach_agrees_with_listing_them(pieces: list[
     for reach in range(1, len(table.columns) + 3):
         listed = mask_cache._looking_past(table, reach)
         assert mask_cache._count_looking_past(table, reach) == listed.size, reach
+
+
+@settings(max_examples=60, deadline=None)
+@given(grammars(), vocabs(), st.lists(st.integers(0, 10**6), max_size=6), st.sampled_from([1, 2, 4]))
+def test_tops_walked_without_a_key_give_the_walked_mask(
+    text: str, vocab: Vocab, choices: list[int], depth: int
+) -> None:
+    # FEW_SHARE 1: every top that can is walked without its structural key and kept for its grammar alone
+    # (a small vocabulary otherwise leaves it too many rows for that)
+    try:
+        grammar = Grammar.from_gbnf(text, vocab)
+    except GrammarError:
+        assume(False)
+        return
+    matcher = Matcher(grammar, max_stacks=300)
+    with (
+        mock.patch.object(mask_cache, "CONTEXT_DEPTH", depth),
+        mock.patch.object(mask_cache, "FEW_SHARE", 1),
+        contextlib.suppress(LimitError),
+    ):
+        for choice in [*choices, None]:
+            mask = matcher.mask()
+            assert mask.tolist() == expected_mask(matcher).tolist()
+            allowed = np.flatnonzero(unpack_mask(mask, len(vocab)))
+            if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
+                break
+
+
+def test_verdicts_kept_for_one_grammar_are_counted_in_its_size() -> None:
+    grammar = Grammar.from_gbnf(GRAMMAR, VOCAB)
+    with mock.patch.object(mask_cache, "FEW_SHARE", 1):
+        for text in TEXTS:
+            for matcher in walk_states(Matcher(grammar), text):
+                assert matcher.mask().tolist() == expected_mask(matcher).tolist()
+    masks = grammar._masks
+    assert len(masks._own) > 0 and masks._own.size > 0
+    assert masks.nbytes == masks._masks.size + masks._own.size
+    masks.forget_masks()  # the masks go, the verdicts stay (counted still)
+    assert masks.nbytes == masks._own.size > 0

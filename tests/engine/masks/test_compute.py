@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -18,7 +19,8 @@ from hypothesis import strategies as st
 from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, Vocab, unpack_mask
 from constraintd.engine.chat.requests import json_object_grammar
 from constraintd.engine.grammar.stacks import allows_token
-from constraintd.engine.masks.compute import compute_allowed
+from constraintd.engine.masks import compute
+from constraintd.engine.masks.compute import compute_allowed, walk
 from constraintd.engine.schema.convert import json_schema_to_gbnf
 from tests import reference
 from tests.lockstep import Lockstep, SampleGrammar, Tally, byte_tokens, sample_grammars
@@ -202,3 +204,34 @@ def test_masks_identical_to_llama_cpp(
     assert tally.identical_verdicts == tally.verdicts
     if grammar.lazy and case.samples:
         assert tally.triggered, "no sample reached the trigger"
+
+
+@settings(max_examples=60, deadline=None)
+@given(grammars(), vocabs(), st.data())
+def test_a_walk_of_some_rows_decides_them_as_the_whole_walk(
+    text: str, vocab: Vocab, data: st.DataObject
+) -> None:
+    # from a stack top cut short by an escape mark (so rows may be uncertain), some rows walked alone
+    # (one at a time when few, column by column when not) get the verdicts the whole walk gives them
+    try:
+        grammar = Grammar.from_gbnf(text, vocab)
+    except GrammarError:
+        assume(False)
+        return
+    rules = grammar._rules
+    assume(rules.classes)
+    top = data.draw(st.sampled_from(sorted(rules.classes)))
+    start = grammar._states.intern([(rules.escape, top)], 10**6)
+    assert start is not None
+    table = grammar._decoded.fresh_table()
+    rows = np.array(
+        sorted(data.draw(st.sets(st.integers(0, max(table.ids.size - 1, 0)), max_size=table.ids.size))),
+        dtype=np.int64,
+    )
+    rows = rows[rows < table.ids.size]
+    whole_allowed, whole_unsure = walk(table, table.columns, start, 10**6)
+    for few in (0, 32):
+        with mock.patch.object(compute, "_FEW_ROWS", few):
+            allowed, unsure = walk(table, table.columns, start, 10**6, rows=rows)
+        assert set(allowed.tolist()) == set(whole_allowed.tolist()) & set(rows.tolist())
+        assert set(unsure.tolist()) == set(whole_unsure.tolist()) & set(rows.tolist())
