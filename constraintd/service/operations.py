@@ -279,10 +279,24 @@ class Operations:
         return reply, []
 
     def allows(self, request: pb.AllowsRequest) -> pb.AllowsResponse:
+        reply, check = self.allows_later(request)
+        check()
+        return reply
+
+    def allows_later(self, request: pb.AllowsRequest) -> tuple[pb.AllowsResponse, Callable[[], None]]:
+        """Allows in two halves: the reply with the session's state now, and the checks that fill in its
+        `allowed`, on a fork of the session's matcher (a worker thread may run them while the session
+        goes on: up to `max_tokens_per_call` checks is seconds of work)."""
         self._check_tokens(len(request.tokens), "tokens to check")
         session = self.store.get(request.session_id)
-        allows = session.matcher.allows
-        return pb.AllowsResponse(allowed=[allows(token) for token in request.tokens], state=_state(session))
+        reply = pb.AllowsResponse(state=_state(session))
+        allows = session.matcher.fork().allows
+        tokens = request.tokens
+
+        def check() -> None:
+            reply.allowed.extend([allows(token) for token in tokens])
+
+        return reply, check
 
     def mask(self, request: pb.MaskRequest) -> pb.MaskResponse:
         reply, owed = self.mask_owing(request)
