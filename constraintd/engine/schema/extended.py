@@ -15,8 +15,10 @@
 #                in another offset is refused although the JSON Schema test suite takes it;
 #     date-time  RFC 3339 date-time: full-date, `T` in either case, full-time;
 #     ipv4       RFC 2673's dotted-decimal: four decimal octets 0-255 without leading zeros;
+#     ipv6       RFC 4291's text forms (section 2.2), as RFC 3986's IPv6address ABNF writes them: eight
+#                groups of 1-4 hexadecimal digits, one `::` for a run of zero groups, an IPv4 tail; no zone;
 #     uuid       RFC 4122's 8-4-4-4-12 hexadecimal digits, either case (llama.cpp's own rule).
-#   Every other format (email, hostname, ipv6, uri, ...) stays reported.
+#   Every other format JSON Schema defines (email, hostname, uri, ...) stays reported.
 # - `integer_bounds(schema)`: the integer range the schema's minimum / maximum / exclusive bounds set (the
 #   tightest of them, draft 4's boolean exclusives read too), exactly, or None for a side without one.
 #   `integer_range_rule(low, high)` is a GBNF expression taking exactly the integers of [low, high] in JSON's
@@ -101,6 +103,19 @@ _FORMAT_RULES: Final[Mapping[str, BuiltinRule]] = {
     "x-ipv4-octet": BuiltinRule('"25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9]'),
     "x-ipv4": BuiltinRule('x-ipv4-octet "." x-ipv4-octet "." x-ipv4-octet "." x-ipv4-octet',
                           ("x-ipv4-octet",)),
+    "x-h16": BuiltinRule("[0-9a-fA-F]{1,4}"),
+    "x-ls32": BuiltinRule('x-h16 ":" x-h16 | x-ipv4', ("x-h16", "x-ipv4")),
+    # RFC 3986's IPv6address, alternative for alternative
+    "x-ipv6": BuiltinRule(
+        '( x-h16 ":" ){6} x-ls32 | "::" ( x-h16 ":" ){5} x-ls32 | x-h16? "::" ( x-h16 ":" ){4} x-ls32'
+        ' | ( ( x-h16 ":" )? x-h16 )? "::" ( x-h16 ":" ){3} x-ls32'
+        ' | ( ( x-h16 ":" ){0,2} x-h16 )? "::" ( x-h16 ":" ){2} x-ls32'
+        ' | ( ( x-h16 ":" ){0,3} x-h16 )? "::" x-h16 ":" x-ls32'
+        ' | ( ( x-h16 ":" ){0,4} x-h16 )? "::" x-ls32'
+        ' | ( ( x-h16 ":" ){0,5} x-h16 )? "::" x-h16'
+        ' | ( ( x-h16 ":" ){0,6} x-h16 )? "::"',
+        ("x-h16", "x-ls32"),
+    ),
     "x-uuid": BuiltinRule('[0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" '
                           "[0-9a-fA-F]{12}"),
 }
@@ -111,6 +126,7 @@ FORMAT_SPECS: Final[Mapping[str, str]] = {
     "time": "RFC 3339 full-time",
     "date-time": "RFC 3339 date-time",
     "ipv4": "RFC 2673 dotted-decimal",
+    "ipv6": "RFC 4291 section 2.2 (RFC 3986's IPv6address)",
     "uuid": "RFC 4122",
 }
 FORMATS: Final = frozenset(FORMAT_SPECS)
