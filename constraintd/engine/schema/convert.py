@@ -168,7 +168,7 @@ class _Converter:
 
     def visit_pattern(self, node: StringNode, name: str) -> str:
         if self.extended:
-            rule = extended.exact_pattern(node.pattern)
+            rule = extended.exact_pattern(node.pattern, self.add_rule, name)
             if rule is not None:
                 self.add_extended("x-any-char")
                 return self.add_rule(name, rule)

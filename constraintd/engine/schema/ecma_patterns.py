@@ -22,10 +22,11 @@
 # stops at MAX_DEPTH.
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-__all__ = ["MAX_COUNT", "MAX_DEPTH", "Unsupported", "pattern_rule"]
+__all__ = ["ANY_JSON_CHAR", "MAX_COUNT", "MAX_DEPTH", "AddRule", "Unsupported", "pattern_rule"]
 
 MAX_COUNT: Final = 1000
 MAX_DEPTH: Final = 64
@@ -345,17 +346,25 @@ def _spelled(ranges: _Ranges) -> str:
     return parts[0] if len(parts) == 1 else "(" + " | ".join(parts) + ")"
 
 
-def _emit(node: _Node) -> str:
+AddRule: TypeAlias = Callable[[str, str], str]
+
+
+def _emit(node: _Node, add_rule: AddRule | None, name: str) -> str:
     if isinstance(node, _Chars):
         return _spelled(node.ranges)
     if isinstance(node, _Seq):
         if not node.items:
             return '""'
-        return " ".join(_emit(item) for item in node.items)
+        return " ".join(_emit(item, add_rule, name) for item in node.items)
     if isinstance(node, _Alt):
-        return "(" + " | ".join(_emit(branch) for branch in node.branches) + ")"
+        return "(" + " | ".join(_emit(branch, add_rule, name) for branch in node.branches) + ")"
     if isinstance(node, _Repeat):
-        inner = f"({_emit(node.item)})"
+        inner = f"({_emit(node.item, add_rule, name)})"
+        counted = (node.low, node.high) not in ((0, None), (1, None), (0, 1))
+        if counted and add_rule is not None and "(" in inner[1:-1]:
+            # GBNF copies a counted group's inner groups once per count (and bounds their product): a
+            # rule of its own is copied as one name
+            inner = add_rule(f"{name}-item", inner[1:-1])
         if (node.low, node.high) == (0, None):
             return inner + "*"
         if (node.low, node.high) == (1, None):
@@ -374,10 +383,12 @@ def _branches(root: _Node) -> tuple[_Seq, ...]:
     return (root if isinstance(root, _Seq) else _Seq((root,)),)
 
 
-def pattern_rule(pattern: str, any_char_rule: str) -> str:
+def pattern_rule(pattern: str, any_char_rule: str, add_rule: AddRule | None = None, name: str = "pattern",
+                 ) -> str:
     """A GBNF expression for the JSON strings (quotes included) whose value `pattern` matches (ECMA-262);
     `any_char_rule` names a rule taking any JSON string character in any spelling (the text around an
-    unanchored pattern).
+    unanchored pattern). With `add_rule` (name, text -> the name given), a counted repetition of groups
+    is written as a rule of its own, named after `name`.
 
     Raises:
         Unsupported: the pattern uses what this translation does not read (see the module comment).
@@ -395,7 +406,7 @@ def pattern_rule(pattern: str, any_char_rule: str) -> str:
         anchored_end = bool(items) and items[-1] == _Anchor(False)
         if anchored_end:
             items.pop()
-        body = _emit(_Seq(tuple(items)))
+        body = _emit(_Seq(tuple(items)), add_rule, name)
         around = [] if anchored_start else [f"{any_char_rule}*"]
         around_end = [] if anchored_end else [f"{any_char_rule}*"]
         alternatives.append(" ".join([*around, body, *around_end]))

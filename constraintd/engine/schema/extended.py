@@ -44,7 +44,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Final
 
-from constraintd.engine.schema.ecma_patterns import ANY_JSON_CHAR, Unsupported, pattern_rule
+from constraintd.engine.schema.ecma_patterns import ANY_JSON_CHAR, AddRule, Unsupported, pattern_rule
 from constraintd.engine.schema.json_text import JsonValue
 from constraintd.engine.schema.nodes import ObjectNode
 from constraintd.engine.schema.number_ranges import Bound, integer_range_rule, number_range_rule
@@ -152,11 +152,11 @@ RULES: Final[Mapping[str, BuiltinRule]] = {
 RESERVED_NAMES: Final = frozenset(RULES)
 
 
-def exact_pattern(pattern: str) -> str | None:
+def exact_pattern(pattern: str, add_rule: AddRule | None = None, name: str = "pattern") -> str | None:
     """The dialect's rule for a JSON string `pattern` matches (schema/ecma_patterns.py), None where it has
     none (llama.cpp's translation then holds, and the report)."""
     try:
-        return pattern_rule(pattern, "x-any-char")
+        return pattern_rule(pattern, "x-any-char", add_rule, name)
     except Unsupported:
         return None
 

@@ -110,3 +110,10 @@ def test_a_length_beside_a_pattern_stays_reported() -> None:
     schema = json.dumps({"type": "string", "pattern": "^a+$", "maxLength": 3})
     conversion = convert_json_schema(schema, dialect="extended")
     assert [item.keyword for item in conversion.unenforced] == ["maxLength"]
+
+
+def test_a_counted_repetition_of_groups_compiles() -> None:
+    # GBNF bounds the groups a counted repetition copies: the repeated groups become one rule
+    grammar = grammar_of("^(?:\\S+\\s+){0,199}\\S+$")
+    assert takes(grammar, spelled("a b\tc"))
+    assert not takes(grammar, spelled("a b "))
