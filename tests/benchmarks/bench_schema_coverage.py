@@ -315,13 +315,13 @@ def print_table(title: str, cases: Sequence[Case], tallies: dict[str, Tally], mi
     valid = sum(len(case.valid) for case in cases)
     invalid = sum(len(case.invalid) for case in cases)
     print(f"\n{title}: {len(cases):,} schemas, {valid:,} valid and {invalid:,} invalid documents")
-    header = (f"{'engine':22} {'compiled':>9} {'refused':>8} {'passing':>18} {'valid refused':>24} "
+    header = (f"{'engine':30} {'compiled':>9} {'refused':>8} {'passing':>18} {'valid refused':>24} "
               f"{'invalid taken':>24} {'seconds':>8}")
     print(header)
     print("-" * len(header))
     for name, tally in tallies.items():
         errors = f"  ({sum(tally.errors.values())} errors: {dict(tally.errors)})" if tally.errors else ""
-        print(f"{name:22} {tally.compiled:>9,} {tally.schemas - tally.compiled:>8,} "
+        print(f"{name:30} {tally.compiled:>9,} {tally.schemas - tally.compiled:>8,} "
               f"{_share(tally.passing, tally.schemas):>18} {_share(tally.valid_refused, tally.valid):>24} "
               f"{_share(tally.invalid_taken, tally.invalid):>24} {tally.seconds:>8.1f}{errors}")
     for note in missing:
