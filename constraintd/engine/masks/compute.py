@@ -43,6 +43,8 @@ _STATE_SHIFT: Final = 33
 _LOW_BITS: Final = (1 << _STATE_SHIFT) - 1
 # Rows at most that the column loop hands to a walk of one row at a time (_walk_singly).
 _FEW_ROWS: Final = 32
+# Rows at least that one state moves through a table over the distinct code points (a column's move).
+_DENSE_ROWS: Final = 16384
 
 
 def compute_mask(
@@ -111,6 +113,7 @@ def walk(
     states: list[State | None] = [None, start]
     local: dict[State | None, int] = {None: _DEAD, start: 1}
     next_ids: dict[int, IntArray] = {}
+    lookups: dict[int, IntArray] = {}  # per local state: its move by distinct code point (dense_columns)
 
     def local_id(state: State | None) -> int:
         found = local.get(state)
@@ -175,8 +178,18 @@ def walk(
             bounds, ids = segment_map(1)
             rows, at = _first_column(table, bounds, ids)
         elif present.size == 1:
-            bounds, ids = segment_map(int(present[0]))
-            at = ids[np.searchsorted(bounds, column[rows], side="right")]
+            index = int(present[0])
+            bounds, ids = segment_map(index)
+            if rows.size >= _DENSE_ROWS and column is table.columns[j]:
+                # many rows: the state's move as a table over the vocabulary's distinct code points, read
+                # by each row's index into them (a gather instead of a binary search per row)
+                lookup = lookups.get(index)
+                if lookup is None:
+                    distinct = table.dense_columns()[0]
+                    lookup = lookups[index] = ids[np.searchsorted(bounds, distinct, side="right")]
+                at = lookup[table.dense_columns()[1][j][rows]]
+            else:
+                at = ids[np.searchsorted(bounds, column[rows], side="right")]
         else:
             # every present state's intervals in one sorted array, each state's shifted to its own range
             # of keys (state << _STATE_SHIFT | code point): one search moves every row

@@ -8,7 +8,8 @@
 # - What is learned per vocabulary is owned here too, built on first use: the top verdicts every grammar
 #   on it shares (`verdicts()`, masks/verdicts.py, with the table numbering their structural ids) and the
 #   mask allowing every token (`all_allowed()`). Each `ColumnTable` owns the index of its rows by first
-#   code point (`row_groups()`). Nothing is kept in the module.
+#   code point (`row_groups()`) and its columns as indexes into their distinct code points
+#   (`dense_columns()`). Nothing is kept in the module.
 # - `kinds[token]`: END_OF_GENERATION (decided by the grammar's completeness alone), NEVER (empty piece or
 #   one starting with NUL: llama.cpp never allows it) or PLAIN (decided by decoding its piece); the same
 #   as bytes (`kind_of`, for one token at a time) and the END_OF_GENERATION ids (`eog_tokens`).
@@ -97,8 +98,29 @@ class ColumnTable:
     row_of: IntArray
     first_code_points: IntArray
     first_index: IntArray
-    # derived from the fields above on first use (`row_groups`), so not part of the value
+    # derived from the fields above on first use (`row_groups`, `dense_columns`), so not part of the value
     _groups: RowGroups | None = field(default=None, init=False, repr=False, compare=False)
+    _dense: tuple[IntArray, tuple[npt.NDArray[np.int32], ...]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def dense_columns(self) -> tuple[IntArray, tuple[npt.NDArray[np.int32], ...]]:
+        """The distinct code points of every column (ascending) and each column as indexes into them
+        (built on first use, then held by the table): a state's intervals become a table over the few
+        distinct code points, read by index, instead of a search per row."""
+        dense = self._dense
+        if dense is None:
+            values = np.sort(np.concatenate(self.columns)) if self.columns else np.zeros(0, dtype=np.int64)
+            keep = np.ones(values.size, dtype=np.bool_)
+            np.not_equal(values[1:], values[:-1], out=keep[1:])
+            distinct = values[keep]
+            indexes = tuple(np.searchsorted(distinct, column).astype(np.int32) for column in self.columns)
+            distinct.flags.writeable = False
+            for index in indexes:
+                index.flags.writeable = False
+            dense = (distinct, indexes)
+            object.__setattr__(self, "_dense", dense)  # as `row_groups`: a derived index
+        return dense
 
     def row_groups(self) -> RowGroups:
         """The rows grouped by first code point (built on first use, then held by the table)."""
@@ -331,4 +353,3 @@ def _column_table(
     ):
         array.flags.writeable = False
     return table
-
