@@ -33,7 +33,7 @@ from constraintd.errors import ConstraintdError, InputError
 from constraintd.server.metrics import Metrics
 from constraintd.server.workers import WorkerPool
 from constraintd.service.log_events import fields
-from constraintd.service.operations import Operations, OwedMask, pay
+from constraintd.service.operations import INLINE_COST, Operations, Owed, pay
 from constraintd.service.status import status_for
 from constraintd.v1 import constraintd_pb2 as pb
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
@@ -50,17 +50,10 @@ Method = Callable[[Any, Request, Context], Awaitable[Reply]]
 
 # A session rebuilt with more tokens than this replays them in a worker thread (tens of microseconds each).
 REPLAY_ON_LOOP = 32
-# an Allows of more tokens than this is checked in a worker thread (a token is about 2 µs when its answer is
-# known, up to tens when it is not)
-ALLOWS_ON_LOOP = 1024
 
 
 # What a bug answers: no message of its own (its text may hold anything) and no details.
 _INTERNAL = status_pb2.Status(code=code_pb2.INTERNAL, message="internal error (logged by the server)")
-
-
-# the most masks a reply pays on the event loop when the grammars keep them all (each a lookup and a copy)
-INLINE_MASKS = 256
 
 
 def status_of(error: Exception) -> grpc.Status:
@@ -208,12 +201,12 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
             )
         return self.operations.open_session(plan, compiled, started)
 
-    async def _pay(self, owed: list[OwedMask]) -> None:
-        # masks the grammars keep are lookups, paid here (a few at a time: the loop is not held for long);
-        # any to compute go to a worker thread, all together
+    async def _pay(self, owed: list[Owed]) -> None:
+        # masks the grammars keep and a few checks are paid here (a few at a time: the loop is not held for
+        # long); anything to compute goes to a worker thread, all together
         if not owed:
             return
-        if len(owed) <= INLINE_MASKS and all(mask.known() for mask in owed):
+        if sum(work.cost() for work in owed) <= INLINE_COST:
             pay(owed)
         else:
             await self.mask_workers.run(lambda: pay(owed), what="computing the mask")
@@ -226,11 +219,8 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
 
     @_answered
     async def Allows(self, request: pb.AllowsRequest, context: Context) -> pb.AllowsResponse:
-        reply, check = self.operations.allows_later(request)
-        if len(request.tokens) <= ALLOWS_ON_LOOP:
-            check()
-        else:  # a million checks is seconds: the loop goes on answering other sessions meanwhile
-            await self.mask_workers.run(check, what="checking the tokens")
+        reply, owed = self.operations.allows_owing(request)
+        await self._pay(owed)
         return reply
 
     @_answered

@@ -20,7 +20,8 @@
 #   word j // 32.
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,8 @@ from constraintd.service.sessions import Session, SessionStore
 from constraintd.service.status import status_for
 from constraintd.v1 import constraintd_pb2 as pb
 
-__all__ = ["Operations", "OwedMask", "SessionPlan", "WireMasks", "encode_mask", "pay"]
+__all__ = ["INLINE_COST", "Operations", "Owed", "OwedChecks", "OwedMask", "SessionPlan", "WireMasks",
+           "encode_mask", "pay"]
 
 
 def encode_mask(words: npt.NDArray[np.int32], vocab_size: int, *, compact: bool = False) -> pb.Mask:
@@ -48,6 +50,11 @@ def encode_mask(words: npt.NDArray[np.int32], vocab_size: int, *, compact: bool 
     if compact and allowed == vocab_size:
         return pb.Mask(vocab_size=vocab_size, allowed=allowed, all_allowed=True)
     return pb.Mask(words=little.tobytes(), vocab_size=vocab_size, allowed=allowed)
+
+
+# The most a reply's owed work may cost (`cost()`, in mask lookups of about 15 µs) to be paid on the event
+# loop; more goes to a worker thread: at most about 4 ms of the loop's time for one reply.
+INLINE_COST = 256.0
 
 
 class WireMasks:
@@ -90,19 +97,51 @@ class OwedMask:
         self.matcher = matcher
         self.compact = compact
 
-    def known(self) -> bool:
-        """Whether the mask is one the grammar keeps (paying it is a lookup, not a walk)."""
-        return self.matcher.mask_known()
+    def cost(self) -> float:
+        """What paying it costs the event loop, in mask lookups: 1 for a mask the grammar keeps, infinite
+        for one to compute (a walk of the vocabulary: a worker thread's job)."""
+        return 1.0 if self.matcher.mask_known() else math.inf
+
+    def moved(self, reply: Any) -> OwedMask:
+        """The same mask owed to the `mask` field of `reply` (a copy of the reply it was owed to)."""
+        return OwedMask(reply.mask, self.matcher, compact=self.compact)
 
     def pay(self) -> None:
         matcher = self.matcher
         self.into.CopyFrom(_WIRE_MASKS.encode(matcher.mask(), matcher.grammar.n_vocab, compact=self.compact))
 
 
-def pay(owed: list[OwedMask]) -> None:
-    """Computes every owed mask into its reply (the slow part; safe in a worker thread)."""
-    for mask in owed:
-        mask.pay()
+class OwedChecks:
+    """Allows' answers a reply still needs: each of `tokens` checked on `matcher` (a fork nobody else
+    holds), into `into.allowed`."""
+
+    __slots__ = ("into", "matcher", "tokens")
+
+    def __init__(self, into: pb.AllowsResponse, matcher: Matcher, tokens: Sequence[int]) -> None:
+        self.into = into
+        self.matcher = matcher
+        self.tokens = tokens
+
+    def cost(self) -> float:
+        """What paying it costs, in mask lookups (a check is about a quarter of one when the state's answer
+        is known; more when it is not, which a few thousand checks cannot make long)."""
+        return len(self.tokens) / 4
+
+    def moved(self, reply: Any) -> OwedChecks:
+        return OwedChecks(reply, self.matcher, self.tokens)
+
+    def pay(self) -> None:
+        allows = self.matcher.allows
+        self.into.allowed.extend([allows(token) for token in self.tokens])
+
+
+Owed = OwedMask | OwedChecks
+
+
+def pay(owed: list[Owed]) -> None:
+    """Computes every owed mask and check into its reply (the slow part; safe in a worker thread)."""
+    for work in owed:
+        work.pay()
 
 
 def _state(session: Session) -> pb.SessionState:
@@ -121,7 +160,7 @@ class SessionPlan:
     constraint: Constraint
     ttl: float
     prefill: bytes
-    replay: tuple[int, ...]
+    replay: Sequence[int]  # the request's own field: a million of them is not copied on the event loop
     compiled: CompiledConstraint | None
 
 
@@ -144,10 +183,10 @@ class Operations:
         self._limits = limits
         # the registry releases only vocabularies no open session of this store uses
         registry.watch_sessions(store.uses_vocab)
-        self._step_ops: dict[str, Callable[[Any], tuple[Any, list[OwedMask]]]] = {
+        self._step_ops: dict[str, Callable[[Any], tuple[Any, list[Owed]]]] = {
             "accept": self.accept_owing,
             "mask": self.mask_owing,
-            "allows": lambda request: (self.allows(request), []),
+            "allows": self.allows_owing,
         }
 
     def register_vocab(self, request: pb.RegisterVocabRequest) -> pb.RegisterVocabResponse:
@@ -227,7 +266,7 @@ class Operations:
             constraint=constraint,
             ttl=float(options.ttl_seconds),
             prefill=bytes(options.prefill),
-            replay=tuple(request.replay),
+            replay=request.replay,
             compiled=self.registry.cached(constraint, vocab),
         )
 
@@ -268,7 +307,7 @@ class Operations:
         pay(owed)
         return reply
 
-    def accept_owing(self, request: pb.AcceptRequest) -> tuple[pb.AcceptResponse, list[OwedMask]]:
+    def accept_owing(self, request: pb.AcceptRequest) -> tuple[pb.AcceptResponse, list[Owed]]:
         session = self.store.get(request.session_id, position=_position(request))
         accepted = session.accept(request.token)
         reply = pb.AcceptResponse(accepted=accepted, state=_state(session))
@@ -279,31 +318,24 @@ class Operations:
         return reply, []
 
     def allows(self, request: pb.AllowsRequest) -> pb.AllowsResponse:
-        reply, check = self.allows_later(request)
-        check()
+        reply, owed = self.allows_owing(request)
+        pay(owed)
         return reply
 
-    def allows_later(self, request: pb.AllowsRequest) -> tuple[pb.AllowsResponse, Callable[[], None]]:
-        """Allows in two halves: the reply with the session's state now, and the checks that fill in its
-        `allowed`, on a fork of the session's matcher (a worker thread may run them while the session
-        goes on: up to `max_tokens_per_call` checks is seconds of work)."""
+    def allows_owing(self, request: pb.AllowsRequest) -> tuple[pb.AllowsResponse, list[Owed]]:
+        """Allows with the session's state now and the checks owed, on a fork of the session's matcher (up to
+        `max_tokens_per_call` checks is seconds of work: a worker thread's, while the session goes on)."""
         self._check_tokens(len(request.tokens), "tokens to check")
         session = self.store.get(request.session_id)
         reply = pb.AllowsResponse(state=_state(session))
-        allows = session.matcher.fork().allows
-        tokens = request.tokens
-
-        def check() -> None:
-            reply.allowed.extend([allows(token) for token in tokens])
-
-        return reply, check
+        return reply, [OwedChecks(reply, session.matcher.fork(), request.tokens)]
 
     def mask(self, request: pb.MaskRequest) -> pb.MaskResponse:
         reply, owed = self.mask_owing(request)
         pay(owed)
         return reply
 
-    def mask_owing(self, request: pb.MaskRequest) -> tuple[pb.MaskResponse, list[OwedMask]]:
+    def mask_owing(self, request: pb.MaskRequest) -> tuple[pb.MaskResponse, list[Owed]]:
         session = self.store.get(request.session_id)
         reply = pb.MaskResponse(state=_state(session))
         return reply, [OwedMask(reply.mask, session.matcher.fork())]
@@ -326,7 +358,7 @@ class Operations:
         pay(owed)
         return reply
 
-    def step_owing(self, request: pb.StepRequest) -> tuple[pb.StepResponse, list[OwedMask]]:
+    def step_owing(self, request: pb.StepRequest) -> tuple[pb.StepResponse, list[Owed]]:
         """One Step message: every operation in order, each failure answered in its place."""
         batch = request.accepts
         count = len(request.ops) + len(batch.session_ids)
@@ -340,7 +372,7 @@ class Operations:
             "tokens to check in a Step message",
         )
         reply = pb.StepResponse()
-        owed: list[OwedMask] = []
+        owed: list[Owed] = []
         for op in request.ops:
             result = reply.results.add()
             kind = op.WhichOneof("op")
@@ -351,7 +383,7 @@ class Operations:
                 target = getattr(result, kind)
                 target.CopyFrom(answer)
                 # the owed masks point into `answer`; point them into the copy in the reply instead
-                owed.extend(OwedMask(target.mask, mask.matcher, compact=mask.compact) for mask in owes)
+                owed.extend(work.moved(target) for work in owes)
             except ConstraintdError as error:
                 result.error.CopyFrom(status_for(error))
         if batch.session_ids:
@@ -366,7 +398,7 @@ class Operations:
             )
 
     def _accept_batch(
-        self, batch: pb.AcceptBatch, into: pb.AcceptBatchResponse, owed: list[OwedMask]
+        self, batch: pb.AcceptBatch, into: pb.AcceptBatchResponse, owed: list[Owed]
     ) -> None:
         """A Step's accept batch, column in, column out: the hot path of a worker decoding many sequences,
         so it makes no message per item (only per error and per owed mask)."""
