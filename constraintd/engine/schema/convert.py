@@ -168,7 +168,12 @@ class _Converter:
 
     def visit_pattern(self, node: StringNode, name: str) -> str:
         if self.extended:
-            rule = extended.exact_pattern(node.pattern, self.add_rule, name)
+            # with its lengths where it can, else alone (the lengths are then reported)
+            max_length = None if node.max_length < 0 else node.max_length
+            rule = extended.exact_pattern(node.pattern, self.add_rule, name, min_length=node.min_length,
+                                          max_length=max_length)
+            if rule is None:
+                rule = extended.exact_pattern(node.pattern, self.add_rule, name)
             if rule is not None:
                 self.add_extended("x-any-char")
                 return self.add_rule(name, rule)

@@ -18,6 +18,7 @@
 # - Refused (`Unsupported`, and the dialect keeps llama.cpp's translation and its report): lookarounds,
 #   backreferences, word boundaries, named groups, `\p{...}`, anchors anywhere but at an alternative's ends,
 #   a `{` that is no quantifier, counts over MAX_COUNT, lone surrogates, and a pattern that is not one.
+# - With `min_length` / `max_length`, the lengths too where `_within_lengths` can write them (else refused).
 # Invariants: characters are code points (the `u` flag's reading); the parse recurses once per group and
 # stops at MAX_DEPTH.
 from __future__ import annotations
@@ -383,12 +384,77 @@ def _branches(root: _Node) -> tuple[_Seq, ...]:
     return (root if isinstance(root, _Seq) else _Seq((root,)),)
 
 
-def pattern_rule(pattern: str, any_char_rule: str, add_rule: AddRule | None = None, name: str = "pattern",
-                 ) -> str:
+def _lengths(node: _Node) -> tuple[int, int | None]:
+    """The fewest and most characters a node matches (None: no most)."""
+    if isinstance(node, _Chars):
+        return 1, 1
+    if isinstance(node, _Anchor):
+        return 0, 0
+    if isinstance(node, _Seq | _Alt):
+        parts = [_lengths(item) for item in (node.items if isinstance(node, _Seq) else node.branches)]
+        lows = [low for low, _ in parts]
+        highs = [high for _, high in parts]
+        bounded = [high for high in highs if high is not None]
+        if isinstance(node, _Seq):
+            return sum(lows), None if len(bounded) < len(highs) else sum(bounded)
+        return min(lows), None if len(bounded) < len(highs) else max(bounded)
+    low, high = _lengths(node.item)
+    if node.high is None:
+        return low * node.low, None if high != 0 else 0
+    return low * node.low, None if high is None else high * node.high
+
+
+def _flat(items: tuple[_Node, ...]) -> list[_Node]:
+    out: list[_Node] = []
+    for item in items:
+        out.extend(_flat(item.items) if isinstance(item, _Seq) else [item])
+    return out
+
+
+def _within_lengths(root: _Node, min_length: int, max_length: int | None) -> _Node:
+    """The pattern's tree, restricted to values of min_length..max_length characters: unchanged when every
+    value it matches has such a length, else with the one repetition of single characters among fixed-length
+    parts counted to fit; Unsupported otherwise."""
+    def fits(branch: _Seq) -> bool:
+        items = _flat(branch.items)
+        anchored = bool(items) and items[0] == _Anchor(True) and items[-1] == _Anchor(False)
+        low, high = _lengths(branch)
+        if not anchored:  # any text around it
+            high = None
+        return low >= min_length and (max_length is None or (high is not None and high <= max_length))
+
+    if all(map(fits, _branches(root))):
+        return root
+    items = _flat(root.items) if isinstance(root, _Seq) else None
+    if items is None or not items or items[0] != _Anchor(True) or items[-1] != _Anchor(False):
+        raise Unsupported("a length beside this pattern")
+    variable = [i for i, item in enumerate(items) if _lengths(item)[0] != _lengths(item)[1]]
+    if len(variable) != 1:
+        raise Unsupported("a length beside this pattern")
+    repeat = items[variable[0]]
+    if not (isinstance(repeat, _Repeat) and isinstance(repeat.item, _Chars)):
+        raise Unsupported("a length beside this pattern")
+    fixed = sum(_lengths(item)[0] for item in items) - repeat.low
+    count_low = max(repeat.low, min_length - fixed)
+    count_high = max_length - fixed if max_length is not None else None
+    if repeat.high is not None:
+        count_high = repeat.high if count_high is None else min(count_high, repeat.high)
+    if count_high is not None and count_low > count_high:
+        raise Unsupported("the lengths admit no value of the pattern")
+    if max(count_low, count_high or 0) > MAX_COUNT:
+        raise Unsupported(f"a count over {MAX_COUNT}")
+    items[variable[0]] = _Repeat(repeat.item, count_low, count_high)
+    return _Seq(tuple(items))
+
+
+def pattern_rule(pattern: str, any_char_rule: str, add_rule: AddRule | None = None, name: str = "pattern", *,
+                 min_length: int = 0, max_length: int | None = None) -> str:
     """A GBNF expression for the JSON strings (quotes included) whose value `pattern` matches (ECMA-262);
     `any_char_rule` names a rule taking any JSON string character in any spelling (the text around an
     unanchored pattern). With `add_rule` (name, text -> the name given), a counted repetition of groups
-    is written as a rule of its own, named after `name`.
+    is written as a rule of its own, named after `name`. With lengths, only values of min_length to
+    max_length characters: where every value the pattern matches has such a length, or the pattern is
+    anchored and its one variable part is a repeated character class among fixed-length parts.
 
     Raises:
         Unsupported: the pattern uses what this translation does not read (see the module comment).
@@ -397,6 +463,8 @@ def pattern_rule(pattern: str, any_char_rule: str, add_rule: AddRule | None = No
     root = parser.alternatives()
     if parser.i != len(pattern):
         raise Unsupported("unbalanced parentheses")
+    if min_length > 0 or max_length is not None:
+        root = _within_lengths(root, min_length, max_length)
     alternatives = []
     for branch in _branches(root):
         items = list(branch.items)

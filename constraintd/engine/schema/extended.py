@@ -152,11 +152,13 @@ RULES: Final[Mapping[str, BuiltinRule]] = {
 RESERVED_NAMES: Final = frozenset(RULES)
 
 
-def exact_pattern(pattern: str, add_rule: AddRule | None = None, name: str = "pattern") -> str | None:
-    """The dialect's rule for a JSON string `pattern` matches (schema/ecma_patterns.py), None where it has
-    none (llama.cpp's translation then holds, and the report)."""
+def exact_pattern(pattern: str, add_rule: AddRule | None = None, name: str = "pattern", *,
+                  min_length: int = 0, max_length: int | None = None) -> str | None:
+    """The dialect's rule for a JSON string `pattern` matches (schema/ecma_patterns.py), of min_length to
+    max_length characters, None where it has none (llama.cpp's translation then holds, and the report)."""
     try:
-        return pattern_rule(pattern, "x-any-char", add_rule, name)
+        return pattern_rule(pattern, "x-any-char", add_rule, name, min_length=min_length,
+                            max_length=max_length)
     except Unsupported:
         return None
 

@@ -181,6 +181,11 @@ _INTEGER_BOUND: Final = (
     "open side takes at most 16 digits, or the bound's); on numbers, compared as decimals, the numbers "
     "written without an exponent (an open side's integer part as integers'); crossed bounds stay reported"
 )
+_LENGTH: Final = (
+    "beside a pattern the dialect reads: held where every value of the pattern has such a length, or where "
+    "the pattern is anchored and its one variable part is a repeated character class among fixed-length "
+    "parts (the count is fitted); else reported. Beside a format, reported"
+)
 EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
     "format": ("date, time, date-time (RFC 3339: month lengths, leap years, offsets; a leap second at "
                "23:59:60 UTC only; years from 0001), ipv4 (dotted decimal, no leading zeros), ipv6 (RFC 4291 "
@@ -195,7 +200,9 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
                 "`\\d \\w \\s` and their negations, classes, groups, alternatives, counted repetition, "
                 "escapes), each character in its JSON spelling (a quote, backslash or control character "
                 "escaped); lookarounds, backreferences, word boundaries, `\\p{...}` and anchors inside stay "
-                "reported, as does a length beside a pattern"),
+                "reported"),
+    "minLength": _LENGTH,
+    "maxLength": _LENGTH,
     "required": ("a name the properties do not declare is a required property of the other keys' schema (any "
                  "value where llama.cpp closes the object); beside additionalProperties false, reported"),
     "minimum": _INTEGER_BOUND,

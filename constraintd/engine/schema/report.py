@@ -170,9 +170,13 @@ def _string_findings(reader: TreeReader, source: SchemaSource, exact_formats: fr
     schema, node = source.schema, source.node
     assert isinstance(node, StringNode)
     if node.pattern and exact_patterns and extended.exact_pattern(node.pattern) is not None:
-        for key in ("format", "minLength", "maxLength"):
-            if key in schema:
-                yield key, "ignored beside a pattern"
+        if "format" in schema:
+            yield "format", "ignored beside a pattern"
+        max_length = None if node.max_length < 0 else node.max_length
+        if extended.exact_pattern(node.pattern, min_length=node.min_length, max_length=max_length) is None:
+            for key in ("minLength", "maxLength"):
+                if key in schema:
+                    yield key, "ignored beside this pattern"
     elif not node.pattern and schema.get("format") in exact_formats:
         for key in ("minLength", "maxLength"):
             if key in schema:

@@ -106,10 +106,6 @@ def test_a_pattern_it_does_not_read_stays_reported() -> None:
     assert conversion.grammar == convert_json_schema(schema).grammar
 
 
-def test_a_length_beside_a_pattern_stays_reported() -> None:
-    schema = json.dumps({"type": "string", "pattern": "^a+$", "maxLength": 3})
-    conversion = convert_json_schema(schema, dialect="extended")
-    assert [item.keyword for item in conversion.unenforced] == ["maxLength"]
 
 
 def test_a_counted_repetition_of_groups_compiles() -> None:
@@ -117,3 +113,34 @@ def test_a_counted_repetition_of_groups_compiles() -> None:
     grammar = grammar_of("^(?:\\S+\\s+){0,199}\\S+$")
     assert takes(grammar, spelled("a b\tc"))
     assert not takes(grammar, spelled("a b "))
+
+
+LENGTHS: Final = [
+    ("^[a-z][a-z0-9-]*$", 1, 5), ("^a+$", 2, 3), ("^(?:ab)?[0-9]{2}$", 2, 4), ("^x\\d*y$", 0, 3),
+    ("a", 1, None),
+    ("^[ab]{2,6}$", 3, None), ("^.*$", 0, 2), ("^[ab]{0,4}$", 0, 9),
+]
+
+
+@pytest.mark.parametrize(("pattern", "min_length", "max_length"), LENGTHS, ids=str)
+def test_lengths_beside_a_pattern(pattern: str, min_length: int, max_length: int | None) -> None:
+    schema = {"type": "string", "pattern": pattern, "minLength": min_length}
+    if max_length is not None:
+        schema["maxLength"] = max_length
+    conversion = convert_json_schema(json.dumps(schema), dialect="extended", strict=True)
+    grammar = Grammar.from_gbnf(conversion.grammar, BYTES)
+    for length in range(7):
+        for chars in itertools.product("ab0-xy", repeat=length):
+            value = "".join(chars)
+            expected = ecma_search(pattern, value) and min_length <= len(value) <= (max_length or 99)
+            assert takes(grammar, spelled(value)) == expected, (pattern, value)
+
+
+@pytest.mark.parametrize(("pattern", "min_length", "max_length"), [
+    ("^(a|bb)+$", 2, 3), ("a", 0, 3), ("^a*b*$", 0, 2), ("^a{2}$", 3, 4),
+], ids=str)
+def test_lengths_it_cannot_intersect_stay_reported(pattern: str, min_length: int, max_length: int) -> None:
+    schema = {"type": "string", "pattern": pattern, "minLength": min_length, "maxLength": max_length}
+    conversion = convert_json_schema(json.dumps(schema), dialect="extended")
+    assert {item.keyword for item in conversion.unenforced} <= {"minLength", "maxLength"}
+    assert conversion.unenforced
