@@ -17,8 +17,9 @@
 #     ipv4       RFC 2673's dotted-decimal: four decimal octets 0-255 without leading zeros;
 #     ipv6       RFC 4291's text forms (section 2.2), as RFC 3986's IPv6address ABNF writes them: eight
 #                groups of 1-4 hexadecimal digits, one `::` for a run of zero groups, an IPv4 tail; no zone;
+#     uri        RFC 3986's URI ABNF (a scheme, so no relative reference; ASCII only, as URIs are);
 #     uuid       RFC 4122's 8-4-4-4-12 hexadecimal digits, either case (llama.cpp's own rule).
-#   Every other format JSON Schema defines (email, hostname, uri, ...) stays reported.
+#   Every other format JSON Schema defines (email, hostname, uri-reference, iri, ...) stays reported.
 # - `integer_bounds(schema)`: the integer range the schema's minimum / maximum / exclusive bounds set (the
 #   tightest of them, draft 4's boolean exclusives read too), exactly, or None for a side without one.
 #   `integer_range_rule(low, high)` is a GBNF expression taking exactly the integers of [low, high] in JSON's
@@ -116,6 +117,24 @@ _FORMAT_RULES: Final[Mapping[str, BuiltinRule]] = {
         ' | ( ( x-h16 ":" ){0,6} x-h16 )? "::"',
         ("x-h16", "x-ls32"),
     ),
+    # RFC 3986's URI, rule for rule (host: IPv4address is within reg-name, so it is left out)
+    "x-uri": BuiltinRule(
+        'x-uri-scheme ":" ( "//" x-uri-authority ( "/" x-uri-pchar* )*'
+        ' | "/" ( x-uri-pchar+ ( "/" x-uri-pchar* )* )? | x-uri-pchar+ ( "/" x-uri-pchar* )* )?'
+        ' ( "?" x-uri-query )? ( "#" x-uri-query )?',
+        ("x-uri-scheme", "x-uri-authority", "x-uri-pchar", "x-uri-query"),
+    ),
+    "x-uri-scheme": BuiltinRule("[a-zA-Z] [a-zA-Z0-9+.-]*"),
+    "x-uri-authority": BuiltinRule(
+        '( ( x-uri-unreserved | x-uri-pct | [:] )* "@" )? ( "[" ( x-ipv6 | "v" [0-9a-fA-F]+ "." '
+        '( x-uri-unreserved | [:] )+ ) "]" | ( x-uri-unreserved | x-uri-pct )* ) ( ":" [0-9]* )?',
+        ("x-uri-unreserved", "x-uri-pct", "x-ipv6"),
+    ),
+    # unreserved and sub-delims together (every place that takes one takes the other)
+    "x-uri-unreserved": BuiltinRule("[a-zA-Z0-9._~!$&'()*+,;=-]"),
+    "x-uri-pct": BuiltinRule('"%" [0-9a-fA-F] [0-9a-fA-F]'),
+    "x-uri-pchar": BuiltinRule("x-uri-unreserved | x-uri-pct | [:@]", ("x-uri-unreserved", "x-uri-pct")),
+    "x-uri-query": BuiltinRule('( x-uri-pchar | [/?] )*', ("x-uri-pchar",)),
     "x-uuid": BuiltinRule('[0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" '
                           "[0-9a-fA-F]{12}"),
 }
@@ -127,6 +146,7 @@ FORMAT_SPECS: Final[Mapping[str, str]] = {
     "date-time": "RFC 3339 date-time",
     "ipv4": "RFC 2673 dotted-decimal",
     "ipv6": "RFC 4291 section 2.2 (RFC 3986's IPv6address)",
+    "uri": "RFC 3986 URI",
     "uuid": "RFC 4122",
 }
 FORMATS: Final = frozenset(FORMAT_SPECS)

@@ -189,9 +189,9 @@ _LENGTH: Final = (
 EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
     "format": ("date, time, date-time (RFC 3339: month lengths, leap years, offsets; a leap second at "
                "23:59:60 UTC only; years from 0001), ipv4 (dotted decimal, no leading zeros), ipv6 (RFC 4291 "
-               "text forms, no zone), uuid: exact grammars; a format 2020-12 does not define is an "
-               "annotation; every other format (email, hostname, uri, ...), and a length beside a format, "
-               "stays reported"),
+               "text forms, no zone), uri (RFC 3986), uuid: exact grammars; a format 2020-12 does not define "
+               "is an annotation; every other format (email, hostname, uri-reference, ...), and a length "
+               "beside a format, stays reported"),
     "additionalProperties": ("the keys beside the declared properties are exactly the JSON strings that are "
                              "none of their names (a name spelled with an escape no longer passes, nor a key "
                              "that is no JSON string); other keys take an escape only for the characters "

@@ -293,7 +293,7 @@ def test_uuid(text: str) -> None:
     assert takes(grammar, json.dumps(text)) == valid({"format": "uuid"}, text)
 
 
-@pytest.mark.parametrize("format_name", ["email", "hostname", "uri", "duration", "regex",
+@pytest.mark.parametrize("format_name", ["email", "hostname", "iri", "duration", "regex",
                                          "uri-reference"])
 def test_other_formats_stay_reported(format_name: str) -> None:
     schema = json.dumps({"type": "object", "properties": {"a": {"type": "string", "format": format_name}}})
@@ -415,3 +415,51 @@ def test_a_format_json_schema_does_not_define_is_an_annotation(format_name: str)
     schema = {"type": "string", "format": format_name}
     assert convert_json_schema(json.dumps(schema), dialect="extended").unenforced == ()
     assert valid(schema, "anything at all")
+
+
+# RFC 3986's URI as a Python regex, written from the ABNF on its own (the reference of the tests below)
+_UNRESERVED_SUB: Final = r"[A-Za-z0-9._~!$&'()*+,;=-]"
+_PCT: Final = r"%[0-9A-Fa-f]{2}"
+_PCHAR: Final = rf"(?:{_UNRESERVED_SUB}|{_PCT}|[:@])"
+_H16: Final = r"[0-9A-Fa-f]{1,4}"
+_URI: Final = re.compile(
+    rf"[A-Za-z][A-Za-z0-9+.-]*:"
+    rf"(?://(?:(?:{_UNRESERVED_SUB}|{_PCT}|:)*@)?"
+    rf"(?:\[(?:[0-9A-Fa-f:.]+|v[0-9A-Fa-f]+\.(?:{_UNRESERVED_SUB}|:)+)\]|(?:{_UNRESERVED_SUB}|{_PCT})*)"
+    rf"(?::[0-9]*)?(?:/{_PCHAR}*)*"
+    rf"|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_PCHAR}+(?:/{_PCHAR}*)*)?"
+    rf"(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
+)
+
+
+def rfc3986_uri(text: str) -> bool:
+    match = _URI.fullmatch(text)
+    if match is None:
+        return False
+    literal = re.search(r"//[^/?#]*?@?\[([0-9A-Fa-f:.]+)\]", text)  # an IPv6 literal: Python's reading
+    if literal and not text.split("//", 1)[1].startswith(("v", "[v")) and "[" in text:
+        return valid({"format": "ipv6"}, literal.group(1))
+    return True
+
+
+@pytest.mark.parametrize("text", [
+    "http://foo.bar/?baz=qux#quux", "mailto:John.Doe@example.com", "tel:+1-816-555-1212",
+    "urn:oasis:names:specification:docbook:dtd:xml:4.1.2", "ldap://[2001:db8::7]/c=GB?objectClass?one",
+    "http://www.example.com/foo%20bar?q=a%2Fb", "news:comp.infosystems.www.servers.unix", "a:", "a:b/c//d",
+    "http://user:pw@h%41st:8080/p", "foo://[v7.abc:def]/", "http://1.2.3.4/",
+    # invalid
+    "//foo.bar/?baz=qux#quux", "abc", "bar,baz:foo", "http://[2001:db8::7", "http://example.com/%zz",
+    "http://ex ample.com", "http://ä.com", ":// should fail", "\\\\WINDOWS\\fileshare", "http://[1::2::3]/",
+    "1http://x", "http://x/a b", 'http://x/"',
+])
+def test_uri(text: str) -> None:
+    grammar = grammar_of({"type": "string", "format": "uri"})
+    assert takes(grammar, json.dumps(text, ensure_ascii=False)) == rfc3986_uri(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["h", "ttp", ":", "//", "/", "@", "[", "]", "::1", "%2F", "%z", "?", "#",
+                                 "a.b", "8080", " ", "v1.x", "!$"]), max_size=10).map("".join))
+def test_random_uris(text: str) -> None:
+    grammar = grammar_of({"type": "string", "format": "uri"})
+    assert takes(grammar, json.dumps(text)) == rfc3986_uri(text), text
