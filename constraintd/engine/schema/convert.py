@@ -321,7 +321,8 @@ class _Converter:
 
     def visit_object(self, node: ObjectNode, name: str, rule_name: str) -> str:
         # the extended dialect: a required name the properties do not declare is a required property, of
-        # the other keys' schema (any value where llama.cpp closes the object)
+        # the other keys' schema (any value where llama.cpp closes the object). Not in an allOf's merge,
+        # which reads its parts' properties alone (the report says so).
         extras = extended.undeclared_required(self.schema_of(node), node) if self.extended else []
         if not node.properties and not extras and isinstance(node.additional, AnyNode):
             return self.add_rule(rule_name, self.add_primitive("object", PRIMITIVE_RULES["object"]))

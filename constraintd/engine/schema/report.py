@@ -238,14 +238,16 @@ def _array_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     yield from _beside(schema, frozenset({"array"}), _ARRAY_READS, "")
 
 
-def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bool = False) -> _Findings:
-    # exact_keys: the extended dialect's reading (the other keys exactly, required names added)
+def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bool = False,
+                     merged: frozenset[str] = frozenset()) -> _Findings:
+    # exact_keys: the extended dialect's reading (the other keys exactly, required names added), but for
+    # the objects an allOf merges (pointers in `merged`): the merge reads their properties alone
     schema, node = source.schema, source.node
     assert isinstance(node, ObjectNode)
     declared = {prop.name for prop in node.properties}
     names = [prop.name for prop in node.properties]
     required = schema.get("required")
-    if exact_keys:
+    if exact_keys and node.pointer not in merged:
         extra = extended.undeclared_required(schema, node)
         declared |= set(extra)
         names += extra
@@ -498,7 +500,6 @@ _EXTENDED_KINDS: Final[Mapping[type, Callable[[TreeReader, SchemaSource], _Findi
     **_KINDS,
     IntegerNode: _extended_integer_findings,
     StringNode: functools.partial(_string_findings, exact_formats=extended.FORMATS, exact_patterns=True),
-    ObjectNode: functools.partial(_object_findings, exact_keys=True),
     NumberNode: _extended_number_findings,
 }
 
@@ -512,8 +513,13 @@ def unenforced_keywords(document: SchemaDocument, unsupported_patterns: Mapping[
         unsupported_patterns: node pointer -> llama.cpp's warning, for the patterns it could not translate.
         dialect: the dialect the grammar was written in (schema/extended.py).
     """
-    kinds = _EXTENDED_KINDS if dialect == extended.EXTENDED else _KINDS
     reader = TreeReader(document)
+    kinds = _KINDS
+    if dialect == extended.EXTENDED:
+        merged = frozenset(target.pointer for source in document.sources if isinstance(source.node, AllOfNode)
+                           for _, target, _ in reader.parts(source.node) if isinstance(target, ObjectNode))
+        kinds = {**_EXTENDED_KINDS, ObjectNode: functools.partial(_object_findings, exact_keys=True,
+                                                                  merged=merged)}
     items: dict[tuple[str, str], Unenforced] = {}
 
     def add(item: Unenforced) -> None:

@@ -463,3 +463,12 @@ def test_uri(text: str) -> None:
 def test_random_uris(text: str) -> None:
     grammar = grammar_of({"type": "string", "format": "uri"})
     assert takes(grammar, json.dumps(text)) == rfc3986_uri(text), text
+
+
+def test_a_required_name_in_an_all_of_part_stays_reported() -> None:
+    # the allOf merge reads its parts' properties alone
+    schema = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"]},
+                        {"type": "object", "properties": {"c": {}}}]}
+    conversion = convert_json_schema(json.dumps(schema), dialect="extended")
+    found = [(item.pointer, item.keyword) for item in conversion.unenforced]
+    assert found == [("#/allOf/0/required", "required")]
