@@ -20,10 +20,11 @@
 # and the generator is consumed the same way. The session accepts t as in step 2, only later; a refusal of
 # a token its own mask allowed is a GenerationError at the next step. `overlap="auto"` runs the first
 # PROBE_STEPS steps without overlap and the next PROBE_STEPS ahead, then keeps ahead unless the median step
-# without overlap was shorter by more than AUTO_MARGIN: ahead takes the round trip off the critical path
-# whenever the forward pass hides it, and loses only where masks cost more than the pass hides (new states
-# on a fast model) or their computation slows a model that needs every core, differences of more than a
-# few per cent; smaller ones are the machine's noise over 8 steps, which would otherwise decide.
+# (its sampling left out) without overlap was shorter by more than AUTO_MARGIN: ahead takes the round trip
+# off the critical path whenever the forward pass hides it, and loses only where masks cost more than the
+# pass hides (new states on a fast model) or their computation slows a model that needs every core,
+# differences of more than a few per cent; smaller ones are the machine's noise over 8 steps, which would
+# otherwise decide.
 #
 # Generation ends at an end-of-generation token (not part of the text), after `max_tokens` tokens, or
 # when the text contains a stop string (the text is cut before it). Text is the tokens' pieces without
@@ -382,6 +383,7 @@ def _run(
     stop_reason = "max_tokens"
     for index in range(max_tokens):
         step_started = started = clock()
+        sampled_before = counters.sampler_seconds
         token = chain.sample(logits)
         counters.sampler_seconds += clock() - started
         counters.draws += 1
@@ -448,7 +450,10 @@ def _run(
         logits = model.decode([token])
         counters.model_seconds += clock() - started
         if ahead is not None and overlap == "auto" and index < 2 * PROBE_STEPS:
-            probe["ahead" if index >= PROBE_STEPS else "off"].append(clock() - step_started)
+            # the step's time but its sampling: that is the same work in either mode, and it varies with
+            # where the generation is (a refused draw is sampled twice), which would otherwise decide
+            sampling = counters.sampler_seconds - sampled_before
+            probe["ahead" if index >= PROBE_STEPS else "off"].append(clock() - step_started - sampling)
             if index + 1 == 2 * PROBE_STEPS and _off_wins(probe):
                 ahead.settle(index)  # the session has the token; the mask is not needed
                 mode = "off"
