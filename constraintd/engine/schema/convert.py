@@ -359,7 +359,9 @@ class _Converter:
             prim_name = _FORMAT_RULE_NAMES[node.format]
             return self.add_rule(rule_name, self.add_primitive(prim_name, STRING_FORMAT_RULES[prim_name]))
         if node.min_length > 0 or node.max_length >= 0:
-            char_rule = self.add_primitive("char", PRIMITIVE_RULES["char"])
+            # the extended dialect counts characters, not escapes: no surrogate pair spelled as two escapes
+            char_rule = (self.add_extended("x-counted-char") if self.extended
+                         else self.add_primitive("char", PRIMITIVE_RULES["char"]))
             max_len = INT_MAX if node.max_length < 0 else node.max_length
             repetition = build_repetition(char_rule, node.min_length, max_len)
             return self.add_rule(rule_name, f'"\\"" {repetition} "\\""')

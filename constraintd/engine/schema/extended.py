@@ -34,6 +34,8 @@
 #   reported. A name `required` lists that the properties do not declare is a required property of the
 #   other keys' schema (of any value where llama.cpp closes the object), unless `additionalProperties` is
 #   false (`undeclared_required`).
+# - minLength / maxLength on a plain string count characters: a character outside the BMP is taken raw
+#   only (llama.cpp's rule counts each of its two escapes).
 # - `other_keys_rule(names)`: the keys beside an object's declared properties, exactly the JSON strings that
 #   are none of the names (see the section below).
 # Invariants: every rule name written here starts with `x-`, and `RESERVED_NAMES` reserves them, so a
@@ -168,6 +170,12 @@ RULES: Final[Mapping[str, BuiltinRule]] = {
     **{f"x-{name}-string": BuiltinRule(f'"\\"" x-{name} "\\""', (f"x-{name}",)) for name in FORMATS},
     **_KEY_RULES,
     "x-any-char": BuiltinRule(ANY_JSON_CHAR),
+    # one character of a string whose length counts: a character outside the BMP only raw (as two `\u`
+    # escapes it would be one character counted twice)
+    "x-counted-char": BuiltinRule(
+        '[^"\\\\\\x7F\\x00-\\x1F] | [\\\\] (["\\\\/bfnrt] | "u" ([0-9a-cA-CeEfF] [0-9a-fA-F]{3}'
+        ' | [dD] [0-7] [0-9a-fA-F]{2}))'
+    ),
 }
 RESERVED_NAMES: Final = frozenset(RULES)
 

@@ -28,7 +28,7 @@
 # not the letter it stands for), the report says nothing: it is about what the grammar lets through.
 # One approximation lets through what it should not and is not reported: `minLength` / `maxLength` count
 # the JSON text's characters, an escape as one, so a character outside the BMP written as two `\u`
-# escapes counts twice.
+# escapes counts twice (the extended dialect's grammar takes such a character raw only).
 from __future__ import annotations
 
 import enum
@@ -182,9 +182,10 @@ _INTEGER_BOUND: Final = (
     "written without an exponent (an open side's integer part as integers'); crossed bounds stay reported"
 )
 _LENGTH: Final = (
-    "beside a pattern the dialect reads: held where every value of the pattern has such a length, or where "
-    "the pattern is anchored and its one variable part is a repeated character class among fixed-length "
-    "parts (the count is fitted); else reported. Beside a format, reported"
+    "on a plain string: characters counted, a character outside the BMP taken raw only (not as two escapes "
+    "counted twice); beside a pattern the dialect reads: held where every value of the pattern has such a "
+    "length, or where the pattern is anchored and its one variable part is a repeated character class among "
+    "fixed-length parts (the count is fitted), else reported; beside a format, reported"
 )
 EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
     "format": ("date, time, date-time (RFC 3339: month lengths, leap years, offsets; a leap second at "

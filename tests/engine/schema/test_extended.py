@@ -472,3 +472,16 @@ def test_a_required_name_in_an_all_of_part_stays_reported() -> None:
     conversion = convert_json_schema(json.dumps(schema), dialect="extended")
     found = [(item.pointer, item.keyword) for item in conversion.unenforced]
     assert found == [("#/allOf/0/required", "required")]
+
+
+def test_a_length_counts_characters_not_escapes() -> None:
+    grammar = grammar_of({"type": "string", "maxLength": 1})
+    assert takes(grammar, '"😀"')
+    assert not takes(grammar, '"\\ud83d\\ude00"')  # one character as two escapes: a valid spelling refused
+    assert takes(grammar, '"\\u00e9"')
+    assert takes(grammar, '"\\/"')
+    assert not takes(grammar, '"ab"')
+    # llama.cpp's grammar counts the two escapes as two characters
+    assert Matcher(Grammar.from_gbnf(json_schema_to_gbnf('{"type": "string", "minLength": 2}'), BYTES)
+                   ).accept_bytes(b'"\\ud83d\\ude00"')
+    assert not takes(grammar_of({"type": "string", "minLength": 2}), '"\\ud83d\\ude00"')
