@@ -2,7 +2,9 @@
 
     convert     the converter: a schema text -> the GBNF text, the warnings llama.cpp gives and the report
     keywords    the JSON Schema keywords and what the converter does with each (enforced, in part, never, ...)
-    extended    the extended dialect (opt-in): exact string formats and integer bounds beyond llama.cpp's
+    extended    the extended dialect (opt-in): what it enforces beyond llama.cpp, and its rules
+    ecma_patterns   a `pattern` as ECMA-262 reads it, matched against the string's value (extended)
+    number_ranges   integer and decimal bounds as exact GBNF (extended)
     report      the report: each keyword the grammar does not enforce, with its JSON pointer and why
     tree_reader the schema tree read for the types its grammars produce and its schemas accept
     raw_text    which patterns' grammars take a quote, backslash or control character unescaped
