@@ -21,6 +21,8 @@ from constraintd.engine import (
     unpack_mask,
 )
 from constraintd.engine import matcher as matcher_module
+from constraintd.engine.chat.requests import json_object_grammar
+from constraintd.engine.grammar.stack_sets import MAX_STACK_DEPTH
 from constraintd.engine.grammar.stacks import accept_token
 from constraintd.errors import InputError
 from tests.strategies import grammars, vocabs
@@ -359,3 +361,17 @@ def test_a_state_remembers_at_most_max_moves_tokens(monkeypatch: pytest.MonkeyPa
     assert matcher.history == tuple(byte_tokens("abcde"))
     twin = Matcher(matcher.grammar)
     assert twin.accept(ord("e")) and not twin.accept(ord("A"))  # not remembered, still decided
+
+
+def test_nesting_past_the_stack_depth_limit_is_refused_and_changes_nothing() -> None:
+    matcher = Matcher(Grammar.from_gbnf(json_object_grammar(), BYTES))
+    for byte in b'{"a":':
+        assert matcher.accept(byte)
+    depth = 0
+    with pytest.raises(LimitError, match=f"above the limit of {MAX_STACK_DEPTH}"):
+        while True:
+            assert matcher.accept(ord("["))
+            depth += 1
+    assert MAX_STACK_DEPTH // 2 - 8 <= depth < MAX_STACK_DEPTH // 2  # JSON: about two positions a bracket
+    assert len(matcher.history) == 5 + depth  # the refused bracket left no trace
+    assert matcher.accept(ord("]"))  # and the session goes on

@@ -241,6 +241,30 @@ def test_a_backtracking_trigger_pattern(server: CappedServer) -> None:
     attacked(server, attack)
 
 
+def test_json_nested_until_the_depth_limit(server: CappedServer) -> None:
+    # a stack set holds whole stacks, so memory grows with the square of the depth: 2,048 arrays deep
+    # once held 565 MB; nesting is refused at a documented depth instead
+    def attack(stub: pb_grpc.ConstraintdStub) -> None:
+        pieces = pb.PieceList(pieces=[b"</s>", *(bytes((b,)) for b in range(1, 256))], eog=[0])
+        vocab_id = stub.RegisterVocab(pb.RegisterVocabRequest(pieces=pieces)).vocab_id
+        session_id = stub.CreateSession(
+            pb.CreateSessionRequest(vocab_id=vocab_id, json_object=pb.JsonObject())
+        ).session_id
+        for byte in b'{"a":':
+            assert stub.Accept(pb.AcceptRequest(session_id=session_id, token=byte)).accepted
+        depth = 0
+        with pytest.raises(grpc.RpcError) as caught:
+            while depth < 5000:
+                assert stub.Accept(pb.AcceptRequest(session_id=session_id, token=ord("["))).accepted
+                depth += 1
+        assert caught.value.code() is EXHAUSTED  # type: ignore[attr-defined]
+        assert "depth" in (caught.value.details() or "")  # type: ignore[attr-defined]
+        assert depth < 1000
+        stub.Close(pb.CloseRequest(session_id=session_id))
+
+    attacked(server, attack)
+
+
 def test_a_megabyte_session_id_and_bytes_that_are_no_message(server: CappedServer) -> None:
     def attack(stub: pb_grpc.ConstraintdStub) -> None:
         message = refused(

@@ -17,7 +17,8 @@
 #   taken on the stack sets as they are (an interned state met on the way takes over with its memo), so
 #   a new path costs one new state, not one per code point.
 # - A stack set larger than the caller's `limit` raises LimitError and is not cached; a cached one is
-#   checked against each caller's limit on use.
+#   checked against each caller's limit on use. A stack deeper than MAX_STACK_DEPTH is never interned
+#   (LimitError): memory grows with the square of the depth.
 # - Thread-safety without locks: memo tables are dicts written with single assignments; two threads may
 #   compute the same entry, never a wrong one.
 from __future__ import annotations
@@ -33,9 +34,13 @@ from constraintd.engine.grammar.stacks import ESCAPE, Rules, Stack, StackSet
 from constraintd.engine.grammar.utf8 import PartialUtf8
 from constraintd.errors import LimitError
 
-__all__ = ["Move", "State", "StateTable"]
+__all__ = ["MAX_STACK_DEPTH", "Move", "State", "StateTable"]
 
 _CHAR_KINDS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY))
+# The deepest stack a state may hold. A stack is a tuple of its positions, so a state d deep holds O(d)
+# and a path down to it O(d^2): 1,024 (JSON nested about 510 deep) is about 30 MB of states; twice as
+# deep, four times that. llama.cpp has no such limit; deeper nesting is refused here (LimitError).
+MAX_STACK_DEPTH: Final = 1024
 _NO_CODE_POINT: Final = -1
 _TOP_CODE_POINT: Final = 1 << 32  # above every value llama.cpp's decoder can produce
 _UNKNOWN: Final = object()  # a step not memoized yet (None is memoized: no stack takes the code point)
@@ -69,6 +74,12 @@ class StateTable:
             raise LimitError(f"the grammar reached {len(key)} stacks, above the limit of {limit}")
         state = self._states.get(key)
         if state is None:
+            depth = max(map(len, key))
+            if depth > MAX_STACK_DEPTH:
+                raise LimitError(
+                    f"the grammar's stacks reached a depth of {depth}, above the limit of {MAX_STACK_DEPTH} "
+                    "(nesting that deep, about half as many brackets in JSON, is refused)"
+                )
             if len(self._states) >= self.max_states:
                 for old in self._states.values():
                     old.forget()
