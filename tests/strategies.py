@@ -8,9 +8,12 @@ tokens 1 and 2.
 
 from __future__ import annotations
 
+from hypothesis import assume
 from hypothesis import strategies as st
 
+from constraintd.engine.grammar.compiled import Grammar
 from constraintd.engine.vocab.vocab import Vocab
+from constraintd.errors import GrammarError
 
 ALPHABET = "abcé中😀"
 RULES = ("root", "r1", "r2", "r3")
@@ -91,3 +94,12 @@ def vocabs(draw: st.DrawFn) -> Vocab:
     extra = draw(st.lists(_PIECES, max_size=12))
     pieces = [b"</s>", *base, *extra]
     return Vocab(pieces, eog_ids=[0])
+
+
+def compile_or_skip(text: str, vocab: Vocab) -> Grammar:
+    """The grammar of a drawn text over a drawn vocabulary; an example whose grammar is refused is skipped."""
+    try:
+        return Grammar.from_gbnf(text, vocab)
+    except GrammarError:
+        assume(False)
+        raise

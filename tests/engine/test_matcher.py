@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from constraintd.engine import (
     Grammar,
-    GrammarError,
     LimitError,
     Matcher,
     TokenError,
@@ -25,21 +24,13 @@ from constraintd.engine.chat.requests import json_object_grammar
 from constraintd.engine.grammar.stack_sets import MAX_STACK_DEPTH
 from constraintd.engine.grammar.stacks import accept_token
 from constraintd.errors import InputError
-from tests.strategies import grammars, vocabs
+from tests.strategies import compile_or_skip, grammars, vocabs
 
 BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
 
 
 def byte_tokens(text: str) -> list[int]:
     return list(text.encode())
-
-
-def compile_or_skip(text: str, vocab: Vocab) -> Grammar:
-    try:
-        return Grammar.from_gbnf(text, vocab)
-    except GrammarError:
-        assume(False)
-        raise
 
 
 # Random grammars can be ambiguous enough to need thousands of stacks after a few characters: those

@@ -9,14 +9,14 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, Vocab, unpack_mask
+from constraintd.engine import Grammar, LimitError, Matcher, Vocab, unpack_mask
 from constraintd.engine.masks import cache as mask_cache
 from constraintd.engine.masks.cache import MaskCache, SharedVerdicts
 from constraintd.engine.masks.compute import compute_mask
-from tests.strategies import grammars, vocabs
+from tests.strategies import compile_or_skip, grammars, vocabs
 
 if TYPE_CHECKING:
     from tests.conftest import OracleReport
@@ -106,11 +106,7 @@ def test_any_context_depth_gives_the_walked_mask(
     text: str, vocab: Vocab, choices: list[int], depth: int, max_new_tops: int
 ) -> None:
     # shallow tops leave many tokens uncertain (decided by the walk over them); no new tops: walk whole
-    try:
-        grammar = Grammar.from_gbnf(text, vocab)
-    except GrammarError:
-        assume(False)
-        return
+    grammar = compile_or_skip(text, vocab)
     matcher = Matcher(grammar, max_stacks=300)
     with (
         mock.patch.object(mask_cache, "CONTEXT_DEPTH", depth),
@@ -275,11 +271,7 @@ def test_tops_walked_without_a_key_give_the_walked_mask(
 ) -> None:
     # FEW_SHARE 1: every top that can is walked without its structural key and kept for its grammar alone
     # (a small vocabulary otherwise leaves it too many rows for that)
-    try:
-        grammar = Grammar.from_gbnf(text, vocab)
-    except GrammarError:
-        assume(False)
-        return
+    grammar = compile_or_skip(text, vocab)
     matcher = Matcher(grammar, max_stacks=300)
     with (
         mock.patch.object(mask_cache, "CONTEXT_DEPTH", depth),

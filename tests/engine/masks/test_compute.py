@@ -25,7 +25,7 @@ from constraintd.engine.schema.convert import json_schema_to_gbnf
 from tests import reference
 from tests.lockstep import Lockstep, SampleGrammar, Tally, byte_tokens, sample_grammars
 from tests.oracle import LlamaGrammar, LlamaVocab
-from tests.strategies import grammars, vocabs
+from tests.strategies import compile_or_skip, grammars, vocabs
 
 MASKBENCH = Path(__file__).parents[2] / "vectors" / "maskbench-sample"
 
@@ -62,11 +62,7 @@ def literal_mask(matcher: Matcher) -> list[bool]:
 def test_mask_is_the_literal_apply_of_every_token(
     text: str, vocab: Vocab, prefill: list[bytes], choices: list[int]
 ) -> None:
-    try:
-        grammar = Grammar.from_gbnf(text, vocab)
-    except GrammarError:
-        assume(False)
-        return
+    grammar = compile_or_skip(text, vocab)
     matcher = Matcher(grammar, max_stacks=300)  # ambiguous random grammars stop there (LimitError)
     with contextlib.suppress(LimitError):
         for data in prefill:
@@ -213,11 +209,7 @@ def test_a_walk_of_some_rows_decides_them_as_the_whole_walk(
 ) -> None:
     # from a stack top cut short by an escape mark (so rows may be uncertain), some rows walked alone
     # (one at a time when few, column by column when not) get the verdicts the whole walk gives them
-    try:
-        grammar = Grammar.from_gbnf(text, vocab)
-    except GrammarError:
-        assume(False)
-        return
+    grammar = compile_or_skip(text, vocab)
     rules = grammar._rules
     assume(rules.classes)
     top = data.draw(st.sampled_from(sorted(rules.classes)))
