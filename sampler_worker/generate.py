@@ -46,7 +46,7 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.masks.bitmask import unpack_mask
+from constraintd.engine.masks.bitmask import mask_allows, unpack_mask
 from sampler_worker.chain import SamplerChain, SamplerSettings
 
 __all__ = [
@@ -290,10 +290,6 @@ def _off_wins(probe: dict[str, list[float]]) -> bool:
     return statistics.median(probe["off"]) < statistics.median(probe["ahead"]) * (1 - AUTO_MARGIN)
 
 
-def _allows(mask: Mask, token: int) -> bool:
-    return bool(int(mask[token >> 5]) >> (token & 31) & 1)
-
-
 def _with_suppressed_tokens(settings: SamplerSettings | None, suppressed: Sequence[int]) -> SamplerSettings:
     # common_sampler_init appends the vocabulary's suppress tokens to the user's logit biases (-inf).
     settings = settings or SamplerSettings()
@@ -394,7 +390,7 @@ def _run(
             assert mask is not None  # ahead, every call asks the mask
             counters.masks += 1
             counters.ahead_steps += 1
-            if not _allows(mask, token):
+            if not mask_allows(mask, token):
                 rejected = True
         elif session is not None:
             started = clock()

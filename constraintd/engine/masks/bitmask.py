@@ -16,6 +16,7 @@ __all__ = [
     "allow_tokens",
     "allowed_tokens",
     "apply_mask",
+    "mask_allows",
     "mask_words",
     "pack_mask",
     "unpack_mask",
@@ -90,3 +91,8 @@ def apply_mask(logits: npt.NDArray[np.floating], words: npt.ArrayLike) -> npt.ND
     logits[..., : allowed.size][..., ~allowed] = -np.inf
     logits[..., allowed.size :] = -np.inf
     return logits
+
+
+def mask_allows(words: npt.NDArray[np.int32], token: int) -> bool:
+    """Whether the mask allows `token` (bit token % 32 of word token // 32), without unpacking it."""
+    return bool(int(words[token >> 5]) >> (token & 31) & 1)
