@@ -256,7 +256,7 @@ class Matcher:
             found = moves.get(token)
             if found is None:
                 found = self._move(state, token, FRESH)
-                if len(moves) < MAX_MOVES:
+                if len(moves) < MAX_MOVES and state.keeps(found[1]):
                     moves[token] = found
             move = found
         _, after, after_partial, peak = move

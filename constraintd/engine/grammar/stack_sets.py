@@ -17,8 +17,13 @@
 #   taken on the stack sets as they are (an interned state met on the way takes over with its memo), so
 #   a new path costs one new state, not one per code point.
 # - A stack set larger than the caller's `limit` raises LimitError and is not cached; a cached one is
-#   checked against each caller's limit on use. A stack deeper than MAX_STACK_DEPTH is never interned
-#   (LimitError): memory grows with the square of the depth.
+#   checked against each caller's limit on use. A stack deeper than MAX_STACK_DEPTH is refused
+#   (LimitError). Deep stacks share their bottoms (stacks.Tail), so a state holds O(1) per stack whatever
+#   its depth, and a path down to depth d holds O(d).
+# - A stack set deeper than SHARED_DEPTH is not kept in the table: its `State` is private (`shared` is
+#   False), held only by whoever asked for it (a session's matcher and its trail, other private states'
+#   memos), and freed with them. A shared state never memoizes a transition to a private one, so nothing
+#   the grammar keeps leads to one: one session's deep nesting is not the grammar's to keep.
 # - Thread-safety without locks: memo tables are dicts written with single assignments; two threads may
 #   compute the same entry, never a wrong one.
 from __future__ import annotations
@@ -30,17 +35,19 @@ import numpy as np
 import numpy.typing as npt
 
 from constraintd.engine.grammar.elements import CHAR, CHAR_ANY, CHAR_NOT, TOKEN, TOKEN_NOT
-from constraintd.engine.grammar.stacks import ESCAPE, Rules, Stack, StackSet
+from constraintd.engine.grammar.stacks import ESCAPE, Rules, Stack, StackSet, stack_depth
 from constraintd.engine.grammar.utf8 import PartialUtf8
 from constraintd.errors import LimitError
 
-__all__ = ["MAX_STACK_DEPTH", "Move", "State", "StateTable"]
+__all__ = ["MAX_STACK_DEPTH", "SHARED_DEPTH", "Move", "State", "StateTable"]
 
 _CHAR_KINDS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY))
-# The deepest stack a state may hold. A stack is a tuple of its positions, so a state d deep holds O(d)
-# and a path down to it O(d^2): 1,024 (JSON nested about 510 deep) is about 30 MB of states; twice as
-# deep, four times that. llama.cpp has no such limit; deeper nesting is refused here (LimitError).
-MAX_STACK_DEPTH: Final = 1024
+# The deepest stack a state may hold: JSON nested about 16,000 deep. Memory grows linearly with the depth
+# (a JSON-mode matcher 10,000 arrays deep holds about 70 MB); llama.cpp has no such limit; deeper nesting
+# is refused here (LimitError), so that one session cannot take the server's memory.
+MAX_STACK_DEPTH: Final = 32_768
+# The deepest stack set the table keeps (JSON nested about 256 deep): see the module comment.
+SHARED_DEPTH: Final = 512
 _NO_CODE_POINT: Final = -1
 _TOP_CODE_POINT: Final = 1 << 32  # above every value llama.cpp's decoder can produce
 _UNKNOWN: Final = object()  # a step not memoized yet (None is memoized: no stack takes the code point)
@@ -74,12 +81,14 @@ class StateTable:
             raise LimitError(f"the grammar reached {len(key)} stacks, above the limit of {limit}")
         state = self._states.get(key)
         if state is None:
-            depth = max(map(len, key))
+            depth = max(map(stack_depth, key))
             if depth > MAX_STACK_DEPTH:
                 raise LimitError(
                     f"the grammar's stacks reached a depth of {depth}, above the limit of {MAX_STACK_DEPTH} "
                     "(nesting that deep, about half as many brackets in JSON, is refused)"
                 )
+            if depth > SHARED_DEPTH:
+                return State(self, key, shared=False)
             if len(self._states) >= self.max_states:
                 for old in self._states.values():
                     old.forget()
@@ -133,15 +142,18 @@ class State:
         "has_empty",
         "has_escape",
         "moves",
+        "shared",
         "stacks",
         "table",
         "token_tops",
     )
 
-    def __init__(self, table: StateTable, stacks: StackSet) -> None:
+    def __init__(self, table: StateTable, stacks: StackSet, *, shared: bool = True) -> None:
         kinds = table.rules.kinds
         self.table = table
         self.stacks = stacks
+        # kept in the table (False: deeper than SHARED_DEPTH, the holder's alone)
+        self.shared = shared
         self.has_empty = () in stacks
         by_top: dict[int, list[Stack]] = {}
         tokens: list[tuple[int, int, Stack]] = []
@@ -188,7 +200,9 @@ class State:
         except KeyError:
             match = self.table.rules.match_char
             matched = tuple(pos for pos in self.char_tops if match(pos, code_point))
-            after = self._steps[code_point] = self._after_match(matched, limit)
+            after = self._after_match(matched, limit)
+            if self.keeps(after):
+                self._steps[code_point] = after
         if after is not None and len(after.stacks) > limit:
             raise LimitError(f"the grammar reached {len(after.stacks)} stacks, above the limit of {limit}")
         return after
@@ -203,8 +217,15 @@ class State:
         for pos in matched:
             for stack in self.by_top[pos]:
                 found.update(pop(stack))
-        after = self._by_match[matched] = self.table.intern(found, limit)
+        after = self.table.intern(found, limit)
+        if self.keeps(after):
+            self._by_match[matched] = after
         return after
+
+    def keeps(self, after: State | None) -> bool:
+        """Whether this state may memoize a transition to `after` (a shared one never leads to a private
+        one: see the module comment)."""
+        return after is None or after.shared or not self.shared
 
     def after_token(self, token: int) -> list[Stack]:
         """Where its token-topped stacks go when they take `token` (llama_grammar_match_token)."""
@@ -358,7 +379,9 @@ class State:
                 self._after_match(tuple(pos for pos in self.char_tops if match(pos, start)), limit)
                 for start in starts
             )
-            segments = self._segments = (bounds, after)
+            segments = (bounds, after)
+            if all(map(self.keeps, after)):
+                self._segments = segments
         for state in segments[1]:
             if state is not None and len(state.stacks) > limit:
                 raise LimitError(

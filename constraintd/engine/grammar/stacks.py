@@ -16,13 +16,21 @@
 # - `match_char` and `match_partial_char` are llama.cpp's llama_grammar_match_char and
 #   llama_grammar_match_partial_char, quirks included (a negated class rejects a partial sequence as soon
 #   as one of its ranges overlaps the code points the sequence could still become).
+# - A deep stack shares its bottom with the stacks it came from: its positions below the top ones are
+#   folded into `Tail`s, chunks of TAIL_CHUNK positions each linked to the chunk below, and the stack keeps
+#   one `Tail` as its first element. The form is canonical (it depends on the positions alone, not on how
+#   they were pushed): the chunks are aligned from the bottom, and between TAIL_CHUNK and 2 * TAIL_CHUNK - 1
+#   positions stay above them, so a stack is folded once it holds 2 * TAIL_CHUNK positions of its own.
+#   A state d deep so holds O(TAIL_CHUNK) per stack, not O(d), and a path down to it O(d): memory linear
+#   in the depth. Only advance_stack folds and unfolds; every stack it returns is canonical, its top a
+#   position, and everything above the tail (what matching and masks look at) plain positions.
 # - The functions at the end are the literal semantics the faster stack_sets.py memoizes and the tests hold
 #   it to: llama_grammar_accept (one code point), llama_grammar_accept_token, llama_grammar_accept_str,
 #   and whether llama_grammar_apply_impl leaves one token's logit finite.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, cast
 
 from constraintd.engine.grammar.elements import (
     ALT,
@@ -41,17 +49,24 @@ from constraintd.engine.grammar.utf8 import FRESH, PartialUtf8, decode_utf8
 from constraintd.errors import GrammarError
 
 __all__ = [
+    "TAIL_CHUNK",
     "Rules",
     "Stack",
     "StackSet",
+    "Tail",
     "accept_char",
     "accept_str",
     "accept_token",
     "allows_token",
+    "stack_depth",
 ]
 
+# A stack's positions, bottom first; a deep one starts with a `Tail` (its first element only), and is typed
+# as positions all the same: every position a caller reads (the top, the few below it) is an int.
 Stack = tuple[int, ...]
 StackSet = frozenset[Stack]
+# Positions a Tail holds, and so half the most a stack keeps above its tail.
+TAIL_CHUNK: Final = 16
 
 # Not an element of llama.cpp's: a mark put under a stack to stand for "whatever is below" (see Rules.escape).
 ESCAPE: Final = -1
@@ -66,6 +81,69 @@ CharClass = tuple[bool, tuple[tuple[int, int], ...]]
 # What a stack topped by one rule-reference position advances to: the stacks above the reference's own
 # level (each ending at a terminal), and whether the reference can also vanish, uncovering the stack below.
 _Closure = tuple[tuple[Stack, ...], bool]
+
+
+class Tail:
+    """The bottom of a deep stack: TAIL_CHUNK positions (bottom first) above the Tail `below` (or nothing).
+
+    Equal by value, with the hash computed once, so that two stacks folded apart still compare equal.
+    """
+
+    __slots__ = ("_hash", "below", "depth", "positions")
+
+    def __init__(self, below: Tail | None, positions: tuple[int, ...]) -> None:
+        self.below = below
+        self.positions = positions
+        self.depth: int = len(positions) + (below.depth if below is not None else 0)
+        self._hash = hash((below, positions))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Tail):
+            return NotImplemented
+        a: Tail | None = self
+        b: Tail | None = other
+        while a is not b:  # iterative: a chain is as long as the stack is deep
+            if a is None or b is None or a._hash != b._hash or a.positions != b.positions:
+                return False
+            a, b = a.below, b.below
+        return True
+
+    def __repr__(self) -> str:
+        return f"<Tail {self.depth} deep>"
+
+    def unfolded(self) -> Stack:
+        """The stack this tail stands for, with one chunk less folded."""
+        if self.below is None:
+            return self.positions
+        return cast(Stack, (self.below, *self.positions))
+
+
+def stack_depth(stack: Stack) -> int:
+    """How many positions a stack holds, those folded into its tail included."""
+    if len(stack) > TAIL_CHUNK and isinstance(stack[0], Tail):
+        return stack[0].depth + len(stack) - 1
+    return len(stack)
+
+
+def _canonical(stack: Stack) -> Stack:
+    # the one form of these positions (see the module comment): chunks folded or unfolded until the
+    # positions above the tail number TAIL_CHUNK to 2 * TAIL_CHUNK - 1 (or fewer than 2 * TAIL_CHUNK, and
+    # no tail)
+    tail: Tail | None = None
+    above = stack
+    if stack and isinstance(stack[0], Tail):
+        tail, above = stack[0], stack[1:]
+    while tail is not None and len(above) < TAIL_CHUNK:
+        above = (*tail.positions, *above)
+        tail = tail.below
+    while len(above) >= 2 * TAIL_CHUNK:
+        tail, above = Tail(tail, above[:TAIL_CHUNK]), above[TAIL_CHUNK:]
+    if tail is None:
+        return above
+    return cast(Stack, (tail, *above))
 
 
 class Rules:
@@ -237,24 +315,34 @@ class Rules:
         return tuple(stacks), vanishes
 
     def advance_stack(self, stack: Stack) -> list[Stack]:
-        """llama_grammar_advance_stack: the advanced stacks `stack` stands for (no duplicates)."""
+        """llama_grammar_advance_stack: the advanced stacks `stack` stands for (no duplicates), each in
+        its canonical form (see the module comment)."""
         found: list[Stack] = []
-        start_depth = len(stack)
+        tailed = len(stack) >= TAIL_CHUNK and isinstance(stack[0], Tail)
+        descended = False  # stacks from different levels can coincide; one level alone has no duplicates
+        kinds = self.kinds
         while True:
-            if not stack:
-                found.append(stack)
-                return list(dict.fromkeys(found)) if start_depth else found
+            if len(stack) <= 1:
+                if not stack:
+                    found.append(stack)
+                    break
+                if isinstance(stack[0], Tail):  # every position above the tail was popped
+                    stack = stack[0].unfolded()
+                    tailed = True
             top = stack[-1]
-            if self.kinds[top] != RULE_REF:
+            if kinds[top] != RULE_REF:
                 found.append(stack)
-                return list(dict.fromkeys(found)) if len(stack) < start_depth else found
+                break
             rest = stack[:-1]
             above, vanishes = self._closures[top]
             found.extend(rest + s for s in above)
             if not vanishes:
-                # stacks from different levels can coincide; one level alone has no duplicates
-                return list(dict.fromkeys(found)) if len(stack) < start_depth else found
+                break
             stack = rest
+            descended = True
+        if tailed or any(len(s) >= 2 * TAIL_CHUNK for s in found):
+            found = [_canonical(s) for s in found]
+        return list(dict.fromkeys(found)) if descended else found
 
     def initial_stacks(self, root_id: int) -> StackSet:
         """The stacks llama_grammar_init_impl starts from: every alternate of the root rule, advanced."""

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from constraintd.engine.grammar.gbnf import check_grammar, parse_gbnf
-from constraintd.engine.grammar.stack_sets import StateTable
-from constraintd.engine.grammar.stacks import Rules, accept_char, accept_token, allows_token
+from constraintd.engine.grammar.stack_sets import MAX_STACK_DEPTH, SHARED_DEPTH, State, StateTable
+from constraintd.engine.grammar.stacks import Rules, accept_char, accept_token, allows_token, stack_depth
 from constraintd.engine.grammar.utf8 import FRESH, INVALID, decode_utf8
 from constraintd.errors import GrammarError, LimitError
 from tests.strategies import grammars, texts
@@ -109,3 +111,36 @@ def test_segments_cut_code_points_where_the_classes_change() -> None:
     for code_point in (0x10, ord("a"), ord("b"), ord("c"), ord("d"), ord("e"), 0x4E2D):
         index = int(bounds.searchsorted(code_point, side="right"))
         assert after[index] is start.step(code_point, 100)
+
+
+def test_states_deeper_than_the_shared_depth_are_their_holders_alone() -> None:
+    # one session's deep nesting is not the grammar's to keep: the table holds no state past SHARED_DEPTH,
+    # no state it holds memoizes a way to one, and they are freed with whoever asked for them
+    rules, table, root = table_for('root ::= "(" root ")" | "x"\n')
+    start = table.intern(rules.initial_stacks(root), 100)
+    assert start is not None
+    path = [start]
+    while len(path) <= SHARED_DEPTH + 10:
+        after = path[-1].step(ord("("), 100)
+        assert after is not None
+        path.append(after)
+    private = [state for state in path if not state.shared]
+    assert private and all(max(map(stack_depth, state.stacks)) > SHARED_DEPTH for state in private)
+    assert len(table) == len(path) - len(private)
+    for state in path:
+        if state.shared:
+            assert all(after is None or after.shared for after in state._steps.values())
+    assert path[-1].step(ord("x"), 100) is not None  # private states work as any
+    del path, private, after, state
+    gc.collect()
+    assert not [held for held in gc.get_objects() if isinstance(held, State) and not held.shared]
+
+
+def test_a_stack_past_the_depth_limit_is_refused() -> None:
+    rules, table, root = table_for('root ::= "(" root ")" | "x"\n')
+    state = table.intern(rules.initial_stacks(root), 100)
+    assert state is not None
+    with pytest.raises(LimitError, match="depth"):
+        for _ in range(MAX_STACK_DEPTH + 1):
+            state = state.step(ord("("), 100)
+            assert state is not None

@@ -8,16 +8,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from constraintd.engine.grammar.elements import RULE_REF
+from constraintd.engine.grammar.elements import CHAR, CHAR_ANY, CHAR_NOT, RULE_REF
 from constraintd.engine.grammar.gbnf import GreType, ParsedGrammar, check_grammar, parse_gbnf
 from constraintd.engine.grammar.stacks import (
+    TAIL_CHUNK,
     Rules,
     Stack,
     StackSet,
+    Tail,
     accept_char,
     accept_str,
     accept_token,
     allows_token,
+    stack_depth,
 )
 from constraintd.engine.grammar.utf8 import FRESH
 from constraintd.engine.schema.convert import json_schema_to_gbnf
@@ -198,3 +201,69 @@ def test_integration_vectors_are_found(llama_cpp_dir: Path) -> None:
     cases = read_integration_cases(llama_cpp_dir)
     assert len([c for c in cases if c.kind == "grammar"]) >= 14
     assert len([c for c in cases if c.kind == "schema"]) >= 30
+
+
+# -- deep stacks: bottoms folded into shared tails -------------------------------------------------------
+
+NESTING = r"""
+root ::= value
+value ::= "[" ws ( value ( "," ws value )* )? "]" ws | "x" ws
+ws ::= [ \t]?
+"""
+
+
+def unfolded(stack: Stack) -> Stack:
+    """Every position of a stack, its tail's included."""
+    if stack and isinstance(stack[0], Tail):
+        below = stack[0].unfolded()
+        return (*unfolded(below), *stack[1:])
+    return stack
+
+
+def literal_accept_char(rules: Rules, stacks: set[Stack], code_point: int) -> set[Stack]:
+    # llama_grammar_accept on whole tuples, nothing folded
+    found: set[Stack] = set()
+    chars = (CHAR, CHAR_NOT, CHAR_ANY)
+    for stack in stacks:
+        if stack and rules.kinds[stack[-1]] in chars and rules.match_char(stack[-1], code_point):
+            follow = rules.after[stack[-1]]
+            found |= literal_advance_stack(rules, stack[:-1] if follow < 0 else (*stack[:-1], follow))
+    return found
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.text(alphabet="[],x ", min_size=1, max_size=400).map(lambda s: "[" * 150 + s))
+def test_deep_stacks_are_the_literal_stacks_folded(text: str) -> None:
+    rules, stacks = compile_rules(NESTING)
+    literal = set(stacks)
+    for char in text:
+        after = accept_char(rules, stacks, ord(char))
+        expected = literal_accept_char(rules, literal, ord(char))
+        assert {unfolded(stack) for stack in after} == expected
+        if not after:
+            return
+        for stack in after:  # canonical: a tail under TAIL_CHUNK to 2 * TAIL_CHUNK - 1 positions
+            if stack and isinstance(stack[0], Tail):
+                assert TAIL_CHUNK <= len(stack) - 1 < 2 * TAIL_CHUNK
+                assert stack[0].depth % TAIL_CHUNK == 0
+                assert stack_depth(stack) == len(unfolded(stack))
+            else:
+                assert len(stack) < 2 * TAIL_CHUNK
+        stacks, literal = after, expected
+
+
+def test_a_deep_stack_has_one_form_whatever_the_way_to_it() -> None:
+    # 300 brackets left open, reached directly and by going 400 deep and closing 100: the same stacks,
+    # folded alike (equal, with equal hashes, so a set or a state table finds them the same)
+    rules, start = compile_rules(r"""root ::= "(" root ")" | "x" """)
+
+    def take(stacks: StackSet, text: str) -> StackSet:
+        for char in text:
+            stacks = accept_char(rules, stacks, ord(char))
+        return stacks
+
+    direct = take(start, "(" * 300 + "x")
+    around = take(start, "(" * 400 + "x" + ")" * 100)
+    assert direct == around and hash(direct) == hash(around)
+    assert all(isinstance(stack[0], Tail) and len(stack) <= 2 * TAIL_CHUNK for stack in direct)
+    assert take(around, ")" * 300) == {()}
