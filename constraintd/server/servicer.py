@@ -48,8 +48,10 @@ T = TypeVar("T")
 Context: TypeAlias = "grpc.aio.ServicerContext"
 Method = Callable[[Any, Request, Context], Awaitable[Reply]]
 
-# A session rebuilt with more tokens than this replays them in a worker thread (tens of microseconds each).
+# A session rebuilt with more tokens than this replays them in a worker thread (tens of microseconds each),
+# and so does a session started past a prefill of more bytes than this (as much a code point).
 REPLAY_ON_LOOP = 32
+PREFILL_ON_LOOP = 256
 
 
 # What a bug answers: no message of its own (its text may hold anything) and no details.
@@ -192,12 +194,12 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
         if compiled is None:
             compiled = await self._off_loop(lambda: self.operations.compile(plan), "compiling the constraint")
         started = None
-        if len(plan.replay) > REPLAY_ON_LOOP:
+        if len(plan.replay) > REPLAY_ON_LOOP or len(plan.prefill) > PREFILL_ON_LOOP:
             ready = compiled
             # the replay stops itself at the time limit the caller is answered DEADLINE_EXCEEDED at
             deadline = time.monotonic() + self.compile_workers.time_limit
             started = await self._off_loop(
-                lambda: self.operations.start(plan, ready, deadline=deadline), "replaying the tokens"
+                lambda: self.operations.start(plan, ready, deadline=deadline), "taking the prefill and replay"
             )
         return self.operations.open_session(plan, compiled, started)
 
