@@ -64,11 +64,12 @@ class HarnessBuildError(RuntimeError):
     """The oracle harness could not be built (no compiler, or the reference sources changed shape)."""
 
 
-def _extract_function(source: str, name: str) -> str:
-    """The full definition of the free function `name` in a C++ source (signature through closing brace)."""
-    match = re.search(rf"^[^\n;{{}}]*\b{name}\([^;{{}}]*\)\s*\{{", source, re.MULTILINE)
+def extract_function(source: str, name: str) -> str:
+    """The full definition of the function `name` (free, or `type::member`) in a C++ source, signature
+    through closing brace."""
+    match = re.search(rf"^[^\n;{{}}]*\b{name}\([^;{{}}]*\)[^;{{}}()]*\{{", source, re.MULTILINE)
     if match is None:
-        raise HarnessBuildError(f"common.cpp has no definition of {name}")
+        raise HarnessBuildError(f"the reference source has no definition of {name}")
     depth = 0
     for pos in range(match.end() - 1, len(source)):
         if source[pos] == "{":
@@ -82,7 +83,7 @@ def _extract_function(source: str, name: str) -> str:
 
 def _generated_sources(llama_dir: Path) -> dict[str, str]:
     common_cpp = (llama_dir / "common" / "common.cpp").read_text()
-    bodies = "\n\n".join(_extract_function(common_cpp, name) for name in STRING_FUNCTIONS)
+    bodies = "\n\n".join(extract_function(common_cpp, name) for name in STRING_FUNCTIONS)
     return {
         "common.h": _COMMON_SHIM,
         "ggml.h": _GGML_SHIM,
@@ -90,7 +91,7 @@ def _generated_sources(llama_dir: Path) -> dict[str, str]:
     }
 
 
-def _compiler_version() -> str:
+def compiler_version() -> str:
     try:
         done = subprocess.run([COMPILER, "--version"], capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError) as exc:
@@ -104,7 +105,7 @@ def _key(llama_dir: Path, generated: dict[str, str]) -> str:
     parts += [(name, (llama_dir / "common" / name).read_bytes()) for name in COMMON_FILES]
     parts += [("json.hpp", (llama_dir / "vendor" / "nlohmann" / "json.hpp").read_bytes())]
     parts += [(name, text.encode()) for name, text in sorted(generated.items())]
-    parts += [("compiler", _compiler_version().encode()), ("flags", " ".join(FLAGS).encode())]
+    parts += [("compiler", compiler_version().encode()), ("flags", " ".join(FLAGS).encode())]
     for name, data in parts:
         digest.update(name.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
     return digest.hexdigest()[:16]
