@@ -10,8 +10,8 @@ from the session's mask), now and then a Mask, a new session every 64 tokens. On
 the attacks of the reliability suite in a loop, each drawn at random (seeded): a vocabulary of 2M pieces,
 a 48 MiB piece, an Allows of 1M ids (under the default limit: the work is done), a backtracking trigger
 pattern accepted 200 times, a megabyte session id, bytes that are no message, files that are no
-vocabulary, a replay of 1M tokens against a compile time limit of 1 s, and JSON nested 2,000 deep (one
-array opened per Accept).
+vocabulary, a replay of 1M tokens against a compile time limit of 1 s, and JSON nested 10,500 deep (a
+prefill of 10,000 arrays, then one array opened per Accept).
 
 Printed: per window of `--window` seconds, the normal Accepts' count, p50, p99 and max, and the server's
 resident memory (min and max of one sample a second); the attacks run in the window; the slowest normal
@@ -47,8 +47,14 @@ from constraintd.errors import ConstraintdError  # noqa: E402
 from constraintd.v1 import constraintd_pb2 as pb  # noqa: E402
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc  # noqa: E402
 from tests import reference  # noqa: E402
-from tests.server.running import AB_PLUS, TINY_EOG, TINY_PIECES, socket_dir, wait_serving  # noqa: E402
-from tests.server.test_reliability import CappedServer  # noqa: E402
+from tests.server.running import (  # noqa: E402
+    AB_PLUS,
+    TINY_EOG,
+    TINY_PIECES,
+    CappedServer,
+    socket_dir,
+    wait_serving,
+)
 
 MIB = 1 << 20
 SLOW = 0.1  # an Accept slower than this is listed, with the attack running when it began
@@ -81,7 +87,11 @@ class Window:
 class Soak:
     def __init__(self, server: CappedServer, seconds: float, window: float) -> None:
         self.server = server
-        self.started = time.monotonic()
+        self.started = time.monotonic()  # set again once the normal clients are ready
+        # the normal clients have their vocabulary and their schema compiled (`ready`), and the soak
+        # has begun (`go`): attacks never delay a client's set-up, as in a service already running
+        self.ready: threading.Barrier | None = None
+        self.go = threading.Event()
         self.seconds = seconds
         self.window = window
         self.windows = [Window() for _ in range(int(seconds // window) + 1)]
@@ -104,6 +114,10 @@ class Soak:
         gguf = reference.require(reference.vocab_path("llama-spm"))
         with Client(self.server.target, policy=Policy(timeout=60.0)) as client:
             vocab = client.register_vocab(gguf=gguf)
+            client.session(vocab, json_schema=json.dumps(SCHEMA)).close()
+            if self.ready is not None:
+                self.ready.wait()
+            self.go.wait()
             while self.running():
                 try:
                     with client.session(vocab, json_schema=json.dumps(SCHEMA)) as session:
@@ -188,9 +202,13 @@ def _attacks(
     ).vocab_id
 
     def deep_nesting() -> None:
-        reply = stub.CreateSession(pb.CreateSessionRequest(vocab_id=json_vocab, json_object=pb.JsonObject()))
-        for token in [ord("{"), ord('"'), ord("a"), ord('"'), ord(":")] + [ord("[")] * 2000:
-            stub.Accept(pb.AcceptRequest(session_id=reply.session_id, token=token))
+        # 10,000 arrays deep through a prefill, then 500 more one Accept at a time
+        options = pb.SessionOptions(prefill=b'{"a":' + b"[" * 10_000)
+        reply = stub.CreateSession(
+            pb.CreateSessionRequest(vocab_id=json_vocab, json_object=pb.JsonObject(), options=options)
+        )
+        for _ in range(500):
+            stub.Accept(pb.AcceptRequest(session_id=reply.session_id, token=ord("[")))
         stub.Close(pb.CloseRequest(session_id=reply.session_id))
 
     def vocabulary(pieces: list[bytes]) -> Call:
@@ -218,13 +236,14 @@ def _attacks(
             pb.RegisterVocabRequest(gguf_path="/dev/zero")
         ),
         "replay of 1M tokens": replay,
-        "JSON nested 2,000 deep": lambda: deep_nesting,
+        "JSON nested 10,500 deep": lambda: deep_nesting,
     }
 
 
 ATTACKS = (
     "2M-piece vocabulary", "48 MiB piece", "Allows of 1M ids", "backtracking trigger", "megabyte session id",
-    "bytes that are no message", "/dev/zero as a vocabulary", "replay of 1M tokens", "JSON nested 2,000 deep",
+    "bytes that are no message", "/dev/zero as a vocabulary", "replay of 1M tokens",
+    "JSON nested 10,500 deep",
 )
 
 
@@ -251,18 +270,24 @@ def main(argv: list[str] | None = None) -> int:
             wait_serving(server.target)
             idle = server.rss()
             soak = Soak(server, args.seconds, args.window)
+            soak.ready = threading.Barrier(args.clients + 1)
+            threads = [
+                threading.Thread(target=soak.normal, args=(args.seed + i,)) for i in range(args.clients)
+            ]
+            for thread in threads:
+                thread.start()
+            soak.ready.wait(timeout=600)
+            soak.started = time.monotonic()
+            soak.go.set()
             reports: Queue[list[Attack]] = multiprocessing.get_context("spawn").Queue()
             attacker = multiprocessing.get_context("spawn").Process(
                 target=hostile,
                 args=(server.target, args.seed + 1000, soak.started + args.seconds, args.attack, reports),
             )
             attacker.start()
-            threads = [
-                threading.Thread(target=soak.normal, args=(args.seed + i,)) for i in range(args.clients)
-            ]
-            threads.append(threading.Thread(target=soak.sample_memory))
-            for thread in threads:
-                thread.start()
+            sampler = threading.Thread(target=soak.sample_memory)
+            sampler.start()
+            threads.append(sampler)
             for thread in threads:
                 thread.join()
             done = reports.get(timeout=600)

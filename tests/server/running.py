@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -188,3 +189,35 @@ class ServerProcess:
         assert self.process is not None
         code = self.process.wait(timeout=timeout)
         return code, self.log.read_text(errors="replace")
+
+
+# A capped server's address space: Python, numpy and grpc's threads reserve about 1 GiB before any work.
+ADDRESS_SPACE = 3 << 30
+
+
+class CappedServer(ServerProcess):
+    """A ServerProcess whose address space is capped at `ADDRESS_SPACE` bytes."""
+
+    def launch(self) -> CappedServer:
+        def cap() -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=cap
+            )
+        return self
+
+    def rss(self) -> int:
+        """Resident bytes of the server process."""
+        assert self.process is not None
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS in /proc")
+
+    def cpu_seconds(self) -> float:
+        assert self.process is not None
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

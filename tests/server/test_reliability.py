@@ -12,10 +12,7 @@ for seconds, hundreds of megabytes kept): a soak benchmark measures the real fig
 
 from __future__ import annotations
 
-import os
-import resource
 import statistics
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,11 +24,9 @@ import pytest
 from clients import Client, Policy
 from constraintd.v1 import constraintd_pb2 as pb
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
-from tests.server.running import AB_PLUS, ROOT, TINY_EOG, TINY_PIECES, ServerProcess, socket_dir, wait_serving
+from tests.server.running import AB_PLUS, TINY_EOG, TINY_PIECES, CappedServer, socket_dir, wait_serving
 
 A, B = 3, 4
-# The server's address space: Python, numpy and grpc's threads reserve about 1 GiB before any work.
-ADDRESS_SPACE = 3 << 30
 MIB = 1 << 20
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 # What a test allows of the probe's Accepts while an attack runs (the attacks once held every call for
@@ -40,34 +35,6 @@ PROBE_WORST = 0.5
 PROBE_P99 = 0.05
 PROBE_SECONDS = 3.0  # the probe's window: at least this long from the attack's start
 MEMORY_KEPT = 48 * MIB
-
-
-class CappedServer(ServerProcess):
-    """A ServerProcess whose address space is capped at `ADDRESS_SPACE` bytes."""
-
-    def launch(self) -> CappedServer:
-        def cap() -> None:
-            resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=cap
-            )
-        return self
-
-    def rss(self) -> int:
-        """Resident bytes of the server process."""
-        assert self.process is not None
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS in /proc")
-
-    def cpu_seconds(self) -> float:
-        assert self.process is not None
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Probe(threading.Thread):
