@@ -100,12 +100,17 @@ def compiler_version() -> str:
 
 
 def _key(llama_dir: Path, generated: dict[str, str]) -> str:
-    digest = hashlib.sha256()
     parts = [("harness.cpp", HARNESS_SOURCE.read_bytes()), ("build.py", Path(__file__).read_bytes())]
     parts += [(name, (llama_dir / "common" / name).read_bytes()) for name in COMMON_FILES]
     parts += [("json.hpp", (llama_dir / "vendor" / "nlohmann" / "json.hpp").read_bytes())]
     parts += [(name, text.encode()) for name, text in sorted(generated.items())]
     parts += [("compiler", compiler_version().encode()), ("flags", " ".join(FLAGS).encode())]
+    return content_key(parts)
+
+
+def content_key(parts: list[tuple[str, bytes]]) -> str:
+    """A cache key of named inputs: each name and its length go into the hash, so no two lists collide."""
+    digest = hashlib.sha256()
     for name, data in parts:
         digest.update(name.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
     return digest.hexdigest()[:16]

@@ -11,7 +11,6 @@ cache, keyed by everything that goes into it, as the schema oracle's is.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import struct
@@ -22,7 +21,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tests import reference
-from tests.schema_oracle.build import COMPILER, HarnessBuildError, compiler_version, extract_function
+from tests.schema_oracle.build import (
+    COMPILER,
+    HarnessBuildError,
+    compiler_version,
+    content_key,
+    extract_function,
+)
 
 HARNESS_SOURCE = Path(__file__).with_name("harness.cpp")
 FLAGS = ("-std=c++17", "-O1", "-g0", "-w")
@@ -49,13 +54,10 @@ def harness_binary(llama_dir: Path | None = None) -> Path:
     """
     llama_dir = reference.require(llama_dir or reference.llama_cpp_dir())
     generated = _generated_sources(llama_dir)
-    digest = hashlib.sha256()
     parts = [("harness.cpp", HARNESS_SOURCE.read_bytes()), ("build.py", Path(__file__).read_bytes())]
     parts += [(name, text.encode()) for name, text in sorted(generated.items())]
     parts += [("compiler", compiler_version().encode()), ("flags", " ".join(FLAGS).encode())]
-    for name, data in parts:
-        digest.update(name.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
-    out_dir = reference.cache_dir() / "trigger-oracle" / digest.hexdigest()[:16]
+    out_dir = reference.cache_dir() / "trigger-oracle" / content_key(parts)
     binary = out_dir / "harness"
     if binary.exists():
         return binary
