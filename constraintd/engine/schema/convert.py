@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from constraintd.engine.schema import extended
+from constraintd.engine.schema import extended, property_order
 from constraintd.engine.schema.extended import DEFAULT_DIALECT, EXTENDED, check_dialect
 from constraintd.engine.schema.json_text import JsonValue, dump_json, dump_string, parse_json
 from constraintd.engine.schema.keywords import Unenforced
@@ -215,7 +215,11 @@ class _Converter:
 
     def object_rule(self, properties: Sequence[tuple[str, SchemaNode]], required: set[str], name: str,
                     additional: SchemaNode | None) -> str:
-        """_build_object_rule; `properties` names are byte strings."""
+        """_build_object_rule; `properties` names are byte strings. The extended dialect takes the
+        properties in any order where it can (schema/property_order.py), and a property named `*` as any
+        other (llama.cpp's reading of it stays, and the report)."""
+        if self.extended and all(prop_name != "*" for prop_name, _ in properties):
+            return self.unordered_object_rule(properties, required, name, additional)
         prefix = name + "-" if name else ""
         required_props: list[str] = []
         optional_props: list[str] = []
@@ -244,6 +248,27 @@ class _Converter:
             rule += (" )" if required_props else "") + " )?"
         return rule + ' space "}"'
 
+    def unordered_object_rule(self, properties: Sequence[tuple[str, SchemaNode]], required: set[str],
+                              name: str, additional: SchemaNode | None) -> str:
+        # the pairs' rules are named as llama.cpp names them; their order is property_order's
+        prefix = name + "-" if name else ""
+        kvs: list[str] = []
+        # a name declared twice (by two allOf parts) is one property, of the last schema (as llama.cpp's)
+        for prop_name, prop_schema in dict(properties).items():
+            prop_rule_name = self.visit(prop_schema, prefix + prop_name)
+            key_literal = format_literal(dump_string(prop_name))
+            kv = f'{key_literal} space ":" space {prop_rule_name}'
+            kvs.append(self.add_rule(f"{prefix}{prop_name}-kv", kv))
+        other = None
+        if additional is not None:
+            sub_name = prefix + "additional"
+            value_rule = (self.visit(additional, sub_name + "-value") if not isinstance(additional, AnyNode)
+                          else self.add_primitive("value", PRIMITIVE_RULES["value"]))
+            key_rule = self.other_keys(list(dict(properties)), sub_name + "-k")
+            other = self.add_rule(sub_name + "-kv", f'{key_rule} ":" space {value_rule}')
+        flags = [prop_name in required for prop_name in dict(properties)]
+        return property_order.object_rule(kvs, flags, other, self.add_rule, name)
+
     def other_keys(self, names: list[str], name: str) -> str:
         """The rule of the keys beside the declared properties' `names` (byte strings)."""
         if not names:
@@ -251,7 +276,7 @@ class _Converter:
         if self.extended:
             rule = extended.other_keys_rule([from_utf8(name) for name in names])
             if rule is not None:
-                self.add_extended("x-key-char")
+                self.add_extended("x-key-tail")
                 return self.add_rule(name, rule)
         char_rule = self.add_primitive("char", PRIMITIVE_RULES["char"])
         return self.add_rule(name, not_strings(names, char_rule))
@@ -278,6 +303,7 @@ class _Converter:
         required: set[str] = set()
         properties: list[tuple[str, SchemaNode]] = []
         enum_values: dict[str, int] = {}
+        open_parts: list[bool] = []  # False for each object part that says what its other keys are
 
         def add_component(component: SchemaNode, is_required: bool) -> None:
             seen: set[str] = set()
@@ -291,9 +317,12 @@ class _Converter:
                     return
                 component = target
             if isinstance(component, ObjectNode):
+                if "additionalProperties" in self.schema_of(component):
+                    open_parts.append(False)
                 for prop in component.properties:
                     properties.append((to_bytes(prop.name), prop.schema))
-                    if is_required:
+                    # llama.cpp requires every property of a part; the extended dialect, the part's own
+                    if is_required and (prop.required or not self.extended):
                         required.add(to_bytes(prop.name))
             elif isinstance(component, EnumNode):
                 for value in component.values:
@@ -309,7 +338,9 @@ class _Converter:
         intersection = [value for value, count in sorted(enum_values.items()) if count == len(node.children)]
         if intersection:
             return self.add_rule(rule_name, "(" + " | ".join(intersection) + ")")
-        return self.add_rule(rule_name, self.object_rule(properties, required, name, None))
+        # the extended dialect: other keys are open where no part speaks of them (JSON Schema's default)
+        additional = AnyNode(node.pointer) if self.extended and not open_parts else None
+        return self.add_rule(rule_name, self.object_rule(properties, required, name, additional))
 
     def visit(self, node: SchemaNode, name: str) -> str:
         self.limit.enter(node.pointer)
@@ -331,7 +362,10 @@ class _Converter:
         for extra in extras:
             properties.append((to_bytes(extra), node.additional or AnyNode(node.pointer)))
             required.add(to_bytes(extra))
-        return self.add_rule(rule_name, self.object_rule(properties, required, name, node.additional))
+        additional = node.additional
+        if self.extended and "additionalProperties" not in self.schema_of(node):
+            additional = AnyNode(node.pointer)  # JSON Schema's objects are open; llama.cpp closes them
+        return self.add_rule(rule_name, self.object_rule(properties, required, name, additional))
 
     def visit_tuple(self, node: TupleNode, name: str, rule_name: str) -> str:
         sub_name = name + "-" if name else ""

@@ -4,8 +4,10 @@
 # - `DIALECTS` names the dialects; "llama.cpp" (the default) is llama.cpp's converter byte for byte and
 #   nothing here touches it. "extended" writes, for the keywords below, a grammar that takes exactly the
 #   documents the schema allows (up to JSON whitespace, and refusing some spellings of a valid value, as
-#   the default does: property order, `1.0` for an integer, escapes), and the report names only what it
-#   still does not enforce.
+#   the default does: `1.0` for an integer, escapes), and the report names only what it still does not
+#   enforce. Objects take their properties in any order (schema/property_order.py), and are open to other
+#   keys unless `additionalProperties` says otherwise, as JSON Schema's are; an object whose properties
+#   cannot be taken in any order is named by the report.
 # - `FORMATS`: the `format`s written as exact grammars, each to a named specification (`FORMAT_SPECS`):
 #     date       RFC 3339 full-date, months' lengths and leap years (Feb 29 in leap years only); years 0001
 #                to 9999 (0000, which the ABNF allows, is refused: the proleptic calendars of validators
@@ -163,6 +165,7 @@ _KEY_ESCAPE: Final = '[\\\\] (["\\\\bfnrt] | "u00" ([01] [0-9a-fA-F] | "22" | "5
 _KEY_RULES: Final[Mapping[str, BuiltinRule]] = {
     "x-key-escape": BuiltinRule(_KEY_ESCAPE),
     "x-key-char": BuiltinRule('[^"\\\\\\x7F\\x00-\\x1F] | x-key-escape', ("x-key-escape",)),
+    "x-key-tail": BuiltinRule("x-key-char*", ("x-key-char",)),
 }
 # each format's JSON string: its rule between quotes
 RULES: Final[Mapping[str, BuiltinRule]] = {
@@ -354,14 +357,16 @@ def other_keys_rule(names: Sequence[str]) -> str | None:
             node = node.children.setdefault(char, _Trie())
         node.end = True
 
+    # one group per character of the names (a group is a rule to the parser), the tails a named rule
     def rest(node: _Trie) -> str:
         if not node.children:
-            return "x-key-char+" if node.end else "x-key-char*"
+            return "x-key-char x-key-tail" if node.end else "x-key-tail"
         other = "".join(_class_char(char) for char in sorted(node.children))
         alternatives = [f"[{_class_char(char)}] {rest(child)}"
                         for char, child in sorted(node.children.items())]
-        alternatives.append(f'([^"\\\\\\x7F\\x00-\\x1F{other}] | x-key-escape) x-key-char*')
-        group = "(" + " | ".join(alternatives) + ")"
-        return group if node.end else group + "?"
+        alternatives.append(f'[^"\\\\\\x7F\\x00-\\x1F{other}] x-key-tail | x-key-escape x-key-tail')
+        if not node.end:  # the key may end here: an empty alternative (`?` would be one more rule)
+            alternatives.insert(0, "")
+        return "(" + " | ".join(alternatives) + ")"
 
     return f'"\\"" {rest(root)} "\\""'

@@ -26,6 +26,8 @@
 # order, required first; closes objects without `additionalProperties`; takes integers of at most 16
 # digits; reads a translated `pattern` or a const against the JSON text, so an escape such as `\u0061` is
 # not the letter it stands for), the report says nothing: it is about what the grammar lets through.
+# The extended dialect's report names one such refusal: an object whose properties it cannot take in any
+# order (property_order.py) is named under `properties` (or its allOf), so that strict refuses it.
 # One approximation lets through what it should not and is not reported: `minLength` / `maxLength` count
 # the JSON text's characters, an escape as one, so a character outside the BMP written as two `\u`
 # escapes counts twice (the extended dialect's grammar takes such a character raw only).
@@ -193,10 +195,19 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
                "text forms, no zone), uri (RFC 3986), uuid: exact grammars; a format 2020-12 does not define "
                "is an annotation; every other format (email, hostname, uri-reference, ...), and a length "
                "beside a format, stays reported"),
-    "additionalProperties": ("the keys beside the declared properties are exactly the JSON strings that are "
-                             "none of their names (a name spelled with an escape no longer passes, nor a key "
-                             "that is no JSON string); other keys take an escape only for the characters "
-                             "JSON must escape; where a declared name holds one, it stays reported"),
+    "additionalProperties": ("absent, other keys are allowed (JSON Schema's default; llama.cpp closes the "
+                             "object); the keys beside the declared properties are exactly the JSON strings "
+                             "that are none of their names (a name spelled with an escape no longer passes, "
+                             "nor a key that is no JSON string); other keys take an escape only for the "
+                             "characters JSON must escape; where a declared name holds one, it stays "
+                             "reported"),
+    "properties": ("in any order, other keys anywhere between them: up to 3 properties exactly (none "
+                   "repeated); past 3, where at most 8 are required, a property may repeat (each value "
+                   "checked, so the document is valid whichever one a reader keeps); past that, the schema's "
+                   "order only, reported (strict refuses it)"),
+    "allOf": ("objects merged as the default does, but a part's optional properties stay optional and the "
+              "merge is open to other keys where no part has additionalProperties; their properties in any "
+              "order as `properties` says (past its bounds, reported under allOf)"),
     "pattern": ("matched against the string's value as ECMA-262 reads it (unanchored unless anchored; `.`, "
                 "`\\d \\w \\s` and their negations, classes, groups, alternatives, counted repetition, "
                 "escapes), each character in its JSON spelling (a quote, backslash or control character "

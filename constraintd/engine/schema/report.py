@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Final
 
-from constraintd.engine.schema import extended
+from constraintd.engine.schema import extended, property_order
 from constraintd.engine.schema.json_text import JsonValue, dump_json, is_integer
 from constraintd.engine.schema.keywords import Enforcement, Unenforced, keyword_of
 from constraintd.engine.schema.nodes import (
@@ -255,9 +255,14 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
         missing = [name for name in required if isinstance(name, str) and name not in declared]
         if missing:
             yield "required", f"not among the properties, so not required: {', '.join(missing)}"
-    closed = node.additional is None
+    # the extended dialect opens an object that does not say what its other keys are, as JSON Schema does
+    closed = node.additional is None and ("additionalProperties" in schema or not exact_keys)
     # the extended dialect's rule of the other keys is exact where it can be written (schema/extended.py)
     keys_held = exact_keys and extended.other_keys_rule(names) is not None
+    if exact_keys and node.pointer not in merged:
+        flags = [prop.required for prop in node.properties] + [True] * (len(names) - len(node.properties))
+        if not property_order.in_any_order(flags):
+            yield "properties", _order_reason(len(names))
     if declared and not closed and not keys_held:
         # llama.cpp's rule for the other keys excludes the names as they are written, and reads a key as
         # JSON text: a name spelled with an escape (`\u0061` for `a`) passes as another key
@@ -276,6 +281,24 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
     if "maxProperties" in schema and not (closed and is_integer(high) and high >= len(declared)):  # type: ignore[operator]
         yield "maxProperties", ""
     yield from _beside(schema, frozenset({"object"}), _OBJECT_READS, "")
+
+
+def _order_reason(count: int) -> str:
+    return (f"the grammar takes these {count} properties in the schema's order only (too many, and too many "
+            "of them required, for a grammar of any order): a valid document in another order is refused")
+
+
+def _merged_order(reader: TreeReader, node: AllOfNode) -> Iterator[Unenforced]:
+    # the extended dialect's merge of an allOf's objects is one object (its names once each)
+    if reader.all_of_values(node):
+        return
+    names: dict[str, bool] = {}  # name -> required
+    for _, target, required in reader.parts(node):
+        if isinstance(target, ObjectNode):
+            for prop in target.properties:
+                names[prop.name] = names.get(prop.name, False) or (required and prop.required)
+    if not property_order.in_any_order(list(names.values())):
+        yield Unenforced(f"{node.pointer}/allOf", "allOf", _order_reason(len(names)))
 
 
 def _all_of_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
@@ -536,6 +559,9 @@ def unenforced_keywords(document: SchemaDocument, unsupported_patterns: Mapping[
         if isinstance(node, AllOfNode):
             for item in _dropped_parts(reader, node):
                 add(item)
+            if dialect == extended.EXTENDED:
+                for item in _merged_order(reader, node):
+                    add(item)
         if isinstance(node, ObjectNode) and any(prop.name == "*" for prop in node.properties):
             add(Unenforced(f"{node.pointer}/properties/*", "properties", _STAR))
     for item in _root_named_property(reader, document.root):

@@ -1,0 +1,144 @@
+# The extended dialect's object rules: an object's properties in any order where the grammar stays small,
+# else in the schema's order.
+#
+# Contract:
+# - `object_rule(kvs, required, other, add_rule, name)` writes the rule of a JSON object whose declared
+#   properties are `kvs` (each the rule of one `"name": value` pair, in schema order), `required` flags
+#   which must be there, and `other` is the rule of one other key and its value (None: no other key).
+#   Each declared property appears at most once, every required one appears, and other keys may come
+#   between any two of them, any number of times.
+# - Up to `ANY_ORDER_MAX` declared properties, any order is taken, exactly: the grammar has one rule per
+#   set of properties not yet written (2^n rules, n alternatives each), so no property repeats and none
+#   required is missing; exponential, hence the bound.
+# - Past it, any order is still taken where at most `REQUIRED_MAX` are required: one rule per set of
+#   required properties not yet written (2^required), and a property may repeat. Each of a repeated key's
+#   values is then its property's, so whichever value a reader keeps (JSON Schema leaves an object with a
+#   repeated name undefined; Python keeps the last) the document is valid.
+# - Else the properties are taken in the order of the schema only (`in_any_order` says which; the report
+#   names the object, so strict refuses it).
+# - Other keys are never declared names (the caller's key rule excludes them), so the key decides which
+#   alternative a pair is: the grammar is unambiguous but for the place of other keys (and, past the exact
+#   bound, of optional pairs).
+# Invariants: rule names come from `add_rule`, which shares a rule only with an identical one, so the
+#   names written here can never capture another rule.
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+__all__ = ["ANY_ORDER_MAX", "REQUIRED_MAX", "in_any_order", "object_rule"]
+
+ANY_ORDER_MAX: Final = 3  # exact: 2^3 rules of at most 3 alternatives
+# past it, a few rules per set of required properties not yet written (2^8 sets at most)
+REQUIRED_MAX: Final = 8
+
+AddRule = Callable[[str, str], str]
+
+
+def in_any_order(required: Sequence[bool]) -> bool:
+    """Whether an object of these declared properties (flags: required) is taken in any order (else in the
+    schema's)."""
+    return len(required) <= ANY_ORDER_MAX or sum(required) <= REQUIRED_MAX
+
+
+def object_rule(kvs: Sequence[str], required: Sequence[bool], other: str | None, add_rule: AddRule,
+                name: str) -> str:
+    """The rule text of the object (from `"{"` to `"}"`); rules it needs are added with `add_rule`, named
+    after `name`."""
+    prefix = f"{name}-" if name else ""
+    if len(kvs) > ANY_ORDER_MAX and in_any_order(required):
+        first = _required_tracked(kvs, required, other, add_rule, prefix)
+    else:
+        # other pairs, any number of them: one rule, which every state's rule refers to
+        others = add_rule(f"{prefix}x-others", f'( "," space {other} )*') if other else ""
+        write = _any_order if len(kvs) <= ANY_ORDER_MAX else _schema_order
+        first = write(kvs, required, other, others, add_rule, prefix)
+    if not first:
+        return '"{" space "}"'
+    body = f"( {' | '.join(first)} )"
+    return '"{" space ' + (body if any(required) else body + "?") + ' space "}"'
+
+
+def _join(*parts: str) -> str:
+    return " ".join(part for part in parts if part)
+
+
+def _any_order(kvs: Sequence[str], required: Sequence[bool], other: str | None, others: str,
+               add_rule: AddRule, prefix: str) -> list[str]:
+    # rest[mask]: what may follow a written pair when the properties of `mask` are not written yet ("" for
+    # nothing); masks in increasing order, so every smaller set's rule exists first. Rules are flat
+    # alternatives (no groups: a group is one more rule to the parser), an empty one first where nothing
+    # more is needed.
+    count = len(kvs)
+    needed = sum(1 << i for i in range(count) if required[i])
+    full = (1 << count) - 1
+    rest: list[str] = []
+    for mask in range(1 << count):
+        if mask == full and not other:
+            break  # only an other key is followed by every property
+        pairs = [_join(others, '"," space', kvs[i], rest[mask & ~(1 << i)])
+                 for i in range(count) if mask >> i & 1]
+        if not pairs:
+            rest.append(others)  # all written: other pairs only, or nothing
+            continue
+        nullable = [] if mask & needed else [others]
+        rest.append(add_rule(f"{prefix}x-props-{mask}", " | ".join(nullable + pairs)))
+    first = [_join(kvs[i], rest[full & ~(1 << i)]) for i in range(count)]
+    if other:
+        first.append(_join(other, rest[full]))
+    return first
+
+
+def _required_tracked(kvs: Sequence[str], required: Sequence[bool], other: str | None, add_rule: AddRule,
+                      prefix: str) -> list[str]:
+    # any order, a property may repeat: only the required ones not yet written are tracked. Each value of a
+    # repeated key is its property's, so whichever one a reader keeps, the document is valid.
+    # free[mask]: the pairs that leave `mask` (the required properties not yet written) as it is: optional
+    # properties, other keys, required ones already written; loop[mask]: any number of them
+    count = len(kvs)
+    needed = [i for i in range(count) if required[i]]
+    full = (1 << len(needed)) - 1
+    optional_pairs = [kvs[i] for i in range(count) if not required[i]] + ([other] if other else [])
+    optional = add_rule(f"{prefix}x-optional", " | ".join(optional_pairs)) if optional_pairs else ""
+    free: list[str] = []
+    rest: list[str] = []
+    for mask in range(full + 1):
+        pairs = ([optional] if optional else []) + [kvs[needed[bit]] for bit in range(len(needed))
+                                                     if not mask >> bit & 1]
+        free.append(pairs[0] if len(pairs) == 1 else
+                    add_rule(f"{prefix}x-free-{mask}", " | ".join(pairs)) if pairs else "")
+        if mask == full and not free[mask]:
+            break  # only a free pair is followed by every required property
+        loop = add_rule(f"{prefix}x-loop-{mask}", f'( "," space {free[mask]} )*') if free[mask] else ""
+        progress = [_join(loop, '"," space', kvs[needed[bit]], rest[mask & ~(1 << bit)])
+                    for bit in range(len(needed)) if mask >> bit & 1]
+        rest.append(add_rule(f"{prefix}x-props-{mask}", " | ".join(progress)) if progress else loop)
+    first = [_join(kvs[needed[bit]], rest[full & ~(1 << bit)]) for bit in range(len(needed))]
+    if free[full]:
+        first.append(_join(free[full], rest[full]))
+    return first
+
+
+def _schema_order(kvs: Sequence[str], required: Sequence[bool], other: str | None, others: str,
+                  add_rule: AddRule, prefix: str) -> list[str]:
+    # after[i]: what may follow a written pair when properties i.. remain; starts[i]: the alternatives of
+    # the first pair when properties i.. remain (none is written yet)
+    count = len(kvs)
+    after = [""] * (count + 1)
+    after[count] = others
+    for i in range(count - 1, -1, -1):
+        written = _join(others, f'"," space {kvs[i]}', after[i + 1])
+        if required[i]:
+            text = written
+        elif after[i + 1]:
+            text = f"( {written} | {after[i + 1]} )"
+        else:
+            text = f"( {written} )?"
+        after[i] = add_rule(f"{prefix}x-props-{i}", text)
+    starts: list[str] = [_join(other, after[count])] if other else []
+    for i in range(count - 1, -1, -1):
+        here = [_join(kvs[i], after[i + 1])] + ([_join(other, after[i])] if other else [])
+        if not required[i] and starts:
+            here.append(add_rule(f"{prefix}x-first-{i + 1}", " | ".join(starts)))
+        starts = here
+    return starts
