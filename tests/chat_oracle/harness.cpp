@@ -1,0 +1,194 @@
+// The chat oracle: llama.cpp's chat layer (common/chat.cpp and what it builds on), driven by one JSON
+// request on stdin, answering one JSON object on stdout. Linked against the pinned sources' llama-common
+// (tests/chat_oracle/build.py).
+//
+// Request (every field but "template" optional; names as llama-server's OpenAI API has them):
+//   {"mode": "apply" | "parse", "template": "<jinja source>", "bos_token": "", "eos_token": "",
+//    "messages": [OpenAI messages], "tools": [OpenAI tools], "tool_choice": "auto" | "required" | "none",
+//    "parallel_tool_calls": false, "json_schema": {...}, "grammar": "",
+//    "reasoning_format": "none" | "auto" | "deepseek" | "deepseek-legacy", "enable_thinking": true,
+//    "add_generation_prompt": true, "chat_template_kwargs": {"name": <json>}, "now": <unix seconds>,
+//    parse mode only: "text": "...", "is_partial": false, "parse_tool_calls": true,
+//    "reasoning_in_content": false}
+// "apply" answers common_chat_templates_init(nullptr, template, bos, eos) + common_chat_templates_apply:
+//   {"format", "prompt", "grammar", "grammar_lazy", "generation_prompt", "supports_thinking",
+//    "thinking_start_tag", "thinking_end_tags", "grammar_triggers": [{"type", "value", "token"}],
+//    "preserved_tokens", "additional_stops", "parser", "message_delimiters", "caps"}
+// "parse" applies the request the same way, then answers common_chat_parse(text, is_partial, params) with
+//   the parser params llama-server derives from the chat params:
+//   {"role", "content", "reasoning_content", "tool_calls": [{"name", "arguments", "id"}]}
+// An exception becomes {"error": "<what()>", "stage": "init" | "apply" | "parse"}, exit status 0;
+// anything else (an abort, a signal) is a crash, and the caller sees its status.
+
+#include "chat.h"
+#include "json.h"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+
+static const char * trigger_type_name(common_grammar_trigger_type type) {
+    switch (type) {
+        case COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN:        return "token";
+        case COMMON_GRAMMAR_TRIGGER_TYPE_WORD:         return "word";
+        case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN:      return "pattern";
+        case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL: return "pattern_full";
+    }
+    return "unknown";
+}
+
+static std::string string_field(const common_json & request, const char * key, const char * def) {
+    return request.contains(key) && request.at(key).is_string() ? request.at(key).get<std::string>() : def;
+}
+
+static bool bool_field(const common_json & request, const char * key, bool def) {
+    return request.contains(key) && request.at(key).is_boolean() ? request.at(key).get<bool>() : def;
+}
+
+static common_chat_templates_inputs inputs_from(const common_json & request) {
+    common_chat_templates_inputs inputs;
+    inputs.messages = common_chat_msgs_parse_oaicompat(
+        request.contains("messages") ? request.at("messages") : common_json::array());
+    if (request.contains("tools") && !request.at("tools").is_null()) {
+        inputs.tools = common_chat_tools_parse_oaicompat(request.at("tools"));
+    }
+    inputs.tool_choice = common_chat_tool_choice_parse_oaicompat(string_field(request, "tool_choice", "auto"));
+    inputs.parallel_tool_calls = bool_field(request, "parallel_tool_calls", false);
+    if (request.contains("json_schema") && !request.at("json_schema").is_null()) {
+        inputs.json_schema = request.at("json_schema").dump();
+    }
+    inputs.grammar = string_field(request, "grammar", "");
+    inputs.reasoning_format = common_reasoning_format_from_name(string_field(request, "reasoning_format", "none"));
+    inputs.enable_thinking = bool_field(request, "enable_thinking", true);
+    inputs.add_generation_prompt = bool_field(request, "add_generation_prompt", true);
+    if (request.contains("chat_template_kwargs")) {
+        for (const auto & [key, value] : request.at("chat_template_kwargs").items()) {
+            inputs.chat_template_kwargs[key] = value.dump();
+        }
+    }
+    if (request.contains("now")) {
+        inputs.now = std::chrono::system_clock::time_point(std::chrono::seconds(request.at("now").get<int64_t>()));
+    }
+    return inputs;
+}
+
+static common_json apply_answer(const common_chat_params & params, const common_json & caps) {
+    common_json triggers = common_json::array();
+    for (const auto & trigger : params.grammar_triggers) {
+        common_json item = common_json::object();
+        item["type"] = trigger_type_name(trigger.type);
+        item["value"] = trigger.value;
+        item["token"] = (int64_t) trigger.token;
+        triggers.push_back(item);
+    }
+    common_json answer = common_json::object();
+    answer["format"] = common_chat_format_name(params.format);
+    answer["prompt"] = params.prompt;
+    answer["grammar"] = params.grammar;
+    answer["grammar_lazy"] = params.grammar_lazy;
+    answer["generation_prompt"] = params.generation_prompt;
+    answer["supports_thinking"] = params.supports_thinking;
+    answer["thinking_start_tag"] = params.thinking_start_tag;
+    answer["thinking_end_tags"] = params.thinking_end_tags;
+    answer["grammar_triggers"] = triggers;
+    answer["preserved_tokens"] = params.preserved_tokens;
+    answer["additional_stops"] = params.additional_stops;
+    answer["parser"] = params.parser;
+    answer["message_delimiters"] = params.message_delimiters.to_json();
+    answer["caps"] = caps;
+    return answer;
+}
+
+static common_json parse_answer(const common_chat_msg & msg) {
+    common_json calls = common_json::array();
+    for (const auto & call : msg.tool_calls) {
+        common_json item = common_json::object();
+        item["name"] = call.name;
+        item["arguments"] = call.arguments;
+        item["id"] = call.id;
+        calls.push_back(item);
+    }
+    common_json answer = common_json::object();
+    answer["role"] = msg.role;
+    answer["content"] = msg.content;
+    answer["reasoning_content"] = msg.reasoning_content;
+    answer["tool_calls"] = calls;
+    return answer;
+}
+
+static common_json error_answer(const char * stage, const std::exception & e) {
+    common_json answer = common_json::object();
+    answer["error"] = std::string(e.what());
+    answer["stage"] = stage;
+    return answer;
+}
+
+static common_json run(const common_json & request) {
+    const std::string source = string_field(request, "template", "");
+    const std::string bos = string_field(request, "bos_token", "");
+    const std::string eos = string_field(request, "eos_token", "");
+
+    common_chat_templates_ptr templates;
+    common_json caps = common_json::object();
+    try {
+        templates = common_chat_templates_init(nullptr, source, bos, eos);
+        // the capabilities the chat layer detected in the template (what decides its workarounds)
+        common_chat_template probe(source, bos, eos);
+        for (const auto & [name, value] : probe.original_caps().to_map()) {
+            caps[name] = value;
+        }
+    } catch (const std::exception & e) {
+        return error_answer("init", e);
+    }
+
+    common_chat_templates_inputs inputs;
+    common_chat_params params;
+    try {
+        inputs = inputs_from(request);
+        params = common_chat_templates_apply(templates.get(), inputs);
+    } catch (const std::exception & e) {
+        return error_answer("apply", e);
+    }
+    if (string_field(request, "mode", "apply") != "parse") {
+        return apply_answer(params, caps);
+    }
+
+    try {
+        // as llama-server derives them from the chat params
+        common_chat_parser_params parser_params(params);
+        parser_params.reasoning_format = inputs.reasoning_format;
+        parser_params.reasoning_in_content = bool_field(request, "reasoning_in_content", false);
+        parser_params.parse_tool_calls = bool_field(request, "parse_tool_calls", true);
+        if (!params.parser.empty()) {
+            parser_params.parser.load(params.parser);
+        }
+        const common_chat_msg msg = common_chat_parse(
+            string_field(request, "text", ""), bool_field(request, "is_partial", false), parser_params);
+        return parse_answer(msg);
+    } catch (const std::exception & e) {
+        return error_answer("parse", e);
+    }
+}
+
+int main() {
+    const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    common_json answer;
+    try {
+        answer = run(common_json::parse(input));
+    } catch (const std::exception & e) {
+        answer = error_answer("request", e);
+    }
+    std::string out;
+    try {
+        out = answer.dump();
+    } catch (const std::exception & e) {
+        // a prompt or grammar that is not UTF-8: say so rather than print half an answer
+        out = error_answer("answer", e).dump();
+    }
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fputc('\n', stdout);
+    return 0;
+}
