@@ -249,7 +249,7 @@ class _Converter:
         return rule + ' space "}"'
 
     def unordered_object_rule(self, properties: Sequence[tuple[str, SchemaNode]], required: set[str],
-                              name: str, additional: SchemaNode | None) -> str:
+                              name: str, additional: SchemaNode | None, key_rule: str | None = None) -> str:
         # the pairs' rules are named as llama.cpp names them; their order is property_order's
         prefix = name + "-" if name else ""
         kvs: list[str] = []
@@ -264,7 +264,8 @@ class _Converter:
             sub_name = prefix + "additional"
             value_rule = (self.visit(additional, sub_name + "-value") if not isinstance(additional, AnyNode)
                           else self.add_primitive("value", PRIMITIVE_RULES["value"]))
-            key_rule = self.other_keys(list(dict(properties)), sub_name + "-k")
+            if key_rule is None:
+                key_rule = self.other_keys(list(dict(properties)), sub_name + "-k")
             other = self.add_rule(sub_name + "-kv", f'{key_rule} ":" space {value_rule}')
         flags = [prop_name in required for prop_name in dict(properties)]
         return property_order.object_rule(kvs, flags, other, self.add_rule, name)
@@ -355,7 +356,7 @@ class _Converter:
         # the other keys' schema (any value where llama.cpp closes the object). Not in an allOf's merge,
         # which reads its parts' properties alone (the report says so).
         extras = extended.undeclared_required(self.schema_of(node), node) if self.extended else []
-        if not node.properties and not extras and isinstance(node.additional, AnyNode):
+        if not node.properties and not extras and isinstance(node.additional, AnyNode) and not node.patterns:
             return self.add_rule(rule_name, self.add_primitive("object", PRIMITIVE_RULES["object"]))
         properties = [(to_bytes(prop.name), prop.schema) for prop in node.properties]
         required = {to_bytes(prop.name) for prop in node.properties if prop.required}
@@ -363,8 +364,21 @@ class _Converter:
             properties.append((to_bytes(extra), node.additional or AnyNode(node.pointer)))
             required.add(to_bytes(extra))
         additional = node.additional
-        if self.extended and "additionalProperties" not in self.schema_of(node):
-            additional = AnyNode(node.pointer)  # JSON Schema's objects are open; llama.cpp closes them
+        if self.extended:
+            schema = self.schema_of(node)
+            if "additionalProperties" not in schema:
+                additional = AnyNode(node.pointer)  # JSON Schema's objects are open; llama.cpp closes them
+            names = [from_utf8(prop_name) for prop_name, _ in properties]
+            keys = extended.pattern_keys(schema, node, names)
+            if keys is not None:
+                # the other keys are the pattern's (every undeclared name where it matches every key)
+                key_name = (name + "-" if name else "") + "pattern-key"
+                key_rule = (None if keys.every
+                            else extended.exact_pattern(keys.pattern, self.add_rule, key_name))
+                if key_rule is not None:
+                    self.add_extended("x-any-char")
+                return self.add_rule(rule_name, self.unordered_object_rule(properties, required, name,
+                                                                           keys.schema, key_rule))
         return self.add_rule(rule_name, self.object_rule(properties, required, name, additional))
 
     def visit_tuple(self, node: TupleNode, name: str, rule_name: str) -> str:
@@ -496,7 +510,7 @@ def convert_schema_value(
     """
     check_dialect(dialect)
     limit = WorkLimit(max_depth=MAX_SCHEMA_DEPTH, deadline=time.monotonic() + time_limit)
-    document = schema_from_json(schema, limit)
+    document = schema_from_json(schema, limit, patterns=dialect == EXTENDED)
     converter = _Converter(document, limit, MAX_GRAMMAR_CHARS, dialect)
     converter.visit(document.root, "")
     if converter.errors:

@@ -45,13 +45,15 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final
 
 from constraintd.engine.schema.ecma_patterns import ANY_JSON_CHAR, AddRule, Unsupported, pattern_rule
 from constraintd.engine.schema.json_text import JsonValue
-from constraintd.engine.schema.nodes import ObjectNode
+from constraintd.engine.schema.nodes import AnyNode, ObjectNode, SchemaNode
 from constraintd.engine.schema.number_ranges import Bound, integer_range_rule, number_range_rule
 from constraintd.engine.schema.rules import BuiltinRule
 from constraintd.errors import SchemaError
@@ -67,6 +69,7 @@ __all__ = [
     "OPEN_DIGITS",
     "RESERVED_NAMES",
     "RULES",
+    "PatternKeys",
     "check_dialect",
     "exact_pattern",
     "exact_range",
@@ -75,6 +78,7 @@ __all__ = [
     "integer_range_rule",
     "number_rule",
     "other_keys_rule",
+    "pattern_keys",
     "undeclared_required",
 ]
 
@@ -204,6 +208,52 @@ def undeclared_required(schema: Mapping[str, JsonValue], node: ObjectNode) -> li
     # "" and "*" are left out: llama.cpp's rule naming breaks on them (the report names them)
     return list(dict.fromkeys(name for name in listed
                               if isinstance(name, str) and name not in declared and name not in ("", "*")))
+
+
+# patterns every string matches (ECMA-262 searches unanchored; `.` stops at line terminators, so `^.*$`
+# is not one of them)
+_EVERY_KEY: Final = frozenset({"", ".*", "^.*", ".*$", "(.*)"})
+
+
+@dataclass(frozen=True, slots=True)
+class PatternKeys:
+    """How the dialect writes an object's patternProperties: the other keys are the pattern's (`every`:
+    it matches every key, so they are the undeclared names), their values of `schema`."""
+
+    pattern: str
+    schema: SchemaNode
+    every: bool
+
+
+def _may_match(pattern: str, name: str) -> bool:
+    # Python's reading of the pattern, Unicode and ASCII classes both, as an approximation of ECMA-262's
+    # (its \d \w are ASCII, its \s Unicode's spaces); a pattern Python does not read may match
+    try:
+        return any(re.search(pattern, name, flags) is not None for flags in (0, re.ASCII))
+    except re.error:
+        return True
+
+
+def pattern_keys(schema: Mapping[str, JsonValue], node: ObjectNode, names: Sequence[str],
+                 ) -> PatternKeys | None:
+    """The dialect's reading of the object's patternProperties (one pattern; the object's declared `names`
+    none it matches), or None where it leaves them to the report: several patterns, a pattern it does not
+    read, a declared name the pattern may match (beside a pattern of every key, one whose schema is not
+    any value), other keys beside a pattern that does not match every key (their rule would be the
+    pattern's complement)."""
+    if len(node.patterns) != 1:
+        return None
+    pattern, value = node.patterns[0]
+    if pattern in _EVERY_KEY:
+        # a declared name matches it too, and its value would need both schemas: only where one is any value
+        if (names and not isinstance(value, AnyNode)) or other_keys_rule(names) is None:
+            return None
+        return PatternKeys(pattern, value, True)
+    if schema.get("additionalProperties") is not False or exact_pattern(pattern) is None:
+        return None
+    if any(_may_match(pattern, name) for name in names):
+        return None
+    return PatternKeys(pattern, value, False)
 
 
 def format_rule_name(name: str) -> str:

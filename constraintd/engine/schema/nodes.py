@@ -160,6 +160,8 @@ class ObjectNode:
     pointer: str
     properties: tuple[Property, ...]  # in schema order
     additional: SchemaNode | None  # None when additional properties are not allowed
+    # patternProperties' schemas (pattern, node), built for the extended dialect only (llama.cpp skips them)
+    patterns: tuple[tuple[str, SchemaNode], ...] = ()
 
 
 SchemaNode: TypeAlias = (
@@ -235,9 +237,10 @@ def _c_stoull(text: str) -> int | None:
 class _Builder:
     """common_chat_schema_builder: one pass over the document, each $ref target built once."""
 
-    def __init__(self, root: JsonValue, limit: WorkLimit) -> None:
+    def __init__(self, root: JsonValue, limit: WorkLimit, *, patterns: bool = False) -> None:
         self.root = root
         self.limit = limit
+        self.patterns = patterns
         self.refs: dict[str, SchemaNode | None] = {}
         # (pointer, schema, type list) in the order the objects are entered, the node once built
         self.entered: list[tuple[str, dict[str, JsonValue], tuple[JsonValue, ...] | None]] = []
@@ -338,7 +341,25 @@ class _Builder:
                 raise self.fail(path, "additionalProperties must be a boolean or a schema", pointer)
         elif "properties" not in schema:
             additional = AnyNode(pointer)  # {"type": "object"} on its own accepts any object
-        return ObjectNode(pointer, tuple(properties), additional)
+        patterns = self.pattern_nodes(schema, path, pointer) if self.patterns else ()
+        return ObjectNode(pointer, tuple(properties), additional, patterns)
+
+    def pattern_nodes(self, schema: dict[str, JsonValue], path: str, pointer: str,
+                      ) -> tuple[tuple[str, SchemaNode], ...]:
+        # every schema of patternProperties, or none: one the builder refuses leaves the builder as it was
+        # (the report then names patternProperties, as llama.cpp's reading does)
+        declared = schema.get("patternProperties")
+        if not isinstance(declared, dict) or not all(isinstance(value, dict) for value in declared.values()):
+            return ()
+        refs, entered = dict(self.refs), len(self.entered)
+        try:
+            return tuple((pattern, self.node(value, f"{path}/patternProperties/{pattern}",
+                                             f"{pointer}/patternProperties/{escape_pointer_token(pattern)}"))
+                         for pattern, value in declared.items())
+        except SchemaError:
+            self.refs = refs
+            del self.entered[entered:], self.built[entered:]
+            return ()
 
     def array(self, schema: dict[str, JsonValue], path: str, pointer: str) -> SchemaNode:
         if "items" in schema or "prefixItems" in schema:
@@ -456,13 +477,14 @@ _TYPED: Final[dict[str, Callable[[_Builder, dict[str, JsonValue], str, str], Sch
 }
 
 
-def schema_from_json(value: JsonValue, limit: WorkLimit) -> SchemaDocument:
-    """Build the schema tree of a parsed JSON schema, as `common_chat_schema_from_json` does.
+def schema_from_json(value: JsonValue, limit: WorkLimit, *, patterns: bool = False) -> SchemaDocument:
+    """Build the schema tree of a parsed JSON schema, as `common_chat_schema_from_json` does; with
+    `patterns`, the schemas of patternProperties too (the extended dialect's reading).
 
     Raises:
         SchemaError: the schema falls outside what llama.cpp converts (its message), or exceeds `limit`.
     """
-    builder = _Builder(value, limit)
+    builder = _Builder(value, limit, patterns=patterns)
     root = builder.node(value, "#", "#")
     refs = {ref: node for ref, node in builder.refs.items() if node is not None}
     return SchemaDocument(root, refs, builder.sources())

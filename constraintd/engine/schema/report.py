@@ -255,10 +255,14 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
         missing = [name for name in required if isinstance(name, str) and name not in declared]
         if missing:
             yield "required", f"not among the properties, so not required: {', '.join(missing)}"
-    # the extended dialect opens an object that does not say what its other keys are, as JSON Schema does
-    closed = node.additional is None and ("additionalProperties" in schema or not exact_keys)
+    # the extended dialect opens an object that does not say what its other keys are, as JSON Schema does,
+    # and reads some patternProperties (schema/extended.py)
+    patterns = None
+    if exact_keys and node.pointer not in merged:
+        patterns = extended.pattern_keys(schema, node, names)
+    closed = node.additional is None and ("additionalProperties" in schema or not exact_keys) and not patterns
     # the extended dialect's rule of the other keys is exact where it can be written (schema/extended.py)
-    keys_held = exact_keys and extended.other_keys_rule(names) is not None
+    keys_held = exact_keys and (patterns is not None or extended.other_keys_rule(names) is not None)
     if exact_keys and node.pointer not in merged:
         flags = [prop.required for prop in node.properties] + [True] * (len(names) - len(node.properties))
         if not property_order.in_any_order(flags):
@@ -268,7 +272,9 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
         # JSON text: a name spelled with an escape (`\u0061` for `a`) passes as another key
         yield "additionalProperties", ("other keys are matched as JSON text: a property's name spelled with "
                                        "an escape passes as another key")
-    if "patternProperties" in schema and not (closed and not declared):
+    # (where no key is allowed, llama.cpp's `{}` takes nothing invalid; the extended dialect's report also
+    # names what its grammar refuses that is valid: the keys of the patterns)
+    if schema.get("patternProperties") and patterns is None and (exact_keys or not (closed and not declared)):
         yield "patternProperties", ""
     if "propertyNames" in schema and not (closed and not declared):
         yield "propertyNames", ""

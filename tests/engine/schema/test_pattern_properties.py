@@ -1,0 +1,68 @@
+"""The extended dialect's patternProperties (constraintd/engine/schema/extended.py, `pattern_keys`): checked
+on raw bytes against a validator of JSON Schema 2020-12 (`jsonschema`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+import pytest
+
+from constraintd.engine import Grammar, Matcher, Vocab
+from constraintd.engine.schema.convert import convert_json_schema, json_schema_to_gbnf
+
+jsonschema = pytest.importorskip("jsonschema")
+
+BYTES: Final = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
+
+
+def takes(schema: dict[str, Any], text: str) -> bool:
+    gbnf = json_schema_to_gbnf(json.dumps(schema), strict=True, dialect="extended")
+    grammar = Grammar.from_gbnf(gbnf, BYTES)
+    matcher = Matcher(grammar)
+    return matcher.accept_bytes(text.encode()) and matcher.is_complete()
+
+
+def valid(schema: dict[str, Any], text: str) -> bool:
+    return bool(jsonschema.Draft202012Validator(schema).is_valid(json.loads(text)))
+
+
+CLOSED: Final = {"type": "object", "patternProperties": {"^[a-z]+[0-9]?$": {"type": "integer"}},
+                 "additionalProperties": False}
+EVERY: Final = {"type": "object", "patternProperties": {".*": {"type": "integer"}}}
+BESIDE: Final = {"type": "object", "properties": {"ID": {"type": "string"}}, "required": ["ID"],
+                 "patternProperties": {"^[a-z]+$": {"type": "boolean"}}, "additionalProperties": False}
+ANY_VALUE: Final = {"type": "object", "properties": {"a": {"type": "string"}},
+                    "patternProperties": {"^.*": {}}, "additionalProperties": False}
+
+
+@pytest.mark.parametrize(("schema", "text"), [
+    (CLOSED, "{}"), (CLOSED, '{"ab":1}'), (CLOSED, '{"ab1":1,"c":2}'), (CLOSED, '{"A":1}'),
+    (CLOSED, '{"ab":"x"}'), (CLOSED, '{"":1}'), (CLOSED, '{"ab12":1}'), (CLOSED, '{"ab-":1}'),
+    # (not "ab\n": Python's `$`, the validator's, matches before a final newline; ECMA-262's does not)
+    (EVERY, "{}"), (EVERY, '{"ab":1}'), (EVERY, '{"A":1,"":2}'), (EVERY, '{"ab":"x"}'),
+    (EVERY, '{"a\\nb":1}'),
+    (BESIDE, '{"ID":"x"}'), (BESIDE, '{"ab":true,"ID":"x","c":false}'), (BESIDE, '{"ID":"x","ab":1}'),
+    (BESIDE, '{"ID":"x","Ab":true}'), (BESIDE, '{"ab":true}'), (BESIDE, '{"ID":true}'),
+    (ANY_VALUE, '{"a":"x","b":[1]}'), (ANY_VALUE, '{"b":null}'), (ANY_VALUE, '{"a":1}'),
+], ids=lambda value: value if isinstance(value, str) else "")
+def test_pattern_keys_are_taken_exactly_when_valid(schema: dict[str, Any], text: str) -> None:
+    assert convert_json_schema(json.dumps(schema), dialect="extended").unenforced == ()
+    assert takes(schema, text) == valid(schema, text), text
+
+
+@pytest.mark.parametrize("schema", [
+    # a declared name the pattern matches: its value would need both schemas
+    {"type": "object", "properties": {"ab": {"type": "integer"}}, "patternProperties": {"^a": {"minimum": 3}},
+     "additionalProperties": False},
+    # other keys beside a pattern that does not match every key: their rule would be its complement
+    {"type": "object", "patternProperties": {"^[a-z]+$": {"type": "integer"}}},
+    # two patterns
+    {"type": "object", "patternProperties": {"^a": {"type": "integer"}, "^b": {"type": "string"}},
+     "additionalProperties": False},
+    # where no other key is allowed, llama.cpp's `{}` refuses the pattern's keys: reported in the dialect
+    {"type": "object", "patternProperties": {"^(?=a)": {"type": "integer"}}, "additionalProperties": False},
+], ids=["declared name", "complement", "two patterns", "unread pattern"])
+def test_what_the_dialect_does_not_read_stays_reported(schema: dict[str, Any]) -> None:
+    found = [item.keyword for item in convert_json_schema(json.dumps(schema), dialect="extended").unenforced]
+    assert "patternProperties" in found
