@@ -46,10 +46,11 @@ ENSURE_ASCII = "Jinja2's tojson takes no ensure_ascii argument"
 FROM_JSON = "no from_json filter in Jinja2"
 APPEND = "list.append is refused by Jinja2's immutable sandbox"
 GENERATOR = "tools|map(...) is a generator in Jinja2, which tojson cannot write"
-FUNCTIONS = "reads an undefined `functions`: Jinja2's Undefined fails where llama.cpp's renders nothing"
+FUNCTIONS = "joins an undefined `functions` to text: Jinja2's Undefined raises, llama.cpp's renders nothing"
 # The variables and messages llama.cpp's chat layer gives the template:
-THINKING = "llama.cpp sets enable_thinking (DeepSeek: thinking) true; unset here, the no-thinking branch runs"
+THINKING = "llama.cpp sets enable_thinking (true by default); unset here, the no-thinking branch runs"
 DATE = "llama.cpp sets date_string to today; unset here, the template's default 26 Jul 2024"
+DATETIME = "llama.cpp sets datetime to today, which the template prints"
 SYSTEM = "no system role: llama.cpp folds the system message into the user turn; here the template raises"
 NULL_CONTENT = "the tool-call turn's content is null: llama.cpp renders it as '' (its workaround), here None"
 ARGUMENTS = "llama.cpp gives tool-call arguments as an object; here the request's JSON string"
@@ -99,7 +100,7 @@ EXPECTED_DIFFERENCES: dict[str, tuple[tuple[str, ...], str]] = {
     "deepseek-ai-DeepSeek-V3.2": _why(ALL, THINKING, MARKUP, FROM_JSON),
     "deepseek-ai-DeepSeek-V4-Flash-0731": _why(ALL, THINKING, MARKUP, FROM_JSON),
     "deepseek-ai-DeepSeek-V4": _why(ALL, THINKING, MARKUP, FROM_JSON),
-    "fireworks-ai-llama-3-firefunction-v2": _why(ALL, FUNCTIONS),
+    "fireworks-ai-llama-3-firefunction-v2": _why(ALL, FUNCTIONS, DATETIME),
     "google-gemma-2-2b-it": _why(ALL, SYSTEM),
     "google-gemma-4-31B-it-interleaved": _why(ALL, THINKING),
     "google-gemma-4-31B-it": _why(ALL, THINKING),
@@ -135,6 +136,13 @@ NO_TOOL_GRAMMAR = {
     "ibm-granite-granite-3.3-2B-Instruct", "llama-cpp-rwkv-world", "meta-llama-Llama-3.1-8B-Instruct",
     "meta-llama-Llama-3.2-3B-Instruct", "meta-llama-Llama-3.3-70B-Instruct",
     "microsoft-Phi-3.5-mini-instruct",
+}
+# Templates whose parser (reasoning_format auto, as llama-server's default) refuses a plain answer with no
+# tool call: their format wants a frame around every answer (Cohere's Response/START_RESPONSE, functionary's
+# ">>>all", gpt-oss's channels, Muse Glimmer's recipients).
+PLAIN_ANSWER_REFUSED = {
+    "CohereForAI-c4ai-command-r-plus-tool_use", "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
+    "meetkai-functionary-medium-v3.2", "muse-glimmer", "openai-gpt-oss-120b",
 }
 # Cases llama.cpp itself refuses (its error, from the harness): template -> {case: start of the message}.
 LLAMA_REFUSALS = {
@@ -240,3 +248,21 @@ def test_parse_mode_reads_a_tool_call(chat_oracle: Path) -> None:
     }
     partial = run_harness(chat_oracle, case.request(source, mode="parse", text=text[:40], is_partial=True))
     assert partial["content"] == "Let me look.\n"
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
+def test_parser_on_a_plain_answer(path: Path, chat_oracle: Path) -> None:
+    """common_chat_parse runs on every template: a plain answer (tools offered, none called) is content or
+    reasoning, except for the formats listed that require a frame."""
+    text = "The capital is Paris."
+    request = ChatCase("system+user", tools=True).request(
+        path.read_text(), mode="parse", text=text, reasoning_format="auto")
+    answer = run_harness(chat_oracle, request)
+    if path.stem in PLAIN_ANSWER_REFUSED:
+        refusal = "The model produced output that does not match the expected peg-native format"
+        assert answer == {"error": refusal, "stage": "parse"}
+        return
+    assert "error" not in answer, answer
+    assert answer["tool_calls"] == []
+    assert text in answer["content"] + answer["reasoning_content"]
