@@ -134,12 +134,13 @@ static common_json run(const common_json & request) {
     common_chat_templates_ptr templates;
     common_json caps = common_json::object();
     try {
-        templates = common_chat_templates_init(nullptr, source, bos, eos);
-        // the capabilities the chat layer detected in the template (what decides its workarounds)
+        // the capabilities the chat layer detects in the template (what decides its workarounds); parsed
+        // here first because common_chat_templates_init rethrows a parse error as a bare std::exception
         common_chat_template probe(source, bos, eos);
         for (const auto & [name, value] : probe.original_caps().to_map()) {
             caps[name] = value;
         }
+        templates = common_chat_templates_init(nullptr, source, bos, eos);
     } catch (const std::exception & e) {
         return error_answer("init", e);
     }

@@ -266,3 +266,16 @@ def test_parser_on_a_plain_answer(path: Path, chat_oracle: Path) -> None:
     assert "error" not in answer, answer
     assert answer["tool_calls"] == []
     assert text in answer["content"] + answer["reasoning_content"]
+
+
+@pytest.mark.oracle
+def test_llama_cpp_errors_come_back_as_json(chat_oracle: Path) -> None:
+    """A template llama.cpp cannot parse, one that raises, and a bad request: an error object, exit 0."""
+    assert run_harness(chat_oracle, {"template": "{% for %}"}) == {
+        "error": "Unexpected token: %} of type 9", "stage": "init"}
+    raising = run_harness(chat_oracle, ChatCase("system+user", tools=False).request(
+        "{{ raise_exception('no system role') }}"))
+    assert raising["stage"] == "apply"
+    assert raising["error"].endswith("Error: Jinja Exception: no system role")
+    assert run_harness(chat_oracle, {"template": "x", "messages": 5}) == {
+        "error": "Failed to parse messages: Expected 'messages' to be an array, got 5", "stage": "apply"}
