@@ -202,7 +202,7 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
                              "characters JSON must escape; where a declared name holds one, it stays "
                              "reported"),
     "properties": ("in any order, other keys anywhere between them: up to 3 properties exactly (none "
-                   "repeated); past 3, where at most 8 are required, a property may repeat (each value "
+                   "repeated); past 3, where at most 10 are required, a property may repeat (each value "
                    "checked, so the document is valid whichever one a reader keeps); past that, the schema's "
                    "order only, reported (strict refuses it)"),
     "patternProperties": ("one pattern, read as `pattern` is: beside additionalProperties false, the "

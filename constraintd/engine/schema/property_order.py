@@ -29,8 +29,8 @@ from typing import Final
 __all__ = ["ANY_ORDER_MAX", "REQUIRED_MAX", "in_any_order", "object_rule"]
 
 ANY_ORDER_MAX: Final = 3  # exact: 2^3 rules of at most 3 alternatives
-# past it, a few rules per set of required properties not yet written (2^8 sets at most)
-REQUIRED_MAX: Final = 8
+# past it, a few rules per set of required properties not yet written (2^10 sets at most)
+REQUIRED_MAX: Final = 10
 
 AddRule = Callable[[str, str], str]
 
