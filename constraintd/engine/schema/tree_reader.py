@@ -218,8 +218,8 @@ class TreeReader:
 
     def disjoint(self, a: SchemaNode, b: SchemaNode) -> bool:
         """No value one alternative's grammar takes is valid for the other's schema, either way (judged on
-        types, listed values, and a required property whose listed values differ); False when that cannot
-        be told."""
+        types, listed values, a required property whose listed values differ, and a required property the
+        other object does not allow); False when that cannot be told."""
         if not overlap(self.types(a), self.schema_types(b)) and not overlap(self.types(b),
                                                                                   self.schema_types(a)):
             return True
@@ -229,6 +229,8 @@ class TreeReader:
         target_a, target_b = self.target(a), self.target(b)
         if not (isinstance(target_a, ObjectNode) and isinstance(target_b, ObjectNode)):
             return False
+        if self.excludes(target_a, target_b) or self.excludes(target_b, target_a):
+            return True
         required_b = {prop.name: prop.schema for prop in target_b.properties if prop.required}
         for prop in target_a.properties:
             if prop.required and prop.name in required_b:
@@ -236,6 +238,15 @@ class TreeReader:
                 if tags_a is not None and tags_b is not None and not tags_a & tags_b:
                     return True
         return False
+
+    def excludes(self, a: ObjectNode, b: ObjectNode) -> bool:
+        """Every object `a`'s grammar takes (it has `a`'s required properties) holds a key `b`'s schema does
+        not allow: `b` has additionalProperties false, no patternProperties, and does not declare it."""
+        schema = self.schemas.get(b.pointer, {})
+        if schema.get("additionalProperties") is not False or schema.get("patternProperties"):
+            return False
+        allowed = {prop.name for prop in b.properties}
+        return any(prop.required and prop.name not in allowed for prop in a.properties)
 
 
 def overlap(a: frozenset[str], b: frozenset[str]) -> bool:

@@ -97,6 +97,12 @@ CASES: Final = [
         {"type": "object", "properties": {"t": {"const": "a"}, "v": {"type": "integer"}}, "required": ["t"]},
         {"type": "object", "properties": {"t": {"const": "b"}, "v": {"type": "string"}}, "required": ["t"]},
     ]}, {"t": "a", "v": "x"}, {"t": "a", "v": 1}),
+    Case("oneOf of objects another does not allow", "oneOf", {"oneOf": [
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+         "additionalProperties": False},
+        {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"],
+         "additionalProperties": False},
+    ]}, {"a": 1, "b": 1}, {"b": 1}),
     Case("oneOf overlapping", "oneOf", {"oneOf": [{"type": "integer"}, {"type": "number"}]}, 1,
          pointer="#/oneOf"),
     Case("not", "not", {"not": {"type": "integer"}}, 1, pointer="#/not"),
