@@ -121,6 +121,7 @@ class _Converter:
         self.unsupported_patterns: dict[str, str] = {}  # node pointer -> the warning
         self.journal: list[str] | None = None  # rule names added while a pattern is being translated
         self.bad_utf8_pointer: str | None = None
+        self.other_key_rules: dict[tuple[str, ...], str | None] = {}  # the extended dialect's, by names
 
     def add_rule(self, name: str, rule: str) -> str:
         esc_name = INVALID_RULE_CHARS.sub("-", name)
@@ -275,7 +276,11 @@ class _Converter:
         if not names:
             return self.add_primitive("string", PRIMITIVE_RULES["string"])
         if self.extended:
-            rule = extended.other_keys_rule([from_utf8(name) for name in names])
+            # the same names (an object reached through several $refs, allOf merges) write the same rule
+            key = tuple(names)
+            if key not in self.other_key_rules:
+                self.other_key_rules[key] = extended.other_keys_rule([from_utf8(name) for name in names])
+            rule = self.other_key_rules[key]
             if rule is not None:
                 self.add_extended("x-key-tail")
                 return self.add_rule(name, rule)

@@ -77,6 +77,7 @@ __all__ = [
     "integer_bounds",
     "integer_range_rule",
     "number_rule",
+    "other_keys_held",
     "other_keys_rule",
     "pattern_keys",
     "undeclared_required",
@@ -246,7 +247,7 @@ def pattern_keys(schema: Mapping[str, JsonValue], node: ObjectNode, names: Seque
     pattern, value = node.patterns[0]
     if pattern in _EVERY_KEY:
         # a declared name matches it too, and its value would need both schemas: only where one is any value
-        if (names and not isinstance(value, AnyNode)) or other_keys_rule(names) is None:
+        if (names and not isinstance(value, AnyNode)) or not other_keys_held(names):
             return None
         return PatternKeys(pattern, value, True)
     if schema.get("additionalProperties") is not False or exact_pattern(pattern) is None:
@@ -395,10 +396,15 @@ class _Trie:
         self.end = False
 
 
+def other_keys_held(names: Sequence[str]) -> bool:
+    """Whether `other_keys_rule(names)` writes a rule (without writing it)."""
+    return not any(len(name) > _MAX_NAME_CHARS or any(map(_needs_escape, name)) for name in names)
+
+
 def other_keys_rule(names: Sequence[str]) -> str | None:
     """A GBNF expression for a JSON string (with its quotes) that is none of `names` (text), or None when a
     name holds a character JSON must escape, or is too long for the rule's nesting."""
-    if any(len(name) > _MAX_NAME_CHARS or any(map(_needs_escape, name)) for name in names):
+    if not other_keys_held(names):
         return None
     root = _Trie()
     for name in names:

@@ -262,7 +262,7 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
         patterns = extended.pattern_keys(schema, node, names)
     closed = node.additional is None and ("additionalProperties" in schema or not exact_keys) and not patterns
     # the extended dialect's rule of the other keys is exact where it can be written (schema/extended.py)
-    keys_held = exact_keys and (patterns is not None or extended.other_keys_rule(names) is not None)
+    keys_held = exact_keys and (patterns is not None or extended.other_keys_held(names))
     if exact_keys and node.pointer not in merged:
         flags = [prop.required for prop in node.properties] + [True] * (len(names) - len(node.properties))
         if not property_order.in_any_order(flags):
