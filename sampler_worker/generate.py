@@ -57,6 +57,8 @@ __all__ = [
     "Generation",
     "GenerationError",
     "Step",
+    "TextStream",
+    "chain_settings",
     "generate",
 ]
 
@@ -175,8 +177,9 @@ class Generation:
     overlap: str = "off"
 
 
-class _TextStream:
-    # Bytes in, text out: only whole UTF-8 characters, and nothing that might begin a stop string.
+class TextStream:
+    """Bytes in, text out: only whole UTF-8 characters, and nothing that might begin a stop string."""
+
     def __init__(self, stop: Sequence[str]) -> None:
         self.stop = [s for s in stop if s]
         self.data = b""
@@ -290,8 +293,9 @@ def _off_wins(probe: dict[str, list[float]]) -> bool:
     return statistics.median(probe["off"]) < statistics.median(probe["ahead"]) * (1 - AUTO_MARGIN)
 
 
-def _with_suppressed_tokens(settings: SamplerSettings | None, suppressed: Sequence[int]) -> SamplerSettings:
-    # common_sampler_init appends the vocabulary's suppress tokens to the user's logit biases (-inf).
+def chain_settings(settings: SamplerSettings | None, suppressed: Sequence[int]) -> SamplerSettings:
+    """The settings with the vocabulary's suppress tokens banned, as `common_sampler_init` appends them to
+    the user's logit biases (-inf)."""
     settings = settings or SamplerSettings()
     if not suppressed:
         return settings
@@ -338,7 +342,7 @@ def generate(
         raise ValueError("the prompt has no tokens")
     if overlap not in OVERLAP_MODES:
         raise ValueError(f"overlap must be one of {', '.join(OVERLAP_MODES)}, not {overlap!r}")
-    chain = SamplerChain.from_settings(_with_suppressed_tokens(settings, model.suppress_tokens))
+    chain = SamplerChain.from_settings(chain_settings(settings, model.suppress_tokens))
     counters = counters if counters is not None else Counters()
     ahead = _Ahead(session, counters) if session is not None and overlap != "off" else None
     try:
@@ -360,7 +364,7 @@ def _run(
     stop: Sequence[str],
     on_step: Callable[[Step], None] | None,
 ) -> Generation:
-    stream = _TextStream(stop)
+    stream = TextStream(stop)
     tokens: list[int] = []
     rejected_at: list[int] = []
     clock = time.perf_counter

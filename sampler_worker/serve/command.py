@@ -110,12 +110,13 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "(default: a private server on a Unix socket for the server's life)",
     )
     serve.add_argument("--parallel", type=int, default=1,
-                       help="generations at once, each with a context of its own over one loaded model "
-                       "(default 1)")
+                       help="generations at once: above 1, sequences of one llama.cpp context decoded "
+                       "together, one constraintd Step message per step (default 1)")
     serve.add_argument(
         "--overlap", choices=OVERLAP_MODES, default="auto",
-        help="how generations meet constraintd, as `generate --overlap`: ahead fetches the next mask while "
-        "the model evaluates a token, off accepts each draw; auto (default) probes both per generation",
+        help="with --parallel 1, how generations meet constraintd, as `generate --overlap`: ahead fetches "
+        "the next mask while the model evaluates a token, off accepts each draw; auto (default) probes "
+        "both per generation",
     )
     serve.add_argument(
         "--honour-strict", action="store_true",
@@ -197,7 +198,7 @@ def serving(
     from constraintd.engine.vocab.vocab import Vocab
     from sampler_worker.model import Model, ModelError, check_vocab, default_model_path, default_threads
     from sampler_worker.serve.app import ServeState, create_app
-    from sampler_worker.serve.contexts import contexts
+    from sampler_worker.serve.contexts import Slot, contexts
     from sampler_worker.serve.generations import Generations
     from sampler_worker.serve.metrics import Metrics
 
@@ -228,8 +229,8 @@ def serving(
                 finally:
                     generations.close()
         finally:
-            for slot in slots[1:]:
-                slot.close()
+            if isinstance(slots[0], Slot):
+                slots[0].batched.close()
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:

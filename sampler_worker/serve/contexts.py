@@ -1,75 +1,167 @@
-# Contexts for the server's parallel generations: one loaded model, one llama.cpp context per slot.
+# Contexts for the server's parallel generations: one loaded model; with n > 1 slots, ONE llama.cpp context
+# holding n sequences, decoded together as llama-server's slots are.
 #
 # Contract:
-# - `contexts(model, n)` gives n objects with the whole `Model` API (decode, reset, tokenize, piece, ...):
-#   the model itself, then n - 1 `SharedContext`s that use its weights and vocabulary and own only a
-#   llama.cpp context (its KV cache) of the same size. Weights are loaded once.
-# - Each context is used by one thread at a time (the server hands a context to one generation and
-#   takes it back when that generation's thread has ended); llama.cpp allows separate contexts of one
-#   model to decode at once, and ctypes releases the GIL during `llama_decode`.
-# - Threads: with n contexts decoding at once, each gets its share of the model's threads (at least one),
-#   so n generations do not contend for more cores than one would use.
-# - `SharedContext.close()` frees only its context; the weights are freed by the model's own close, after
-#   every shared context is closed.
-# Not done: llama.cpp's own batching (one context, n sequences, one decode per step for all of them):
-# the generation loop (`generate`) decodes one sequence at a time.
+# - `contexts(model, 1)` is `[model]`: one slot is the model's own context, decoded by the generation loop
+#   (`sampler_worker.generate`) as `sampler-worker generate` decodes it, so its tokens are the command's.
+# - `contexts(model, n > 1)` gives n `Slot`s over one `BatchedContext`: a llama.cpp context with
+#   `n_seq_max = n`, each sequence with a KV cache of its own of the model's `n_ctx` (not unified), all the
+#   model's threads. A slot has the model's tokenizer and metadata (what a prompt needs); its generations
+#   are stepped by the context's one `Lockstep` thread (`sampler_worker.serve.lockstep`).
+# - `BatchedContext.decode(rows)` is used by that one thread only: no two threads call llama.cpp on the
+#   context at once. It puts every row's tokens in one `llama_batch` and calls `llama_decode` once.
+# - `clear(seq)` removes a sequence's KV cells, so a slot is reused empty.
+# - Batching changes the float reductions (the matrix products see another batch shape), so a sequence's
+#   logits, and so its tokens, may differ from those of the same request run alone.
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from sampler_worker.model import Model, ModelError
 
-__all__ = ["SharedContext", "contexts"]
+__all__ = ["BatchedContext", "Row", "Slot", "contexts"]
+
+Logits = npt.NDArray[np.float32]
 
 
-class SharedContext(Model):
-    """Another llama.cpp context over a loaded model's weights."""
+class Row:
+    """Tokens of one sequence for a batch: `tokens` at positions `start...`; logits wanted after the last.
 
-    def __init__(self, model: Model, *, n_threads: int) -> None:
-        # The model's attributes (its library handle, weights, vocabulary, metadata) are shared as they
-        # are; `Model` has no public constructor from loaded weights, so they are copied here.
-        vars(self).update(vars(model))
-        ll = self._ll
+    Attributes:
+        seq: the sequence.
+        start: the position of the first token.
+        tokens: the tokens.
+        logits: whether the logits after the last token are wanted.
+    """
+
+    __slots__ = ("logits", "seq", "start", "tokens")
+
+    def __init__(self, seq: int, start: int, tokens: Sequence[int], *, logits: bool) -> None:
+        self.seq = seq
+        self.start = start
+        self.tokens = tokens
+        self.logits = logits
+
+
+class BatchedContext:
+    """One llama.cpp context of n sequences over a loaded model, decoded together.
+
+    Args:
+        model: the loaded model (its weights and vocabulary are used; its own context is not).
+        n: the sequences.
+        threads: llama.cpp's threads for the context.
+
+    Raises:
+        ModelError: llama.cpp cannot create the context.
+    """
+
+    def __init__(self, model: Model, n: int, *, threads: int) -> None:
+        self._ll = ll = model._ll
         params = ll.llama_context_default_params()
-        params.n_ctx = model.n_ctx
+        params.n_ctx = model.n_ctx * n
+        params.n_seq_max = n
+        params.kv_unified = False  # each sequence its own cells: n_ctx_seq is the model's n_ctx
         params.n_batch = params.n_ubatch = model.n_batch
-        params.n_threads = params.n_threads_batch = n_threads
-        self._ctx = ll.llama_init_from_model(self._model, params)
+        params.n_threads = params.n_threads_batch = threads
+        self._ctx = ll.llama_init_from_model(model._model, params)
         if not self._ctx:
             raise ModelError(
-                f"{self.path}: llama.cpp could not create another context of {model.n_ctx} tokens"
+                f"{model.path}: llama.cpp could not create a context of {n} sequences of {model.n_ctx} tokens"
             )
-        self.n_past = 0
+        self.n = n
+        self.n_ctx_seq = int(ll.llama_n_ctx_seq(self._ctx))
+        self.n_batch = model.n_batch
+        self.n_vocab = model.n_vocab
+        self._batch: Any = ll.llama_batch_init(model.n_batch, 0, 1)
+        self._memory = ll.llama_get_memory(self._ctx)
 
     def close(self) -> None:
-        """Free this context only (the weights are the model's)."""
-        if getattr(self, "_ctx", None):
+        """Free the context (idempotent; the weights are the model's)."""
+        if self._ctx:
+            self._ll.llama_batch_free(self._batch)
             self._ll.llama_free(self._ctx)
             self._ctx = None
-        self._model = None
+
+    def clear(self, seq: int) -> None:
+        """Remove every cell of the sequence."""
+        self._ll.llama_memory_seq_rm(self._memory, seq, -1, -1)
+
+    def decode(self, rows: Sequence[Row]) -> list[Logits | None]:
+        """Evaluate the rows in one `llama_decode`; the logits after each row's last token, if wanted.
+
+        Raises:
+            ModelError: more than `n_batch` tokens, or llama.cpp fails to evaluate.
+        """
+        batch = self._batch
+        n = 0
+        wanted: list[int] = []
+        for row in rows:
+            count = len(row.tokens)
+            if n + count > self.n_batch:
+                raise ModelError(f"a batch holds at most {self.n_batch} tokens")
+            for j, token in enumerate(row.tokens):
+                batch.token[n] = token
+                batch.pos[n] = row.start + j
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = row.seq
+                batch.logits[n] = row.logits and j == count - 1
+                n += 1
+            wanted.append(n - 1 if row.logits else -1)
+        batch.n_tokens = n
+        status = self._ll.llama_decode(self._ctx, batch)
+        if status != 0:
+            raise ModelError(f"llama_decode failed with status {status}")
+        out: list[Logits | None] = []
+        for index in wanted:
+            if index < 0:
+                out.append(None)
+                continue
+            pointer = self._ll.llama_get_logits_ith(self._ctx, index)
+            out.append(np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).astype(np.float32, copy=True))
+        return out
 
 
-def _set_threads(model: Model, n_threads: int) -> None:
-    model._ll.llama_set_n_threads(model._ctx, n_threads, n_threads)
+class Slot:
+    """One sequence of a `BatchedContext`: the model's tokenizer and metadata, and the sequence's id.
+
+    Attributes:
+        seq: the sequence.
+        batched: the context it is a sequence of.
+        n_ctx: tokens the sequence holds.
+    """
+
+    def __init__(self, model: Model, batched: BatchedContext, seq: int) -> None:
+        self.model = model
+        self.batched = batched
+        self.seq = seq
+        self.n_ctx = batched.n_ctx_seq
+        self.chat_template = model.chat_template
+        self.bos_text = model.bos_text
+        self.eos_text = model.eos_text
+        self.add_bos = model.add_bos
+        self.add_eos = model.add_eos
+
+    def tokenize(
+        self, text: str | bytes, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
+        """The model's tokenizer (see `Model.tokenize`)."""
+        return self.model.tokenize(text, add_special=add_special, parse_special=parse_special)
 
 
-def contexts(model: Model, n: int, *, threads: int) -> list[Model]:
-    """The model's own context and n - 1 more over its weights, each with `threads // n` threads (>= 1).
+def contexts(model: Model, n: int, *, threads: int) -> list[Model] | list[Slot]:
+    """The model itself for one slot; for n > 1, the n sequences of one batched context.
 
     Raises:
         ValueError: n < 1.
-        ModelError: llama.cpp cannot create a context.
+        ModelError: llama.cpp cannot create the context.
     """
     if n < 1:
         raise ValueError(f"--parallel must be at least 1, not {n}")
     if n == 1:
         return [model]
-    share = max(1, threads // n)
-    _set_threads(model, share)
-    made: list[Model] = [model]
-    try:
-        for _ in range(n - 1):
-            made.append(SharedContext(model, n_threads=share))
-    except BaseException:
-        for context in made[1:]:
-            context.close()
-        raise
-    return made
+    batched = BatchedContext(model, n, threads=threads)
+    return [Slot(model, batched, seq) for seq in range(n)]

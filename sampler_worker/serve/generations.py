@@ -1,5 +1,6 @@
-# Generations for the HTTP server: a bounded queue in front of n model contexts, each generation on a
-# worker thread, its tokens handed to the event loop as they come.
+# Generations for the HTTP server: a bounded queue in front of n slots (the model's context, or the
+# sequences of one batched context), each request on a worker thread, its tokens handed to the event loop
+# as they come.
 #
 # Contract:
 # - `Generations.start(job, deadline=)` waits for a free context and starts the job on a worker thread;
@@ -14,8 +15,11 @@
 #   raises out of `generate`, which leaves the session's `with` block, so the constraintd session is
 #   closed then and there; the context goes back to the pool only once the worker thread has ended,
 #   so no two threads ever use one context.
-# - The generation loop is `sampler_worker.generate.generate`, the one `sampler-worker generate` runs, on
-#   the same prompt tokens and settings: with one context, a seeded request's tokens are the command's.
+# - With one slot, the generation loop is `sampler_worker.generate.generate`, the one `sampler-worker
+#   generate` runs, on the same prompt tokens and settings: a seeded request's tokens are the command's.
+#   With n > 1 slots, the worker thread hands its generation to the batched context's `Lockstep`, which
+#   steps every running generation with one decode and one constraintd `Step` message, and waits for it
+#   (`sampler_worker.serve.lockstep`); the worker thread still opens and closes the constraintd session.
 # - Metrics are written on the loop only (a done callback), from a tally the worker thread filled; the
 #   gauge of open constraintd sessions moves when a session opens and when it closes (the worker thread
 #   schedules the change on the loop, before it ends: at `wait_idle()` the gauge counts no ended run).
@@ -38,6 +42,8 @@ from sampler_worker.generate import ConstraintSession, Counters, Generation, Ove
 from sampler_worker.model import Model
 from sampler_worker.prompt import chat_text
 from sampler_worker.serve.bodies import Job, RequestError
+from sampler_worker.serve.contexts import Slot
+from sampler_worker.serve.lockstep import Lockstep
 from sampler_worker.serve.metrics import Metrics
 
 __all__ = [
@@ -176,7 +182,8 @@ class Generations:
     """n model contexts behind a bounded queue; each generation on a worker thread of its own.
 
     Args:
-        contexts: the model contexts (see `sampler_worker.serve.contexts`); one generation each at a time.
+        contexts: the slots (see `sampler_worker.serve.contexts`): the model, or the sequences of one batched
+            context; one generation each at a time.
         client: a constraintd client (`clients.Client`), used from the worker threads.
         vocab: the model's vocabulary, registered with that client.
         max_queue: requests that may wait for a free context; one more is refused (`QueueFull`).
@@ -186,7 +193,7 @@ class Generations:
 
     def __init__(
         self,
-        contexts: Sequence[Model],
+        contexts: Sequence[Model] | Sequence[Slot],
         *,
         client: Any,
         vocab: Any,
@@ -196,9 +203,11 @@ class Generations:
     ) -> None:
         if not contexts:
             raise ValueError("at least one context is needed")
-        self.contexts = tuple(contexts)
-        self._free = list(contexts)
-        self._waiters: deque[asyncio.Future[Model]] = deque()
+        self.contexts: tuple[Model | Slot, ...] = tuple(contexts)
+        self._free: list[Model | Slot] = list(contexts)
+        self._waiters: deque[asyncio.Future[Model | Slot]] = deque()
+        first = self.contexts[0]
+        self._lockstep = Lockstep(first.batched, client=client) if isinstance(first, Slot) else None
         self.client = client
         self._vocab = vocab
         self.max_queue = max_queue
@@ -243,14 +252,16 @@ class Generations:
         """Cancel every generation and wait for the worker threads (blocks; call at shutdown)."""
         self.cancel_all()
         self._executor.shutdown(wait=True)
+        if self._lockstep is not None:
+            self._lockstep.close()
 
-    async def _acquire(self, deadline: float) -> Model:
+    async def _acquire(self, deadline: float) -> Model | Slot:
         if self._free:
             return self._free.pop()
         if len(self._waiters) >= self.max_queue:
             self.metrics.queue_full += 1
             raise QueueFull(retry_after=1)
-        waiter: asyncio.Future[Model] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[Model | Slot] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         self.metrics.waiting += 1
         owned = False
@@ -272,7 +283,7 @@ class Generations:
                 else:
                     waiter.cancel()
 
-    def _release(self, context: Model) -> None:
+    def _release(self, context: Model | Slot) -> None:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
@@ -280,7 +291,7 @@ class Generations:
                 return
         self._free.append(context)
 
-    def _ended(self, context: Model, run: Run) -> None:
+    def _ended(self, context: Model | Slot, run: Run) -> None:
         # on the loop, once the worker thread has ended
         tally = run.tally
         metrics = self.metrics
@@ -297,7 +308,7 @@ class Generations:
 
     # The worker thread.
 
-    def _prompt(self, context: Model, job: Job) -> list[int]:
+    def _prompt(self, context: Model | Slot, job: Job) -> list[int]:
         text = job.prompt if job.chat is None else chat_text(context, job.chat)
         tokens = context.tokenize(text, add_special=True, parse_special=True)
         if not tokens:
@@ -308,7 +319,7 @@ class Generations:
             )
         return tokens
 
-    def _work(self, context: Model, job: Job, run: Run) -> None:
+    def _work(self, context: Model | Slot, job: Job, run: Run) -> None:
         tally = run.tally
         try:
             run.check()
@@ -327,10 +338,17 @@ class Generations:
                     run.emit(Token(step))
                     run.check()
 
-                generation = generate(
-                    context, prompt, job.settings, session=session, max_tokens=budget, stop=job.stop,
-                    on_step=on_step, overlap=self.overlap, counters=tally.counters,
-                )
+                if isinstance(context, Slot):
+                    assert self._lockstep is not None
+                    generation = self._lockstep.generate(
+                        context, prompt, job.settings, session=session, max_tokens=budget, stop=job.stop,
+                        on_step=on_step, check=run.check, counters=tally.counters,
+                    )
+                else:
+                    generation = generate(
+                        context, prompt, job.settings, session=session, max_tokens=budget, stop=job.stop,
+                        on_step=on_step, overlap=self.overlap, counters=tally.counters,
+                    )
             run.emit(Finished(generation))
         except _Stopped as exc:
             tally.stopped = True

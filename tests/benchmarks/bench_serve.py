@@ -332,6 +332,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=default_threads(),
                         help="the model's threads, shared by a server's slots (default: one per core)")
     parser.add_argument("--quick", action="store_true", help="--reps 2 --max-tokens 32 --leak-requests 60")
+    parser.add_argument("--parts", default="abc", help="which of (a), (b), (c) to run (default abc)")
     args = parser.parse_args()
     if args.quick:
         args.reps, args.max_tokens, args.leak_requests = 2, 32, 60
@@ -342,25 +343,33 @@ def main() -> None:
             constraintd(Path(scratch), model) as daemon:
         grammar_file = Path(scratch) / "schema.gbnf"
         grammar_file.write_text(grammar)
-        say("(a) one streamed request: server and command")
         rows: list[tuple[str, ...]] = [("measure", "value", "ratio", "target")]
-        rows += one_request(model, daemon, grammar_file, grammar, args)
-        say("(b) four clients, --parallel 1")
-        with server(model, daemon.target, parallel=1, threads=args.threads) as one:
-            serial, serial_streams = concurrent(one.url, grammar, args)
-        say("(b) four clients, --parallel 4")
-        with server(model, daemon.target, parallel=4, threads=args.threads) as four:
-            parallel, parallel_streams = concurrent(four.url, grammar, args)
-            say(f"(c) {args.leak_requests} requests")
-            leak_rows = leaks(four.url, four, daemon, args)
-        rows += [
-            (f"(b) 4 clients at once, {args.max_tokens} tokens each, --threads {args.threads}", "", "", ""),
-            ("  --parallel 1: total", f"{serial:.1f} tokens/s", "", ""),
-            ("  --parallel 1: latency", latency(serial_streams), "", ""),
-            ("  --parallel 4: total", f"{parallel:.1f} tokens/s", f"{parallel / serial:.2f}x",
-             "target >= 1.5x"),
-            ("  --parallel 4: latency", latency(parallel_streams), "", ""),
-        ]
+        if "a" in args.parts:
+            say("(a) one streamed request: server and command")
+            rows += one_request(model, daemon, grammar_file, grammar, args)
+        if "b" in args.parts:
+            say("(b) four clients, --parallel 1")
+            with server(model, daemon.target, parallel=1, threads=args.threads) as one:
+                serial, serial_streams = concurrent(one.url, grammar, args)
+        leak_rows: list[tuple[str, ...]] = []
+        if "b" in args.parts or "c" in args.parts:
+            with server(model, daemon.target, parallel=4, threads=args.threads) as four:
+                if "b" in args.parts:
+                    say("(b) four clients, --parallel 4")
+                    parallel, parallel_streams = concurrent(four.url, grammar, args)
+                if "c" in args.parts:
+                    say(f"(c) {args.leak_requests} requests")
+                    leak_rows = leaks(four.url, four, daemon, args)
+        if "b" in args.parts:
+            rows += [
+                (f"(b) 4 clients at once, {args.max_tokens} tokens each, --threads {args.threads}",
+                 "", "", ""),
+                ("  --parallel 1: total", f"{serial:.1f} tokens/s", "", ""),
+                ("  --parallel 1: latency", latency(serial_streams), "", ""),
+                ("  --parallel 4: total", f"{parallel:.1f} tokens/s", f"{parallel / serial:.2f}x",
+                 "target >= 1.5x"),
+                ("  --parallel 4: latency", latency(parallel_streams), "", ""),
+            ]
         rows += leak_rows
     print(f"sampler-worker serve, Gemma 3 270M, {os.cpu_count()} CPUs, medians of {args.reps}; "
           f"{time.perf_counter() - started:.0f} s in all")

@@ -1,0 +1,173 @@
+"""One llama.cpp context of n sequences stepped together: every generation goes on within its grammar, a
+lone generation does not wait for idle slots, a failure or a cancellation reaches only its own lane (the
+prompt's evaluation included), and a lane's cells are gone once it has ended."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from clients import Client
+from sampler_worker.chain import SamplerSettings
+from sampler_worker.generate import Generation, Step
+from sampler_worker.model import Model, ModelError
+from sampler_worker.serve.contexts import Slot, contexts
+from sampler_worker.serve.lockstep import Lockstep
+
+SLOTS = 3
+N_CTX = 256
+N_BATCH = 64  # a longer prompt is evaluated over several steps
+GRAMMAR = 'root ::= "Answer: " [0-9]+ "."'
+PROMPTS = ("What is 6 times 7? Answer:", "The capital of France is", "1, 2, 3, 4,")
+
+
+class Stopped(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def model(gemma_path: Path) -> Iterator[Model]:
+    with Model(gemma_path, n_ctx=N_CTX, n_threads=2, n_batch=N_BATCH) as loaded:
+        yield loaded
+
+
+@pytest.fixture(scope="module")
+def client(gemma_path: Path) -> Iterator[Client]:
+    with Client("local") as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def slots(model: Model) -> Iterator[list[Slot]]:
+    made = contexts(model, SLOTS, threads=2)
+    assert all(isinstance(slot, Slot) for slot in made)
+    yield made  # type: ignore[misc]
+    made[0].batched.close()  # type: ignore[union-attr]
+
+
+@pytest.fixture(scope="module")
+def lockstep(slots: list[Slot], client: Client) -> Iterator[Lockstep]:
+    stepper = Lockstep(slots[0].batched, client=client)
+    yield stepper
+    stepper.close()
+
+
+def cells(slot: Slot) -> int:
+    """The highest position the sequence holds in the KV cache (-1: none)."""
+    batched = slot.batched
+    return int(batched._ll.llama_memory_seq_pos_max(batched._memory, slot.seq))
+
+
+def at_once(work: list[Callable[[], object]]) -> list[object]:
+    """Run each on a thread of its own, all at once; what each returned or raised."""
+    got: list[object] = [None] * len(work)
+
+    def run(i: int) -> None:
+        try:
+            got[i] = work[i]()
+        except Exception as exc:  # the test looks at it
+            got[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(work))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not any(thread.is_alive() for thread in threads)
+    return got
+
+
+def test_one_slot_is_the_model_itself(model: Model) -> None:
+    assert contexts(model, 1, threads=2) == [model]
+
+
+@pytest.mark.slow
+def test_each_sequence_has_the_model_context_size(slots: list[Slot]) -> None:
+    assert [slot.n_ctx for slot in slots] == [N_CTX] * SLOTS
+
+
+@pytest.mark.slow  # three generations of the real model
+def test_constrained_generations_at_once_each_within_its_grammar(
+    slots: list[Slot], lockstep: Lockstep, client: Client, gemma_path: Path
+) -> None:
+    vocab = client.register_vocab(gguf=gemma_path)
+
+    def constrained(slot: Slot, prompt: str, seed: int, max_tokens: int) -> Generation:
+        with client.session(vocab, gbnf=GRAMMAR) as session:
+            return lockstep.generate(slot, slot.tokenize(prompt), SamplerSettings(seed=seed), session=session,
+                                     max_tokens=max_tokens)
+
+    # different budgets: lanes end at different steps and the others go on without them
+    got = at_once([lambda s=slot, p=p, i=i: constrained(s, p, i, 6 + 4 * i)
+                   for i, (slot, p) in enumerate(zip(slots, PROMPTS, strict=True))])
+    for generation in got:
+        assert isinstance(generation, Generation), generation
+        if generation.stop_reason == "eog":
+            assert re.fullmatch(r"Answer: [0-9]+\.", generation.text)
+        else:
+            assert re.fullmatch(r"Answer: [0-9]*", generation.text)
+    assert sum(g.counters.rejections for g in got if isinstance(g, Generation)) > 0  # masks were used
+    assert [cells(slot) for slot in slots] == [-1] * SLOTS
+
+
+@pytest.mark.slow
+def test_a_lone_generation_does_not_wait_for_idle_slots(slots: list[Slot], lockstep: Lockstep) -> None:
+    slot = slots[1]
+    generation = lockstep.generate(slot, slot.tokenize(PROMPTS[1]), max_tokens=5)
+    assert len(generation.tokens) == 5
+    assert cells(slot) == -1
+
+
+@pytest.mark.slow
+def test_a_failed_lane_fails_alone_and_its_slot_is_reused(slots: list[Slot], lockstep: Lockstep) -> None:
+    def refuse(step: Step) -> None:
+        if step.index == 2:
+            raise Stopped("the client went away")
+
+    work: list[Callable[[], object]] = [
+        lambda: lockstep.generate(slots[0], slots[0].tokenize(PROMPTS[0]), max_tokens=8, on_step=refuse),
+        lambda: lockstep.generate(slots[1], slots[1].tokenize(PROMPTS[1]), max_tokens=8),
+    ]
+    failed, went_on = at_once(work)
+    assert isinstance(failed, Stopped)
+    assert isinstance(went_on, Generation) and len(went_on.tokens) == 8
+    again = lockstep.generate(slots[0], slots[0].tokenize(PROMPTS[0]), max_tokens=3)
+    assert len(again.tokens) == 3
+    assert [cells(slot) for slot in slots] == [-1] * SLOTS
+
+
+@pytest.mark.slow
+def test_a_lane_cancelled_during_its_prompt_ends_before_any_token(
+    slots: list[Slot], lockstep: Lockstep
+) -> None:
+    # a prompt longer than a batch is evaluated over several steps; `check` runs before each of them
+    checks = 0
+
+    def check() -> None:
+        nonlocal checks
+        checks += 1
+        if checks == 2:
+            raise Stopped("cancelled")
+
+    steps: list[Step] = []
+    long_prompt = slots[2].tokenize(" ".join(["word"] * 200))
+    assert len(long_prompt) > 3 * N_BATCH
+    with pytest.raises(Stopped):
+        lockstep.generate(slots[2], long_prompt, max_tokens=4, on_step=steps.append, check=check)
+    assert checks == 2 and steps == []
+    assert cells(slots[2]) == -1
+
+
+def test_settings_are_refused_on_the_callers_thread(slots: list[Slot], lockstep: Lockstep) -> None:
+    with pytest.raises(ValueError, match="penalty_repeat"):
+        lockstep.generate(slots[0], [2, 3], SamplerSettings(repeat_penalty=0.0))
+
+
+@pytest.mark.slow
+def test_a_prompt_longer_than_the_sequence_is_refused(slots: list[Slot], lockstep: Lockstep) -> None:
+    with pytest.raises(ModelError, match="full"):
+        lockstep.generate(slots[0], list(range(1000, 1000 + N_CTX + 1)), max_tokens=4)
