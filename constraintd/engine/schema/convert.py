@@ -250,7 +250,8 @@ class _Converter:
         return rule + ' space "}"'
 
     def unordered_object_rule(self, properties: Sequence[tuple[str, SchemaNode]], required: set[str],
-                              name: str, additional: SchemaNode | None, key_rule: str | None = None) -> str:
+                              name: str, additional: SchemaNode | None, key_rule: str | None = None,
+                              other_pair: str | None = None) -> str:
         # the pairs' rules are named as llama.cpp names them; their order is property_order's
         prefix = name + "-" if name else ""
         kvs: list[str] = []
@@ -268,6 +269,8 @@ class _Converter:
             if key_rule is None:
                 key_rule = self.other_keys(list(dict(properties)), sub_name + "-k")
             other = self.add_rule(sub_name + "-kv", f'{key_rule} ":" space {value_rule}')
+            if other_pair is not None:  # a second kind of other key
+                other = self.add_rule(sub_name + "-pairs", f"{other} | {other_pair}")
         flags = [prop_name in required for prop_name in dict(properties)]
         return property_order.object_rule(kvs, flags, other, self.add_rule, name)
 
@@ -382,8 +385,18 @@ class _Converter:
                             else extended.exact_pattern(keys.pattern, self.add_rule, key_name))
                 if key_rule is not None:
                     self.add_extended("x-any-char")
+                other_pair = None
+                if keys.complement is not None:
+                    # the keys the pattern does not match, of additionalProperties' schema
+                    self.add_extended("x-any-char")
+                    prefix = name + "-" if name else ""
+                    value_rule = (self.visit(additional, prefix + "other-value")
+                                  if additional is not None and not isinstance(additional, AnyNode)
+                                  else self.add_primitive("value", PRIMITIVE_RULES["value"]))
+                    other_pair = self.add_rule(prefix + "other-kv",
+                                               f'{keys.complement} ":" space {value_rule}')
                 return self.add_rule(rule_name, self.unordered_object_rule(properties, required, name,
-                                                                           keys.schema, key_rule))
+                                                                           keys.schema, key_rule, other_pair))
         return self.add_rule(rule_name, self.object_rule(properties, required, name, additional))
 
     def visit_tuple(self, node: TupleNode, name: str, rule_name: str) -> str:

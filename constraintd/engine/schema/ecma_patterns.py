@@ -19,6 +19,7 @@
 #   backreferences, word boundaries, named groups, `\p{...}`, anchors anywhere but at an alternative's ends,
 #   a `{` that is no quantifier, counts over MAX_COUNT, lone surrogates, and a pattern that is not one.
 # - With `min_length` / `max_length`, the lengths too where `_within_lengths` can write them (else refused).
+# - `complement_rule(pattern)`: the JSON strings a pattern of the form `^C*$` / `^C+$` does not match.
 # Invariants: characters are code points (the `u` flag's reading); the parse recurses once per group and
 # stops at MAX_DEPTH.
 from __future__ import annotations
@@ -27,7 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-__all__ = ["ANY_JSON_CHAR", "MAX_COUNT", "MAX_DEPTH", "AddRule", "Unsupported", "pattern_rule"]
+__all__ = [
+    "ANY_JSON_CHAR", "MAX_COUNT", "MAX_DEPTH", "AddRule", "Unsupported", "complement_rule", "pattern_rule",
+]
 
 MAX_COUNT: Final = 1000
 MAX_DEPTH: Final = 64
@@ -478,4 +481,33 @@ def pattern_rule(pattern: str, any_char_rule: str, add_rule: AddRule | None = No
         around = [] if anchored_start else [f"{any_char_rule}*"]
         around_end = [] if anchored_end else [f"{any_char_rule}*"]
         alternatives.append(" ".join([*around, body, *around_end]))
+    return '"\\"" (' + " | ".join(alternatives) + ') "\\""'
+
+
+def complement_rule(pattern: str, any_char_rule: str) -> str | None:
+    """A GBNF expression for the JSON strings (quotes included) whose value `pattern` does not match, for
+    the one form it is written for: `^C*$` or `^C+$` (C a character class, `.` or an escape), whose
+    complement is the strings holding a character outside C (and, for `+`, the empty string); None for
+    every other pattern. A character outside C is taken in its JSON spelling (`_spelled`), the text around
+    it in any spelling: a string of C's characters only is never taken, however spelled."""
+    try:
+        parser = _Parser(pattern)
+        root = parser.alternatives()
+    except Unsupported:
+        return None
+    if parser.i != len(pattern):
+        return None
+    items = _flat(root.items) if isinstance(root, _Seq) else [root]
+    if len(items) != 3 or items[0] != _Anchor(True) or items[2] != _Anchor(False):
+        return None
+    repeat = items[1]
+    if not (isinstance(repeat, _Repeat) and isinstance(repeat.item, _Chars) and repeat.low in (0, 1)
+            and repeat.high is None):
+        return None
+    outside = _complement(repeat.item.ranges)
+    alternatives = [f"{any_char_rule}* {_spelled(outside)} {any_char_rule}*"] if outside else []
+    if repeat.low == 1:
+        alternatives.append("")
+    if not alternatives:
+        return None
     return '"\\"" (' + " | ".join(alternatives) + ') "\\""'

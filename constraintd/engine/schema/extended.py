@@ -51,7 +51,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final
 
-from constraintd.engine.schema.ecma_patterns import ANY_JSON_CHAR, AddRule, Unsupported, pattern_rule
+from constraintd.engine.schema.ecma_patterns import (
+    ANY_JSON_CHAR,
+    AddRule,
+    Unsupported,
+    complement_rule,
+    pattern_rule,
+)
 from constraintd.engine.schema.json_text import JsonValue
 from constraintd.engine.schema.nodes import AnyNode, ObjectNode, SchemaNode
 from constraintd.engine.schema.number_ranges import Bound, integer_range_rule, number_range_rule
@@ -219,11 +225,13 @@ _EVERY_KEY: Final = frozenset({"", ".*", "^.*", ".*$", "(.*)"})
 @dataclass(frozen=True, slots=True)
 class PatternKeys:
     """How the dialect writes an object's patternProperties: the other keys are the pattern's (`every`:
-    it matches every key, so they are the undeclared names), their values of `schema`."""
+    it matches every key, so they are the undeclared names), their values of `schema`; beside them, where
+    other keys are allowed, the keys of `complement` (of additionalProperties' schema)."""
 
     pattern: str
     schema: SchemaNode
     every: bool
+    complement: str | None = None  # the rule of the keys it does not match, where other keys are allowed
 
 
 def _may_match(pattern: str, name: str) -> bool:
@@ -240,8 +248,8 @@ def pattern_keys(schema: Mapping[str, JsonValue], node: ObjectNode, names: Seque
     """The dialect's reading of the object's patternProperties (one pattern; the object's declared `names`
     none it matches), or None where it leaves them to the report: several patterns, a pattern it does not
     read, a declared name the pattern may match (beside a pattern of every key, one whose schema is not
-    any value), other keys beside a pattern that does not match every key (their rule would be the
-    pattern's complement)."""
+    any value), other keys beside a pattern that does not match every key, but where the pattern is
+    `^C*$` / `^C+$` and no name is declared (`complement_rule`)."""
     if len(node.patterns) != 1:
         return None
     pattern, value = node.patterns[0]
@@ -250,11 +258,14 @@ def pattern_keys(schema: Mapping[str, JsonValue], node: ObjectNode, names: Seque
         if (names and not isinstance(value, AnyNode)) or not other_keys_held(names):
             return None
         return PatternKeys(pattern, value, True)
-    if schema.get("additionalProperties") is not False or exact_pattern(pattern) is None:
+    if exact_pattern(pattern) is None or any(_may_match(pattern, name) for name in names):
         return None
-    if any(_may_match(pattern, name) for name in names):
-        return None
-    return PatternKeys(pattern, value, False)
+    if schema.get("additionalProperties") is False:
+        return PatternKeys(pattern, value, False)
+    # other keys: the pattern's complement, written for `^C*$` / `^C+$` and no declared name (the
+    # complement would take them too)
+    complement = None if names else complement_rule(pattern, "x-any-char")
+    return None if complement is None else PatternKeys(pattern, value, False, complement)
 
 
 def format_rule_name(name: str) -> str:

@@ -205,13 +205,14 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
                    "repeated); past 3, where at most 10 are required, a property may repeat (each value "
                    "checked, so the document is valid whichever one a reader keeps); past that, the schema's "
                    "order only, reported (strict refuses it)"),
-    "patternProperties": ("one pattern, read as `pattern` is: beside additionalProperties false, the "
-                          "other keys are exactly the pattern's, of its schema, where no declared name may "
-                          "match it; a pattern of every key (`.*`, `^.*`, `.*$`, ``) gives its schema to "
-                          "every undeclared key, beside declared names only where its schema is any "
-                          "value; else (several patterns, other keys beside a narrower pattern: their rule "
-                          "would be its complement) reported, also where llama.cpp's closed `{}` refuses "
-                          "the pattern's keys"),
+    "patternProperties": ("one pattern, read as `pattern` is, where no declared name may match it: beside "
+                          "additionalProperties false, the other keys are exactly the pattern's, of its "
+                          "schema; beside other keys allowed and no declared name, a pattern `^C*$` / `^C+$` "
+                          "(C one class) splits the keys into its own and their complement (of "
+                          "additionalProperties' schema); a pattern of every key (`.*`, `^.*`, `.*$`, ``) "
+                          "gives its schema to every undeclared key, beside declared names only where its "
+                          "schema is any value; else (several patterns, another pattern beside other keys) "
+                          "reported, also where llama.cpp's closed `{}` refuses the pattern's keys"),
     "allOf": ("objects merged as the default does, but a part's optional properties stay optional and the "
               "merge is open to other keys where no part has additionalProperties; their properties in any "
               "order as `properties` says (past its bounds, reported under allOf)"),

@@ -51,18 +51,44 @@ def test_pattern_keys_are_taken_exactly_when_valid(schema: dict[str, Any], text:
     assert takes(schema, text) == valid(schema, text), text
 
 
+NARROW: Final = {"type": "object", "patternProperties": {"^[a-z_]+$": {"type": "integer"}}}
+NARROW_BESIDE: Final = {"type": "object", "patternProperties": {"^.+$": {"type": "integer"}},
+                        "additionalProperties": {"type": "string"}}
+
+
+@pytest.mark.parametrize(("schema", "text"), [
+    (NARROW, "{}"), (NARROW, '{"ab":1}'), (NARROW, '{"ab":"x"}'), (NARROW, '{"A":"x"}'), (NARROW, '{"":"x"}'),
+    (NARROW, '{"a-b":[1],"c":2}'), (NARROW, '{"c":2,"a-b":[1]}'), (NARROW, '{"a\\nb":"x"}'),
+    (NARROW, '{"\\"":null}'), (NARROW_BESIDE, '{"ab":1}'), (NARROW_BESIDE, '{"ab":"x"}'),
+    (NARROW_BESIDE, '{"":"x"}'), (NARROW_BESIDE, '{"":1}'), (NARROW_BESIDE, '{"a\\nb":"x"}'),
+    (NARROW_BESIDE, '{"a\\nb":1}'),  # (not U+2028: Python's `.` takes it, ECMA-262's does not)
+], ids=lambda value: value if isinstance(value, str) else "")
+def test_other_keys_beside_one_class_are_its_complement(schema: dict[str, Any], text: str) -> None:
+    assert convert_json_schema(json.dumps(schema), dialect="extended").unenforced == ()
+    assert takes(schema, text) == valid(schema, text), text
+
+
+def test_a_key_spelled_with_an_escape_it_does_not_need_is_refused() -> None:
+    # `\u0041` is A, a key outside the pattern: valid, but refused as the dialect refuses needless escapes
+    assert valid(NARROW, '{"\\u0041":"x"}')
+    assert not takes(NARROW, '{"\\u0041":"x"}')
+    assert not takes(NARROW, '{"\\u0061":"x"}')  # `a`, the pattern's, with a value that is not its
+
+
 @pytest.mark.parametrize("schema", [
     # a declared name the pattern matches: its value would need both schemas
     {"type": "object", "properties": {"ab": {"type": "integer"}}, "patternProperties": {"^a": {"minimum": 3}},
      "additionalProperties": False},
-    # other keys beside a pattern that does not match every key: their rule would be its complement
-    {"type": "object", "patternProperties": {"^[a-z]+$": {"type": "integer"}}},
+    # other keys beside a pattern that does not match every key, of another form than ^C*$ / ^C+$
+    {"type": "object", "patternProperties": {"^[a-z]+[0-9]$": {"type": "integer"}}},
+    # ... or beside declared names (the complement would take them too)
+    {"type": "object", "properties": {"ID": {}}, "patternProperties": {"^[a-z]+$": {"type": "integer"}}},
     # two patterns
     {"type": "object", "patternProperties": {"^a": {"type": "integer"}, "^b": {"type": "string"}},
      "additionalProperties": False},
     # where no other key is allowed, llama.cpp's `{}` refuses the pattern's keys: reported in the dialect
     {"type": "object", "patternProperties": {"^(?=a)": {"type": "integer"}}, "additionalProperties": False},
-], ids=["declared name", "complement", "two patterns", "unread pattern"])
+], ids=["declared name", "complement", "complement beside names", "two patterns", "unread pattern"])
 def test_what_the_dialect_does_not_read_stays_reported(schema: dict[str, Any]) -> None:
     found = [item.keyword for item in convert_json_schema(json.dumps(schema), dialect="extended").unenforced]
     assert "patternProperties" in found
