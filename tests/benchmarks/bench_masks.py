@@ -22,6 +22,9 @@ first N of a permutation of all of them drawn from `--seed`). Every engine is me
 a document llama.cpp refuses is walked by none, and an engine that fails a document keeps none of its
 times for it.
 
+`--worst N` lists constraintd's N slowest masks of the first pass, with the schema, the document and the
+step each was asked at, so a profile can start from them.
+
 With `--again`, each schema's kept documents are walked a second time by the same compiled grammars and
 the masks, allows and accepts of that pass get tables of their own: a grammar that has served its
 documents before, as a server's grammar for a schema its sessions keep asking for (constraintd keeps what
@@ -167,6 +170,10 @@ class Run:
         self.again: Samples | None = {e.name: {m: [] for m in UNITS} for e in engines} if again else None
         # the first walk's steps of documents under SHORT_TOKENS tokens, also counted in `samples`
         self.short: Samples = {e.name: {m: [] for m in UNITS} for e in engines}
+        # where each of constraintd's first-pass masks in `samples` was asked: (schema, document, step,
+        # the document's tokens), in the same order
+        self.where: list[tuple[str, int, int, int]] = []
+        self._at: tuple[str, int] = ("", 0)  # the schema and document being walked
 
     def schema(self, schema: Schema) -> tuple[int, int]:
         """Walk the documents of one schema; (documents kept, tokens walked)."""
@@ -207,6 +214,7 @@ class Run:
             if index:
                 for cursor in cursors.values():
                     cursor.reset()
+            self._at = (schema.name, index)
             walked = self.document(cursors, document, first=index == 0, into=self.samples)
             kept += walked > 0
             tokens += walked
@@ -266,6 +274,7 @@ class Run:
         accepts it, else 0 (the tally counts documents and tokens of the first walk only)."""
         tally, clock = self.tally, self.clock
         samples: Samples = {name: {m: [] for m in UNITS} for name in cursors}
+        steps: list[int] = []  # the step of each of constraintd's masks in `samples`
         equal: Counter[str] = Counter()
         compared: Counter[str] = Counter()
         alive = dict(cursors)
@@ -285,6 +294,8 @@ class Run:
                     started = clock()
                     cursor.compute_mask()
                     samples[name][MASK].append(clock() - started)
+                    if name == peers.CONSTRAINTD:
+                        steps.append(step)
                 except Exception as exc:
                     fail(name, f"mask at step {step}: {type(exc).__name__}: {exc}")
                     continue
@@ -332,6 +343,8 @@ class Run:
         for name in failed:
             tally.failed[name] += 1
         tally.gave_up.update(gave_up)
+        if into is self.samples and peers.CONSTRAINTD in (*alive, *gave_up):
+            self.where.extend((*self._at, step, len(tokens)) for step in steps)
         for name in (*alive, *gave_up):
             for metric, values in samples[name].items():
                 into[name][metric].extend(values)
@@ -356,6 +369,7 @@ def run_vocab(
     inputs: Sequence[str],
     give_up: float,
     again: bool = False,
+    worst: int = 0,
 ) -> None:
     path = vocab_file(name)
     _progress(f"[{name}] loading the vocabulary and building each engine's tables")
@@ -382,7 +396,14 @@ def run_vocab(
             f"{tokens} tokens, {now - begun:.1f} s (total {now - started:.0f} s)"
         )
     print_report(
-        name, llama.n_vocab, run, same_pieces=same_pieces, same_eog=same_eog, missing=missing, give_up=give_up
+        name,
+        llama.n_vocab,
+        run,
+        same_pieces=same_pieces,
+        same_eog=same_eog,
+        missing=missing,
+        give_up=give_up,
+        worst=worst,
     )
     llama.close()
 
@@ -404,6 +425,7 @@ def print_report(
     same_eog: bool,
     missing: Sequence[str],
     give_up: float,
+    worst: int = 0,
 ) -> None:
     tally = run.tally
     names = [e.name for e in run.engines]
@@ -466,7 +488,24 @@ def print_report(
             f"({tally.shared_tops:,} stack tops); with every grammar's masks kept "
             f"({sizes.size} grammars) {shared + sizes.sum():.1f} MiB"
         )
+    if worst:
+        _print_worst(run, worst)
     print(flush=True)
+
+
+def _print_worst(run: Run, count: int) -> None:
+    # constraintd's slowest first-pass masks, with where they were asked
+    times = run.samples[peers.CONSTRAINTD][MASK]
+    if len(times) != len(run.where):  # cannot happen: both are appended for the same steps
+        print("(the masks' places were not recorded)")
+        return
+    unit, scale = UNITS[MASK]
+    print(f"constraintd's {min(count, len(times))} slowest masks of the first pass ({unit}):")
+    by_time = sorted(range(len(times)), key=times.__getitem__, reverse=True)[:count]
+    for index in by_time:
+        schema, document, step, tokens = run.where[index]
+        where = f"document {document}, step {step} of {tokens} tokens"
+        print(f"  {times[index] / scale:>8.3g}  {schema}  {where}")
 
 
 def _print_tables(samples: Samples, order: Sequence[str]) -> None:
@@ -525,6 +564,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="an engine (not llama.cpp) whose mask takes longer leaves that document (default 2)",
     )
     parser.add_argument(
+        "--worst",
+        type=int,
+        default=0,
+        metavar="N",
+        help="list constraintd's N slowest masks of the first pass, with their schema and step",
+    )
+    parser.add_argument(
         "--again",
         action="store_true",
         help="walk each schema's documents a second time and report that pass apart",
@@ -543,6 +589,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             inputs=PEER_INPUTS[args.peer_input],
             give_up=args.give_up,
             again=args.again,
+            worst=args.worst,
         )
     return 0
 
