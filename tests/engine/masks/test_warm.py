@@ -6,7 +6,14 @@ import numpy as np
 
 from constraintd.engine import Grammar, Matcher, Vocab, json_object_grammar
 from constraintd.engine.masks.compute import compute_mask
-from constraintd.engine.masks.warm import JSON_SAMPLES, warm_grammar, warm_vocabulary
+from constraintd.engine.masks.warm import (
+    JSON_SAMPLES,
+    SCHEMA_SAMPLES,
+    SCHEMA_WARMUP,
+    warm_grammar,
+    warm_vocabulary,
+)
+from constraintd.engine.schema.convert import json_schema_to_gbnf
 
 PIECES = [b"</s>", b"{", b"}", b'"', b'{"', b'":', b" ", b"a", b"ab", b"1", b"12", b",", b"e", b'"}']
 PIECES.append("é".encode())
@@ -39,4 +46,13 @@ def test_the_json_samples_are_json_mode_documents() -> None:
     vocab = Vocab(PIECES, eog_ids=[0])
     report = warm_vocabulary(vocab)
     assert report.complete
-    assert report.masks == sum(len(sample) + 1 for sample in JSON_SAMPLES)
+    # every sample walked to its end: JSON mode's, then the converted schema's
+    assert report.masks == sum(len(sample) + 1 for sample in (*JSON_SAMPLES, *SCHEMA_SAMPLES))
+
+
+def test_the_schema_samples_are_whole_documents_of_the_converted_schema() -> None:
+    grammar = Grammar.from_gbnf(json_schema_to_gbnf(SCHEMA_WARMUP), Vocab(PIECES, eog_ids=[0]))
+    for sample in SCHEMA_SAMPLES:
+        matcher = Matcher(grammar)
+        assert all(matcher.accept_bytes(char.encode("utf-8")) for char in sample), sample
+        assert matcher.is_complete(), sample
