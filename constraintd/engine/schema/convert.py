@@ -326,7 +326,7 @@ class _Converter:
                     return
                 component = target
             if isinstance(component, ObjectNode):
-                if "additionalProperties" in self.schema_of(component):
+                if not extended.opens_object(self.schema_of(component)):
                     open_parts.append(False)
                 for prop in component.properties:
                     properties.append((to_bytes(prop.name), prop.schema))
@@ -374,7 +374,7 @@ class _Converter:
         additional = node.additional
         if self.extended:
             schema = self.schema_of(node)
-            if "additionalProperties" not in schema:
+            if extended.opens_object(schema):
                 additional = AnyNode(node.pointer)  # JSON Schema's objects are open; llama.cpp closes them
             names = [from_utf8(prop_name) for prop_name, _ in properties]
             keys = extended.pattern_keys(schema, node, names)

@@ -83,6 +83,7 @@ __all__ = [
     "integer_bounds",
     "integer_range_rule",
     "number_rule",
+    "opens_object",
     "other_keys_held",
     "other_keys_rule",
     "pattern_keys",
@@ -205,12 +206,20 @@ def exact_pattern(pattern: str, add_rule: AddRule | None = None, name: str = "pa
         return None
 
 
+def opens_object(schema: Mapping[str, JsonValue]) -> bool:
+    """Whether the dialect opens the object to other keys of any value where llama.cpp closes it: the schema
+    says nothing of them (neither additionalProperties nor unevaluatedProperties)."""
+    return "additionalProperties" not in schema and "unevaluatedProperties" not in schema
+
+
 def undeclared_required(schema: Mapping[str, JsonValue], node: ObjectNode) -> list[str]:
     """The names `required` lists that the object's properties do not declare, in its order, once each;
     none where `additionalProperties` is false (no object is valid: that stays reported)."""
     listed = schema.get("required")
     if not isinstance(listed, list) or schema.get("additionalProperties") is False:
         return []
+    if "unevaluatedProperties" in schema and "additionalProperties" not in schema:
+        return []  # other keys of unevaluatedProperties' schema, which the dialect does not write
     declared = {prop.name for prop in node.properties}
     # "" and "*" are left out: llama.cpp's rule naming breaks on them (the report names them)
     return list(dict.fromkeys(name for name in listed

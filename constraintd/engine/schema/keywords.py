@@ -195,16 +195,19 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
                "text forms, no zone), uri (RFC 3986), uuid: exact grammars; a format 2020-12 does not define "
                "is an annotation; every other format (email, hostname, uri-reference, ...), and a length "
                "beside a format, stays reported"),
-    "additionalProperties": ("absent, other keys are allowed (JSON Schema's default; llama.cpp closes the "
-                             "object); the keys beside the declared properties are exactly the JSON strings "
-                             "that are none of their names (a name spelled with an escape no longer passes, "
-                             "nor a key that is no JSON string); other keys take an escape only for the "
-                             "characters JSON must escape; where a declared name holds one, it stays "
-                             "reported"),
+    "additionalProperties": ("absent (and unevaluatedProperties too), other keys are allowed (JSON "
+                             "Schema's default; llama.cpp closes the object); the keys beside the declared "
+                             "properties are exactly the JSON strings that are none of their names (a name "
+                             "spelled with an escape no longer passes, nor a key that is no JSON string); "
+                             "other keys take an escape only for the characters JSON must escape; where a "
+                             "declared name holds one, it stays reported"),
     "properties": ("in any order, other keys anywhere between them: up to 3 properties exactly (none "
                    "repeated); past 3, where at most 10 are required, a property may repeat (each value "
                    "checked, so the document is valid whichever one a reader keeps); past that, the schema's "
                    "order only, reported (strict refuses it)"),
+    "unevaluatedProperties": ("false beside properties: the object closed, exactly; a schema there (whose "
+                              "keys the closed object refuses) stays reported, and a required name the "
+                              "properties do not declare with it"),
     "patternProperties": ("one pattern, read as `pattern` is, where no declared name may match it: beside "
                           "additionalProperties false, the other keys are exactly the pattern's, of its "
                           "schema; beside other keys allowed and no declared name, a pattern `^C*$` / `^C+$` "

@@ -260,7 +260,7 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
     patterns = None
     if exact_keys and node.pointer not in merged:
         patterns = extended.pattern_keys(schema, node, names)
-    closed = node.additional is None and ("additionalProperties" in schema or not exact_keys) and not patterns
+    closed = node.additional is None and not (exact_keys and extended.opens_object(schema)) and not patterns
     # the extended dialect's rule of the other keys is exact where it can be written (schema/extended.py)
     keys_held = exact_keys and (patterns is not None or extended.other_keys_held(names))
     if exact_keys and node.pointer not in merged:
@@ -280,6 +280,10 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
         yield "propertyNames", ""
     if "unevaluatedProperties" in schema and not ("additionalProperties" in schema or "properties" in schema):
         yield "unevaluatedProperties", ""
+    elif (exact_keys and closed and "additionalProperties" not in schema
+          and schema.get("unevaluatedProperties", False) is not False):
+        # the extended dialect: where unevaluatedProperties allows other keys, its closed object refuses them
+        yield "unevaluatedProperties", "other keys of its schema are refused (the object is closed)"
     required_count = sum(prop.required for prop in node.properties)
     low, high = schema.get("minProperties"), schema.get("maxProperties")
     if "minProperties" in schema and not (is_integer(low) and low <= required_count):  # type: ignore[operator]

@@ -138,3 +138,23 @@ def test_the_default_dialect_keeps_llama_cpps_order() -> None:
     grammar = Grammar.from_gbnf(json_schema_to_gbnf(schema), BYTES)
     assert takes(grammar, '{"p0":1,"p1":"x"}')
     assert not takes(grammar, '{"p1":"x","p0":1}')
+
+
+def test_unevaluated_properties_false_keeps_the_object_closed() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"],
+              "unevaluatedProperties": False}
+    conversion = convert_json_schema(json.dumps(schema), dialect="extended")
+    # `b` is required but no key beside `a` is allowed: no object is valid, and the report says so
+    assert [item.keyword for item in conversion.unenforced] == ["required"]
+    closed = {"type": "object", "properties": {"a": {"type": "integer"}}, "unevaluatedProperties": False}
+    grammar = grammar_of(closed)
+    for text in ['{"a":1}', '{"a":1,"b":2}', '{"b":2}']:
+        assert takes(grammar, text) == valid(closed, json.loads(text)), text
+
+
+def test_unevaluated_properties_of_a_schema_are_reported() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}},
+              "unevaluatedProperties": {"type": "string"}}
+    conversion = convert_json_schema(json.dumps(schema), dialect="extended")
+    assert [(item.pointer, item.keyword) for item in conversion.unenforced] == [
+        ("#/unevaluatedProperties", "unevaluatedProperties")]
