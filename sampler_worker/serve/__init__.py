@@ -4,8 +4,8 @@
                  whole, resolved there by the engine's request resolution (llama-server's grammar)
     generations  a bounded queue in front of the model's contexts; each generation on a worker thread,
                  cancelled at its next token when its client goes, with a deadline
-    contexts     one loaded model; n > 1 slots are n sequences of one llama.cpp context
-    lockstep     the generations of those n sequences, stepped together by one thread: one decode and one
+    contexts     one loaded model; n > 1 slots are sequences of one llama.cpp context per model thread
+    lockstep     the generations of one such context, stepped together by one thread: one decode and one
                  constraintd Step message per step for all of them
     answers      OpenAI's and Ollama's answer objects, whole and streamed, with the content rule
     errors       exceptions as HTTP answers (OpenAI's error object, Ollama's)

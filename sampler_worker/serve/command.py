@@ -229,8 +229,9 @@ def serving(
                 finally:
                     generations.close()
         finally:
-            if isinstance(slots[0], Slot):
-                slots[0].batched.close()
+            for slot in slots:
+                if isinstance(slot, Slot):
+                    slot.batched.close()  # idempotent: each context once, whatever its slots
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:

@@ -4,10 +4,16 @@
 # Contract:
 # - `contexts(model, 1)` is `[model]`: one slot is the model's own context, decoded by the generation loop
 #   (`sampler_worker.generate`) as `sampler-worker generate` decodes it, so its tokens are the command's.
-# - `contexts(model, n > 1)` gives n `Slot`s over one `BatchedContext`: a llama.cpp context with
-#   `n_seq_max = n`, each sequence with a KV cache of its own of the model's `n_ctx` (not unified), all the
-#   model's threads. A slot has the model's tokenizer and metadata (what a prompt needs); its generations
-#   are stepped by the context's one `Lockstep` thread (`sampler_worker.serve.lockstep`).
+# - `contexts(model, n > 1, threads=t)` gives n `Slot`s over min(n, t) `BatchedContext`s, one thread each
+#   (t // min(n, t)): llama.cpp contexts with `n_seq_max` of their share of the n sequences, each sequence
+#   with a KV cache of its own of the model's `n_ctx` (not unified). One context per thread, not one
+#   context over every thread: ggml's threads meet at a barrier after every operation of a decode, and on
+#   a machine whose cores are shared with other work a descheduled thread stalls the others there (a
+#   4-sequence decode on two threads took up to seconds on a loaded two-core machine); a one-thread
+#   context has no barrier, and two contexts' steppers overlap one's sampling with the other's decode.
+#   Slots come interleaved over the contexts (slot i in context i % k). A slot has the model's tokenizer
+#   and metadata (what a prompt needs); its generations are stepped by its context's `Lockstep` thread
+#   (`sampler_worker.serve.lockstep`).
 # - `BatchedContext.decode(rows)` is used by that one thread only: no two threads call llama.cpp on the
 #   context at once. It puts every row's tokens in one `llama_batch` and calls `llama_decode` once.
 # - `clear(seq)` removes a sequence's KV cells, so a slot is reused empty.
@@ -153,15 +159,24 @@ class Slot:
 
 
 def contexts(model: Model, n: int, *, threads: int) -> list[Model] | list[Slot]:
-    """The model itself for one slot; for n > 1, the n sequences of one batched context.
+    """The model itself for one slot; for n > 1, the n sequences of min(n, threads) batched contexts.
 
     Raises:
         ValueError: n < 1.
-        ModelError: llama.cpp cannot create the context.
+        ModelError: llama.cpp cannot create a context.
     """
     if n < 1:
         raise ValueError(f"--parallel must be at least 1, not {n}")
     if n == 1:
         return [model]
-    batched = BatchedContext(model, n, threads=threads)
-    return [Slot(model, batched, seq) for seq in range(n)]
+    groups = max(1, min(n, threads))
+    made: list[BatchedContext] = []
+    try:
+        for group in range(groups):
+            size = n // groups + (1 if group < n % groups else 0)
+            made.append(BatchedContext(model, size, threads=max(1, threads // groups)))
+    except BaseException:
+        for batched in made:
+            batched.close()
+        raise
+    return [Slot(model, made[i % groups], i // groups) for i in range(n)]

@@ -206,8 +206,11 @@ class Generations:
         self.contexts: tuple[Model | Slot, ...] = tuple(contexts)
         self._free: list[Model | Slot] = list(contexts)
         self._waiters: deque[asyncio.Future[Model | Slot]] = deque()
-        first = self.contexts[0]
-        self._lockstep = Lockstep(first.batched, client=client) if isinstance(first, Slot) else None
+        # one stepping thread per batched context (slot.batched)
+        self._locksteps = {
+            id(slot.batched): Lockstep(slot.batched, client=client)
+            for slot in self.contexts if isinstance(slot, Slot)
+        }
         self.client = client
         self._vocab = vocab
         self.max_queue = max_queue
@@ -252,12 +255,12 @@ class Generations:
         """Cancel every generation and wait for the worker threads (blocks; call at shutdown)."""
         self.cancel_all()
         self._executor.shutdown(wait=True)
-        if self._lockstep is not None:
-            self._lockstep.close()
+        for lockstep in self._locksteps.values():
+            lockstep.close()
 
     async def _acquire(self, deadline: float) -> Model | Slot:
         if self._free:
-            return self._free.pop()
+            return self._free.pop(self._least_busy())
         if len(self._waiters) >= self.max_queue:
             self.metrics.queue_full += 1
             raise QueueFull(retry_after=1)
@@ -282,6 +285,18 @@ class Generations:
                     self._release(waiter.result())
                 else:
                     waiter.cancel()
+
+    def _least_busy(self) -> int:
+        # the free slot whose batched context has the most free slots: generations spread over the
+        # contexts (their threads) before they share one
+        free: dict[int, int] = {}
+        for slot in self._free:
+            if isinstance(slot, Slot):
+                free[id(slot.batched)] = free.get(id(slot.batched), 0) + 1
+        if not free:
+            return len(self._free) - 1
+        return max(range(len(self._free)),
+                   key=lambda i: free.get(id(getattr(self._free[i], "batched", None)), 0))
 
     def _release(self, context: Model | Slot) -> None:
         while self._waiters:
@@ -339,8 +354,7 @@ class Generations:
                     run.check()
 
                 if isinstance(context, Slot):
-                    assert self._lockstep is not None
-                    generation = self._lockstep.generate(
+                    generation = self._locksteps[id(context.batched)].generate(
                         context, prompt, job.settings, session=session, max_tokens=budget, stop=job.stop,
                         on_step=on_step, check=run.check, counters=tally.counters,
                     )

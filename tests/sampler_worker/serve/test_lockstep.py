@@ -1,4 +1,4 @@
-"""One llama.cpp context of n sequences stepped together: every generation goes on within its grammar, a
+"""A llama.cpp context of n sequences stepped together: every generation goes on within its grammar, a
 lone generation does not wait for idle slots, a failure or a cancellation reaches only its own lane (the
 prompt's evaluation included), and a lane's cells are gone once it has ended."""
 
@@ -43,8 +43,9 @@ def client(gemma_path: Path) -> Iterator[Client]:
 
 @pytest.fixture(scope="module")
 def slots(model: Model) -> Iterator[list[Slot]]:
-    made = contexts(model, SLOTS, threads=2)
+    made = contexts(model, SLOTS, threads=1)  # one thread: one context of every slot
     assert all(isinstance(slot, Slot) for slot in made)
+    assert len({id(slot.batched) for slot in made}) == 1  # type: ignore[union-attr]
     yield made  # type: ignore[misc]
     made[0].batched.close()  # type: ignore[union-attr]
 
@@ -83,6 +84,22 @@ def at_once(work: list[Callable[[], object]]) -> list[object]:
 
 def test_one_slot_is_the_model_itself(model: Model) -> None:
     assert contexts(model, 1, threads=2) == [model]
+
+
+@pytest.mark.slow
+def test_slots_spread_over_one_context_per_thread(model: Model) -> None:
+    made = contexts(model, 5, threads=2)
+    try:
+        assert all(isinstance(slot, Slot) for slot in made)
+        slots: list[Slot] = made  # type: ignore[assignment]
+        first, second = slots[0].batched, slots[1].batched
+        assert first is not second
+        assert [slot.batched for slot in slots] == [first, second, first, second, first]
+        assert [slot.seq for slot in slots] == [0, 0, 1, 1, 2]
+        assert (first.n, second.n) == (3, 2)
+    finally:
+        for slot in made:
+            slot.batched.close()  # type: ignore[union-attr]
 
 
 @pytest.mark.slow
