@@ -303,8 +303,11 @@ def partial_sort_order(keys: Keys, middle: int, *, needed: int | None = None) ->
         # std::__heap_select lets an element past `middle` into the heap only if it compares below
         # the heap top; a +inf (or NaN) key never does, so leaving those elements out changes
         # nothing. A grammar mask makes most logits -inf (keys +inf): the sort then sees the few left.
-        later = np.flatnonzero(keys[middle:] < np.inf)
-        if later.size < (keys.size - middle) // 2:
+        # (Counted first: most calls have no such key, and listing every position would cost more than
+        # the sort.)
+        finite = keys[middle:] < np.inf
+        if np.count_nonzero(finite) < (keys.size - middle) // 2:
+            later = np.flatnonzero(finite)
             subset = np.concatenate((np.arange(middle, dtype=np.intp), later + middle))
             return subset[partial_sort_order(keys[subset], middle, needed=needed)]
     fast = _unique_prefix(keys, wanted)
@@ -320,7 +323,9 @@ def partial_sort_order(keys: Keys, middle: int, *, needed: int | None = None) ->
 def _pool_of_smallest(keys: Keys, count: int) -> Positions:
     # Positions of a subset that surely holds the `count` smallest keys (no NaN): everything up to
     # the count-th smallest of an evenly spread sample, of which the whole array has at least `count`.
-    sample_size = 16 * count
+    # The sample is a sixteenth of the array, so the pool is about 16 * count keys (for keys in no
+    # particular order), whatever the array's size.
+    sample_size = max(16 * count, keys.size // 16)
     if keys.size < 4 * sample_size:
         return np.arange(keys.size, dtype=np.intp)
     sample = keys[:: keys.size // sample_size]
