@@ -7,12 +7,15 @@
 # - A request's errors come before its first byte: a stream's response starts only once the constraintd
 #   session is open (the `Started` event), so a bad grammar or schema is a 400, never a 200 stream
 #   carrying an error. An error after that ends the stream with one error event.
-# - A request the client abandons (a closed stream, a dropped connection while waiting) cancels its
-#   generation, which ends at its next token and closes its constraintd session.
+# - A request the client abandons (a closed stream, a dropped connection while waiting, streamed or
+#   not) cancels its generation, which ends at its next token (or before the next chunk of its prompt,
+#   batched) and closes its constraintd session. Until a stream's response starts, the request's ASGI
+#   channel is watched for the client's `http.disconnect`; a stream is then watched by its response.
 # - Each request has a deadline (`ServeState.timeout` seconds from its arrival), waiting in the queue
 #   included.
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -97,6 +100,15 @@ async def _stream(state: ServeState, endpoint: str, run: Run, answer: Answer) ->
         run.cancel()
 
 
+async def _cancel_on_disconnect(request: Request, run: Run) -> None:
+    # The body has been read: the next message of the request's channel is the client going away.
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            run.cancel()
+            return
+
+
 async def _generate(state: ServeState, endpoint: str, request: Request) -> Response:
     arrived = time.monotonic()
     _, model = ENDPOINTS[endpoint]
@@ -109,6 +121,7 @@ async def _generate(state: ServeState, endpoint: str, request: Request) -> Respo
         return _error_response(state, endpoint, http_error(exc))
     first: object = None
     streaming = False
+    watch = asyncio.create_task(_cancel_on_disconnect(request, run))
     try:
         first = await run.next()
         if isinstance(first, Failed):
@@ -132,6 +145,7 @@ async def _generate(state: ServeState, endpoint: str, request: Request) -> Respo
                 return _error_response(state, endpoint, http_error(event.error))
         raise AssertionError("a run ends with Finished or Failed")
     finally:
+        watch.cancel()  # a stream's response listens to the channel from here
         # a streamed answer's generator owns the run from here; anything else (an error, a client gone
         # while waiting, a whole answer sent) ends it
         if not (isinstance(first, Started) and streaming):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -176,6 +179,32 @@ def test_a_full_queue_is_429_and_a_gone_client_ends_its_generation(server: LiveS
     assert metric(http, "queue_full_total") == refused + 1
     assert metric(http, "generations_active") == 0
     assert http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1}).status_code == 200
+
+
+def test_a_client_gone_before_its_whole_answer_ends_its_generation(server: LiveServer,
+                                                                    http: httpx.Client) -> None:
+    cancelled, tokens = metric(http, "generations_cancelled_total"), metric(http, "generated_tokens_total")
+    body = json.dumps(chat(grammar=ENDLESS, max_tokens=900)).encode()
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        # not streamed: nothing comes back before the end; the generation has begun once its session is open
+        until(lambda: metric(http, "constraintd_sessions_open") == 1)
+    # the connection is closed: the server hears it, and the generation ends at its next token
+    until(lambda: metric(http, "generations_cancelled_total") == cancelled + 1)
+    server.wait_idle()
+    assert server.open_sessions() == 0
+    assert metric(http, "constraintd_sessions_open") == 0
+    assert metric(http, "generated_tokens_total") < tokens + 900
+
+
+def until(condition: Callable[[], bool], timeout: float = 120) -> None:
+    """Wait for a condition the server reaches on its own threads (a generation's progress)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition was not reached"
+        time.sleep(0.02)
 
 
 def test_metrics_count_requests_tokens_and_rejections(http: httpx.Client) -> None:
