@@ -162,18 +162,20 @@ class Matcher:
             return False
         return state.walk(token, code_points, partial, self.max_stacks)[0]
 
-    def mask(self) -> npt.NDArray[np.int32]:
+    def mask(self, *, deadline: float | None = None) -> npt.NDArray[np.int32]:
         """The packed mask of every token `allows` allows (read-only; copy it to change it). Changes nothing.
 
         Raises:
             LimitError: deciding a token needs a stack set above `max_stacks` (masks taken from the
                 grammar's caches may not need one where a fresh walk would).
+            DeadlineError: making it was still going at `deadline` (time.monotonic()): the work stops
+                there, and nothing changes.
         """
         grammar = self.grammar
         if self._awaiting:
             return grammar._decoded.all_allowed()
         state, partial = self._state, self._partial
-        words = grammar._masks.mask(state, partial, self.max_stacks)
+        words = grammar._masks.mask(state, partial, self.max_stacks, deadline=deadline)
         if not partial[1]:
             self._mask_state, self._mask_words = state, words.data
         return words

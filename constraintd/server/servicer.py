@@ -211,7 +211,9 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
         if sum(work.cost() for work in owed) <= INLINE_COST:
             pay(owed)
         else:
-            await self.mask_workers.run(lambda: pay(owed), what="computing the mask")
+            # the work stops itself when its caller is answered DEADLINE_EXCEEDED
+            deadline = time.monotonic() + self.mask_workers.time_limit
+            await self.mask_workers.run(lambda: pay(owed, deadline=deadline), what="computing the mask")
 
     @_answered
     async def Accept(self, request: pb.AcceptRequest, context: Context) -> pb.AcceptResponse:

@@ -4,8 +4,10 @@
 # - The event loop never runs a compile: `run` hands it to a worker thread and awaits it, so Accept and
 #   Mask of other sessions keep being answered (they share the GIL with the worker, not a queue).
 # - A caller waits at most `time_limit` seconds from submission (queueing included), then gets
-#   DeadlineError. A thread cannot be interrupted, so the work itself runs on to its end; its result is
-#   not lost (the registry caches it), and the next caller asking for the same thing finds it.
+#   DeadlineError, and a job not started by then never starts. A thread cannot be interrupted: work that
+#   should stop at the time limit watches the clock itself (masks, Allows checks and replays do); other
+#   work runs on to its end, its result not lost (the registry caches a compile, and the next caller
+#   asking for the same thing finds it).
 # - Workers are daemon threads: a compile that never ends cannot keep the process from exiting.
 #   (concurrent.futures' pool joins its threads at exit, which is why it is not used here.)
 # - On Linux each worker thread lowers its own scheduling priority (`nice`, 10 by default): when the CPUs
@@ -72,6 +74,7 @@ class WorkerPool:
         try:
             return await asyncio.wait_for(asyncio.shield(outcome), self.time_limit)
         except TimeoutError:
+            future.cancel()  # a job still queued never starts; one running stops only if it watches the time
             outcome.add_done_callback(_forget)  # no one waits for it now: not an error to report
             raise DeadlineError(f"{what} ran past its time limit of {self.time_limit:g} s") from None
         except BaseException as error:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from constraintd.engine.masks.compute import check_deadline
 from constraintd.engine.matcher import Matcher
 from constraintd.engine.schema.extended import DEFAULT_DIALECT, check_dialect
 from constraintd.engine.vocab.vocab import TokenizerRules
@@ -55,6 +56,8 @@ def encode_mask(words: npt.NDArray[np.int32], vocab_size: int, *, compact: bool 
 # The most a reply's owed work may cost (`cost()`, in mask lookups of about 15 µs) to be paid on the event
 # loop; more goes to a worker thread: at most about 4 ms of the loop's time for one reply.
 INLINE_COST = 256.0
+# Allows checks between two looks at the clock (a check is microseconds: the clock is read every few ms).
+CHECKS_BETWEEN_CLOCKS = 1024
 
 
 class WireMasks:
@@ -106,9 +109,10 @@ class OwedMask:
         """The same mask owed to the `mask` field of `reply` (a copy of the reply it was owed to)."""
         return OwedMask(reply.mask, self.matcher, compact=self.compact)
 
-    def pay(self) -> None:
+    def pay(self, deadline: float | None = None) -> None:
         matcher = self.matcher
-        self.into.CopyFrom(_WIRE_MASKS.encode(matcher.mask(), matcher.grammar.n_vocab, compact=self.compact))
+        words = matcher.mask(deadline=deadline)
+        self.into.CopyFrom(_WIRE_MASKS.encode(words, matcher.grammar.n_vocab, compact=self.compact))
 
 
 class OwedChecks:
@@ -130,18 +134,26 @@ class OwedChecks:
     def moved(self, reply: Any) -> OwedChecks:
         return OwedChecks(reply, self.matcher, self.tokens)
 
-    def pay(self) -> None:
+    def pay(self, deadline: float | None = None) -> None:
         allows = self.matcher.allows
-        self.into.allowed.extend([allows(token) for token in self.tokens])
+        tokens = self.tokens
+        for start in range(0, len(tokens), CHECKS_BETWEEN_CLOCKS):
+            check_deadline(deadline)
+            chunk = tokens[start : start + CHECKS_BETWEEN_CLOCKS]
+            self.into.allowed.extend([allows(token) for token in chunk])
 
 
 Owed = OwedMask | OwedChecks
 
 
-def pay(owed: list[Owed]) -> None:
-    """Computes every owed mask and check into its reply (the slow part; safe in a worker thread)."""
+def pay(owed: list[Owed], *, deadline: float | None = None) -> None:
+    """Computes every owed mask and check into its reply (the slow part; safe in a worker thread).
+
+    Raises:
+        DeadlineError: the work was still going at `deadline` (time.monotonic()): it stops there.
+    """
     for work in owed:
-        work.pay()
+        work.pay(deadline)
 
 
 def _state(session: Session) -> pb.SessionState:

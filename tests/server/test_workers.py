@@ -64,6 +64,33 @@ async def test_work_past_the_time_limit_is_a_deadline_error_and_runs_on() -> Non
 
 
 @pytest.mark.asyncio
+async def test_a_job_still_queued_at_its_time_limit_never_starts() -> None:
+    pool = WorkerPool(1, time_limit=0.1)
+    release = threading.Event()
+    started: list[str] = []
+
+    def job(name: str) -> None:
+        started.append(name)
+        release.wait(30.0)
+
+    try:
+        first = asyncio.ensure_future(pool.run(lambda: job("first"), what="first"))
+        while not started:  # the worker holds `first`
+            await asyncio.sleep(0.001)
+        with pytest.raises(DeadlineError):
+            await pool.run(lambda: job("second"), what="second")  # behind `first` until its time is up
+        release.set()
+        with pytest.raises(DeadlineError):
+            await first
+        finished = threading.Event()
+        await pool.run(finished.set)  # the worker is past both: the second was skipped, not run
+        assert started == ["first"]
+    finally:
+        release.set()
+        pool.shutdown()
+
+
+@pytest.mark.asyncio
 async def test_a_shut_down_pool_takes_no_work() -> None:
     pool = WorkerPool(1, time_limit=1.0)
     pool.shutdown()

@@ -58,7 +58,7 @@ from constraintd.engine.grammar.stacks import Stack
 from constraintd.engine.grammar.utf8 import FRESH, PartialUtf8
 from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.bitmask import allow_tokens, mask_words, pack_mask
-from constraintd.engine.masks.compute import compute_mask, rows_past_first, walk
+from constraintd.engine.masks.compute import check_deadline, compute_mask, rows_past_first, walk
 from constraintd.engine.masks.structural_ids import Structure
 from constraintd.engine.masks.verdicts import LOOP_MARK, SharedVerdicts, TopVerdict
 from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab
@@ -127,28 +127,33 @@ class MaskCache:
         # sized by the arrays it holds alone
         self._own: LruCache[Stack, TopVerdict] = LruCache(max_own_bytes)
 
-    def mask(self, state: State, partial: PartialUtf8, limit: int) -> Words:
-        """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only).
+    def mask(self, state: State, partial: PartialUtf8, limit: int, *, deadline: float | None = None) -> Words:
+        """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only). A
+        state of its session alone (`State.shared` False) gets its mask made and not kept.
 
         Raises:
             LimitError: a state met inside a token has more than `limit` stacks.
+            DeadlineError: the work was still going at `deadline` (time.monotonic()); it stops there, and
+                what it learnt whole is kept.
         """
         key = (state, partial)
         mask = self._masks.get(key)
         if mask is None:
+            check_deadline(deadline)
             if partial[1] > 0:
-                mask = compute_mask(state, partial, self.vocab, limit)
+                mask = compute_mask(state, partial, self.vocab, limit, deadline=deadline)
             else:
-                mask = self._compose(state, limit)
+                mask = self._compose(state, limit, deadline)
                 mask.flags.writeable = False
-            self._masks.put(key, mask, mask.nbytes)
+            if state.shared:
+                self._masks.put(key, mask, mask.nbytes)
         return mask
 
     def finished(self, state: State, partial: PartialUtf8) -> Words | None:
         """The mask kept for `state` after `partial`, if one is (no walk, no change to the order kept)."""
         return self._masks.peek((state, partial))
 
-    def _compose(self, state: State, limit: int) -> Words:
+    def _compose(self, state: State, limit: int, deadline: float | None) -> Words:
         escape = self.states.rules.escape
         tops = {
             stack if len(stack) <= CONTEXT_DEPTH else (escape, *stack[-CONTEXT_DEPTH:])
@@ -156,7 +161,7 @@ class MaskCache:
             for stack in stacks
         }
         if sum(top not in self._tops and top not in self._own for top in tops) > MAX_NEW_TOPS:
-            return compute_mask(state, FRESH, self.vocab, limit)
+            return compute_mask(state, FRESH, self.vocab, limit, deadline=deadline)
         vocab = self.vocab
         table = vocab.fresh_table()
         words = np.zeros(mask_words(vocab.n_tokens), dtype=np.int32)
@@ -164,7 +169,7 @@ class MaskCache:
         uncertain: list[IntArray] = []
         # verdicts built on one another share their words: OR each array once (held here, so that an id
         # is not reused by another array while this runs)
-        verdicts = [self._top(top, limit) for top in tops]
+        verdicts = [self._top(top, limit, deadline) for top in tops]
         ored: set[int] = set()
         for verdict in verdicts:
             if verdict.words is not None and id(verdict.words) not in ored:
@@ -190,22 +195,23 @@ class MaskCache:
             ids = table.ids[rows]
             rows = rows[((words[ids >> 5] >> (ids & 31)) & 1) == 0]  # not allowed already
         if rows.size:
-            found, _ = walk(table, table.columns, state, limit, rows=rows)
+            found, _ = walk(table, table.columns, state, limit, rows=rows, deadline=deadline)
             allow_tokens(words, table.ids[found])
         return words
 
-    def _top(self, top: Stack, limit: int) -> TopVerdict:
+    def _top(self, top: Stack, limit: int, deadline: float | None) -> TopVerdict:
         verdict = self._tops.get(top)
         if verdict is None:
             verdict = self._own.get(top)
         if verdict is None:
-            shorter = self._shorter(top, limit)
+            check_deadline(deadline)
+            shorter = self._shorter(top, limit, deadline)
             if shorter is None and self._narrow(top, limit):
                 # the shortest top, of a narrow class: its whole walk touches few rows, kept as below
                 table = self.vocab.fresh_table()
                 start = self.states.intern([top], limit)
                 assert start is not None
-                allowed_rows, uncertain = walk(table, table.columns, start, limit)
+                allowed_rows, uncertain = walk(table, table.columns, start, limit, deadline=deadline)
                 verdict = self._verdict(None, table.ids[allowed_rows], uncertain)
                 self._own.put(top, verdict, verdict.nbytes)
             elif shorter is not None and shorter.uncertain.size == 0:
@@ -218,10 +224,10 @@ class MaskCache:
                 # Few rows left to walk: walked from this top without its structural key (the ids of
                 # positions deep in a grammar, whose forms run through its schema-specific rules, cost
                 # more than such a walk), and kept for this grammar alone.
-                verdict = self._walk_uncertain(top, shorter, limit)
+                verdict = self._walk_uncertain(top, shorter, limit, deadline)
                 self._own.put(top, verdict, verdict.nbytes)
             else:
-                verdict = self._keyed_top(top, limit)
+                verdict = self._keyed_top(top, limit, deadline)
                 self._tops.put(top, verdict, 1)
         return verdict
 
@@ -235,14 +241,14 @@ class MaskCache:
         table = self.vocab.fresh_table()
         return rows_past_first(table, start, limit) * FEW_SHARE <= table.ids.size
 
-    def _shorter(self, top: Stack, limit: int) -> TopVerdict | None:
+    def _shorter(self, top: Stack, limit: int, deadline: float | None) -> TopVerdict | None:
         # the verdict of the top one position shorter (None for the shortest, which is walked whole)
         escape = self.states.rules.escape
         if top[0] == escape:
-            return None if len(top) == 2 else self._top((escape, *top[2:]), limit)
-        return self._top((escape, *top), limit)
+            return None if len(top) == 2 else self._top((escape, *top[2:]), limit, deadline)
+        return self._top((escape, *top), limit, deadline)
 
-    def _keyed_top(self, top: Stack, limit: int) -> TopVerdict:
+    def _keyed_top(self, top: Stack, limit: int, deadline: float | None) -> TopVerdict:
         # a top's verdict by its structural key: shared by every grammar on the vocabulary
         structure = self.structure
         if structure is None:
@@ -253,10 +259,10 @@ class MaskCache:
         key = structure.stack(top)
         verdict = self.shared.get(key)
         if verdict is None:
-            verdict = self._learn_top(top, key, limit)
+            verdict = self._learn_top(top, key, limit, deadline)
         return verdict
 
-    def _learn_top(self, top: Stack, key: tuple[int, ...], limit: int) -> TopVerdict:
+    def _learn_top(self, top: Stack, key: tuple[int, ...], limit: int, deadline: float | None) -> TopVerdict:
         # the verdict of a top not seen on this vocabulary: from its loop's where that leaves few tokens
         # to walk (see the module comment), else walked; kept by its key, and for its loop up to its reach
         assert self.loops is not None
@@ -264,7 +270,7 @@ class MaskCache:
         table = self.vocab.fresh_table()
         few = table.ids.size // LOOP_SHARE
         if loop_key == key or reach <= 0:
-            walked = self._walk_top(top, limit)
+            walked = self._walk_top(top, limit, deadline)
             self.shared.put(key, walked, walked.nbytes)
             return walked
         known = self.shared.get(loop_key)  # a real loop's verdict: it holds for every token
@@ -274,21 +280,23 @@ class MaskCache:
         if known is not None:
             shared_reach = min(reach, known.reach)
             if _count_looking_past(table, shared_reach) <= few:  # counted first: rows only when few
-                verdict = self._from_loop(top, known, _looking_past(table, shared_reach), limit)
+                verdict = self._from_loop(top, known, _looking_past(table, shared_reach), limit, deadline)
         if verdict is None:
-            verdict = self._walk_top(top, limit)
+            verdict = self._walk_top(top, limit, deadline)
         self.shared.put(key, verdict, verdict.nbytes)
         if (known is None or known.reach < reach) and _count_looking_past(table, reach) <= few:
             for_loop = replace(verdict, reach=reach)
             self.shared.put((LOOP_MARK, *loop_key), for_loop, for_loop.nbytes)
         return verdict
 
-    def _from_loop(self, top: Stack, known: TopVerdict, rows: IntArray, limit: int) -> TopVerdict:
+    def _from_loop(
+        self, top: Stack, known: TopVerdict, rows: IntArray, limit: int, deadline: float | None
+    ) -> TopVerdict:
         # `known` on every token but those of `rows` (the ones looking past its reach), which are walked
         table = self.vocab.fresh_table()
         start = self.states.intern([top], limit)
         assert start is not None
-        allowed_rows, uncertain = walk(table, table.columns, start, limit, rows=rows)
+        allowed_rows, uncertain = walk(table, table.columns, start, limit, rows=rows, deadline=deadline)
         walked = table.ids[rows]
         words = None
         if known.words is not None:
@@ -303,33 +311,37 @@ class MaskCache:
             words, _union([ids, table.ids[allowed_rows]], n_tokens), _union([kept, uncertain], n_rows)
         )
 
-    def _walk_top(self, top: Stack, limit: int) -> TopVerdict:
+    def _walk_top(self, top: Stack, limit: int, deadline: float | None) -> TopVerdict:
         escape = self.states.rules.escape
         table = self.vocab.fresh_table()
         start = self.states.intern([top], limit)
         assert start is not None
         marked = top[0] == escape
         if marked and len(top) == 2:
-            allowed_rows, uncertain = walk(table, table.columns, start, limit)
+            allowed_rows, uncertain = walk(table, table.columns, start, limit, deadline=deadline)
             return self._verdict(None, table.ids[allowed_rows], uncertain)
         # built on (escape, p2, p1) for (escape, p3, p2, p1), and on (escape, p3, p2, p1) for the whole
         # stack (p3, p2, p1)
-        shorter = self._top((escape, *top[2:]) if marked else (escape, *top), limit)
+        shorter = self._top((escape, *top[2:]) if marked else (escape, *top), limit, deadline)
         if shorter.uncertain.size == 0:
             return shorter
         if shorter.uncertain.size * 2 > table.ids.size:
             # most of the vocabulary is left to walk: a whole walk, which moves column 0 by first code
             # point instead of row by row, costs less (and decides the rest again, alike)
-            allowed_rows, uncertain = walk(table, table.columns, start, limit)
+            allowed_rows, uncertain = walk(table, table.columns, start, limit, deadline=deadline)
             return self._verdict(None, table.ids[allowed_rows], uncertain)
-        return self._walk_uncertain(top, shorter, limit)
+        return self._walk_uncertain(top, shorter, limit, deadline)
 
-    def _walk_uncertain(self, top: Stack, shorter: TopVerdict, limit: int) -> TopVerdict:
+    def _walk_uncertain(
+        self, top: Stack, shorter: TopVerdict, limit: int, deadline: float | None
+    ) -> TopVerdict:
         # `shorter`'s verdict, with the rows it leaves uncertain walked from `top`
         table = self.vocab.fresh_table()
         start = self.states.intern([top], limit)
         assert start is not None
-        allowed_rows, uncertain = walk(table, table.columns, start, limit, rows=shorter.uncertain)
+        allowed_rows, uncertain = walk(
+            table, table.columns, start, limit, rows=shorter.uncertain, deadline=deadline
+        )
         ids = table.ids[allowed_rows]
         if shorter.ids.size:
             ids = _union([shorter.ids, ids], self.vocab.n_tokens)

@@ -17,6 +17,7 @@
 #   below decide it); every other verdict is the same whatever lies below.
 from __future__ import annotations
 
+import time
 from typing import Final
 
 import numpy as np
@@ -31,8 +32,9 @@ from constraintd.engine.vocab.decoded import (
     DecodedVocab,
     decode_partial,
 )
+from constraintd.errors import DeadlineError
 
-__all__ = ["compute_allowed", "compute_mask", "rows_past_first", "walk"]
+__all__ = ["check_deadline", "compute_allowed", "compute_mask", "rows_past_first", "walk"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -48,19 +50,32 @@ _DENSE_ROWS: Final = 16384
 
 
 def compute_mask(
-    state: State | None, partial: PartialUtf8, vocab: DecodedVocab, limit: int
+    state: State | None,
+    partial: PartialUtf8,
+    vocab: DecodedVocab,
+    limit: int,
+    *,
+    deadline: float | None = None,
 ) -> npt.NDArray[np.int32]:
     """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only).
 
     Raises:
         LimitError: a state met inside a token has more than `limit` stacks.
+        DeadlineError: the walk was still going at `deadline` (time.monotonic()): it stops there.
     """
-    mask = pack_mask(compute_allowed(state, partial, vocab, limit))
+    mask = pack_mask(compute_allowed(state, partial, vocab, limit, deadline=deadline))
     mask.flags.writeable = False
     return mask
 
 
-def compute_allowed(state: State | None, partial: PartialUtf8, vocab: DecodedVocab, limit: int) -> BoolArray:
+def compute_allowed(
+    state: State | None,
+    partial: PartialUtf8,
+    vocab: DecodedVocab,
+    limit: int,
+    *,
+    deadline: float | None = None,
+) -> BoolArray:
     """One bool per token: what `compute_mask` packs."""
     allowed = np.zeros(vocab.n_tokens, dtype=np.bool_)
     if state is None:
@@ -69,7 +84,7 @@ def compute_allowed(state: State | None, partial: PartialUtf8, vocab: DecodedVoc
         allowed[vocab.eog_tokens] = True
     if partial[1] <= 0:
         table = vocab.fresh_table()
-        rows, _ = walk(table, table.columns, state, limit)
+        rows, _ = walk(table, table.columns, state, limit, deadline=deadline)
         allowed[table.ids[rows]] = True
         return allowed
     value, n_remain = partial
@@ -83,7 +98,7 @@ def compute_allowed(state: State | None, partial: PartialUtf8, vocab: DecodedVoc
     table = after.long
     if table.ids.size:
         first = (value << (6 * n_remain)) | after.long_bits
-        rows, _ = walk(table, (first, *table.columns[1:]), state, limit)
+        rows, _ = walk(table, (first, *table.columns[1:]), state, limit, deadline=deadline)
         allowed[table.ids[rows]] = True
     return allowed
 
@@ -95,8 +110,10 @@ def walk(
     limit: int,
     *,
     rows: IntArray | None = None,
+    deadline: float | None = None,
 ) -> tuple[IntArray, IntArray]:
-    """Walk `rows` of `table` (all by default; ascending) from `start`, a column at a time.
+    """Walk `rows` of `table` (all by default; ascending) from `start`, a column at a time, until
+    `deadline` (time.monotonic(); None: no time limit).
 
     `columns` are the table's, possibly with column 0 replaced (a finished partial sequence).
 
@@ -105,9 +122,10 @@ def walk(
 
     Raises:
         LimitError: a state met has more than `limit` stacks.
+        DeadlineError: past `deadline`, checked at every column and every state's first move.
     """
     if rows is not None and rows.size <= _FEW_ROWS:
-        return _walk_few(table, columns, start, rows, limit)
+        return _walk_few(table, columns, start, rows, limit, deadline)
     allowed = np.zeros(table.ids.size, dtype=np.bool_)
     uncertain = np.zeros(table.ids.size, dtype=np.bool_)
     states: list[State | None] = [None, start]
@@ -128,6 +146,7 @@ def walk(
         bounds, after = state.segments(limit)
         ids = next_ids.get(index)
         if ids is None:
+            check_deadline(deadline)
             ids = next_ids[index] = np.array([local_id(s) for s in after], dtype=np.int64)
         return bounds, ids
 
@@ -155,6 +174,7 @@ def walk(
         rows = rows[:split]
         at = np.ones(rows.size, dtype=np.int64)
     for j in range(first, len(columns)):
+        check_deadline(deadline)
         if rows.size <= _FEW_ROWS and not (j == 0 and whole):
             if rows.size:
                 starts: list[State] = []
@@ -162,7 +182,9 @@ def walk(
                     state = states[index]
                     assert state is not None  # dead rows were dropped
                     starts.append(state)
-                rows_allowed, rows_unsure = _walk_singly(table, columns, j, rows.tolist(), starts, limit)
+                rows_allowed, rows_unsure = _walk_singly(
+                    table, columns, j, rows.tolist(), starts, limit, deadline
+                )
                 allowed[rows_allowed] = True
                 uncertain[rows_unsure] = True
             break
@@ -214,6 +236,12 @@ def walk(
     return np.flatnonzero(allowed), unsure[~allowed[unsure]]
 
 
+def check_deadline(deadline: float | None) -> None:
+    """Raises DeadlineError once time.monotonic() is past `deadline` (None: no time limit)."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise DeadlineError("the mask ran past its time limit: its walk stopped there")
+
+
 def _walk_singly(
     table: ColumnTable,
     columns: tuple[IntArray, ...],
@@ -221,6 +249,7 @@ def _walk_singly(
     rows: list[int],
     starts: list[State],
     limit: int,
+    deadline: float | None,
 ) -> tuple[list[int], list[int]]:
     # The few rows still alive at column j (each with a code point there, in the state `starts` gives),
     # walked one at a time from here to their end: the column loop's numpy calls cost tens of
@@ -234,6 +263,7 @@ def _walk_singly(
     allowed: list[int] = []
     uncertain: list[int] = []
     for row, state in zip(rows, starts, strict=True):
+        check_deadline(deadline)
         token = int(ids[row])
         ok = unsure = False
         k = j
@@ -263,13 +293,18 @@ def _walk_singly(
 
 
 def _walk_few(
-    table: ColumnTable, columns: tuple[IntArray, ...], start: State, rows: IntArray, limit: int
+    table: ColumnTable,
+    columns: tuple[IntArray, ...],
+    start: State,
+    rows: IntArray,
+    limit: int,
+    deadline: float | None,
 ) -> tuple[IntArray, IntArray]:
     # `walk` of a few rows: one at a time from the start, without the vocabulary-sized arrays
     with_code_points = table.count_from[0] if table.count_from else 0
     listed = rows.tolist()
     walking = [row for row in listed if row < with_code_points]
-    allowed, uncertain = _walk_singly(table, columns, 0, walking, [start] * len(walking), limit)
+    allowed, uncertain = _walk_singly(table, columns, 0, walking, [start] * len(walking), limit, deadline)
     for row in listed[len(walking) :]:  # no code point: only an unfinished sequence, judged at the start
         if start.partial_ok(decode_partial(int(table.partials[row]))):
             allowed.append(row)

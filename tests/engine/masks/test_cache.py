@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 import zlib
 from typing import TYPE_CHECKING
 from unittest import mock
@@ -16,6 +17,7 @@ from constraintd.engine import Grammar, LimitError, Matcher, Vocab, unpack_mask
 from constraintd.engine.masks import cache as mask_cache
 from constraintd.engine.masks.cache import MaskCache, SharedVerdicts
 from constraintd.engine.masks.compute import compute_mask
+from constraintd.errors import DeadlineError
 from tests.strategies import compile_or_skip, grammars, vocabs
 
 if TYPE_CHECKING:
@@ -297,3 +299,21 @@ def test_verdicts_kept_for_one_grammar_are_counted_in_its_size() -> None:
     assert masks.nbytes == masks._masks.size + masks._own.size
     masks.forget_masks()  # the masks go, the verdicts stay (counted still)
     assert masks.nbytes == masks._own.size > 0
+
+
+def test_a_mask_past_its_deadline_stops_and_leaves_no_half_made_mask() -> None:
+    grammar = Grammar.from_gbnf(GRAMMAR, VOCAB)
+    tried = 0
+    for matcher in walk_states(Matcher(grammar), '[["ab"],"a"]'):
+        state = grammar._states.intern(matcher.stacks, 10**6)
+        with pytest.raises(DeadlineError, match="time limit"):  # the walk itself watches the clock
+            compute_mask(state, matcher.partial_utf8, grammar._decoded, 10**6, deadline=time.monotonic() - 1)
+        if matcher.mask_known():
+            continue
+        tried += 1
+        with pytest.raises(DeadlineError, match="time limit"):
+            matcher.mask(deadline=time.monotonic() - 1.0)
+        assert not matcher.mask_known()
+        assert np.array_equal(matcher.mask(deadline=time.monotonic() + 60.0), expected_mask(matcher))
+        assert matcher.mask_known()
+    assert tried
