@@ -73,6 +73,19 @@ def _progress(message: str) -> None:
     print(f"[reference] {message}", file=sys.stderr, flush=True)
 
 
+def extract_llama_cpp(archive: Path, into: Path, parts: tuple[str, ...]) -> Path:
+    """Unpacks the files of the source distribution's vendored llama.cpp whose paths in it start with
+    one of `parts` under `into`; returns where that llama.cpp tree is."""
+    prefix = f"{SDIST_NAME}/vendor/llama.cpp/"
+    with tarfile.open(archive) as tar:
+        members = [
+            m for m in tar.getmembers()
+            if m.name.startswith(prefix) and m.name[len(prefix):].startswith(parts)
+        ]
+        tar.extractall(into, members=members, filter="data")
+    return into / prefix
+
+
 def fetch() -> None:
     root = cache_dir()
     root.mkdir(parents=True, exist_ok=True)
@@ -87,13 +100,7 @@ def fetch() -> None:
                 check=True,
             )
         _progress(f"unpacking {archive.name}")
-        prefix = f"{SDIST_NAME}/vendor/llama.cpp/"
-        with tarfile.open(archive) as tar:
-            members = [
-                m for m in tar.getmembers()
-                if m.name.startswith(prefix) and m.name[len(prefix):].startswith(_LLAMA_PARTS)
-            ]
-            tar.extractall(root, members=members, filter="data")
+        extract_llama_cpp(archive, root, _LLAMA_PARTS)
         marker.write_text("ok\n")
     _progress(f"llama.cpp sources and vocabularies: {llama_cpp_dir()}")
     try:

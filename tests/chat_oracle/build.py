@@ -25,7 +25,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tests import reference
-from tests.schema_oracle.build import COMPILER, HarnessBuildError, compiler_version
+from tests.schema_oracle.build import COMPILER, HarnessBuildError, compiler_version, content_key
 
 HARNESS_SOURCE = Path(__file__).with_name("harness.cpp")
 WHEEL_SCRIPT = Path(__file__).parents[1] / "llama_wheel.sh"
@@ -93,13 +92,6 @@ def _archive() -> Path:
     return archive
 
 
-def _hash_parts(parts: list[tuple[str, bytes]]) -> str:
-    digest = hashlib.sha256()
-    for name, data in parts:
-        digest.update(name.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
-    return digest.hexdigest()[:16]
-
-
 def library_key() -> str:
     """The cache key of the library: CMake flags, compiler and cmake versions, the sources' archive."""
     archive = hashlib.sha256()
@@ -107,7 +99,7 @@ def library_key() -> str:
         for block in iter(lambda: file.read(1 << 20), b""):
             archive.update(block)
     cmake_version = subprocess.run([_cmake(), "--version"], capture_output=True, text=True).stdout
-    return _hash_parts([
+    return content_key([
         ("flags", " ".join(cmake_flags()).encode()), ("compiler", compiler_version().encode()),
         ("cmake", cmake_version.encode()), ("sources", archive.digest()),
     ])
@@ -122,17 +114,6 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _extract_sources(archive: Path, into: Path) -> Path:
-    prefix = f"{reference.SDIST_NAME}/vendor/llama.cpp/"
-    with tarfile.open(archive) as tar:
-        members = [
-            m for m in tar.getmembers()
-            if m.name.startswith(prefix) and m.name[len(prefix):].startswith(SOURCE_PARTS)
-        ]
-        tar.extractall(into, members=members, filter="data")
-    return into / prefix
 
 
 def _copy_headers(source: Path, build: Path, include: Path) -> None:
@@ -166,7 +147,7 @@ def library_dir(*, progress: Progress = _stderr) -> Path:
         started = time.monotonic()
         with tempfile.TemporaryDirectory(dir=root, prefix=f".{key}.") as tmp, log.open("w") as out:
             work = Path(tmp)
-            source = _extract_sources(_archive(), work / "src")
+            source = reference.extract_llama_cpp(_archive(), work / "src", SOURCE_PARTS)
             build = work / "build"
             niced = ["nice", "-n", "10"] if shutil.which("nice") else []
             jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(min(2, os.cpu_count() or 1)))
@@ -204,7 +185,7 @@ def harness_binary(*, progress: Progress = _stderr) -> Path:
         HarnessBuildError: no cmake or compiler, or a build failed.
     """
     library = library_dir(progress=progress)
-    key = _hash_parts([
+    key = content_key([
         ("library", library.name.encode()), ("harness.cpp", HARNESS_SOURCE.read_bytes()),
         ("build.py", Path(__file__).read_bytes()), ("flags", " ".join(HARNESS_FLAGS).encode()),
     ])

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,25 +125,41 @@ def harness_binary(llama_dir: Path | None = None) -> Path:
     """
     llama_dir = reference.require(llama_dir or reference.llama_cpp_dir())
     generated = _generated_sources(llama_dir)
-    out_dir = reference.cache_dir() / "schema-oracle" / _key(llama_dir, generated)
-    binary = out_dir / "harness"
-    if binary.exists():
-        return binary
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        work = Path(tmp)
+
+    def build(work: Path) -> list[str]:
         for name in COMMON_FILES:
             shutil.copyfile(llama_dir / "common" / name, work / name)
         for name, text in generated.items():
             (work / name).write_text(text)
         shutil.copyfile(HARNESS_SOURCE, work / "harness.cpp")
         sources = [str(work / name) for name in (*COMPILED, "common-strings.cpp", "harness.cpp")]
-        includes = [f"-I{work}", f"-I{llama_dir / 'vendor'}"]
-        command = [COMPILER, *FLAGS, *includes, *sources, "-o", str(work / "harness")]
+        return [f"-I{work}", f"-I{llama_dir / 'vendor'}", *sources]
+
+    out_dir = reference.cache_dir() / "schema-oracle" / _key(llama_dir, generated)
+    return compile_cached(out_dir, build, FLAGS, "the schema oracle")
+
+
+def compile_cached(
+    out_dir: Path, prepare: Callable[[Path], list[str]], flags: Sequence[str], what: str
+) -> Path:
+    """`out_dir`/harness, compiled unless it is there: `prepare(work)` writes the sources into a fresh
+    folder beside it and gives the compiler's arguments (includes and sources); the binary is moved into
+    place at once, so a concurrent build finds a whole binary or none.
+
+    Raises:
+        HarnessBuildError: the compile failed.
+    """
+    binary = out_dir / "harness"
+    if binary.exists():
+        return binary
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        work = Path(tmp)
+        command = [COMPILER, *flags, *prepare(work), "-o", str(work / "harness")]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
-            raise HarnessBuildError(f"compiling the schema oracle failed:\n{done.stderr[-4000:]}")
-        os.replace(work / "harness", binary)  # atomic: a concurrent build finds a whole binary or none
+            raise HarnessBuildError(f"compiling {what} failed:\n{done.stderr[-4000:]}")
+        os.replace(work / "harness", binary)
     return binary
 
 

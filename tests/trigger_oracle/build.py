@@ -11,19 +11,17 @@ cache, keyed by everything that goes into it, as the schema oracle's is.
 
 from __future__ import annotations
 
-import os
 import re
 import struct
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from tests import reference
 from tests.schema_oracle.build import (
-    COMPILER,
     HarnessBuildError,
+    compile_cached,
     compiler_version,
     content_key,
     extract_function,
@@ -58,20 +56,13 @@ def harness_binary(llama_dir: Path | None = None) -> Path:
     parts += [(name, text.encode()) for name, text in sorted(generated.items())]
     parts += [("compiler", compiler_version().encode()), ("flags", " ".join(FLAGS).encode())]
     out_dir = reference.cache_dir() / "trigger-oracle" / content_key(parts)
-    binary = out_dir / "harness"
-    if binary.exists():
-        return binary
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-        work = Path(tmp)
+
+    def build(work: Path) -> list[str]:
         for name, text in generated.items():
             (work / name).write_text(text)
-        command = [COMPILER, *FLAGS, f"-I{work}", str(HARNESS_SOURCE), "-o", str(work / "harness")]
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise HarnessBuildError(f"compiling the trigger oracle failed:\n{done.stderr[-4000:]}")
-        os.replace(work / "harness", binary)  # atomic: a concurrent build finds a whole binary or none
-    return binary
+        return [f"-I{work}", str(HARNESS_SOURCE)]
+
+    return compile_cached(out_dir, build, FLAGS, "the trigger oracle")
 
 
 def llama_find(binary: Path, cases: Sequence[tuple[bytes, Sequence[bytes]]]) -> list[list[int] | str]:
