@@ -49,7 +49,8 @@ class Limits:
         max_prefill_bytes: size of a session's prefill text.
         max_stacks: parse stacks one session may hold (llama.cpp's grammars can blow up; this keeps one
             session from taking the process down); an accept that would exceed it fails.
-        max_message_bytes: a gRPC message, either way (a 262k-token vocabulary's pieces are about 3 MiB).
+        max_message_bytes: a gRPC message, either way (a 262k-token vocabulary's pieces and texts are
+            about 8 MiB). A larger request is refused by gRPC itself, before the server parses a byte of it.
         max_step_ops: operations in one Step message.
         max_grammars: compiled grammars kept in the shared cache (least recently used are dropped; sessions
             keep using theirs), and refused constraints remembered.
@@ -74,7 +75,7 @@ class Limits:
     max_tokens_per_call: int = 1 << 20
     max_prefill_bytes: int = 64 * 1024
     max_stacks: int = 10_000
-    max_message_bytes: int = 64 * MIB
+    max_message_bytes: int = 32 * MIB
     max_step_ops: int = 4096
     max_grammars: int = 256
     max_grammar_cache_bytes: int = 512 * MIB
