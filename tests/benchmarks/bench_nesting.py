@@ -34,17 +34,10 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from tests import reference  # noqa: E402
+from tests.server.running import resident_bytes as rss  # noqa: E402
 
 MIB = 1 << 20
 OPEN_SCHEMA = json.dumps({"type": "object"})
-
-
-def rss(pid: int | None = None) -> int:
-    """Resident bytes of a process (this one by default), from /proc."""
-    for line in Path(f"/proc/{pid or 'self'}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc")
 
 
 def walk_tokens(depth: int) -> tuple[list[int], int]:

@@ -191,6 +191,14 @@ class ServerProcess:
         return code, self.log.read_text(errors="replace")
 
 
+def resident_bytes(pid: int | None = None) -> int:
+    """Resident bytes of a process (this one by default), from /proc (Linux)."""
+    for line in Path(f"/proc/{pid or 'self'}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS in /proc")
+
+
 # A capped server's address space: Python, numpy and grpc's threads reserve about 1 GiB before any work.
 ADDRESS_SPACE = 3 << 30
 
@@ -212,10 +220,7 @@ class CappedServer(ServerProcess):
     def rss(self) -> int:
         """Resident bytes of the server process."""
         assert self.process is not None
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS in /proc")
+        return resident_bytes(self.process.pid)
 
     def cpu_seconds(self) -> float:
         assert self.process is not None
