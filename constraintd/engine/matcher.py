@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import operator
+import time
 from array import array
 from typing import Final
 
@@ -40,12 +41,13 @@ from constraintd.engine.grammar.stacks import StackSet
 from constraintd.engine.grammar.triggers import BufferedToken, TriggerScan
 from constraintd.engine.grammar.utf8 import FRESH, INVALID, PartialUtf8, decode_utf8
 from constraintd.engine.vocab.decoded import END_OF_GENERATION, NEVER
-from constraintd.errors import InputError, LimitError, TokenError
+from constraintd.errors import DeadlineError, InputError, LimitError, TokenError
 
 __all__ = ["Matcher"]
 
 _BYTES: Final = -1  # trail entry of an accept_bytes call
 MAX_MOVES: Final = 4096  # tokens whose moves one state remembers (a few hundred kilobytes at most)
+ACCEPT_BYTES_CHECK: Final = 64  # code points of a text taken between two readings of its deadline's clock
 _NO_WORDS: Final = np.zeros(0, dtype=np.int32).data
 _index: Final = operator.index
 # (partial, awaiting trigger, tokens buffered) before one step
@@ -289,7 +291,7 @@ class Matcher:
             return False, None, partial, 0
         return state.move(token, code_points, after_partial, self.max_stacks)
 
-    def accept_bytes(self, data: bytes) -> bool:
+    def accept_bytes(self, data: bytes, *, deadline: float | None = None) -> bool:
         """Advance past text that is not a token (a prefill): llama_grammar_accept_str.
 
         As llama.cpp: an unfinished last UTF-8 sequence is kept for what follows; bytes that are not
@@ -301,11 +303,15 @@ class Matcher:
 
         Raises:
             LimitError: the stacks would exceed `max_stacks` (nothing changes).
+            DeadlineError: still stepping at `deadline` (time.monotonic()); the clock is read every
+                ACCEPT_BYTES_CHECK code points, and nothing changes.
         """
         code_points, partial = decode_utf8(bytes(data), self._partial)
         state: State | None = self._state
-        for code_point in code_points:
+        for position, code_point in enumerate(code_points):
             assert state is not None
+            if deadline is not None and position % ACCEPT_BYTES_CHECK == 0 and time.monotonic() > deadline:
+                raise DeadlineError(f"taking the text ran past its time limit at code point {position}")
             state = state.step(code_point, self.max_stacks)
             if state is None:
                 return False

@@ -196,7 +196,7 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
         started = None
         if len(plan.replay) > REPLAY_ON_LOOP or len(plan.prefill) > PREFILL_ON_LOOP:
             ready = compiled
-            # the replay stops itself at the time limit the caller is answered DEADLINE_EXCEEDED at
+            # the prefill and replay stop at the time limit the caller is answered DEADLINE_EXCEEDED at
             deadline = time.monotonic() + self.compile_workers.time_limit
             started = await self._off_loop(
                 lambda: self.operations.start(plan, ready, deadline=deadline), "taking the prefill and replay"

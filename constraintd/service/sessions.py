@@ -141,13 +141,14 @@ class SessionStore:
     ) -> Matcher:
         """A new matcher past the prefill and the replayed tokens, not yet a session: it touches nothing
         of the store, so a long replay may run in a worker thread. Raises as `open`, and DeadlineError
-        when the replay is still running at `deadline` (time.monotonic()): the work stops there."""
+        when the prefill or the replay is still running at `deadline` (time.monotonic()): the work stops
+        there."""
         if len(prefill) > self._limits.max_prefill_bytes:
             raise LimitError(
                 f"a prefill of {len(prefill)} bytes is over the limit of {self._limits.max_prefill_bytes}"
             )
         matcher = Matcher(compiled.grammar, max_stacks=self._limits.max_stacks)
-        if prefill and not matcher.accept_bytes(prefill):
+        if prefill and not matcher.accept_bytes(prefill, deadline=deadline):
             raise InputError(f"the grammar rejects the prefill {shown(prefill)}")
         for position, token in enumerate(replay):
             if deadline is not None and position % REPLAY_CHECK == 0 and time.monotonic() > deadline:

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from constraintd.engine import matcher as matcher_module
+from constraintd.engine.matcher import ACCEPT_BYTES_CHECK
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import (
     DeadlineError,
@@ -156,6 +158,25 @@ def test_a_replay_past_its_deadline_stops_there(compiled: CompiledConstraint) ->
     assert store.start(compiled, replay=long_replay, deadline=time.monotonic() + 60).history == tuple(
         long_replay
     )
+
+
+def test_a_prefill_past_its_deadline_stops_there(compiled: CompiledConstraint) -> None:
+    store = store_with(Clock())
+    long_prefill = b"a" + b"b" * (3 * ACCEPT_BYTES_CHECK)
+    with pytest.raises(DeadlineError, match="at code point 0"):
+        store.start(compiled, prefill=long_prefill, deadline=time.monotonic() - 1.0)
+    calls = 0
+
+    def clock_passes_the_deadline_at_the_second_check() -> float:
+        nonlocal calls
+        calls += 1
+        return 0.0 if calls == 1 else 2.0
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(matcher_module.time, "monotonic", clock_passes_the_deadline_at_the_second_check)
+        with pytest.raises(DeadlineError, match=f"at code point {ACCEPT_BYTES_CHECK}"):
+            store.start(compiled, prefill=long_prefill, deadline=1.0)
+    assert store.start(compiled, prefill=long_prefill, deadline=time.monotonic() + 60).is_complete()
 
 
 def test_a_prefill_over_the_limit_is_refused(compiled: CompiledConstraint) -> None:
