@@ -299,3 +299,23 @@ def test_a_replay_past_its_time_limit_stops(server: CappedServer) -> None:
         assert server.cpu_seconds() - cpu < 0.6
 
     attacked(server, attack)
+
+
+@pytest.mark.parametrize("server", [("--compile-timeout", "0.2")], indirect=True)
+def test_a_prefill_past_its_time_limit_stops(server: CappedServer) -> None:
+    # a prefill taken in a worker thread once ran on to its end after its caller's DEADLINE_EXCEEDED
+    def attack(stub: pb_grpc.ConstraintdStub) -> None:
+        pieces = pb.PieceList(pieces=[b"</s>", *(bytes((b,)) for b in range(1, 256))], eog=[0])
+        vocab_id = stub.RegisterVocab(pb.RegisterVocabRequest(pieces=pieces)).vocab_id
+        request = pb.CreateSessionRequest(
+            vocab_id=vocab_id,
+            json_object=pb.JsonObject(),
+            options=pb.SessionOptions(prefill=b'{"a":' + b"[" * 15_000 + b"]" * 15_000),
+        )  # about 1.3 s of work on a quiet machine
+        refused(lambda: stub.CreateSession(request), grpc.StatusCode.DEADLINE_EXCEEDED)
+        time.sleep(0.1)
+        cpu = server.cpu_seconds()
+        time.sleep(1.0)
+        assert server.cpu_seconds() - cpu < 0.5
+
+    attacked(server, attack)
