@@ -58,6 +58,10 @@ def encode_mask(words: npt.NDArray[np.int32], vocab_size: int, *, compact: bool 
 INLINE_COST = 256.0
 # Allows checks between two looks at the clock (a check is microseconds: the clock is read every few ms).
 CHECKS_BETWEEN_CLOCKS = 1024
+# An Allows of more tokens than this checks each distinct token once (`OwedChecks`), moving its ids and
+# answers NUMPY_CHUNK at a time (about a millisecond each).
+DISTINCT_CHECKS_FROM = 4096
+NUMPY_CHUNK = 1 << 16
 
 
 class WireMasks:
@@ -135,12 +139,42 @@ class OwedChecks:
         return OwedChecks(reply, self.matcher, self.tokens)
 
     def pay(self, deadline: float | None = None) -> None:
-        allows = self.matcher.allows
         tokens = self.tokens
+        if len(tokens) > DISTINCT_CHECKS_FROM and self._pay_distinct(deadline):
+            return
+        allows = self.matcher.allows
         for start in range(0, len(tokens), CHECKS_BETWEEN_CLOCKS):
             check_deadline(deadline)
             chunk = tokens[start : start + CHECKS_BETWEEN_CLOCKS]
             self.into.allowed.extend([allows(token) for token in chunk])
+
+    def _pay_distinct(self, deadline: float | None) -> bool:
+        """Many tokens: each distinct one checked once, the answers spread with numpy (a call's cost is then
+        bounded by the vocabulary, not by how often a token is repeated). False, with nothing done, when a
+        token is outside the vocabulary: the checks one by one raise at the first such token."""
+        tokens = self.tokens
+        ids = np.empty(len(tokens), dtype=np.int64)
+        for start in range(0, len(tokens), NUMPY_CHUNK):  # each chunk is a short hold of the GIL
+            check_deadline(deadline)
+            chunk = tokens[start : start + NUMPY_CHUNK]
+            ids[start : start + len(chunk)] = chunk
+        n_vocab = self.matcher.grammar.n_vocab
+        if int(ids.min()) < 0 or int(ids.max()) >= n_vocab:
+            return False
+        asked = np.zeros(n_vocab, dtype=np.bool_)
+        asked[ids] = True
+        distinct = np.flatnonzero(asked).tolist()
+        verdicts = np.zeros(n_vocab, dtype=np.bool_)
+        allows = self.matcher.allows
+        for start in range(0, len(distinct), CHECKS_BETWEEN_CLOCKS):
+            check_deadline(deadline)
+            chunk = distinct[start : start + CHECKS_BETWEEN_CLOCKS]
+            verdicts[chunk] = [allows(token) for token in chunk]
+        answers = verdicts[ids]
+        for start in range(0, len(answers), NUMPY_CHUNK):
+            check_deadline(deadline)
+            self.into.allowed.extend(answers[start : start + NUMPY_CHUNK].tolist())
+        return True
 
 
 Owed = OwedMask | OwedChecks
