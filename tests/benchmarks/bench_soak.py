@@ -22,6 +22,7 @@ got, counted.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import multiprocessing
 import random
@@ -97,6 +98,7 @@ class Soak:
         self.windows = [Window() for _ in range(int(seconds // window) + 1)]
         self.normal_statuses: Counter[str] = Counter()
         self.slowest: list[tuple[float, float]] = []  # (seconds, when it began) of the slow Accepts
+        self.began: list[tuple[float, float]] = []  # (when it began, seconds) of every normal Accept
         self.lock = threading.Lock()
 
     def now(self) -> Window:
@@ -131,6 +133,7 @@ class Soak:
                             elapsed = time.monotonic() - started
                             with self.lock:
                                 self.now().accepts.append(elapsed)
+                                self.began.append((started, elapsed))
                                 if elapsed > SLOW:
                                     self.slowest.append((elapsed, started))
                                 self.normal_statuses["OK" if taken else "refused (a bug)"] += 1
@@ -251,6 +254,19 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
+def by_attack(began: list[tuple[float, float]], done: list[Attack]) -> dict[str, list[float]]:
+    """The normal Accepts' milliseconds by the attack running when each began ("none" between attacks:
+    the hostile client runs one at a time)."""
+    spans = sorted((a.started, a.ended, a.name) for a in done)
+    starts = [span[0] for span in spans]
+    grouped: dict[str, list[float]] = {}
+    for at, seconds in began:
+        index = bisect.bisect_right(starts, at) - 1
+        name = spans[index][2] if index >= 0 and at <= spans[index][1] else "none"
+        grouped.setdefault(name, []).append(1000 * seconds)
+    return grouped
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seconds", type=float, default=180.0, help="how long (default 180)")
@@ -319,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{'all':>10}  {len(everything):>8}  {percentile(everything, 50):>7.2f}  "
         f"{percentile(everything, 99):>7.2f}  {max(everything, default=float('nan')):>7.1f}"
     )
+    print(f"{'normal Accepts by the attack running when each began':<44}  {'accepts':>8}  {'p50 ms':>7}  "
+          f"{'p99 ms':>7}  {'max ms':>7}")
+    for name, values in sorted(by_attack(soak.began, done).items()):
+        p50, p99 = percentile(values, 50), percentile(values, 99)
+        print(f"  {name:<42}  {len(values):>8}  {p50:>7.2f}  {p99:>7.2f}  {max(values):>7.1f}")
     print(f"normal Accepts over {SLOW * 1000:g} ms: {len(soak.slowest)}; the slowest, with the attack "
           "running when each began:")
     for seconds, at in sorted(soak.slowest, reverse=True)[:10]:
