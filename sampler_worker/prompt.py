@@ -4,21 +4,46 @@
 # - A raw prompt (`/completion`) is tokenized with special tokens parsed (`<start_of_turn>` written in
 #   the text is that token) and BOS added when the model's metadata says so: llama-server's
 #   `tokenize_input_prompts(..., add_special=true, parse_special=true)`.
-# - A chat prompt (`/v1/chat/completions`, one user message) is the GGUF's chat template rendered
-#   with Jinja (messages, bos_token, eos_token, add_generation_prompt=true), or llama.cpp's ChatML
-#   template when the GGUF has none; a leading BOS text is cut when the tokenizer adds BOS itself
-#   (and a trailing EOS text when it adds EOS), as `common_chat_template_direct_apply` does; then the
-#   text is tokenized as a raw prompt.
-# - Not done: tools, images, reasoning formats, and prefilling the grammar with the template's
-#   generation prompt (llama-server does that only for templates whose output starts inside it).
+# - A chat prompt (`/v1/chat/completions`) is the GGUF's chat template, or llama.cpp's ChatML template when
+#   the GGUF has none, rendered as llama.cpp's chat layer renders it: the variables and rewritten messages
+#   of `constraintd.engine.chat.template_inputs.template_context`, rendered by `render_template`, a Jinja2
+#   environment made to behave as llama.cpp's own Jinja engine (common/jinja) does where chat templates
+#   meet the difference (below); a leading BOS text is cut when the tokenizer adds BOS itself (and a
+#   trailing EOS text when it adds EOS); then the text is tokenized as a raw prompt.
+# - llama.cpp's Jinja, in this environment: trim_blocks and lstrip_blocks; {% break %} / {% continue %};
+#   {% generation %} renders its body; `tojson` keeps key order, writes ", " and ": " and no HTML escapes,
+#   and takes ensure_ascii / indent / separators; `{{ x }}` prints nothing for none, undefined and
+#   mappings; `+` joins a string to none or undefined as to ""; map / select / reject / selectattr /
+#   rejectattr / unique give lists; lists are mutable (append, pop); `safe` is the string itself, not
+#   Markup; `strftime_now` formats the request's time; `raise_exception(message)` fails the render with
+#   "Jinja Exception: message".
+# - Not done: the template's capabilities are taken as given (`TemplateCaps`, llama.cpp's defaults unless
+#   the caller says otherwise; llama.cpp detects them by running the template), images, reasoning
+#   formats, and prefilling the grammar with the template's generation prompt.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-__all__ = ["CHATML_TEMPLATE", "Message", "chat_text", "prompt_tokens"]
+from constraintd.engine.chat.template_inputs import (
+    ChatMessage,
+    TemplateCaps,
+    cut_special,
+    finish_prompt,
+    format_time,
+    llama_json,
+    output_text,
+    template_context,
+)
+
+if TYPE_CHECKING:
+    import jinja2
+
+__all__ = ["CHATML_TEMPLATE", "Message", "chat_text", "prompt_tokens", "render_template"]
 
 CHATML_TEMPLATE = (
     "{%- for message in messages -%}\n"
@@ -57,35 +82,124 @@ class TemplateError(ValueError):
     """A chat template that cannot be rendered (or raised an error on purpose)."""
 
 
-def chat_text(model: TemplateModel, messages: Sequence[Message]) -> str:
+# Jinja2's filters that give generators where llama.cpp's give arrays (tojson and indexing need a list).
+LIST_FILTERS = ("map", "select", "reject", "selectattr", "rejectattr", "unique")
+
+
+def _tojson(value: Any, ensure_ascii: Any = False, indent: Any = None, separators: Any = None,
+            sort_keys: Any = False) -> str:
+    if sort_keys:
+        raise TemplateError("tojson sort_keys=true not implemented")  # as llama.cpp
+    return llama_json(_plain(value), indent=indent if isinstance(indent, int) else None,
+                      separators=separators if isinstance(separators, (list, tuple)) else None,
+                      ensure_ascii=bool(ensure_ascii))
+
+
+def _safe(value: Any) -> str:
+    # llama.cpp has no markup: `safe` is the string itself (JSON for other values), never Markup, which
+    # would HTML-escape what is joined to it
+    return value if isinstance(value, str) else _tojson(value)
+
+
+def _plain(value: Any) -> Any:
+    # a Jinja2 namespace or loop helper is no JSON value; anything else passes as it is
+    import jinja2
+
+    return None if isinstance(value, jinja2.Undefined) else value
+
+
+def _listed(filter_function: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(filter_function)  # keeps Jinja2's pass_context / pass_environment marks
+    def listed(*args: Any, **kwargs: Any) -> Any:
+        return list(filter_function(*args, **kwargs))
+
+    return listed
+
+
+def _environment(now: float) -> jinja2.Environment:
+    import jinja2
+    import jinja2.ext
+    import jinja2.nodes
+    import jinja2.sandbox
+
+    class Undefined(jinja2.ChainableUndefined):
+        # llama.cpp: a string joined to undefined with + is the string
+        def __add__(self, other: Any) -> Any:
+            return other if isinstance(other, str) else super().__add__(other)
+
+        def __radd__(self, other: Any) -> Any:
+            return other if isinstance(other, str) else super().__radd__(other)
+
+    class Generation(jinja2.ext.Extension):
+        # transformers' {% generation %} marks the assistant's tokens; llama.cpp renders its body
+        tags = {"generation"}  # noqa: RUF012 (Jinja2 declares it an instance attribute)
+
+        def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.Scope(body, lineno=lineno)
+
+    class Environment(jinja2.sandbox.SandboxedEnvironment):
+        intercepted_binops = frozenset(["+"])
+
+        def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
+            # llama.cpp joins none to a string as ""
+            joins_none = left is None or right is None
+            if operator == "+" and joins_none and (isinstance(left, str) or isinstance(right, str)):
+                return (left or "") + (right or "")
+            return super().call_binop(context, operator, left, right)
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(f"Jinja Exception: {message}")
+
+    environment = Environment(
+        trim_blocks=True, lstrip_blocks=True, undefined=Undefined, finalize=output_text,
+        extensions=[jinja2.ext.loopcontrols, Generation],
+    )
+    environment.filters["tojson"] = _tojson
+    environment.filters["safe"] = _safe
+    for name in LIST_FILTERS:
+        environment.filters[name] = _listed(environment.filters[name])
+    environment.globals["raise_exception"] = raise_exception
+    environment.globals["strftime_now"] = functools.partial(format_time, now)
+    return environment
+
+
+def render_template(source: str, context: Mapping[str, Any], *, now: float | None = None) -> str:
+    """The template `source` rendered with `context` as llama.cpp's Jinja renders it (see the contract).
+
+    Raises:
+        TemplateError: the template does not parse, or raises while rendering.
+    """
+    import jinja2
+
+    now = time.time() if now is None else now
+    try:
+        return _environment(now).from_string(source).render(**context)
+    except TemplateError:
+        raise
+    except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        raise TemplateError(f"the chat template does not render: {type(exc).__name__}: {exc}") from exc
+
+
+def chat_text(
+    model: TemplateModel, messages: Sequence[Message | ChatMessage], *, now: float | None = None,
+    caps: TemplateCaps | None = None,
+) -> str:
     """The prompt text llama-server renders for these messages, ready to tokenize.
 
     Raises:
         TemplateError: the template does not render.
     """
-    import jinja2
-    import jinja2.sandbox
-
-    def raise_exception(message: str) -> None:
-        raise TemplateError(message)
-
-    environment = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    environment.globals["raise_exception"] = raise_exception
-    try:
-        template = environment.from_string(model.chat_template or CHATML_TEMPLATE)
-        text = template.render(
-            messages=[{"role": m.role, "content": m.content} for m in messages],
-            bos_token=model.bos_text,
-            eos_token=model.eos_text,
-            add_generation_prompt=True,
-        )
-    except jinja2.TemplateError as exc:
-        raise TemplateError(f"the chat template does not render: {exc}") from exc
-    if model.add_bos and model.bos_text and text.startswith(model.bos_text):
-        text = text[len(model.bos_text) :]
-    if model.add_eos and model.eos_text and text.endswith(model.eos_text):
-        text = text[: -len(model.eos_text)]
-    return text
+    source = model.chat_template or CHATML_TEMPLATE
+    now = time.time() if now is None else now
+    chat = [m if isinstance(m, ChatMessage) else ChatMessage(m.role, m.content) for m in messages]
+    context = template_context(source, chat, caps=caps or TemplateCaps(), bos_token=model.bos_text,
+                               eos_token=model.eos_text, now=now)
+    text = finish_prompt(source, render_template(source, context, now=now))
+    return cut_special(text, bos_token=model.bos_text, eos_token=model.eos_text,
+                       add_bos=model.add_bos and bool(model.bos_text),
+                       add_eos=model.add_eos and bool(model.eos_text))
 
 
 def prompt_tokens(model: TemplateModel, *, prompt: str | None = None, chat: str | None = None) -> list[int]:

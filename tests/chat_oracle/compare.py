@@ -1,43 +1,33 @@
 """The project's chat-template path beside llama.cpp's, on the requests of tests/chat_oracle/cases.py.
 
-The project renders a chat prompt in `sampler_worker.prompt.chat_text`: Jinja2's sandbox (trim_blocks,
-lstrip_blocks, a `raise_exception` global) given `messages` (role and content), `bos_token`, `eos_token` and
-`add_generation_prompt`. llama.cpp renders with its own Jinja engine (common/jinja) after its chat layer has
-normalised the messages for the template's detected capabilities, and gives the template more variables
-(`enable_thinking`, `tools`, `date_string`, `datetime`, ...).
+The project renders a chat prompt as llama.cpp's chat layer does: `constraintd.engine.chat.template_inputs`
+reads the OpenAI messages and tools and rewrites them for the template (`template_context`), and
+`sampler_worker.prompt.render_template` renders them in a Jinja2 environment made to behave as llama.cpp's
+Jinja engine; `finish_prompt` adds what a specialised format appends. The template's capabilities (which
+rewrites apply) are given here as llama.cpp detects them, read from the oracle's answer.
 
-Content-only conversations go through `chat_text` itself. `chat_text` takes no tools and no tool calls, so
-the cases that have them go through the same Jinja2 environment with the OpenAI messages and `tools` as
-llama-server receives them (`render_like_chat_text`); a test checks that this renders exactly as `chat_text`
-wherever both can.
+Both sides render with the current time (llama.cpp reads the clock itself): a comparison that straddles
+midnight could see two dates.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sampler_worker.prompt import Message, TemplateError, chat_text
+from constraintd.engine.chat.template_inputs import (
+    ChatRequestError,
+    TemplateCaps,
+    finish_prompt,
+    parse_messages,
+    parse_tools,
+    template_context,
+)
+from sampler_worker.prompt import TemplateError, render_template
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import BOS_TOKEN, CASES, EOS_TOKEN, MESSAGE_SETS, WEATHER_TOOL, ChatCase
-
-
-@dataclass(slots=True)  # not frozen: chat_text's protocol declares plain (settable) attributes
-class TemplateSource:
-    """A chat template as `chat_text` reads it from a model, with no model behind it: BOS and EOS are not
-    cut (the tokenizer adds neither), as llama.cpp's chat layer does when it is given no model."""
-
-    chat_template: str | None
-    bos_text: str = BOS_TOKEN
-    eos_text: str = EOS_TOKEN
-    add_bos: bool = False
-    add_eos: bool = False
-
-    def tokenize(
-        self, text: str | bytes, *, add_special: bool = True, parse_special: bool = True
-    ) -> list[int]:
-        raise TypeError("a template source has no vocabulary: only chat_text is used with it")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,39 +38,17 @@ class Rendered:
     error: str | None = None
 
 
-def render_like_chat_text(
-    source: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-) -> Rendered:
-    """`chat_text`'s Jinja2 environment and variables, with OpenAI messages and, when given, `tools`."""
-    import jinja2
-    import jinja2.sandbox
-
-    def raise_exception(message: str) -> None:
-        raise TemplateError(message)
-
-    environment = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    environment.globals["raise_exception"] = raise_exception
-    variables: dict[str, Any] = {
-        "messages": messages, "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN, "add_generation_prompt": True,
-    }
-    if tools is not None:
-        variables["tools"] = tools
-    try:
-        return Rendered(environment.from_string(source).render(**variables))
-    except (jinja2.TemplateError, TemplateError, TypeError, ValueError) as exc:
-        return Rendered(None, f"{type(exc).__name__}: {exc}")
-
-
-def project_prompt(source: str, case: ChatCase) -> Rendered:
+def project_prompt(source: str, case: ChatCase, caps: TemplateCaps, *, now: float | None = None) -> Rendered:
     """The prompt the project's chat-template path renders for this case."""
-    messages = MESSAGE_SETS[case.messages]
-    if case.tools or any(set(m) != {"role", "content"} for m in messages):
-        return render_like_chat_text(source, messages, [WEATHER_TOOL] if case.tools else None)
+    now = time.time() if now is None else now
     try:
-        plain = [Message(m["role"], m["content"]) for m in messages]
-        return Rendered(chat_text(TemplateSource(source), plain))
-    except TemplateError as exc:
-        return Rendered(None, f"TemplateError: {exc}")
+        context = template_context(
+            source, parse_messages(MESSAGE_SETS[case.messages]), caps=caps,
+            tools=parse_tools([WEATHER_TOOL] if case.tools else None), bos_token=BOS_TOKEN,
+            eos_token=EOS_TOKEN, now=now)
+        return Rendered(finish_prompt(source, render_template(source, context, now=now)))
+    except (TemplateError, ChatRequestError) as exc:
+        return Rendered(None, str(exc))
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,20 +64,36 @@ class PromptComparison:
     def identical(self) -> bool:
         return self.ours.prompt is not None and self.ours.prompt == self.llama.prompt
 
+    @property
+    def same_refusal(self) -> bool:
+        """Both refuse, for the template's own `raise_exception` message (llama.cpp's error ends with it)."""
+        ours, llama = self.ours.error, self.llama.error
+        return ours is not None and llama is not None and ours.startswith("Jinja Exception: ") \
+            and llama.endswith(ours)
 
-def llama_prompt(binary: Path, source: str, case: ChatCase) -> Rendered:
-    answer = run_harness(binary, case.request(source))
+
+def llama_answer(binary: Path, source: str, case: ChatCase) -> dict[str, Any]:
+    return run_harness(binary, case.request(source))
+
+
+def _rendered(answer: dict[str, Any]) -> Rendered:
     if "error" in answer:
         return Rendered(None, f"{answer['stage']}: {answer['error']}")
     return Rendered(answer["prompt"])
 
 
+def llama_caps(binary: Path, source: str) -> TemplateCaps:
+    """The template's capabilities as llama.cpp's chat layer detects them (jinja::caps)."""
+    answer = run_harness(binary, {"template": source, "messages": [{"role": "user", "content": "x"}]})
+    return TemplateCaps.from_map(answer.get("caps", {}))
+
+
 def compare_template(binary: Path, path: Path) -> list[PromptComparison]:
     """Every case of CASES on one template file."""
     source = path.read_text()
-    return [
-        PromptComparison(
-            path.stem, case.name, project_prompt(source, case), llama_prompt(binary, source, case)
-        )
-        for case in CASES
-    ]
+    caps = llama_caps(binary, source)
+    comparisons = []
+    for case in CASES:
+        llama = _rendered(llama_answer(binary, source, case))
+        comparisons.append(PromptComparison(path.stem, case.name, project_prompt(source, case, caps), llama))
+    return comparisons

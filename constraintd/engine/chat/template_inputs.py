@@ -1,0 +1,557 @@
+# What llama.cpp's chat layer hands a chat template: the messages and tools as it rewrites them, and the
+# other variables it sets (common/chat.cpp's common_chat_templates_apply_jinja and
+# common_chat_template_direct_apply_impl, and the per-format message adjustments of common/chat parsers).
+#
+# Contract:
+# - `parse_messages` reads OpenAI chat messages as common_chat_msgs_parse_oaicompat does, refusing what it
+#   refuses with its words; `parse_tools` reads OpenAI tools as common_chat_tools_parse_oaicompat does.
+# - `template_context` is the whole set of variables the template renders with, in llama.cpp's order of
+#   rewrites, for a template whose capabilities (`TemplateCaps`, llama.cpp's jinja::caps) are given:
+#     1. every message as common_chat_msg::to_json_oaicompat writes it: content "" where there is none,
+#        `reasoning_content`, `name`, `tool_call_id` only when not empty, tool calls as
+#        {"type", "function": {"name", "arguments"}, "id"} with the arguments as the request's text;
+#     2. content parts joined by newlines for a template that reads content only as a string, a string
+#        made one text part for a template that reads it only as parts;
+#     3. `developer` read as `system` (not for gpt-oss's channel templates); a first system message folded
+#        into the next one (or dropped) for a template without a system role; tool-call arguments parsed
+#        into objects for a template that reads them as objects;
+#     4. the variables: messages, bos_token, eos_token, enable_thinking, tools (only when there are tools),
+#        datetime and date_string (llama.cpp's today, from `now`), the caller's chat_template_kwargs, and
+#        add_generation_prompt (only when true: otherwise the template sees it undefined, as in llama.cpp);
+#     5. the message rewrites of the specialised formats whose prompt llama.cpp renders from adjusted
+#        messages (Ministral 3's content blocks, LFM2's and gpt-oss's `thinking`, StepFun's trimmed
+#        contents).
+# - `cut_special` cuts a leading BOS text and a trailing EOS text as llama.cpp does when the tokenizer adds
+#   them itself.
+# - `llama_json` writes a value as llama.cpp's Jinja `tojson` does (keys in their order, ", " and ": "
+#   unless told otherwise, non-ASCII kept unless ensure_ascii), and `output_text` as its output statement
+#   prints one (none and mappings print nothing, a list prints its items).
+# Nothing here renders a template: the renderer is the caller's (sampler_worker.prompt), and this module is
+# what makes its input and its JSON llama.cpp's.
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from constraintd.errors import InputError
+
+__all__ = [
+    "ChatMessage",
+    "ChatRequestError",
+    "ChatTool",
+    "ContentPart",
+    "TemplateCaps",
+    "ToolCall",
+    "cut_special",
+    "finish_prompt",
+    "format_time",
+    "llama_json",
+    "output_text",
+    "parse_messages",
+    "parse_tools",
+    "template_context",
+]
+
+
+class ChatRequestError(InputError):
+    """Messages or tools llama.cpp's chat layer refuses, with its reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateCaps:
+    """What a template does with its input, as llama.cpp's jinja::caps detects it (its defaults here)."""
+
+    supports_tools: bool = True
+    supports_tool_calls: bool = True
+    supports_system_role: bool = True
+    supports_parallel_tool_calls: bool = True
+    supports_preserve_reasoning: bool = False
+    supports_reasoning_effort: bool = False
+    supports_string_content: bool = True
+    supports_typed_content: bool = False
+    supports_object_arguments: bool = False
+
+    @classmethod
+    def from_map(cls, caps: Mapping[str, bool]) -> TemplateCaps:
+        """From llama.cpp's `caps.to_map()` names; a missing name keeps its default."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{name: bool(value) for name, value in caps.items() if name in names})
+
+
+@dataclass(frozen=True, slots=True)
+class ContentPart:
+    """A typed content part: `text` or `media_marker`."""
+
+    type: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call of an assistant message; arguments as JSON text."""
+
+    name: str
+    arguments: str
+    id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One message as llama.cpp's chat layer holds it (common_chat_msg)."""
+
+    role: str
+    content: str = ""
+    content_parts: tuple[ContentPart, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+    reasoning_content: str = ""
+    tool_name: str = ""
+    tool_call_id: str = ""
+
+    def _parts(self) -> list[dict[str, str]]:
+        return [{"type": part.type, "text": part.text} for part in self.content_parts]
+
+    def to_json(self) -> dict[str, Any]:
+        """The message as llama.cpp gives it to a template (to_json_oaicompat, typed parts kept)."""
+        if self.content and self.content_parts:
+            raise ChatRequestError("Cannot specify both content and content_parts")
+        message: dict[str, Any] = {"role": self.role}
+        if self.content:
+            message["content"] = self.content
+        elif self.content_parts:
+            if any(part.type == "media_marker" for part in self.content_parts):
+                message["content"] = _join_parts(self._parts())
+            else:
+                message["content"] = self._parts()
+        else:
+            message["content"] = ""
+        if self.reasoning_content:
+            message["reasoning_content"] = self.reasoning_content
+        if self.tool_name:
+            message["name"] = self.tool_name
+        if self.tool_call_id:
+            message["tool_call_id"] = self.tool_call_id
+        if self.tool_calls:
+            calls = []
+            for call in self.tool_calls:
+                item: dict[str, Any] = {
+                    "type": "function", "function": {"name": call.name, "arguments": call.arguments},
+                }
+                if call.id:
+                    item["id"] = call.id
+                calls.append(item)
+            message["tool_calls"] = calls
+        return message
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTool:
+    """A function tool; `parameters` as the request's JSON value."""
+
+    name: str
+    description: str = ""
+    parameters: Any = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "function", "function": {
+            "name": self.name, "description": self.description, "parameters": self.parameters}}
+
+
+def _dump(value: Any) -> str:
+    # nlohmann's dump() of a request value: compact, non-ASCII kept
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _message(raw: Any) -> ChatMessage:
+    if not isinstance(raw, dict):
+        raise ChatRequestError(f"Expected 'message' to be an object, got {_dump(raw)}")
+    if "role" not in raw:
+        raise ChatRequestError(f"Missing 'role' in message: {_dump(raw)}")
+    content, parts, calls = "", [], []
+    if "content" in raw:
+        value = raw["content"]
+        if isinstance(value, str):
+            content = value
+        elif isinstance(value, list):
+            for part in value:
+                if not isinstance(part, dict) or "type" not in part:
+                    raise ChatRequestError(f"Missing content part type: {_dump(part)}")
+                if part["type"] not in ("text", "media_marker"):
+                    raise ChatRequestError(f"Unsupported content part type: {_dump(part['type'])}")
+                parts.append(ContentPart(part["type"], str(part.get("text", ""))))
+        elif value is not None:
+            raise ChatRequestError(
+                f"Invalid 'content' type: expected string or array, got {_dump(value)} "
+                "(ref: https://github.com/ggml-org/llama.cpp/issues/8367)")
+    for call in raw.get("tool_calls") or ():
+        if not isinstance(call, dict) or "type" not in call:
+            raise ChatRequestError(f"Missing tool call type: {_dump(call)}")
+        if call["type"] != "function":
+            raise ChatRequestError(f"Unsupported tool call type: {_dump(call)}")
+        function = call.get("function")
+        if not isinstance(function, dict):
+            raise ChatRequestError(f"Missing tool call function: {_dump(call)}")
+        if "name" not in function:
+            raise ChatRequestError(f"Missing tool call name: {_dump(call)}")
+        arguments = function.get("arguments")
+        calls.append(ToolCall(
+            function["name"], arguments if isinstance(arguments, str) else _dump(arguments),
+            call.get("id", "")))
+    if "content" not in raw and "tool_calls" not in raw:
+        raise ChatRequestError(
+            "Expected 'content' or 'tool_calls' (ref: https://github.com/ggml-org/llama.cpp/issues/8367 & "
+            "https://github.com/ggml-org/llama.cpp/issues/12279)")
+    return ChatMessage(
+        raw["role"], content, tuple(parts), tuple(calls), raw.get("reasoning_content") or "",
+        raw.get("name") or "", raw.get("tool_call_id") or "")
+
+
+def parse_messages(messages: Any) -> list[ChatMessage]:
+    """OpenAI chat messages as llama.cpp's chat layer reads them.
+
+    Raises:
+        ChatRequestError: what llama.cpp refuses, in its words ("Failed to parse messages: ...").
+    """
+    try:
+        if not isinstance(messages, list):
+            raise ChatRequestError(f"Expected 'messages' to be an array, got {_dump(messages)}")
+        return [_message(message) for message in messages]
+    except ChatRequestError as exc:
+        raise ChatRequestError(f"Failed to parse messages: {exc}") from None
+
+
+def parse_tools(tools: Any) -> list[ChatTool]:
+    """OpenAI function tools as llama.cpp's chat layer reads them (none for null).
+
+    Raises:
+        ChatRequestError: a tool that is not a function tool, or not an array.
+    """
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise ChatRequestError(f"Failed to parse tools: Expected 'tools' to be an array, got {_dump(tools)}")
+    parsed = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict):
+            raise ChatRequestError(f"Failed to parse tools: Unsupported tool type: {_dump(tool)}")
+        if "name" not in function:
+            raise ChatRequestError(f"Failed to parse tools: missing function name: {_dump(tool)}")
+        parsed.append(ChatTool(
+            function["name"], function.get("description", ""), function.get("parameters", {})))
+    return parsed
+
+
+def _join_parts(parts: Sequence[Mapping[str, Any]]) -> str:
+    # text parts joined by newlines, none around a media marker (llama.cpp's concat_content_parts)
+    text, after_marker = "", False
+    for part in parts:
+        kind = part.get("type", "")
+        if kind == "text":
+            newline = not after_marker and bool(text)
+            after_marker = False
+        elif kind == "media_marker":
+            newline, after_marker = False, True
+        else:
+            continue
+        text += ("\n" if newline else "") + str(part.get("text", ""))
+    return text
+
+
+def _normalize_content(messages: list[dict[str, Any]], caps: TemplateCaps) -> list[dict[str, Any]]:
+    only_string = caps.supports_string_content and not caps.supports_typed_content
+    only_typed = caps.supports_typed_content and not caps.supports_string_content
+    if not (only_string or only_typed):
+        return messages
+    for message in messages:
+        content = message.get("content")
+        if only_typed and isinstance(content, str):
+            message["content"] = [{"type": "text", "text": content}]
+        elif only_string and isinstance(content, list):
+            message["content"] = _join_parts(content)
+    return messages
+
+
+def _fold_system(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # a template without a system role: the first system message goes before the next message's content
+    if not messages or messages[0].get("role") != "system":
+        return messages
+    if len(messages) > 1:
+        first, second = messages[0], messages[1]
+        if not isinstance(first.get("content"), str) or not isinstance(second.get("content"), str):
+            raise ChatRequestError("a system message folded into the next one must have text content")
+        second["content"] = first["content"] + "\n" + second["content"]
+    return messages[1:]
+
+
+def _arguments_as_objects(messages: list[dict[str, Any]]) -> None:
+    for message in messages:
+        for call in message.get("tool_calls", ()):
+            function = call.get("function", {})
+            if isinstance(function.get("arguments"), str):
+                try:
+                    function["arguments"] = json.loads(function["arguments"])
+                except ValueError as exc:
+                    raise ChatRequestError(f"Failed to parse tool call arguments as JSON: {exc}") from None
+
+
+def format_time(now: float, pattern: str) -> str:
+    """`now` (Unix seconds) in local time, as C's strftime writes it (llama.cpp's dates, strftime_now)."""
+    return time.strftime(pattern, time.localtime(now))
+
+
+# The specialised formats whose prompt llama.cpp renders from messages adjusted for the template
+# (common/chat parsers): recognised by the same marks in the template's source.
+def _is_ministral_3(source: str) -> bool:
+    return all(mark in source for mark in ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]")) \
+        and "[CALL_ID]" not in source
+
+
+def _specialised(source: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if _is_ministral_3(source):
+        adjusted = []
+        for message in messages:
+            if message.get("role") not in ("system", "assistant"):
+                adjusted.append(message)
+                continue
+            blocks: list[Any] = []
+            if isinstance(message.get("reasoning_content"), str):
+                blocks.append({"type": "thinking", "thinking": message["reasoning_content"]})
+            content = message.get("content")
+            if isinstance(content, str):
+                blocks.append({"type": "text", "text": content})
+            elif isinstance(content, list):
+                blocks.extend(content)
+            message = {key: value for key, value in message.items() if key != "reasoning_content"}
+            message["content"] = blocks
+            adjusted.append(message)
+        return adjusted
+    if "'<|tool_call>call:'" in source and "{#- OpenAI Chat Completions:" not in source:
+        return _gemma4_turns(messages)
+    if "<|channel|>" in source or _is_lfm2(source):
+        gpt_oss = "<|channel|>" in source
+        for message in messages:
+            if isinstance(message.get("reasoning_content"), str):
+                message["thinking"] = message["reasoning_content"]
+                if gpt_oss and message.get("tool_calls"):
+                    del message["content"]
+    return messages
+
+
+def _gemma4_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Gemma 4's older templates read tool results from the assistant turn that called the tools: an
+    # assistant turn with calls, the tool messages after it and a final assistant answer become one turn
+    # with `tool_responses` (each result parsed as JSON where it is JSON, named by its call)
+    turns: list[dict[str, Any]] = []
+    at = 0
+    while at < len(messages):
+        message = messages[at]
+        if message.get("role") != "assistant" or not message.get("tool_calls"):
+            turns.append(message)
+            at += 1
+            continue
+        calls = list(message["tool_calls"])
+        reasoning = message.get("reasoning_content")
+        responses: list[dict[str, Any]] = []
+        at += 1
+        while at < len(messages) and messages[at].get("role") == "tool":
+            result = messages[at]
+            response = result.get("content")
+            if isinstance(response, str):
+                with contextlib.suppress(ValueError):
+                    response = json.loads(response)
+            name = ""
+            if len(responses) < len(calls):
+                name = calls[len(responses)].get("function", {}).get("name", "")
+            responses.append({"name": name or result.get("tool_call_id", ""), "response": response})
+            at += 1
+        content = None
+        final = messages[at] if at < len(messages) else {}
+        if final.get("role") == "assistant" and not final.get("tool_calls"):
+            text = final.get("content")
+            if text:
+                content = text
+                at += 1
+        turn: dict[str, Any] = {"role": "assistant", "tool_calls": calls}
+        if responses:
+            turn["tool_responses"] = responses
+        if content is not None:
+            turn["content"] = content
+        if isinstance(reasoning, str):
+            turn["reasoning_content"] = reasoning
+        turns.append(turn)
+    return turns
+
+
+def finish_prompt(source: str, prompt: str, *, add_generation_prompt: bool = True) -> str:
+    """The rendered prompt as llama.cpp's specialised formats finish it: Gemma 4's model turn opened where
+    the template closed a turn after a tool call without opening the next."""
+    if "'<|tool_call>call:'" in source and add_generation_prompt and prompt.endswith("<turn|>\n"):
+        return prompt + "<|turn>model\n"
+    return prompt
+
+
+def _is_lfm2(source: str) -> bool:
+    if "<|channel|>" in source or _is_ministral_3(source):
+        return False
+    return ("<|tool_list_start|>" in source and "<|tool_list_end|>" in source) or \
+        ("List of tools: [" in source and "<|tool_list_start|>" not in source)
+
+
+def _trimmed(message: ChatMessage) -> ChatMessage:
+    parts = tuple(ContentPart(p.type, p.text.strip(" \t\n\r") if p.type == "text" else p.text)
+                  for p in message.content_parts)
+    return ChatMessage(message.role, message.content.strip(" \t\n\r"), parts, message.tool_calls,
+                       message.reasoning_content.strip(" \t\n\r"), message.tool_name, message.tool_call_id)
+
+
+def template_context(
+    source: str,
+    messages: Sequence[ChatMessage],
+    *,
+    caps: TemplateCaps,
+    tools: Sequence[ChatTool] = (),
+    bos_token: str = "",
+    eos_token: str = "",
+    add_generation_prompt: bool = True,
+    enable_thinking: bool = True,
+    now: float,
+    template_kwargs: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The variables llama.cpp renders the template `source` with (see the module's contract).
+
+    Does not render: hand the result to a renderer of llama.cpp's Jinja dialect.
+
+    Raises:
+        ChatRequestError: tool-call arguments that are not JSON, for a template that reads them as objects.
+    """
+    if "You have access to the following functions in JSONSchema format" in source:
+        messages = [_trimmed(message) for message in messages]  # StepFun (llama.cpp issue 24181)
+    rendered = _normalize_content([message.to_json() for message in messages], caps)
+    if "<|channel|>" not in source:
+        for message in rendered:
+            if message.get("role") == "developer":
+                message["role"] = "system"
+    if not caps.supports_system_role:
+        rendered = _fold_system(rendered)
+    if caps.supports_tool_calls:
+        for message in rendered:
+            if "tool_calls" in message and "content" not in message:
+                message["content"] = ""
+    if caps.supports_object_arguments:
+        _arguments_as_objects(rendered)
+    context: dict[str, Any] = {
+        "messages": _specialised(source, rendered), "bos_token": bos_token, "eos_token": eos_token,
+        "enable_thinking": enable_thinking,
+    }
+    if tools:
+        context["tools"] = [tool.to_json() for tool in tools]
+    context["datetime"] = format_time(now, "%b %d %Y")
+    context["date_string"] = format_time(now, "%d %b %Y")
+    context.update(template_kwargs or {})
+    if add_generation_prompt:
+        context["add_generation_prompt"] = True
+    return context
+
+
+def cut_special(text: str, *, bos_token: str, eos_token: str, add_bos: bool, add_eos: bool) -> str:
+    """The rendered prompt without the BOS and EOS texts the tokenizer will add itself."""
+    if add_bos and text.startswith(bos_token):
+        text = text[len(bos_token):]
+    if add_eos and text.endswith(eos_token):
+        text = text[: len(text) - len(eos_token)]
+    return text
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _string(text: str, ensure_ascii: bool) -> str:
+    out = ['"']
+    for char in text:
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif char < " ":
+            out.append(f"\\u{ord(char):04x}")
+        elif ensure_ascii and char > "\x7f":
+            code = ord(char)
+            if code > 0xFFFF:
+                code -= 0x10000
+                out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+            else:
+                out.append(f"\\u{code:04x}")
+        else:
+            out.append(char)
+    out.append('"')
+    return "".join(out)
+
+
+def _number(value: float) -> str:
+    # C++'s ostream << double: six significant digits, %g style
+    if math.isnan(value) or math.isinf(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return f"{value:g}"
+
+
+def llama_json(
+    value: Any, *, indent: int | None = None, separators: Sequence[str] | None = None,
+    ensure_ascii: bool = False, level: int = 0,
+) -> str:
+    """`value` as llama.cpp's Jinja `tojson` writes it (value_to_json): keys in their own order."""
+    width = -1 if indent is None else indent
+    item_sep = separators[0] if separators else (", " if width < 0 else ",")
+    key_sep = separators[1] if separators and len(separators) > 1 else ": "
+    newline = "\n" if width >= 0 else ""
+    pad = " " * (level * width) if width > 0 else ""
+    inner = pad + (" " * width if width > 0 else "")
+
+    def nested(item: Any) -> str:
+        return llama_json(item, indent=indent, separators=(item_sep, key_sep), ensure_ascii=ensure_ascii,
+                          level=level + 1)
+
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _number(value)
+    if isinstance(value, str):
+        return _string(value, ensure_ascii)
+    if isinstance(value, Mapping):
+        if not value:
+            return "{}"
+        items = [inner + _string(str(key), ensure_ascii) + key_sep + nested(item)
+                 for key, item in value.items()]
+        return "{" + newline + (item_sep + newline).join(items) + newline + pad + "}"
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "[]"
+        items = [inner + nested(item) for item in value]
+        return "[" + newline + (item_sep + newline).join(items) + newline + pad + "]"
+    return "null"  # undefined, and anything that is no JSON value
+
+
+def _float_text(value: float) -> str:
+    # std::to_string (six decimals), trailing zeros cut, one kept after the point
+    text = f"{value:f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
+
+
+def output_text(value: Any) -> str:
+    """What llama.cpp's Jinja prints for `{{ value }}`: none, undefined and mappings print nothing, a list
+    prints its items one after the other, a float as std::to_string without its trailing zeros."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _float_text(value)
+    if isinstance(value, (list, tuple)):
+        return "".join(output_text(item) for item in value)
+    return ""
