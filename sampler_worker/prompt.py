@@ -17,9 +17,9 @@
 #   rejectattr / unique give lists; lists are mutable (append, pop); `safe` is the string itself, not
 #   Markup; `strftime_now` formats the request's time; `raise_exception(message)` fails the render with
 #   "Jinja Exception: message".
-# - Not done: the template's capabilities are taken as given (`TemplateCaps`, llama.cpp's defaults unless
-#   the caller says otherwise; llama.cpp detects them by running the template), images, reasoning
-#   formats, and prefilling the grammar with the template's generation prompt.
+# - The template's capabilities (which of llama.cpp's rewrites apply) are found as llama.cpp finds them,
+#   by running the template on probe conversations (`template_caps`, constraintd.engine.chat.caps).
+# - Not done: images, reasoning formats, and prefilling the grammar with the template's generation prompt.
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from constraintd.engine.chat.caps import detect_caps, quietly, touch
 from constraintd.engine.chat.template_inputs import (
     ChatMessage,
     TemplateCaps,
@@ -43,7 +44,7 @@ from constraintd.engine.chat.template_inputs import (
 if TYPE_CHECKING:
     import jinja2
 
-__all__ = ["CHATML_TEMPLATE", "Message", "chat_text", "prompt_tokens", "render_template"]
+__all__ = ["CHATML_TEMPLATE", "Message", "chat_text", "prompt_tokens", "render_template", "template_caps"]
 
 CHATML_TEMPLATE = (
     "{%- for message in messages -%}\n"
@@ -116,7 +117,33 @@ def _listed(filter_function: Callable[..., Any]) -> Callable[..., Any]:
     return listed
 
 
-def _environment(now: float) -> jinja2.Environment:
+def _tracking(function: Callable[..., Any], op: str) -> Callable[..., Any]:
+    # a filter or test seen by the capability probes: its input is used, with its name as the operation;
+    # what the function itself does to its input (iterating it) is not the template's access
+    from jinja2.utils import _PassArg
+
+    at = 0 if _PassArg.from_obj(function) is None else 1
+    deep = op in ("tojson", "string")
+
+    @functools.wraps(function)
+    def seen(*args: Any, **kwargs: Any) -> Any:
+        value = args[at] if len(args) > at else None
+        touch(value, op, deep=deep)
+        with quietly(value):
+            return function(*args, **kwargs)
+
+    return seen
+
+
+def _access(container: Any, key: Any, value: Any) -> Any:
+    # llama.cpp's member access: the value, and the container with how it was read
+    touch(value)
+    by_index = isinstance(key, int) and not isinstance(container, dict)
+    touch(container, "array_access" if by_index else "object_access")
+    return value
+
+
+def _environment(now: float, *, tracking: bool = False) -> jinja2.Environment:
     import jinja2
     import jinja2.ext
     import jinja2.nodes
@@ -149,12 +176,24 @@ def _environment(now: float) -> jinja2.Environment:
                 return (left or "") + (right or "")
             return super().call_binop(context, operator, left, right)
 
+    class Tracking(Environment):
+        # the capability probes' environment: every read of a tracked value is reported (engine caps.py)
+        def getitem(self, obj: Any, argument: Any) -> Any:
+            return _access(obj, argument, super().getitem(obj, argument))
+
+        def getattr(self, obj: Any, attribute: str) -> Any:
+            return _access(obj, attribute, super().getattr(obj, attribute))
+
+    def printed(value: Any) -> str:
+        touch(value)
+        return output_text(value)
+
     def raise_exception(message: str) -> None:
         raise TemplateError(f"Jinja Exception: {message}")
 
-    environment = Environment(
-        trim_blocks=True, lstrip_blocks=True, undefined=Undefined, finalize=output_text,
-        extensions=[jinja2.ext.loopcontrols, Generation],
+    environment = (Tracking if tracking else Environment)(
+        trim_blocks=True, lstrip_blocks=True, undefined=Undefined,
+        finalize=printed if tracking else output_text, extensions=[jinja2.ext.loopcontrols, Generation],
     )
     environment.filters["tojson"] = _tojson
     environment.filters["safe"] = _safe
@@ -162,7 +201,33 @@ def _environment(now: float) -> jinja2.Environment:
         environment.filters[name] = _listed(environment.filters[name])
     environment.globals["raise_exception"] = raise_exception
     environment.globals["strftime_now"] = functools.partial(format_time, now)
+    if tracking:
+        for name, filter_function in list(environment.filters.items()):
+            environment.filters[name] = _tracking(filter_function, name)
+        tests: dict[str, Any] = environment.tests  # typed by Jinja2 as its own functions' type
+        for name, test_function in list(tests.items()):
+            tests[name] = _tracking(test_function, f"test_is_{name}")
     return environment
+
+
+def template_caps(source: str, *, now: float | None = None) -> TemplateCaps:
+    """The template's capabilities, found as llama.cpp finds them: by running it on probe conversations
+    (constraintd.engine.chat.caps). A template that does not parse has llama.cpp's default capabilities.
+    """
+    import jinja2
+
+    try:
+        template = _environment(time.time() if now is None else now, tracking=True).from_string(source)
+    except jinja2.TemplateError:
+        return TemplateCaps()
+
+    def render(context: dict[str, Any]) -> tuple[bool, str]:
+        try:
+            return True, template.render(**context)
+        except Exception:  # a probe that fails is an answer, as in llama.cpp
+            return False, ""
+
+    return detect_caps(render)
 
 
 def render_template(source: str, context: Mapping[str, Any], *, now: float | None = None) -> str:
@@ -182,19 +247,27 @@ def render_template(source: str, context: Mapping[str, Any], *, now: float | Non
         raise TemplateError(f"the chat template does not render: {type(exc).__name__}: {exc}") from exc
 
 
+# llama.cpp finds a template's capabilities once, when it loads the template; here once per template text
+# (a few templates per process: one per model), since finding them renders the template eight times.
+_known_caps = functools.lru_cache(maxsize=16)(template_caps)
+
+
 def chat_text(
     model: TemplateModel, messages: Sequence[Message | ChatMessage], *, now: float | None = None,
     caps: TemplateCaps | None = None,
 ) -> str:
     """The prompt text llama-server renders for these messages, ready to tokenize.
 
+    `caps`: the template's capabilities, found in the template when not given (`template_caps`).
+
     Raises:
         TemplateError: the template does not render.
     """
     source = model.chat_template or CHATML_TEMPLATE
     now = time.time() if now is None else now
+    caps = _known_caps(source) if caps is None else caps
     chat = [m if isinstance(m, ChatMessage) else ChatMessage(m.role, m.content) for m in messages]
-    context = template_context(source, chat, caps=caps or TemplateCaps(), bos_token=model.bos_text,
+    context = template_context(source, chat, caps=caps, bos_token=model.bos_text,
                                eos_token=model.eos_text, now=now)
     text = finish_prompt(source, render_template(source, context, now=now))
     return cut_special(text, bos_token=model.bos_text, eos_token=model.eos_text,

@@ -4,7 +4,8 @@ The project renders a chat prompt as llama.cpp's chat layer does: `constraintd.e
 reads the OpenAI messages and tools and rewrites them for the template (`template_context`), and
 `sampler_worker.prompt.render_template` renders them in a Jinja2 environment made to behave as llama.cpp's
 Jinja engine; `finish_prompt` adds what a specialised format appends. The template's capabilities (which
-rewrites apply) are given here as llama.cpp detects them, read from the oracle's answer.
+rewrites apply) are the project's own, found as llama.cpp finds them (`sampler_worker.prompt.template_caps`
+over constraintd.engine.chat.caps); `llama_caps` reads llama.cpp's from the oracle, to compare them.
 
 Both sides render with the current time (llama.cpp reads the clock itself): a comparison that straddles
 midnight could see two dates.
@@ -25,7 +26,7 @@ from constraintd.engine.chat.template_inputs import (
     parse_tools,
     template_context,
 )
-from sampler_worker.prompt import TemplateError, render_template
+from sampler_worker.prompt import TemplateError, render_template, template_caps
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import BOS_TOKEN, CASES, EOS_TOKEN, MESSAGE_SETS, WEATHER_TOOL, ChatCase
 
@@ -38,9 +39,13 @@ class Rendered:
     error: str | None = None
 
 
-def project_prompt(source: str, case: ChatCase, caps: TemplateCaps, *, now: float | None = None) -> Rendered:
-    """The prompt the project's chat-template path renders for this case."""
+def project_prompt(
+    source: str, case: ChatCase, caps: TemplateCaps | None = None, *, now: float | None = None
+) -> Rendered:
+    """The prompt the project's chat-template path renders for this case (with the capabilities it finds
+    in the template, unless given)."""
     now = time.time() if now is None else now
+    caps = template_caps(source, now=now) if caps is None else caps
     try:
         context = template_context(
             source, parse_messages(MESSAGE_SETS[case.messages]), caps=caps,
@@ -91,7 +96,7 @@ def llama_caps(binary: Path, source: str) -> TemplateCaps:
 def compare_template(binary: Path, path: Path) -> list[PromptComparison]:
     """Every case of CASES on one template file."""
     source = path.read_text()
-    caps = llama_caps(binary, source)
+    caps = template_caps(source)
     comparisons = []
     for case in CASES:
         llama = _rendered(llama_answer(binary, source, case))

@@ -7,7 +7,16 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sampler_worker.prompt import CHATML_TEMPLATE, Message, TemplateError, chat_text, prompt_tokens
+from constraintd.engine.chat.template_inputs import TemplateCaps
+from sampler_worker.prompt import (
+    CHATML_TEMPLATE,
+    Message,
+    TemplateError,
+    chat_text,
+    prompt_tokens,
+    render_template,
+    template_caps,
+)
 
 
 @dataclass
@@ -76,3 +85,57 @@ def test_exactly_one_of_prompt_and_chat() -> None:
         prompt_tokens(FakeModel())
     with pytest.raises(ValueError, match="exactly one"):
         prompt_tokens(FakeModel(), prompt="a", chat="b")
+
+
+# llama.cpp's Jinja where it differs from Jinja2's defaults (each rendered by llama.cpp itself, through the
+# chat oracle, on the reference's templates in tests/engine/chat/test_chat_oracle.py).
+RENDERED_AS_LLAMA_CPP = [
+    ("{{ x|tojson }}", {"x": {"b": 1, "a": "<'é'>"}}, '{"b": 1, "a": "<\'é\'>"}'),
+    ("{{ x|tojson(ensure_ascii=true) }}", {"x": "é"}, '"\\u00e9"'),
+    ("{{ x|tojson(indent=2) }}", {"x": [1]}, "[\n  1\n]"),
+    ("{{ '<a>'|safe + x|tojson }}", {"x": "'"}, "<a>\"'\""),
+    ("{% for i in [1, 2, 3] %}{% if i == 2 %}{% break %}{% endif %}{{ i }}{% endfor %}", {}, "1"),
+    ("{% generation %}a{% endgeneration %}b", {}, "ab"),
+    ("{{ none }}|{{ {'a': 1} }}|{{ [1, 'b'] }}|{{ 2.50 }}", {}, "||1b|2.5"),
+    ("{{ 'a' + none }}{{ 'b' + missing }}", {}, "ab"),
+    ("{{ xs|map(attribute='n')|list|tojson }}{{ (xs|map(attribute='n'))[1] }}", {"xs": [{"n": 1}, {"n": 2}]},
+     "[1, 2]2"),
+    ("{% set l = [] %}{{ l.append(2) or '' }}{{ l|tojson }}", {}, "[2]"),
+]
+
+
+@pytest.mark.parametrize(("source", "context", "text"), RENDERED_AS_LLAMA_CPP,
+                         ids=[f"case{i}" for i in range(len(RENDERED_AS_LLAMA_CPP))])
+def test_rendered_as_llama_cpps_jinja(source: str, context: dict[str, object], text: str) -> None:
+    assert render_template(source, context) == text
+
+
+def test_strftime_now_and_raise_exception() -> None:
+    assert render_template("{{ strftime_now('%Y') }}", {}, now=0.0) in ("1970", "1969")
+    with pytest.raises(TemplateError, match=r"^Jinja Exception: no$"):
+        render_template("{{ raise_exception('no') }}", {})
+
+
+def test_template_caps() -> None:
+    plain = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    assert template_caps(plain) == TemplateCaps(
+        supports_tools=False, supports_tool_calls=False, supports_parallel_tool_calls=False)
+    no_system = ("{% if messages[0].role == 'system' %}{{ raise_exception('no system') }}{% endif %}"
+                 "{% for m in messages %}{{ m.content }}{% endfor %}")
+    assert not template_caps(no_system).supports_system_role
+    tools = ("{% for t in tools %}{{ t.function.name }}{% endfor %}{% for m in messages %}{{ m.content }}"
+             "{% for c in m.tool_calls or [] %}{{ c.function.arguments|tojson }}{% endfor %}{% endfor %}")
+    caps = template_caps(tools)
+    assert caps.supports_tools and caps.supports_tool_calls and caps.supports_object_arguments
+    typed = ("{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}"
+             "{% for p in m.content %}{{ p.text }}{% endfor %}{% endif %}{% endfor %}")
+    assert template_caps(typed).supports_typed_content
+    assert template_caps("{% for %}") == TemplateCaps()
+
+
+def test_chat_text_folds_the_system_message_where_the_template_has_no_system_role() -> None:
+    template = ("{% if messages[0].role == 'system' %}{{ raise_exception('no system') }}{% endif %}"
+                "{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}")
+    messages = [Message("system", "S"), Message("user", "U")]
+    model = FakeModel(chat_template=template)
+    assert chat_text(model, messages, caps=template_caps(template)) == "[user:S\nU]"

@@ -2,6 +2,7 @@
 
 Issue 18 ports llama.cpp's chat layer. Its prompt: the project's path (the message rewrites and template
 variables of constraintd.engine.chat.template_inputs, rendered by sampler_worker.prompt.render_template)
+with the capabilities it finds in the template (checked against llama.cpp's own on every template)
 renders every template of the reference (models/templates/, 70 of them) on the cases of
 tests/chat_oracle/cases.py, and the prompt is compared byte for byte with llama.cpp's. Every case is
 identical except those listed with their reason, so a case that stops being identical fails the test, and so
@@ -17,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from sampler_worker.prompt import template_caps
 from tests.chat_oracle.build import harness_binary, run_harness
 from tests.chat_oracle.cases import CASES, WEATHER_TOOL, ChatCase, template_paths
-from tests.chat_oracle.compare import PromptComparison, compare_template
+from tests.chat_oracle.compare import PromptComparison, compare_template, llama_caps
 from tests.conftest import OracleReport
 
 TEMPLATES = template_paths()
@@ -106,6 +108,16 @@ def test_prompt_is_llama_cpps(path: Path, chat_oracle: Path, oracle_report: Orac
         if c.case in expected:
             assert not c.identical
             assert c.same_refusal == (expected[c.case] == SAME_REFUSAL), _describe([c])
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
+def test_caps_are_llama_cpps(path: Path, chat_oracle: Path, oracle_report: OracleReport) -> None:
+    """The capabilities the project finds in a template are those llama.cpp finds (jinja::caps)."""
+    source = path.read_text()
+    ours, llama = template_caps(source), llama_caps(chat_oracle, source)
+    oracle_report.add("chat template capabilities", "every template", identical=int(ours == llama), total=1)
+    assert ours == llama
 
 
 def _describe(comparisons: list[PromptComparison]) -> str:
