@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from constraintd.engine.schema import extended, property_order
@@ -92,6 +92,7 @@ _FORMAT_RULE_NAMES: Final = {
     StringFormat.TIME: "time-string",
     StringFormat.DATE_TIME: "date-time-string",
 }
+_NOT_OBJECTS: Final = ("array", "string", "number", "boolean", "null")
 _BAD_UTF8: Final = (
     "the grammar llama.cpp makes of this pattern is not valid UTF-8 (a quantifier after a non-ASCII "
     "character repeats only its last byte)"
@@ -359,7 +360,38 @@ class _Converter:
         finally:
             self.limit.leave()
 
+    def visit_ref(self, node: RefNode, name: str, rule_name: str) -> str:
+        if self.extended and self.schema_of(node).get("type") == "object":
+            typed = self.typed_target(node)
+            if typed is not None:
+                return self.add_rule(rule_name, self.visit(typed, f"{name or 'root'}-object"))
+        return self.add_rule(rule_name, self.resolve_ref(node))
+
+    def visit_any_of(self, node: AnyOfNode, name: str, rule_name: str) -> str:
+        # the extended dialect: beside `"type": "object"`, a $ref to an object without `type` is an object
+        typed = self.extended and self.schema_of(node).get("type") == "object"
+        alternatives = []
+        for i, alt in enumerate(node.children):
+            alt_name = name + ("-" if name else "alternative-") + str(i)
+            target = self.typed_target(alt) if typed and isinstance(alt, RefNode) else None
+            alternatives.append(self.visit(alt if target is None else target, alt_name))
+        return self.add_rule(rule_name, " | ".join(alternatives))
+
+    def typed_target(self, node: RefNode) -> ObjectNode | None:
+        """The object-only reading of the $ref's target where it is an object without `type`."""
+        seen: set[str] = set()
+        target: SchemaNode | None = node
+        while isinstance(target, RefNode) and target.ref not in seen:
+            seen.add(target.ref)
+            target = self.document.refs.get(target.ref)
+        return replace(target, untyped=False) if isinstance(target, ObjectNode) and target.untyped else None
+
     def visit_object(self, node: ObjectNode, name: str, rule_name: str) -> str:
+        if node.untyped and self.extended:
+            # a schema without `type` speaks of objects only: every other value is valid too
+            objects = self.visit_object(replace(node, untyped=False), name, f"{name or 'root'}-object")
+            others = [self.add_primitive(kind, PRIMITIVE_RULES[kind]) for kind in _NOT_OBJECTS]
+            return self.add_rule(rule_name, " | ".join([objects, *others]))
         # the extended dialect: a required name the properties do not declare is a required property, of
         # the other keys' schema (any value where llama.cpp closes the object). Not in an allOf's merge,
         # which reads its parts' properties alone (the report says so).
@@ -459,10 +491,8 @@ class _Converter:
 # node kind -> visitor (the node argument is of the key's type)
 _Visitor = Callable[[_Converter, Any, str, str], str]
 _VISITORS: Final[dict[type, _Visitor]] = {
-    RefNode: lambda c, node, name, rule_name: c.add_rule(rule_name, c.resolve_ref(node)),
-    AnyOfNode: lambda c, node, name, rule_name: c.add_rule(rule_name, " | ".join(
-        c.visit(alt, name + ("-" if name else "alternative-") + str(i)) for i, alt in enumerate(node.children)
-    )),
+    RefNode: _Converter.visit_ref,
+    AnyOfNode: _Converter.visit_any_of,
     AllOfNode: _Converter.visit_all_of,
     ConstNode: lambda c, node, name, rule_name: c.add_rule(rule_name, c.constant_rule(node.value)),
     EnumNode: lambda c, node, name, rule_name: c.add_rule(

@@ -224,6 +224,10 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
                 "escapes), each character in its JSON spelling (a quote, backslash or control character "
                 "escaped); lookarounds, backreferences, word boundaries, `\\p{...}` and anchors inside stay "
                 "reported"),
+    "type": ("absent beside object keywords (`properties`, `additionalProperties`): objects as those say, "
+             "and every value that is no object (llama.cpp takes objects only), but in a oneOf of two or "
+             "more such alternatives and objects (where no other value is valid: it matches two), and beside "
+             "`\"type\": \"object\"` on the oneOf/anyOf or a `$ref` to such an object, objects only"),
     "minLength": _LENGTH,
     "maxLength": _LENGTH,
     "required": ("a name the properties do not declare is a required property of the other keys' schema (any "

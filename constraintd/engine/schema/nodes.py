@@ -162,6 +162,9 @@ class ObjectNode:
     additional: SchemaNode | None  # None when additional properties are not allowed
     # patternProperties' schemas (pattern, node), built for the extended dialect only (llama.cpp skips them)
     patterns: tuple[tuple[str, SchemaNode], ...] = ()
+    # the extended dialect's reading of a schema without `type` (`{"properties": ...}`): its keywords speak
+    # of objects only, so every value that is no object is valid too (llama.cpp reads it as an object)
+    untyped: bool = False
 
 
 SchemaNode: TypeAlias = (
@@ -245,6 +248,8 @@ class _Builder:
         # (pointer, schema, type list) in the order the objects are entered, the node once built
         self.entered: list[tuple[str, dict[str, JsonValue], tuple[JsonValue, ...] | None]] = []
         self.built: list[SchemaNode | None] = []
+        # the extended reading: objects without `type` read as objects only (`_objects_only`)
+        self.typed_objects: set[str] = set()
 
     @staticmethod
     def fail(path: str, message: str, pointer: str) -> SchemaError:
@@ -317,7 +322,8 @@ class _Builder:
                              schema: dict[str, JsonValue], key: str, path: str, pointer: str) -> SchemaNode:
         return kind(pointer, self.alternatives(schema[key], f"{path}/{key}", f"{pointer}/{key}"))
 
-    def object(self, schema: dict[str, JsonValue], path: str, pointer: str) -> SchemaNode:
+    def object(self, schema: dict[str, JsonValue], path: str, pointer: str, *, untyped: bool = False,
+               ) -> SchemaNode:
         listed = schema.get("required")
         required = {name for name in listed if isinstance(name, str)} if isinstance(listed, list) else set()
         properties: list[Property] = []
@@ -342,7 +348,7 @@ class _Builder:
         elif "properties" not in schema:
             additional = AnyNode(pointer)  # {"type": "object"} on its own accepts any object
         patterns = self.pattern_nodes(schema, path, pointer) if self.patterns else ()
-        return ObjectNode(pointer, tuple(properties), additional, patterns)
+        return ObjectNode(pointer, tuple(properties), additional, patterns, untyped and self.patterns)
 
     def pattern_nodes(self, schema: dict[str, JsonValue], path: str, pointer: str,
                       ) -> tuple[tuple[str, SchemaNode], ...]:
@@ -424,8 +430,10 @@ class _Builder:
         if "$ref" in schema:
             return self.ref(schema["$ref"], path, pointer)
         if "oneOf" in schema or "anyOf" in schema:
-            return self.keyword_alternatives(AnyOfNode, schema, "oneOf" if "oneOf" in schema else "anyOf",
-                                             path, pointer)
+            key = "oneOf" if "oneOf" in schema else "anyOf"
+            if self.patterns:
+                self.typed_objects.update(_objects_only(schema, key, pointer))
+            return self.keyword_alternatives(AnyOfNode, schema, key, path, pointer)
         kind = schema.get("type")
         if isinstance(kind, list):
             # {"type": ["a", "b"], ...} is {"anyOf": [{"type": "a", ...}, {"type": "b", ...}]}
@@ -443,12 +451,10 @@ class _Builder:
             return EnumNode(pointer, tuple(values))
         if kind is not None and not isinstance(kind, str):
             raise self.fail(path, "type must be a string or an array of strings", pointer)
-        has_properties = "properties" in schema or (
-            "additionalProperties" in schema and schema["additionalProperties"] is not True
-        )
+        has_properties = _has_properties(schema)
         if not kind:  # absent, null or "": the structural keywords decide, in the converter's order
             if has_properties:
-                return self.object(schema, path, pointer)
+                return self.object(schema, path, pointer, untyped=pointer not in self.typed_objects)
             if "allOf" in schema:
                 return self.keyword_alternatives(AllOfNode, schema, "allOf", path, pointer)
             if "items" in schema or "prefixItems" in schema:
@@ -466,6 +472,35 @@ class _Builder:
         return build(self, schema, path, pointer)
 
 
+def _has_properties(schema: Mapping[str, JsonValue]) -> bool:
+    return "properties" in schema or (
+        "additionalProperties" in schema and schema["additionalProperties"] is not True
+    )
+
+
+def _untyped_object(schema: JsonValue) -> bool:
+    # what the builder reads as an object though the schema has no `type`
+    return (isinstance(schema, dict) and not schema.get("type") and _has_properties(schema)
+            and not any(key in schema for key in ("$ref", "oneOf", "anyOf", "const", "enum")))
+
+
+def _objects_only(schema: Mapping[str, JsonValue], key: str, pointer: str) -> list[str]:
+    """The pointers of the alternatives of `schema[key]` that are objects without `type` and still take
+    objects only, in the extended reading: beside `"type": "object"`, or in a oneOf where at least two of
+    them take every value that is no object (which is then valid for none: it matches two alternatives),
+    and every other alternative is an object."""
+    alternatives = schema.get(key)
+    if not isinstance(alternatives, list):
+        return []
+    untyped = [i for i, alt in enumerate(alternatives) if _untyped_object(alt)]
+    objects = all(i in untyped or (isinstance(alt, dict) and alt.get("type") == "object"
+                                   and not any(k in alt for k in ("$ref", "oneOf", "anyOf")))
+                  for i, alt in enumerate(alternatives))
+    if schema.get("type") == "object" or (key == "oneOf" and len(untyped) >= 2 and objects):
+        return [f"{pointer}/{key}/{i}" for i in untyped]
+    return []
+
+
 _TYPED: Final[dict[str, Callable[[_Builder, dict[str, JsonValue], str, str], SchemaNode]]] = {
     "object": _Builder.object,
     "string": _Builder.string,
@@ -479,7 +514,8 @@ _TYPED: Final[dict[str, Callable[[_Builder, dict[str, JsonValue], str, str], Sch
 
 def schema_from_json(value: JsonValue, limit: WorkLimit, *, patterns: bool = False) -> SchemaDocument:
     """Build the schema tree of a parsed JSON schema, as `common_chat_schema_from_json` does; with
-    `patterns`, the schemas of patternProperties too (the extended dialect's reading).
+    `patterns`, the extended dialect's reading: the schemas of patternProperties too, and an object without
+    `type` marked `untyped`.
 
     Raises:
         SchemaError: the schema falls outside what llama.cpp converts (its message), or exceeds `limit`.

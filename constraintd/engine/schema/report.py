@@ -290,7 +290,8 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
         yield "minProperties", ""
     if "maxProperties" in schema and not (closed and is_integer(high) and high >= len(declared)):  # type: ignore[operator]
         yield "maxProperties", ""
-    yield from _beside(schema, frozenset({"object"}), _OBJECT_READS, "")
+    # an object without `type` (the extended dialect's reading) also takes every value that is no object
+    yield from _beside(schema, EVERY_TYPE if node.untyped else frozenset({"object"}), _OBJECT_READS, "")
 
 
 def _order_reason(count: int) -> str:
@@ -404,7 +405,7 @@ def _may_overlap(reader: TreeReader, children: Sequence[SchemaNode]) -> bool:
     if all(values is not None for values in listed):  # consts and enums
         return _repeats(listed)  # type: ignore[arg-type]
     targets = [reader.target(child) for child in children]
-    objects = [target for target in targets if isinstance(target, ObjectNode)]
+    objects = [target for target in targets if isinstance(target, ObjectNode) and not target.untyped]
     if len(objects) == len(children):  # a tagged union: a required property whose values tell them apart
         for prop in objects[0].properties:
             tags = [_tag(reader, target, prop.name) for target in objects]

@@ -135,10 +135,14 @@ class TreeReader:
 
     def _local(self, node: SchemaNode) -> tuple[frozenset[str], set[str]]:
         """The types of `node` short of its $refs, and those $refs' texts (targets read once, kept)."""
+        if isinstance(node, ObjectNode) and node.untyped:
+            return EVERY_TYPE, set()  # the extended dialect's object without `type`: every value
         fixed = _FIXED_TYPES.get(type(node))
         if fixed is not None:
             return fixed, set()
         if isinstance(node, RefNode):
+            if self.typed_ref(node):
+                return frozenset({"object"}), set()
             return frozenset(), {node.ref}
         if isinstance(node, ConstNode):
             return frozenset({json_type(node.value)}), set()
@@ -150,7 +154,11 @@ class TreeReader:
                 return known[1], set(known[2])
             types: frozenset[str] = frozenset()
             refs: set[str] = set()
+            typed = self.schemas.get(node.pointer, {}).get("type") == "object"
             for child in node.children:
+                if typed and isinstance(child, RefNode) and self.untyped_target(child):
+                    types |= {"object"}  # the extended dialect's object-only reading beside the type
+                    continue
                 child_types, child_refs = self._local(child)
                 types |= child_types
                 refs |= child_refs
@@ -159,6 +167,16 @@ class TreeReader:
         assert isinstance(node, AllOfNode)
         common = self.all_of_values(node)
         return (frozenset(map(json_type, common)) if common else frozenset({"object"})), set()
+
+    def untyped_target(self, node: RefNode) -> bool:
+        """The $ref's target is an object without `type` (the extended dialect's reading)."""
+        target = self.target(node)
+        return isinstance(target, ObjectNode) and target.untyped
+
+    def typed_ref(self, node: RefNode) -> bool:
+        """A $ref beside `"type": "object"` to an object without `type`: the extended dialect writes the
+        object alone."""
+        return self.schemas.get(node.pointer, {}).get("type") == "object" and self.untyped_target(node)
 
     def schema_types(self, node: SchemaNode, seen: frozenset[str] = frozenset()) -> frozenset[str]:
         """The JSON types the schema of `node` may validate (not the grammar's: `{"minLength": 3}` validates
@@ -229,6 +247,8 @@ class TreeReader:
         target_a, target_b = self.target(a), self.target(b)
         if not (isinstance(target_a, ObjectNode) and isinstance(target_b, ObjectNode)):
             return False
+        if target_a.untyped or target_b.untyped:
+            return False  # both take every value that is no object
         if self.excludes(target_a, target_b) or self.excludes(target_b, target_a):
             return True
         required_b = {prop.name: prop.schema for prop in target_b.properties if prop.required}
