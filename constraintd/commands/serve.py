@@ -131,6 +131,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds between GIL hand-overs (sys.setswitchinterval); shorter keeps answers quick while "
         "workers compile (default %(default)s)",
     )
+    parser.add_argument(
+        "--settle-interval",
+        type=float,
+        default=ServerConfig().settle_interval,
+        help="seconds between looks at the server's resident size, after which memory a burst of work "
+        "freed is given back to the system (a full garbage collection and malloc_trim); 0: never "
+        "(default %(default)s)",
+    )
     parser.add_argument("--log-format", choices=[f.value for f in LogFormat], default=LogFormat.JSON.value)
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     limits = parser.add_argument_group("limits")
@@ -193,6 +201,7 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
         shutdown_grace=args.grace,
         use_uvloop=not args.no_uvloop,
         switch_interval=args.switch_interval,
+        settle_interval=args.settle_interval,
         log_format=LogFormat(args.log_format),
         limits=limits,
     )

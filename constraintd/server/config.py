@@ -61,6 +61,8 @@ class ServerConfig:
         mask_workers: threads that compute whole-vocabulary masks off the event loop.
         shutdown_grace: seconds in-flight calls get to finish after a shutdown begins.
         reclaim_interval: seconds between sweeps of idle sessions.
+        settle_interval: seconds between readings of the server's resident size, after which memory a
+            burst freed is given back (memory.py); 0 never gives it back.
         use_uvloop: run on uvloop when it is installed.
         switch_interval: seconds a thread holding the GIL runs before a waiting one may take it (Python's
             `sys.setswitchinterval`, 0.005 by default); shorter lets the event loop answer sooner while
@@ -83,6 +85,7 @@ class ServerConfig:
     mask_workers: int = 2
     shutdown_grace: float = 10.0
     reclaim_interval: float = 30.0
+    settle_interval: float = 1.0
     use_uvloop: bool = True
     switch_interval: float | None = 0.0002
     log_format: LogFormat = LogFormat.JSON

@@ -34,6 +34,7 @@ from grpc_reflection.v1alpha import reflection
 from constraintd.errors import UnavailableError
 from constraintd.server.config import ServerConfig
 from constraintd.server.health import SERVICE_NAME, Health
+from constraintd.server.memory import MemorySettler, fix_mmap_threshold
 from constraintd.server.metrics import Metrics, MetricsServer
 from constraintd.server.processes import ProcessPool
 from constraintd.server.security import BearerTokenInterceptor, server_credentials
@@ -115,6 +116,7 @@ class Service:
         self._workers: list[WorkerPool] = []
         self._metrics_server: MetricsServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._settler: asyncio.Task[None] | None = None
 
     async def startup(self) -> None:
         """Binds, starts serving, reports SERVING.
@@ -162,6 +164,9 @@ class Service:
             self._metrics_server = MetricsServer(self.metrics)
             self.metrics_port = await self._metrics_server.start(host.strip("[]") or "127.0.0.1", int(port))
         self._sweeper = asyncio.create_task(self._sweep(), name="constraintd-sweep")
+        if config.settle_interval > 0:
+            settler = MemorySettler(interval=config.settle_interval)
+            self._settler = asyncio.create_task(settler.run(), name="constraintd-settle")
         await self.health.serving()
         self.state = ServiceState.SERVING
         log.info(
@@ -196,10 +201,11 @@ class Service:
         self.store.stop_opening()
         if self._server is not None:
             await self._server.stop(self.config.shutdown_grace)
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        for task in (self._sweeper, self._settler):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for pool in self._workers:
             pool.shutdown()
         if self.compile_processes is not None:
@@ -328,6 +334,8 @@ def run(config: ServerConfig) -> int:
     """
     if config.switch_interval is not None:
         sys.setswitchinterval(config.switch_interval)
+    if config.settle_interval > 0:
+        fix_mmap_threshold()
     gc.collect()  # what is garbage now is not frozen with the rest
     gc.freeze()
     with asyncio.Runner(loop_factory=loop_factory(config.use_uvloop)) as runner:
