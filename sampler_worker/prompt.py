@@ -14,9 +14,9 @@
 #   {% generation %} renders its body; `tojson` keeps key order, writes ", " and ": " and no HTML escapes,
 #   and takes ensure_ascii / indent / separators; `{{ x }}` prints nothing for none, undefined and
 #   mappings; `+` joins a string to none or undefined as to ""; map / select / reject / selectattr /
-#   rejectattr / unique give lists; lists are mutable (append, pop); `safe` is the string itself, not
-#   Markup; `strftime_now` formats the request's time; `raise_exception(message)` fails the render with
-#   "Jinja Exception: message".
+#   rejectattr / unique give lists; lists are mutable (append, pop); `safe` and `string` give text,
+#   never Markup, and write lists and mappings as llama.cpp does; `strftime_now` formats the request's
+#   time; `raise_exception(message)` fails the render with "Jinja Exception: message".
 # - The template's capabilities (which of llama.cpp's rewrites apply) are found as llama.cpp finds them,
 #   by running the template on probe conversations (`template_caps`, constraintd.engine.chat.caps).
 # - Not done: images, reasoning formats, and prefilling the grammar with the template's generation prompt.
@@ -37,6 +37,7 @@ from constraintd.engine.chat.template_inputs import (
     finish_prompt,
     format_time,
     llama_json,
+    llama_string,
     output_text,
     template_context,
 )
@@ -96,10 +97,10 @@ def _tojson(value: Any, ensure_ascii: Any = False, indent: Any = None, separator
                       ensure_ascii=bool(ensure_ascii))
 
 
-def _safe(value: Any) -> str:
-    # llama.cpp has no markup: `safe` is the string itself (JSON for other values), never Markup, which
-    # would HTML-escape what is joined to it
-    return value if isinstance(value, str) else _tojson(value)
+def _string(value: Any) -> str:
+    # llama.cpp has no markup: `string` and `safe` give text, never Markup (which would HTML-escape what is
+    # joined to it), and a list or mapping is written in llama.cpp's own way (no \x escapes)
+    return llama_string(_plain(value))
 
 
 def _plain(value: Any) -> Any:
@@ -196,7 +197,7 @@ def _environment(now: float, *, tracking: bool = False) -> jinja2.Environment:
         finalize=printed if tracking else output_text, extensions=[jinja2.ext.loopcontrols, Generation],
     )
     environment.filters["tojson"] = _tojson
-    environment.filters["safe"] = _safe
+    environment.filters["safe"] = environment.filters["string"] = _string
     for name in LIST_FILTERS:
         environment.filters[name] = _listed(environment.filters[name])
     environment.globals["raise_exception"] = raise_exception

@@ -7,6 +7,14 @@ from the models' tokenizer configs). The conversations are OpenAI chat messages,
 - `tool_result`: a user message, an assistant turn that calls a tool (content null) and the tool's result;
   only ever sent with tools. The call id is nine alphanumerics, as Mistral's templates require.
 Each is rendered with and without a tool definition (`get_weather`), and with `add_generation_prompt`.
+Then the cases of llama.cpp's message rewrites and variables, one each:
+- `parts`: the user's content as two text parts; `developer`: a developer message first; `user`: one user
+  message alone;
+- `reasoning`: an earlier assistant answer with its reasoning_content, with thinking on and off;
+- `answered`: a conversation that ends with the assistant's answer, without add_generation_prompt;
+- `parallel_calls`: two calls in one assistant turn (one with its arguments as a JSON object), two results,
+  with two tools (the second with non-ASCII text and a nested schema);
+- `unicode`: non-ASCII, quotes and markup in the user's text, with the second tool.
 """
 
 from __future__ import annotations
@@ -51,32 +59,91 @@ WEATHER_TOOL = {
     },
 }
 
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Cherche sur le web — « vite ».",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "filters": {"type": "object", "properties": {
+                    "site": {"type": "string"}, "max": {"type": "integer", "minimum": 1}}},
+            },
+            "required": ["query"],
+        },
+    },
+}
+PARTS = {"role": "user", "content": [{"type": "text", "text": "What is"},
+                                     {"type": "text", "text": "the capital of France?"}]}
+REASONED = {"role": "assistant", "content": "Paris.", "reasoning_content": "The user asks about France."}
+DEVELOPER = {"role": "developer", "content": "Answer in one word."}
+PARALLEL_CALLS = {
+    "role": "assistant",
+    "content": "Let me check both.",
+    "tool_calls": [
+        {"id": "call00001", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+        {"id": "call00002", "type": "function",
+         "function": {"name": "get_weather", "arguments": {"city": "Berlin"}}},
+    ],
+}
+RESULTS = [
+    {"role": "tool", "tool_call_id": "call00001", "content": '{"temperature": 18}'},
+    {"role": "tool", "tool_call_id": "call00002", "content": "sunny, 21 °C"},
+]
+UNICODE = {"role": "user", "content": 'Ça va ? 日本語 😀 "quoted" <b>bold</b> \\ back'}
+
 MESSAGE_SETS: dict[str, list[dict[str, Any]]] = {
     "system+user": [SYSTEM, USER],
     "conversation": [SYSTEM, USER, ASSISTANT, USER_AGAIN],
     "tool_result": [SYSTEM, USER_WEATHER, TOOL_CALL, TOOL_RESULT],
+    "parts": [SYSTEM, PARTS],
+    "developer": [DEVELOPER, USER],
+    "user": [USER],
+    "reasoning": [SYSTEM, USER, REASONED, USER_AGAIN],
+    "answered": [SYSTEM, USER, ASSISTANT],
+    "parallel_calls": [SYSTEM, USER_WEATHER, PARALLEL_CALLS, *RESULTS,
+                       {"role": "assistant", "content": "18 and 21."}, USER_AGAIN],
+    "unicode": [SYSTEM, UNICODE],
+}
+# The tools a message set is sent with, when its case has tools (the weather tool unless said here).
+TOOL_SETS: dict[str, list[dict[str, Any]]] = {
+    "parallel_calls": [WEATHER_TOOL, SEARCH_TOOL],
+    "unicode": [SEARCH_TOOL],
 }
 
 
 @dataclass(frozen=True, slots=True)
 class ChatCase:
-    """One request: a message set, with or without the tool."""
+    """One request: a message set, with or without its tools, thinking on or off, with or without the
+    generation prompt."""
 
     messages: str  # a key of MESSAGE_SETS
     tools: bool
+    thinking: bool = True
+    generation_prompt: bool = True
 
     @property
     def name(self) -> str:
-        return f"{self.messages}{' +tools' if self.tools else ''}"
+        return (f"{self.messages}{' +tools' if self.tools else ''}{' -thinking' if not self.thinking else ''}"
+                f"{' -generation_prompt' if not self.generation_prompt else ''}")
+
+    @property
+    def tool_list(self) -> list[dict[str, Any]] | None:
+        """The tools sent, or None."""
+        return TOOL_SETS.get(self.messages, [WEATHER_TOOL]) if self.tools else None
 
     def request(self, template: str, **extra: Any) -> dict[str, Any]:
         """The oracle request (tests/chat_oracle/harness.cpp) for this case on one template source."""
         request: dict[str, Any] = {
             "template": template, "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN,
-            "messages": MESSAGE_SETS[self.messages], "add_generation_prompt": True,
+            "messages": MESSAGE_SETS[self.messages], "add_generation_prompt": self.generation_prompt,
+            "enable_thinking": self.thinking,
         }
         if self.tools:
-            request["tools"] = [WEATHER_TOOL]
+            request["tools"] = self.tool_list
         request.update(extra)
         return request
 
@@ -87,6 +154,14 @@ CASES = (
     ChatCase("system+user", tools=True),
     ChatCase("conversation", tools=True),
     ChatCase("tool_result", tools=True),
+    ChatCase("parts", tools=False),
+    ChatCase("developer", tools=False),
+    ChatCase("user", tools=False),
+    ChatCase("reasoning", tools=False),
+    ChatCase("reasoning", tools=False, thinking=False),
+    ChatCase("answered", tools=False, generation_prompt=False),
+    ChatCase("parallel_calls", tools=True),
+    ChatCase("unicode", tools=True),
 )
 
 

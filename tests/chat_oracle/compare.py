@@ -28,7 +28,7 @@ from constraintd.engine.chat.template_inputs import (
 )
 from sampler_worker.prompt import TemplateError, render_template, template_caps
 from tests.chat_oracle.build import run_harness
-from tests.chat_oracle.cases import BOS_TOKEN, CASES, EOS_TOKEN, MESSAGE_SETS, WEATHER_TOOL, ChatCase
+from tests.chat_oracle.cases import BOS_TOKEN, CASES, EOS_TOKEN, MESSAGE_SETS, ChatCase
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +48,11 @@ def project_prompt(
     caps = template_caps(source, now=now) if caps is None else caps
     try:
         context = template_context(
-            source, parse_messages(MESSAGE_SETS[case.messages]), caps=caps,
-            tools=parse_tools([WEATHER_TOOL] if case.tools else None), bos_token=BOS_TOKEN,
-            eos_token=EOS_TOKEN, now=now)
-        return Rendered(finish_prompt(source, render_template(source, context, now=now)))
+            source, parse_messages(MESSAGE_SETS[case.messages]), caps=caps, tools=parse_tools(case.tool_list),
+            bos_token=BOS_TOKEN, eos_token=EOS_TOKEN, now=now, enable_thinking=case.thinking,
+            add_generation_prompt=case.generation_prompt)
+        prompt = render_template(source, context, now=now)
+        return Rendered(finish_prompt(source, prompt, add_generation_prompt=case.generation_prompt))
     except (TemplateError, ChatRequestError) as exc:
         return Rendered(None, str(exc))
 

@@ -139,3 +139,7 @@ def test_chat_text_folds_the_system_message_where_the_template_has_no_system_rol
     messages = [Message("system", "S"), Message("user", "U")]
     model = FakeModel(chat_template=template)
     assert chat_text(model, messages, caps=template_caps(template)) == "[user:S\nU]"
+
+
+def test_string_filter_writes_as_llama_cpp() -> None:
+    assert render_template("{{ x|string }}", {"x": {"d": "é\xa0"}}) == "{'d': 'é\xa0'}"

@@ -24,8 +24,9 @@
 # - `cut_special` cuts a leading BOS text and a trailing EOS text as llama.cpp does when the tokenizer adds
 #   them itself.
 # - `llama_json` writes a value as llama.cpp's Jinja `tojson` does (keys in their order, ", " and ": "
-#   unless told otherwise, non-ASCII kept unless ensure_ascii), and `output_text` as its output statement
-#   prints one (none and mappings print nothing, a list prints its items).
+#   unless told otherwise, non-ASCII kept unless ensure_ascii), `llama_string` as its `string` filter does
+#   (lists and mappings in Python's shape, their strings not escaped), and `output_text` as its output
+#   statement prints one (none and mappings print nothing, a list prints its items).
 # Nothing here renders a template: the renderer is the caller's (sampler_worker.prompt), and this module is
 # what makes its input and its JSON llama.cpp's.
 from __future__ import annotations
@@ -51,6 +52,8 @@ __all__ = [
     "finish_prompt",
     "format_time",
     "llama_json",
+    "llama_repr",
+    "llama_string",
     "output_text",
     "parse_messages",
     "parse_tools",
@@ -389,9 +392,14 @@ def _gemma4_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def finish_prompt(source: str, prompt: str, *, add_generation_prompt: bool = True) -> str:
     """The rendered prompt as llama.cpp's specialised formats finish it: Gemma 4's model turn opened where
-    the template closed a turn after a tool call without opening the next."""
+    the template closed a turn after a tool call without opening the next; gpt-oss's last `<|return|>`
+    written `<|end|>` when no generation prompt follows (llama.cpp issue 15417)."""
     if "'<|tool_call>call:'" in source and add_generation_prompt and prompt.endswith("<turn|>\n"):
         return prompt + "<|turn>model\n"
+    if "<|channel|>" in source and not add_generation_prompt:
+        at = prompt.rfind("<|return|>")
+        if at >= 0:
+            return prompt[:at] + "<|end|>" + prompt[at + len("<|return|>"):]
     return prompt
 
 
@@ -539,6 +547,39 @@ def _float_text(value: float) -> str:
     # std::to_string (six decimals), trailing zeros cut, one kept after the point
     text = f"{value:f}".rstrip("0")
     return text + "0" if text.endswith(".") else text
+
+
+def llama_repr(value: Any) -> str:
+    """A value as llama.cpp's Jinja writes it inside a list or mapping's text: a string quoted with ' (as
+    JSON where it holds a '), True / False / None, lists and mappings in Python's shape."""
+    if isinstance(value, str):
+        return _string(value, False) if "'" in value else f"'{value}'"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{llama_repr(key)}: {llama_repr(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(llama_repr(item) for item in value) + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, list):
+        return "[" + ", ".join(llama_repr(item) for item in value) + "]"
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, float):
+        return _float_text(value)
+    return str(value) if isinstance(value, int) else "Undefined"
+
+
+def llama_string(value: Any) -> str:
+    """`value|string` in llama.cpp's Jinja: a number as JSON, a list or mapping as `llama_repr`."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, (int, float)):
+        return llama_json(value)
+    return llama_repr(value)
 
 
 def output_text(value: Any) -> str:

@@ -17,6 +17,7 @@ from constraintd.engine.chat.template_inputs import (
     cut_special,
     finish_prompt,
     llama_json,
+    llama_string,
     output_text,
     parse_messages,
     parse_tools,
@@ -139,3 +140,9 @@ def test_cut_special() -> None:
     tokens = {"bos_token": "<s>", "eos_token": "</s>"}
     assert cut_special("<s>x</s>", **tokens, add_bos=True, add_eos=True) == "x"
     assert cut_special("<s>x</s>", **tokens, add_bos=False, add_eos=False) == "<s>x</s>"
+
+
+def test_llama_string() -> None:
+    value = {"a": "it's", "b": ["x\xa0y", 1, 2.5, None, True]}
+    assert llama_string(value) == """{'a': "it's", 'b': ['x\xa0y', 1, 2.5, None, True]}"""
+    assert [llama_string(v) for v in (None, True, 3, 2.5, "s")] == ["None", "True", "3", "2.5", "s"]
