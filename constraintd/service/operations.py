@@ -59,9 +59,9 @@ INLINE_COST = 256.0
 # Allows checks between two looks at the clock (a check is microseconds: the clock is read every few ms).
 CHECKS_BETWEEN_CLOCKS = 1024
 # An Allows of more tokens than this checks each distinct token once (`OwedChecks`), moving its ids and
-# answers NUMPY_CHUNK at a time (about a millisecond each).
+# answers NUMPY_CHUNK at a time (each a hold of the GIL under a millisecond).
 DISTINCT_CHECKS_FROM = 4096
-NUMPY_CHUNK = 1 << 16
+NUMPY_CHUNK = 1 << 13
 
 
 class WireMasks:
