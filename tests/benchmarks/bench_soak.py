@@ -3,8 +3,8 @@
     .venv/bin/python -m tests.benchmarks.bench_soak                  # 3 minutes
     .venv/bin/python -m tests.benchmarks.bench_soak --seconds 30     # a short run
 
-A `constraintd serve` process on a Unix socket, its address space capped (3 GiB). Normal clients (threads
-of this process, `--clients`, 2 by default) generate as a sampler does, over llama.cpp's llama-spm
+A `constraintd serve` process on a Unix socket, its address space capped (3 GiB). Normal clients (processes
+of their own, `--clients`, 2 by default) generate as a sampler does, over llama.cpp's llama-spm
 vocabulary (32,000 tokens) and a JSON schema: accept a token the grammar allows (one drawn at random
 from the session's mask), now and then a Mask, a new session every 64 tokens. One hostile client runs
 the attacks of the reliability suite in a loop, each drawn at random (seeded): a vocabulary of 2M pieces,
@@ -14,9 +14,9 @@ vocabulary, a replay of 1M tokens against a compile time limit of 1 s, and JSON 
 prefill of 10,000 arrays, then one array opened per Accept).
 
 Printed: per window of `--window` seconds, the normal Accepts' count, p50, p99 and max, and the server's
-resident memory (min and max of one sample a second); the attacks run in the window; the slowest normal
-Accepts with the attack running when each began; then every status the normal and the hostile clients
-got, counted.
+resident memory (min and max of one sample a second); the attacks run in the window; the normal Accepts'
+p50, p99 and max by the attack running when each began ("none": between attacks); the slowest normal
+Accepts with that attack; then every status the normal and the hostile clients got, counted.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ import json
 import multiprocessing
 import random
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing import Queue
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -89,66 +89,73 @@ class Soak:
     def __init__(self, server: CappedServer, seconds: float, window: float) -> None:
         self.server = server
         self.started = time.monotonic()  # set again once the normal clients are ready
-        # the normal clients have their vocabulary and their schema compiled (`ready`), and the soak
-        # has begun (`go`): attacks never delay a client's set-up, as in a service already running
-        self.ready: threading.Barrier | None = None
-        self.go = threading.Event()
         self.seconds = seconds
         self.window = window
         self.windows = [Window() for _ in range(int(seconds // window) + 1)]
         self.normal_statuses: Counter[str] = Counter()
         self.slowest: list[tuple[float, float]] = []  # (seconds, when it began) of the slow Accepts
         self.began: list[tuple[float, float]] = []  # (when it began, seconds) of every normal Accept
-        self.lock = threading.Lock()
-
-    def now(self) -> Window:
-        return self.at(time.monotonic())
 
     def at(self, moment: float) -> Window:
-        """The window of a moment (time.monotonic())."""
+        """The window of a moment (time.monotonic(), one clock for every process of the machine)."""
         return self.windows[min(len(self.windows) - 1, max(0, int((moment - self.started) // self.window)))]
 
     def running(self) -> bool:
         return time.monotonic() - self.started < self.seconds
 
-    def normal(self, seed: int) -> None:
-        rng = random.Random(seed)
-        gguf = reference.require(reference.vocab_path("llama-spm"))
-        with Client(self.server.target, policy=Policy(timeout=60.0)) as client:
-            vocab = client.register_vocab(gguf=gguf)
-            client.session(vocab, json_schema=json.dumps(SCHEMA)).close()
-            if self.ready is not None:
-                self.ready.wait()
-            self.go.wait()
-            while self.running():
-                try:
-                    with client.session(vocab, json_schema=json.dumps(SCHEMA)) as session:
-                        for step in range(64):
-                            allowed = allowed_tokens(session.mask(), vocab.size)
-                            if not len(allowed) or not self.running():
-                                break
-                            token = int(allowed[rng.randrange(len(allowed))])
-                            started = time.monotonic()
-                            taken = session.accept(token)
-                            elapsed = time.monotonic() - started
-                            with self.lock:
-                                self.now().accepts.append(elapsed)
-                                self.began.append((started, elapsed))
-                                if elapsed > SLOW:
-                                    self.slowest.append((elapsed, started))
-                                self.normal_statuses["OK" if taken else "refused (a bug)"] += 1
-                            if step % 8 == 7:
-                                session.mask()
-                except ConstraintdError as error:
-                    with self.lock:
-                        self.normal_statuses[type(error).__name__] += 1
+    def add_normal(self, report: NormalReport) -> None:
+        accepts, statuses = report
+        for started, elapsed in accepts:
+            self.at(started).accepts.append(elapsed)
+            self.began.append((started, elapsed))
+            if elapsed > SLOW:
+                self.slowest.append((elapsed, started))
+        self.normal_statuses.update(statuses)
 
     def sample_memory(self) -> None:
         while self.running():
             rss = self.server.rss()
-            with self.lock:
-                self.now().rss.append(rss)
+            self.at(time.monotonic()).rss.append(rss)
             time.sleep(1.0)
+
+
+# A normal client's Accepts, (when each began, seconds), and its answers counted by status.
+NormalReport = tuple[list[tuple[float, float]], dict[str, int]]
+
+
+def normal(
+    target: str, seed: int, seconds: float, ready: Any, start: Any, out: Queue[NormalReport]
+) -> None:
+    """A normal client, in a process of its own as a sampler is (threads of one process would wait on each
+    other's GIL, up to Python's 5 ms switch interval, and count it as the server's): gets its vocabulary
+    and schema ready, waits at `ready`, then generates from `start.value` for `seconds`."""
+    rng = random.Random(seed)
+    gguf = reference.require(reference.vocab_path("llama-spm"))
+    accepts: list[tuple[float, float]] = []
+    statuses: Counter[str] = Counter()
+    with Client(target, policy=Policy(timeout=60.0)) as client:
+        vocab = client.register_vocab(gguf=gguf)
+        client.session(vocab, json_schema=json.dumps(SCHEMA)).close()
+        ready.wait(timeout=600)
+        ready.wait(timeout=60)  # the second time: `start` is set
+        until = start.value + seconds
+        while time.monotonic() < until:
+            try:
+                with client.session(vocab, json_schema=json.dumps(SCHEMA)) as session:
+                    for step in range(64):
+                        allowed = allowed_tokens(session.mask(), vocab.size)
+                        if not len(allowed) or time.monotonic() >= until:
+                            break
+                        token = int(allowed[rng.randrange(len(allowed))])
+                        started = time.monotonic()
+                        taken = session.accept(token)
+                        accepts.append((started, time.monotonic() - started))
+                        statuses["OK" if taken else "refused (a bug)"] += 1
+                        if step % 8 == 7:
+                            session.mask()
+            except ConstraintdError as error:
+                statuses[type(error).__name__] += 1
+    out.put((accepts, dict(statuses)))
 
 
 def hostile(target: str, seed: int, until: float, only: list[str], out: Queue[list[Attack]]) -> None:
@@ -286,26 +293,34 @@ def main(argv: list[str] | None = None) -> int:
             wait_serving(server.target)
             idle = server.rss()
             soak = Soak(server, args.seconds, args.window)
-            soak.ready = threading.Barrier(args.clients + 1)
-            threads = [
-                threading.Thread(target=soak.normal, args=(args.seed + i,)) for i in range(args.clients)
+            spawn = multiprocessing.get_context("spawn")
+            # the normal clients have their vocabulary and their schema compiled, then the soak begins:
+            # attacks never delay a client's set-up, as in a service already running
+            ready = spawn.Barrier(args.clients + 1)
+            start = spawn.Value("d", 0.0)
+            normals: Queue[NormalReport] = spawn.Queue()
+            clients = [
+                spawn.Process(
+                    target=normal, args=(server.target, args.seed + i, args.seconds, ready, start, normals)
+                )
+                for i in range(args.clients)
             ]
-            for thread in threads:
-                thread.start()
-            soak.ready.wait(timeout=600)
-            soak.started = time.monotonic()
-            soak.go.set()
-            reports: Queue[list[Attack]] = multiprocessing.get_context("spawn").Queue()
-            attacker = multiprocessing.get_context("spawn").Process(
+            for client in clients:
+                client.start()
+            ready.wait(timeout=600)
+            soak.started = start.value = time.monotonic()
+            ready.wait(timeout=60)
+            reports: Queue[list[Attack]] = spawn.Queue()
+            attacker = spawn.Process(
                 target=hostile,
                 args=(server.target, args.seed + 1000, soak.started + args.seconds, args.attack, reports),
             )
             attacker.start()
-            sampler = threading.Thread(target=soak.sample_memory)
-            sampler.start()
-            threads.append(sampler)
-            for thread in threads:
-                thread.join()
+            soak.sample_memory()
+            for _ in clients:
+                soak.add_normal(normals.get(timeout=600))
+            for client in clients:
+                client.join(timeout=60)
             done = reports.get(timeout=600)
             attacker.join(timeout=60)
         finally:
