@@ -50,10 +50,10 @@ M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 MMAP_THRESHOLD = 128 << 10  # glibc's own starting value
 
 
-def resident_bytes() -> int:
-    """This process's resident size (Linux's /proc/self/statm; 0 where there is none)."""
+def resident_bytes(pid: int | None = None) -> int:
+    """A process's resident size, this one's by default (Linux's /proc/PID/statm; 0 where there is none)."""
     try:
-        with open("/proc/self/statm", "rb") as statm:
+        with open(f"/proc/{pid or 'self'}/statm", "rb") as statm:
             return int(statm.read().split()[1]) * _PAGE
     except OSError:
         return 0

@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+from constraintd.server.memory import resident_bytes as rss  # noqa: E402
 from tests import reference  # noqa: E402
-from tests.server.running import resident_bytes as rss  # noqa: E402
 
 MIB = 1 << 20
 OPEN_SCHEMA = json.dumps({"type": "object"})

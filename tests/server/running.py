@@ -26,6 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from constraintd.server.config import LogFormat, ServerConfig
 from constraintd.server.lifecycle import Service
+from constraintd.server.memory import resident_bytes
 from tests import reference
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,14 +190,6 @@ class ServerProcess:
         assert self.process is not None
         code = self.process.wait(timeout=timeout)
         return code, self.log.read_text(errors="replace")
-
-
-def resident_bytes(pid: int | None = None) -> int:
-    """Resident bytes of a process (this one by default), from /proc (Linux)."""
-    for line in Path(f"/proc/{pid or 'self'}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS in /proc")
 
 
 # A capped server's address space: Python, numpy and grpc's threads reserve about 1 GiB before any work.
