@@ -11,6 +11,8 @@
 #   not) cancels its generation, which ends at its next token (or before the next chunk of its prompt,
 #   batched) and closes its constraintd session. Until a stream's response starts, the request's ASGI
 #   channel is watched for the client's `http.disconnect`; a stream is then watched by its response.
+#   Such a request is counted under status 499 (nginx's "client closed request"): its answer reaches
+#   nobody, and it is neither the server's error nor the request's.
 # - Each request has a deadline (`ServeState.timeout` seconds from its arrival), waiting in the queue
 #   included.
 from __future__ import annotations
@@ -75,6 +77,20 @@ def _error_response(state: ServeState, endpoint: str, error: HttpError) -> JSONR
     return JSONResponse(body, status_code=error.status, headers=error.headers())
 
 
+CLIENT_CLOSED_REQUEST = 499
+
+
+def _gone(state: ServeState, endpoint: str) -> Response:
+    # the client left before its answer: counted, and answered to nobody
+    state.metrics.requests[endpoint, CLIENT_CLOSED_REQUEST] += 1
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
+def _client_left(watch: asyncio.Task[None]) -> bool:
+    # the watch has ended on its own only when the client's `http.disconnect` came
+    return watch.done() and not watch.cancelled() and watch.exception() is None
+
+
 def _usage(run: Run) -> Usage:
     return Usage(run.tally.prompt_tokens, run.tally.tokens)
 
@@ -125,6 +141,8 @@ async def _generate(state: ServeState, endpoint: str, request: Request) -> Respo
     try:
         first = await run.next()
         if isinstance(first, Failed):
+            if _client_left(watch):
+                return _gone(state, endpoint)
             return _error_response(state, endpoint, http_error(first.error))
         assert isinstance(first, Started)
         streaming = bool(getattr(body, "stream", False))
@@ -142,6 +160,8 @@ async def _generate(state: ServeState, endpoint: str, request: Request) -> Respo
                 state.metrics.requests[endpoint, 200] += 1
                 return JSONResponse(answer.whole(event.generation, _usage(run)))
             if isinstance(event, Failed):
+                if _client_left(watch):
+                    return _gone(state, endpoint)
                 return _error_response(state, endpoint, http_error(event.error))
         raise AssertionError("a run ends with Finished or Failed")
     finally:

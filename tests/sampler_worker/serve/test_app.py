@@ -181,9 +181,17 @@ def test_a_full_queue_is_429_and_a_gone_client_ends_its_generation(server: LiveS
     assert http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1}).status_code == 200
 
 
+def requests_total(http: httpx.Client, endpoint: str, code: int) -> float:
+    text = http.get("/metrics").text
+    sample = rf'^sampler_worker_requests_total\{{endpoint="{endpoint}",code="{code}"\}} (\S+)$'
+    found = re.search(sample, text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
 def test_a_client_gone_before_its_whole_answer_ends_its_generation(server: LiveServer,
                                                                     http: httpx.Client) -> None:
     cancelled, tokens = metric(http, "generations_cancelled_total"), metric(http, "generated_tokens_total")
+    closed, failed = requests_total(http, "chat", 499), requests_total(http, "chat", 500)
     body = json.dumps(chat(grammar=ENDLESS, max_tokens=900)).encode()
     host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port))) as sock:
@@ -197,6 +205,9 @@ def test_a_client_gone_before_its_whole_answer_ends_its_generation(server: LiveS
     assert server.open_sessions() == 0
     assert metric(http, "constraintd_sessions_open") == 0
     assert metric(http, "generated_tokens_total") < tokens + 900
+    # counted as the client closing its request (nginx's 499), not as the server failing
+    until(lambda: requests_total(http, "chat", 499) == closed + 1)
+    assert requests_total(http, "chat", 500) == failed
 
 
 def until(condition: Callable[[], bool], timeout: float = 120) -> None:
