@@ -216,12 +216,12 @@ class _Converter:
         return ref_name
 
     def object_rule(self, properties: Sequence[tuple[str, SchemaNode]], required: set[str], name: str,
-                    additional: SchemaNode | None) -> str:
+                    additional: SchemaNode | None, forbidden: Sequence[str] = ()) -> str:
         """_build_object_rule; `properties` names are byte strings. The extended dialect takes the
         properties in any order where it can (schema/property_order.py), and a property named `*` as any
         other (llama.cpp's reading of it stays, and the report)."""
         if self.extended and all(prop_name != "*" for prop_name, _ in properties):
-            return self.unordered_object_rule(properties, required, name, additional)
+            return self.unordered_object_rule(properties, required, name, additional, forbidden=forbidden)
         prefix = name + "-" if name else ""
         required_props: list[str] = []
         optional_props: list[str] = []
@@ -252,7 +252,7 @@ class _Converter:
 
     def unordered_object_rule(self, properties: Sequence[tuple[str, SchemaNode]], required: set[str],
                               name: str, additional: SchemaNode | None, key_rule: str | None = None,
-                              other_pair: str | None = None) -> str:
+                              other_pair: str | None = None, *, forbidden: Sequence[str] = ()) -> str:
         # the pairs' rules are named as llama.cpp names them; their order is property_order's
         prefix = name + "-" if name else ""
         kvs: list[str] = []
@@ -268,7 +268,8 @@ class _Converter:
             value_rule = (self.visit(additional, sub_name + "-value") if not isinstance(additional, AnyNode)
                           else self.add_primitive("value", PRIMITIVE_RULES["value"]))
             if key_rule is None:
-                key_rule = self.other_keys(list(dict(properties)), sub_name + "-k")
+                # other keys are none of the declared names, nor a forbidden one (byte strings too)
+                key_rule = self.other_keys([*dict(properties), *forbidden], sub_name + "-k")
             other = self.add_rule(sub_name + "-kv", f'{key_rule} ":" space {value_rule}')
             if other_pair is not None:  # a second kind of other key
                 other = self.add_rule(sub_name + "-pairs", f"{other} | {other_pair}")
@@ -396,9 +397,13 @@ class _Converter:
         # the other keys' schema (any value where llama.cpp closes the object). Not in an allOf's merge,
         # which reads its parts' properties alone (the report says so).
         extras = extended.undeclared_required(self.schema_of(node), node) if self.extended else []
-        if not node.properties and not extras and isinstance(node.additional, AnyNode) and not node.patterns:
+        if (not node.properties and not extras and isinstance(node.additional, AnyNode) and not node.patterns
+                and not node.forbidden):
             return self.add_rule(rule_name, self.add_primitive("object", PRIMITIVE_RULES["object"]))
-        properties = [(to_bytes(prop.name), prop.schema) for prop in node.properties]
+        # an object of a oneOf's alternative holds none of its forbidden names (schema/alternatives.py)
+        forbidden = [to_bytes(prop_name) for prop_name in node.forbidden]
+        properties = [(to_bytes(prop.name), prop.schema) for prop in node.properties
+                      if prop.name not in node.forbidden]
         required = {to_bytes(prop.name) for prop in node.properties if prop.required}
         for extra in extras:
             properties.append((to_bytes(extra), node.additional or AnyNode(node.pointer)))
@@ -429,7 +434,7 @@ class _Converter:
                                                f'{keys.complement} ":" space {value_rule}')
                 return self.add_rule(rule_name, self.unordered_object_rule(properties, required, name,
                                                                            keys.schema, key_rule, other_pair))
-        return self.add_rule(rule_name, self.object_rule(properties, required, name, additional))
+        return self.add_rule(rule_name, self.object_rule(properties, required, name, additional, forbidden))
 
     def visit_tuple(self, node: TupleNode, name: str, rule_name: str) -> str:
         sub_name = name + "-" if name else ""

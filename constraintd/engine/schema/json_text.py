@@ -27,9 +27,11 @@ __all__ = [
     "MAX_JSON_CHARS",
     "MAX_JSON_DEPTH",
     "JsonValue",
+    "canonical",
     "dump_json",
     "dump_string",
     "is_integer",
+    "json_type",
     "parse_json",
     "to_int32",
     "to_int64",
@@ -187,3 +189,33 @@ def to_int64(value: int) -> int:
 def to_int32(value: int) -> int:
     """`get<int>()` of an integer: the low 32 bits, as a signed int (static_cast on two's complement)."""
     return (value + 2**31) % 2**32 - 2**31
+
+
+def json_type(value: JsonValue) -> str:
+    """The JSON type of a value; an integral number is "integer" (2020-12: 1.0 is an integer)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def canonical(value: JsonValue) -> str:
+    """A value's text up to JSON Schema's equality: object keys sorted, an integral number as an integer."""
+
+    def normal(item: JsonValue) -> JsonValue:
+        if isinstance(item, float) and item.is_integer():
+            return int(item)
+        if isinstance(item, list):
+            return [normal(x) for x in item]
+        if isinstance(item, dict):
+            return {key: normal(x) for key, x in item.items()}
+        return item
+
+    return json.dumps(normal(value), sort_keys=True)

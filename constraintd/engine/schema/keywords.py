@@ -219,6 +219,15 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
     "allOf": ("objects merged as the default does, but a part's optional properties stay optional and the "
               "merge is open to other keys where no part has additionalProperties; their properties in any "
               "order as `properties` says (past its bounds, reported under allOf)"),
+    "oneOf": ("beside `type` object (or `properties` and no `type`) and object keywords, each alternative "
+              "of required names, properties and annotations merged with them where the merge is exact "
+              "(schema/alternatives.py); alternatives told apart by a required property's listed values, "
+              "or one excluded from another by requiring one of its required names absent (an alternative "
+              "split in up to 32 objects); else, as in the default, where alternatives may overlap, "
+              "reported"),
+    "anyOf": ("beside `type` object and object keywords, each alternative of required names, properties and "
+              "annotations merged with them where the merge is exact (schema/alternatives.py); else as in "
+              "the default (the keywords beside it reported)"),
     "pattern": ("matched against the string's value as ECMA-262 reads it (unanchored unless anchored; `.`, "
                 "`\\d \\w \\s` and their negations, classes, groups, alternatives, counted repetition, "
                 "escapes), each character in its JSON spelling (a quote, backslash or control character "

@@ -23,9 +23,10 @@ import enum
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, TypeAlias
 
+from constraintd.engine.schema.alternatives import Merged, merged_alternatives
 from constraintd.engine.schema.json_text import JsonValue, is_integer, to_int32, to_int64
 from constraintd.errors import SchemaError
 
@@ -83,6 +84,9 @@ class RefNode:
 class AnyOfNode:  # oneOf / anyOf, or a "type" list
     pointer: str
     children: tuple[SchemaNode, ...]
+    # the extended dialect's: the keywords beside it merged into each alternative (schema/alternatives.py),
+    # and which alternative each child comes from (one may split into several); empty where not merged
+    origins: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +169,8 @@ class ObjectNode:
     # the extended dialect's reading of a schema without `type` (`{"properties": ...}`): its keywords speak
     # of objects only, so every value that is no object is valid too (llama.cpp reads it as an object)
     untyped: bool = False
+    # names the object must not hold (the extended dialect's oneOf alternatives, schema/alternatives.py)
+    forbidden: tuple[str, ...] = ()
 
 
 SchemaNode: TypeAlias = (
@@ -322,6 +328,20 @@ class _Builder:
                              schema: dict[str, JsonValue], key: str, path: str, pointer: str) -> SchemaNode:
         return kind(pointer, self.alternatives(schema[key], f"{path}/{key}", f"{pointer}/{key}"))
 
+    def merged(self, merged: list[Merged], key: str, path: str, pointer: str) -> SchemaNode:
+        # the extended reading of a oneOf / anyOf beside object keywords (schema/alternatives.py): each
+        # alternative merged with them, an object of its own (its forbidden names kept on the node)
+        children: list[SchemaNode] = []
+        for item in merged:
+            slot = len(self.built)
+            node = self.node(item.schema, f"{path}/{key}/{item.index}", f"{pointer}/{key}/{item.index}")
+            if item.forbidden:
+                assert isinstance(node, ObjectNode)
+                node = replace(node, forbidden=item.forbidden)
+                self.built[slot] = node
+            children.append(node)
+        return AnyOfNode(pointer, tuple(children), tuple(item.index for item in merged))
+
     def object(self, schema: dict[str, JsonValue], path: str, pointer: str, *, untyped: bool = False,
                ) -> SchemaNode:
         listed = schema.get("required")
@@ -432,6 +452,9 @@ class _Builder:
         if "oneOf" in schema or "anyOf" in schema:
             key = "oneOf" if "oneOf" in schema else "anyOf"
             if self.patterns:
+                merged = merged_alternatives(schema, key)
+                if merged is not None:
+                    return self.merged(merged, key, path, pointer)
                 self.typed_objects.update(_objects_only(schema, key, pointer))
             return self.keyword_alternatives(AnyOfNode, schema, key, path, pointer)
         kind = schema.get("type")

@@ -245,7 +245,7 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
     schema, node = source.schema, source.node
     assert isinstance(node, ObjectNode)
     declared = {prop.name for prop in node.properties}
-    names = [prop.name for prop in node.properties]
+    names = [prop.name for prop in node.properties] + list(node.forbidden)
     required = schema.get("required")
     if exact_keys and node.pointer not in merged:
         extra = extended.undeclared_required(schema, node)
@@ -399,8 +399,9 @@ def _repeats(listed: Sequence[set[str]]) -> bool:
     return len(set().union(*listed)) < sum(map(len, listed))
 
 
-def _may_overlap(reader: TreeReader, children: Sequence[SchemaNode]) -> bool:
-    """Whether a value the grammar of one alternative takes may be valid for another's schema too."""
+def _may_overlap(reader: TreeReader, children: Sequence[SchemaNode], origins: Sequence[int] = ()) -> bool:
+    """Whether a value the grammar of one alternative takes may be valid for another's schema too (children
+    of the same origin, one alternative split in several, may overlap)."""
     listed = [reader.values(child) for child in children]
     if all(values is not None for values in listed):  # consts and enums
         return _repeats(listed)  # type: ignore[arg-type]
@@ -413,7 +414,9 @@ def _may_overlap(reader: TreeReader, children: Sequence[SchemaNode]) -> bool:
                 return False
     if len(children) > _MAX_PAIRWISE:
         return True  # not told apart pair by pair: the report says so rather than spend the time
-    return any(not reader.disjoint(a, b) for i, a in enumerate(children) for b in children[i + 1 :])
+    origin = list(origins) or list(range(len(children)))
+    return any(not reader.disjoint(a, b) for i, a in enumerate(children) for j, b in enumerate(children)
+               if i < j and origin[i] != origin[j])
 
 
 def _tag(reader: TreeReader, node: ObjectNode, name: str) -> set[str] | None:
@@ -431,8 +434,10 @@ def _any_of_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     key = "oneOf" if "oneOf" in schema else "anyOf"
     if key == "anyOf" and "oneOf" in schema:
         yield "anyOf", "ignored beside oneOf"
-    if key == "oneOf" and _may_overlap(reader, node.children):
+    if key == "oneOf" and _may_overlap(reader, node.children, node.origins):
         yield "oneOf", "converted as anyOf: a value matching more than one alternative is accepted"
+    if node.origins:
+        return  # the extended dialect merged the keywords beside it into each alternative, judged there
     yield from _beside(schema, reader.types(node), frozenset({key}), f"ignored beside {key}")
 
 

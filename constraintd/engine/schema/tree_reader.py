@@ -12,11 +12,10 @@
 # to a union of types), so the reader is linear in the document for each question.
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from typing import Final
 
-from constraintd.engine.schema.json_text import JsonValue, dump_json
+from constraintd.engine.schema.json_text import JsonValue, canonical, dump_json, json_type
 from constraintd.engine.schema.keywords import ANY_TYPE
 from constraintd.engine.schema.nodes import (
     AllOfNode,
@@ -53,36 +52,6 @@ _FIXED_TYPES: Final[Mapping[type, frozenset[str]]] = {
     AnyNode: ANY_TYPE | {"integer"},
 }
 EVERY_TYPE: Final = ANY_TYPE | {"integer"}
-
-
-def json_type(value: JsonValue) -> str:
-    """The JSON type of a value; an integral number is "integer" (2020-12: 1.0 is an integer)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
-
-
-def canonical(value: JsonValue) -> str:
-    """A value's text up to JSON Schema's equality: object keys sorted, an integral number as an integer."""
-
-    def normal(item: JsonValue) -> JsonValue:
-        if isinstance(item, float) and item.is_integer():
-            return int(item)
-        if isinstance(item, list):
-            return [normal(x) for x in item]
-        if isinstance(item, dict):
-            return {key: normal(x) for key, x in item.items()}
-        return item
-
-    return json.dumps(normal(value), sort_keys=True)
 
 
 def within(types: frozenset[str], allowed: frozenset[str]) -> bool:
@@ -251,6 +220,8 @@ class TreeReader:
             return False  # both take every value that is no object
         if self.excludes(target_a, target_b) or self.excludes(target_b, target_a):
             return True
+        if self.forbids(target_a, target_b) or self.forbids(target_b, target_a):
+            return True
         required_b = {prop.name: prop.schema for prop in target_b.properties if prop.required}
         for prop in target_a.properties:
             if prop.required and prop.name in required_b:
@@ -258,6 +229,11 @@ class TreeReader:
                 if tags_a is not None and tags_b is not None and not tags_a & tags_b:
                     return True
         return False
+
+    def forbids(self, a: ObjectNode, b: ObjectNode) -> bool:
+        """Every object `a`'s grammar takes holds a name `b` forbids (the extended dialect's oneOf
+        alternatives)."""
+        return any(prop.required and prop.name in b.forbidden for prop in a.properties)
 
     def excludes(self, a: ObjectNode, b: ObjectNode) -> bool:
         """Every object `a`'s grammar takes (it has `a`'s required properties) holds a key `b`'s schema does

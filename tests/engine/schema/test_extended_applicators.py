@@ -61,3 +61,83 @@ def test_type_object_beside_a_ref_to_an_object_without_type() -> None:
     check(schema, ['{"x":{"a":1}}', '{"x":"text"}', '{"x":1}', '{"x":{}}'])
     one = {"$defs": {"o": OBJECT_WITHOUT_TYPE}, "type": "object", "anyOf": [{"$ref": "#/$defs/o"}]}
     check(one, DOCUMENTS)
+
+
+# ------------------------------------------------------------------ keywords beside oneOf / anyOf, merged
+
+SHAPES: dict[str, Any] = {
+    "type": "object",
+    "properties": {"radius": {"type": "number"}, "side": {"type": "number"}, "base": {"type": "number"},
+                   "height": {"type": "number"}},
+}
+SHAPE_ALTERNATIVES: list[Any] = [{"required": ["radius"]}, {"required": ["side"]},
+                                 {"required": ["base", "height"]}]
+
+
+def key_sets(names: list[str], extra: str = "other") -> list[str]:
+    # every subset of the names (and another key), each value 1, then a wrong value for the first
+    documents = []
+    every = [*names, extra]
+    for mask in range(1 << len(every)):
+        chosen = [name for i, name in enumerate(every) if mask >> i & 1]
+        documents.append(json.dumps({name: 1 for name in chosen}, separators=(",", ":")))
+        if chosen:
+            documents.append(json.dumps({**{name: 1 for name in chosen}, chosen[0]: "x"},
+                                        separators=(",", ":")))
+    return documents
+
+
+@pytest.mark.parametrize("key", ["oneOf", "anyOf"])
+@pytest.mark.parametrize("closed", [False, True], ids=["open", "closed"])
+def test_required_alternatives_beside_properties(key: str, closed: bool) -> None:
+    schema = {**SHAPES, key: SHAPE_ALTERNATIVES}
+    if closed:
+        schema["additionalProperties"] = False
+    check(schema, [*key_sets(list(SHAPES["properties"])), '"text"', "[]"])
+
+
+def test_a_one_of_without_type_beside_properties_takes_objects_only() -> None:
+    schema = {"properties": SHAPES["properties"], "oneOf": SHAPE_ALTERNATIVES[:2]}
+    check(schema, [*key_sets(["radius", "side"]), '"text"', "1", "null"])
+
+
+def test_tagged_alternatives_beside_properties() -> None:
+    # the alternatives' const tags meet the base's property: disjoint, so oneOf is anyOf
+    schema = {"type": "object", "properties": {"kind": {"type": "string"}, "size": {"type": "integer"}},
+              "required": ["kind"],
+              "oneOf": [{"properties": {"kind": {"const": "a"}}},
+                        {"properties": {"kind": {"enum": ["b", "c", 3]}, "size": {}}, "required": ["size"]}]}
+    documents = [f'{{"kind":{kind}{size}}}' for kind in ('"a"', '"b"', '"c"', "3", '"d"')
+                 for size in ("", ',"size":1', ',"size":"x"')]
+    check(schema, documents)
+    conversion = convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
+    assert conversion.unenforced == ()
+
+
+def test_required_names_the_base_does_not_declare() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}},
+              "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}
+    check(schema, key_sets(["a", "b"]))
+    closed = {**schema, "additionalProperties": False}
+    check(closed, key_sets(["a", "b"]))
+    typed = {**schema, "additionalProperties": {"type": "string"}}
+    check(typed, [*key_sets(["a", "b"]), '{"b":"x"}', '{"a":1,"b":"x"}'])
+
+
+def test_what_the_merge_cannot_write_stays_reported() -> None:
+    # an alternative with a keyword of its own that is no required name or property
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}},
+              "oneOf": [{"required": ["a"], "minProperties": 2}, {"required": ["b"]}]}
+    with pytest.raises(SchemaError, match=r"oneOf|minProperties"):
+        convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
+    # a property both declare, which no exact merge writes
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}},
+              "oneOf": [{"properties": {"a": {"maximum": 5}}}, {"required": ["b"]}]}
+    with pytest.raises(SchemaError, match="oneOf"):
+        convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
+
+
+def test_merged_alternatives_leave_the_default_dialect_as_it_was() -> None:
+    schema = json.dumps({**SHAPES, "oneOf": SHAPE_ALTERNATIVES})
+    with pytest.raises(SchemaError, match="oneOf"):
+        convert_json_schema(schema, strict=True)

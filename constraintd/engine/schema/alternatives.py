@@ -1,0 +1,217 @@
+# The extended dialect's reading of a oneOf / anyOf beside object keywords (schema/extended.py): the
+# keywords beside it merged into each alternative, where the merge is exact.
+#
+# Contract:
+# - `merged_alternatives(schema, key)` reads `{"type": "object", "properties": ..., "required": ...,
+#   key: [alternative, ...]}` (the keywords beside `key` are the base) and returns, for each alternative, the
+#   schema of the objects valid for the base and that alternative (a plain JSON schema, read by the builder
+#   as any other), with the names such an object must not hold (`Merged.forbidden`); or None where it cannot
+#   merge exactly, and the dialect keeps the converter's reading (and its report).
+# - An alternative merges where it is an object schema of `required`, `properties`, `type` "object" and
+#   annotations only, and each property it declares meets the base's exactly: the same schema, one of the
+#   two without a keyword that validates, or const / enum values under the base's `type` or enum (the
+#   values both allow). Its required names the base does not declare are declared, of additionalProperties'
+#   schema (any value where the base says nothing of other keys); where the base allows no other key, the
+#   alternative admits no object and is left out.
+# - oneOf: a document valid for two alternatives is invalid. Two merged alternatives a required property of
+#   which has disjoint listed values (const / enum) in each are disjoint already. Otherwise an alternative j
+#   whose only constraint beyond the base is its required names is excluded from alternative i by requiring
+#   one of them absent: alternative i splits into one object per choice (`MAX_SPLITS` at most), each with
+#   its chosen names forbidden. An alternative every choice of which is impossible admits nothing valid.
+# - Without `type`, a oneOf of two or more alternatives merges too: every value that is no object is valid
+#   for the base and every alternative, so for none of a oneOf; the merged schemas are objects.
+# Invariants: pure functions of JSON values; the base is never changed.
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from constraintd.engine.schema.json_text import JsonValue, canonical, json_type
+from constraintd.engine.schema.keywords import Enforcement, keyword_of
+
+__all__ = ["MAX_SPLITS", "Merged", "merged_alternatives"]
+
+MAX_SPLITS: Final = 32  # objects one alternative of a oneOf may split into
+_Schema = Mapping[str, JsonValue]
+_ALTERNATIVE_KEYS: Final = frozenset({"required", "properties", "type"})
+_BASE_REFUSED: Final = frozenset({"$ref", "allOf", "patternProperties", "unevaluatedProperties", "not",
+                                  "if", "then", "else", "dependencies", "dependentRequired",
+                                  "dependentSchemas", "propertyNames"})
+
+
+@dataclass(frozen=True, slots=True)
+class Merged:
+    """One object of a merged alternative: its schema, the index of the alternative it came from, and the
+    names it must not hold."""
+
+    schema: dict[str, JsonValue]
+    index: int
+    forbidden: tuple[str, ...] = ()
+
+
+def _annotations_only(schema: JsonValue) -> bool:
+    return isinstance(schema, dict) and all(keyword_of(key).enforcement is Enforcement.ANNOTATION
+                                            for key in schema)
+
+
+def _values(schema: _Schema) -> list[JsonValue] | None:
+    if "const" in schema:
+        return [schema["const"]]
+    listed = schema.get("enum")
+    return list(listed) if isinstance(listed, list) and listed else None
+
+
+def _meet(base: JsonValue, other: JsonValue) -> JsonValue | None:
+    """The schema of the values valid for both, where it can be written exactly; else None."""
+    if not (isinstance(base, dict) and isinstance(other, dict)):
+        return None
+    if _annotations_only(other) or canonical(base) == canonical(other):
+        return base
+    if _annotations_only(base):
+        return other
+    values = _values(other)
+    if values is None or any(key not in ("const", "enum") and keyword_of(key).enforcement
+                             is not Enforcement.ANNOTATION for key in other):
+        return None
+    rest = {key: value for key, value in base.items()
+            if keyword_of(key).enforcement is not Enforcement.ANNOTATION}
+    allowed = _values(base)
+    if allowed is not None and set(rest) <= {"const", "enum", "type"}:
+        texts = set(map(canonical, allowed))
+        values = [value for value in values if canonical(value) in texts]
+        rest.pop("const", None)
+        rest.pop("enum", None)
+    if set(rest) - {"type"}:
+        return None
+    declared = rest.get("type")
+    if declared is not None:
+        types = declared if isinstance(declared, list) else [declared]
+        if not all(isinstance(t, str) for t in types):
+            return None
+        values = [value for value in values if json_type(value) in types
+                  or (json_type(value) == "integer" and "number" in types)]
+    return {"enum": values} if values else None
+
+
+def _merge(base: _Schema, alternative: JsonValue) -> dict[str, JsonValue] | bool | None:
+    """The merged schema; False where no object is valid for both; None where it cannot be written."""
+    if not isinstance(alternative, dict):
+        return None
+    if any(key not in _ALTERNATIVE_KEYS and keyword_of(key).enforcement is not Enforcement.ANNOTATION
+           for key in alternative):
+        return None
+    if alternative.get("type", "object") != "object":
+        return None
+    properties = base.get("properties", {})
+    declared = alternative.get("properties", {})
+    listed, more = base.get("required", []), alternative.get("required", [])
+    if not (isinstance(properties, dict) and isinstance(declared, dict) and isinstance(listed, list)
+            and isinstance(more, list)):
+        return None
+    extra = base.get("additionalProperties")
+    merged_properties = dict(properties)
+    for name, schema in declared.items():
+        if name in properties:
+            meet = _meet(properties[name], schema)
+            if meet is None:
+                return None
+            merged_properties[name] = meet
+        elif extra is None:  # other keys of any value: the alternative's schema holds
+            merged_properties[name] = schema
+        else:
+            return None
+    required = list(dict.fromkeys(name for name in [*listed, *more] if isinstance(name, str)))
+    for name in required:
+        if name not in merged_properties:
+            if extra is False:
+                return False
+            merged_properties[name] = extra if isinstance(extra, dict) else {}
+    if any(not isinstance(name, str) for name in [*listed, *more]):
+        return None
+    merged = dict(base)
+    merged.update({"type": "object", "properties": merged_properties, "required": list(required)})
+    return merged
+
+
+def _tags(schema: _Schema) -> dict[str, set[str]]:
+    # the required properties whose values are listed (const / enum), as canonical texts
+    properties = schema.get("properties")
+    required = schema.get("required")
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        return {}
+    tags: dict[str, set[str]] = {}
+    for name in required:
+        prop = properties.get(name) if isinstance(name, str) else None
+        values = _values(prop) if isinstance(prop, dict) else None
+        if values is not None and isinstance(name, str):
+            tags[name] = set(map(canonical, values))
+    return tags
+
+
+def _disjoint(a: _Schema, b: _Schema) -> bool:
+    tags_a, tags_b = _tags(a), _tags(b)
+    return any(not tags_a[name] & tags_b[name] for name in tags_a.keys() & tags_b.keys())
+
+
+def _required_only(base: _Schema, alternative: JsonValue) -> list[str] | None:
+    """The names an alternative requires beyond the base, where they are its only constraint."""
+    if not isinstance(alternative, dict):
+        return None
+    properties = base.get("properties", {})
+    declared = alternative.get("properties", {})
+    if not isinstance(declared, dict) or not isinstance(properties, dict):
+        return None
+    for name, schema in declared.items():
+        if not (_annotations_only(schema) or (name in properties and _meet(properties[name], schema)
+                                               == properties[name])):
+            return None
+    listed = base.get("required", [])
+    more = alternative.get("required", [])
+    if not isinstance(listed, list) or not isinstance(more, list):
+        return None
+    return [name for name in more if isinstance(name, str) and name not in listed]
+
+
+def merged_alternatives(schema: _Schema, key: str) -> list[Merged] | None:
+    """The objects of `schema`'s oneOf / anyOf (`key`) merged with the keywords beside it (see the module
+    comment), or None where the dialect does not merge them."""
+    alternatives = schema.get(key)
+    if not isinstance(alternatives, list) or not alternatives or ("oneOf" in schema and "anyOf" in schema):
+        return None
+    if any(name in schema for name in _BASE_REFUSED):
+        return None
+    declared = schema.get("type")
+    untyped = (declared is None and key == "oneOf" and len(alternatives) >= 2 and "properties" in schema
+               and not any(isinstance(alternative, dict) and "type" in alternative
+                           for alternative in alternatives))
+    if declared != "object" and not untyped:
+        return None
+    base = {name: value for name, value in schema.items() if name != key}
+    merges = [_merge(base, alternative) for alternative in alternatives]
+    if any(merge is None for merge in merges):
+        return None
+    out: list[Merged] = []
+    for i, merge in enumerate(merges):
+        if not isinstance(merge, dict):
+            continue  # no object is valid for the base and this alternative
+        if key == "anyOf":
+            out.append(Merged(merge, i))
+            continue
+        choices: list[Sequence[str]] = []
+        for j, other in enumerate(merges):
+            if j == i or other is False or (isinstance(other, dict) and _disjoint(merge, other)):
+                continue
+            names = _required_only(base, alternatives[j])
+            if names is None:
+                return None
+            # alternative i's objects must miss one of them; one it requires cannot be missed
+            required = merge.get("required")
+            assert isinstance(required, list)
+            choices.append([name for name in names if name not in required])
+        splits = [tuple(dict.fromkeys(combination)) for combination in itertools.product(*choices)]
+        if len(splits) > MAX_SPLITS:
+            return None
+        out.extend(Merged(merge, i, forbidden) for forbidden in dict.fromkeys(splits))
+    return out or None
