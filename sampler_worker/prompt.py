@@ -30,22 +30,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from constraintd.engine.chat.caps import detect_caps, quietly, touch
-from constraintd.engine.chat.template_inputs import (
-    ChatMessage,
-    TemplateCaps,
-    cut_special,
-    finish_prompt,
-    format_time,
-    llama_json,
-    llama_string,
-    output_text,
-    template_context,
-)
+from constraintd.engine.chat.jinja_values import llama_json, llama_string, output_text
+from constraintd.engine.chat.prompt import ChatPrompt, chat_prompt
+from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps, format_time
 
 if TYPE_CHECKING:
     import jinja2
 
-__all__ = ["CHATML_TEMPLATE", "Message", "chat_text", "prompt_tokens", "render_template", "template_caps"]
+__all__ = [
+    "CHATML_TEMPLATE", "Message", "chat_prompt_of", "chat_text", "prompt_tokens", "render_template",
+    "template_caps",
+]
 
 CHATML_TEMPLATE = (
     "{%- for message in messages -%}\n"
@@ -231,26 +226,64 @@ def template_caps(source: str, *, now: float | None = None) -> TemplateCaps:
     return detect_caps(render)
 
 
+def _renderer(source: str, now: float) -> Callable[[Mapping[str, Any]], str]:
+    import jinja2
+
+    errors = (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError, IndexError)
+
+    def failed(exc: Exception) -> TemplateError:
+        return TemplateError(f"the chat template does not render: {type(exc).__name__}: {exc}")
+
+    try:
+        template = _environment(now).from_string(source)
+    except errors as exc:
+        raise failed(exc) from exc
+
+    def render(context: Mapping[str, Any]) -> str:
+        try:
+            text: str = template.render(**context)
+        except TemplateError:
+            raise
+        except errors as exc:
+            raise failed(exc) from exc
+        return text
+
+    return render
+
+
 def render_template(source: str, context: Mapping[str, Any], *, now: float | None = None) -> str:
     """The template `source` rendered with `context` as llama.cpp's Jinja renders it (see the contract).
 
     Raises:
         TemplateError: the template does not parse, or raises while rendering.
     """
-    import jinja2
-
-    now = time.time() if now is None else now
-    try:
-        return _environment(now).from_string(source).render(**context)
-    except TemplateError:
-        raise
-    except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
-        raise TemplateError(f"the chat template does not render: {type(exc).__name__}: {exc}") from exc
+    return _renderer(source, time.time() if now is None else now)(context)
 
 
 # llama.cpp finds a template's capabilities once, when it loads the template; here once per template text
 # (a few templates per process: one per model), since finding them renders the template eight times.
 _known_caps = functools.lru_cache(maxsize=16)(template_caps)
+
+
+def chat_prompt_of(
+    source: str, messages: Sequence[ChatMessage], *, tools: Sequence[ChatTool] = (), bos_text: str = "",
+    eos_text: str = "", add_bos: bool = False, add_eos: bool = False, add_generation_prompt: bool = True,
+    enable_thinking: bool = True, now: float | None = None, caps: TemplateCaps | None = None,
+) -> ChatPrompt:
+    """llama.cpp's prompt and generation prompt for a chat on the template `source`
+    (constraintd.engine.chat.prompt.chat_prompt, rendered here).
+
+    `caps`: the template's capabilities, found in the template when not given (`template_caps`).
+
+    Raises:
+        TemplateError: the template does not render.
+        ChatRequestError: tool-call arguments that are not JSON, for a template that reads them as objects.
+    """
+    now = time.time() if now is None else now
+    return chat_prompt(
+        source, messages, _renderer(source, now), caps=_known_caps(source) if caps is None else caps,
+        tools=tools, bos_token=bos_text, eos_token=eos_text, add_bos=add_bos, add_eos=add_eos,
+        add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking, now=now)
 
 
 def chat_text(
@@ -264,16 +297,10 @@ def chat_text(
     Raises:
         TemplateError: the template does not render.
     """
-    source = model.chat_template or CHATML_TEMPLATE
-    now = time.time() if now is None else now
-    caps = _known_caps(source) if caps is None else caps
     chat = [m if isinstance(m, ChatMessage) else ChatMessage(m.role, m.content) for m in messages]
-    context = template_context(source, chat, caps=caps, bos_token=model.bos_text,
-                               eos_token=model.eos_text, now=now)
-    text = finish_prompt(source, render_template(source, context, now=now))
-    return cut_special(text, bos_token=model.bos_text, eos_token=model.eos_text,
-                       add_bos=model.add_bos and bool(model.bos_text),
-                       add_eos=model.add_eos and bool(model.eos_text))
+    return chat_prompt_of(
+        model.chat_template or CHATML_TEMPLATE, chat, bos_text=model.bos_text, eos_text=model.eos_text,
+        add_bos=model.add_bos, add_eos=model.add_eos, now=now, caps=caps).prompt
 
 
 def prompt_tokens(model: TemplateModel, *, prompt: str | None = None, chat: str | None = None) -> list[int]:

@@ -1,9 +1,10 @@
 """The project's chat-template path beside llama.cpp's, on the requests of tests/chat_oracle/cases.py.
 
 The project renders a chat prompt as llama.cpp's chat layer does: `constraintd.engine.chat.template_inputs`
-reads the OpenAI messages and tools and rewrites them for the template (`template_context`), and
-`sampler_worker.prompt.render_template` renders them in a Jinja2 environment made to behave as llama.cpp's
-Jinja engine; `finish_prompt` adds what a specialised format appends. The template's capabilities (which
+reads the OpenAI messages and tools and rewrites them for the template (`template_context`),
+`sampler_worker.prompt` renders them in a Jinja2 environment made to behave as llama.cpp's Jinja engine,
+and `constraintd.engine.chat.prompt.chat_prompt` makes the prompt and the generation prompt from them
+(`sampler_worker.prompt.chat_prompt_of` runs it with that renderer). The template's capabilities (which
 rewrites apply) are the project's own, found as llama.cpp finds them (`sampler_worker.prompt.template_caps`
 over constraintd.engine.chat.caps); `llama_caps` reads llama.cpp's from the oracle, to compare them.
 
@@ -13,7 +14,6 @@ midnight could see two dates.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,22 +21,21 @@ from typing import Any
 from constraintd.engine.chat.template_inputs import (
     ChatRequestError,
     TemplateCaps,
-    finish_prompt,
     parse_messages,
     parse_tools,
-    template_context,
 )
-from sampler_worker.prompt import TemplateError, render_template, template_caps
+from sampler_worker.prompt import TemplateError, chat_prompt_of, template_caps
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import BOS_TOKEN, CASES, EOS_TOKEN, MESSAGE_SETS, ChatCase
 
 
 @dataclass(frozen=True, slots=True)
 class Rendered:
-    """A prompt, or the error that stopped the renderer."""
+    """A prompt and its generation prompt, or the error that stopped the renderer."""
 
     prompt: str | None
     error: str | None = None
+    generation_prompt: str | None = None
 
 
 def project_prompt(
@@ -44,17 +43,14 @@ def project_prompt(
 ) -> Rendered:
     """The prompt the project's chat-template path renders for this case (with the capabilities it finds
     in the template, unless given)."""
-    now = time.time() if now is None else now
-    caps = template_caps(source, now=now) if caps is None else caps
     try:
-        context = template_context(
-            source, parse_messages(MESSAGE_SETS[case.messages]), caps=caps, tools=parse_tools(case.tool_list),
-            bos_token=BOS_TOKEN, eos_token=EOS_TOKEN, now=now, enable_thinking=case.thinking,
-            add_generation_prompt=case.generation_prompt)
-        prompt = render_template(source, context, now=now)
-        return Rendered(finish_prompt(source, prompt, add_generation_prompt=case.generation_prompt))
+        made = chat_prompt_of(
+            source, parse_messages(MESSAGE_SETS[case.messages]), tools=parse_tools(case.tool_list),
+            bos_text=BOS_TOKEN, eos_text=EOS_TOKEN, add_generation_prompt=case.generation_prompt,
+            enable_thinking=case.thinking, now=now, caps=caps)
     except (TemplateError, ChatRequestError) as exc:
         return Rendered(None, str(exc))
+    return Rendered(made.prompt, generation_prompt=made.generation_prompt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +67,12 @@ class PromptComparison:
         return self.ours.prompt is not None and self.ours.prompt == self.llama.prompt
 
     @property
+    def same_generation_prompt(self) -> bool:
+        """The generation prompts (what the template adds to open the assistant's turn) are identical."""
+        return self.ours.generation_prompt is not None and \
+            self.ours.generation_prompt == self.llama.generation_prompt
+
+    @property
     def same_refusal(self) -> bool:
         """Both refuse, for the template's own `raise_exception` message (llama.cpp's error ends with it)."""
         ours, llama = self.ours.error, self.llama.error
@@ -85,7 +87,7 @@ def llama_answer(binary: Path, source: str, case: ChatCase) -> dict[str, Any]:
 def _rendered(answer: dict[str, Any]) -> Rendered:
     if "error" in answer:
         return Rendered(None, f"{answer['stage']}: {answer['error']}")
-    return Rendered(answer["prompt"])
+    return Rendered(answer["prompt"], generation_prompt=answer["generation_prompt"])
 
 
 def llama_caps(binary: Path, source: str) -> TemplateCaps:

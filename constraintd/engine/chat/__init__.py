@@ -5,9 +5,13 @@
     content   the content rule: the message content llama-server returns for a JSON-shaped answer,
               whole or streamed
     template_inputs  what llama.cpp's chat layer gives a chat template: OpenAI messages and tools read and
-              rewritten for the template's capabilities, and the other variables it sets; llama.cpp's
-              tojson and printing of values (the rendering itself is the caller's)
+              rewritten for the template's capabilities, and the other variables it sets
+    caps      a template's capabilities, found as llama.cpp finds them (probe conversations over tracked
+              values; the renderer reports what the template reads)
+    prompt    the prompt and generation prompt of llama.cpp's chat params, through the caller's renderer
+    jinja_values  values as llama.cpp's Jinja writes them (tojson, the string filter, printing)
 
 Contract: the grammar a request resolves to is the one llama-server would sample with, and a chat
-template rendered with `template_context`'s variables gives llama.cpp's prompt.
+template rendered by `chat_prompt` (with a renderer of llama.cpp's Jinja dialect) gives llama.cpp's prompt
+and generation prompt.
 """

@@ -21,19 +21,12 @@
 #     5. the message rewrites of the specialised formats whose prompt llama.cpp renders from adjusted
 #        messages (Ministral 3's content blocks, LFM2's and gpt-oss's `thinking`, StepFun's trimmed
 #        contents).
-# - `cut_special` cuts a leading BOS text and a trailing EOS text as llama.cpp does when the tokenizer adds
-#   them itself.
-# - `llama_json` writes a value as llama.cpp's Jinja `tojson` does (keys in their order, ", " and ": "
-#   unless told otherwise, non-ASCII kept unless ensure_ascii), `llama_string` as its `string` filter does
-#   (lists and mappings in Python's shape, their strings not escaped), and `output_text` as its output
-#   statement prints one (none and mappings print nothing, a list prints its items).
-# Nothing here renders a template: the renderer is the caller's (sampler_worker.prompt), and this module is
-# what makes its input and its JSON llama.cpp's.
+# Nothing here renders a template: the renderer is the caller's (sampler_worker.prompt); chat/prompt.py
+# renders through it, and chat/jinja_values.py writes values as llama.cpp's Jinja does.
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -48,13 +41,7 @@ __all__ = [
     "ContentPart",
     "TemplateCaps",
     "ToolCall",
-    "cut_special",
-    "finish_prompt",
     "format_time",
-    "llama_json",
-    "llama_repr",
-    "llama_string",
-    "output_text",
     "parse_messages",
     "parse_tools",
     "template_context",
@@ -390,19 +377,6 @@ def _gemma4_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return turns
 
 
-def finish_prompt(source: str, prompt: str, *, add_generation_prompt: bool = True) -> str:
-    """The rendered prompt as llama.cpp's specialised formats finish it: Gemma 4's model turn opened where
-    the template closed a turn after a tool call without opening the next; gpt-oss's last `<|return|>`
-    written `<|end|>` when no generation prompt follows (llama.cpp issue 15417)."""
-    if "'<|tool_call>call:'" in source and add_generation_prompt and prompt.endswith("<turn|>\n"):
-        return prompt + "<|turn>model\n"
-    if "<|channel|>" in source and not add_generation_prompt:
-        at = prompt.rfind("<|return|>")
-        if at >= 0:
-            return prompt[:at] + "<|end|>" + prompt[at + len("<|return|>"):]
-    return prompt
-
-
 def _is_lfm2(source: str) -> bool:
     if "<|channel|>" in source or _is_ministral_3(source):
         return False
@@ -464,135 +438,3 @@ def template_context(
     if add_generation_prompt:
         context["add_generation_prompt"] = True
     return context
-
-
-def cut_special(text: str, *, bos_token: str, eos_token: str, add_bos: bool, add_eos: bool) -> str:
-    """The rendered prompt without the BOS and EOS texts the tokenizer will add itself."""
-    if add_bos and text.startswith(bos_token):
-        text = text[len(bos_token):]
-    if add_eos and text.endswith(eos_token):
-        text = text[: len(text) - len(eos_token)]
-    return text
-
-
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _string(text: str, ensure_ascii: bool) -> str:
-    out = ['"']
-    for char in text:
-        if char in _ESCAPES:
-            out.append(_ESCAPES[char])
-        elif char < " ":
-            out.append(f"\\u{ord(char):04x}")
-        elif ensure_ascii and char > "\x7f":
-            code = ord(char)
-            if code > 0xFFFF:
-                code -= 0x10000
-                out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
-            else:
-                out.append(f"\\u{code:04x}")
-        else:
-            out.append(char)
-    out.append('"')
-    return "".join(out)
-
-
-def _number(value: float) -> str:
-    # C++'s ostream << double: six significant digits, %g style
-    if math.isnan(value) or math.isinf(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return f"{value:g}"
-
-
-def llama_json(
-    value: Any, *, indent: int | None = None, separators: Sequence[str] | None = None,
-    ensure_ascii: bool = False, level: int = 0,
-) -> str:
-    """`value` as llama.cpp's Jinja `tojson` writes it (value_to_json): keys in their own order."""
-    width = -1 if indent is None else indent
-    item_sep = separators[0] if separators else (", " if width < 0 else ",")
-    key_sep = separators[1] if separators and len(separators) > 1 else ": "
-    newline = "\n" if width >= 0 else ""
-    pad = " " * (level * width) if width > 0 else ""
-    inner = pad + (" " * width if width > 0 else "")
-
-    def nested(item: Any) -> str:
-        return llama_json(item, indent=indent, separators=(item_sep, key_sep), ensure_ascii=ensure_ascii,
-                          level=level + 1)
-
-    if value is None or isinstance(value, bool):
-        return {None: "null", True: "true", False: "false"}[value]
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return _number(value)
-    if isinstance(value, str):
-        return _string(value, ensure_ascii)
-    if isinstance(value, Mapping):
-        if not value:
-            return "{}"
-        items = [inner + _string(str(key), ensure_ascii) + key_sep + nested(item)
-                 for key, item in value.items()]
-        return "{" + newline + (item_sep + newline).join(items) + newline + pad + "}"
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return "[]"
-        items = [inner + nested(item) for item in value]
-        return "[" + newline + (item_sep + newline).join(items) + newline + pad + "]"
-    return "null"  # undefined, and anything that is no JSON value
-
-
-def _float_text(value: float) -> str:
-    # std::to_string (six decimals), trailing zeros cut, one kept after the point
-    text = f"{value:f}".rstrip("0")
-    return text + "0" if text.endswith(".") else text
-
-
-def llama_repr(value: Any) -> str:
-    """A value as llama.cpp's Jinja writes it inside a list or mapping's text: a string quoted with ' (as
-    JSON where it holds a '), True / False / None, lists and mappings in Python's shape."""
-    if isinstance(value, str):
-        return _string(value, False) if "'" in value else f"'{value}'"
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{llama_repr(key)}: {llama_repr(item)}" for key, item in value.items()) + "}"
-    if isinstance(value, tuple):
-        return "(" + ", ".join(llama_repr(item) for item in value) + ("," if len(value) == 1 else "") + ")"
-    if isinstance(value, list):
-        return "[" + ", ".join(llama_repr(item) for item in value) + "]"
-    if value is None:
-        return "None"
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, float):
-        return _float_text(value)
-    return str(value) if isinstance(value, int) else "Undefined"
-
-
-def llama_string(value: Any) -> str:
-    """`value|string` in llama.cpp's Jinja: a number as JSON, a list or mapping as `llama_repr`."""
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return "None"
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, (int, float)):
-        return llama_json(value)
-    return llama_repr(value)
-
-
-def output_text(value: Any) -> str:
-    """What llama.cpp's Jinja prints for `{{ value }}`: none, undefined and mappings print nothing, a list
-    prints its items one after the other, a float as std::to_string without its trailing zeros."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return _float_text(value)
-    if isinstance(value, (list, tuple)):
-        return "".join(output_text(item) for item in value)
-    return ""

@@ -99,7 +99,8 @@ def test_expected_differences_name_real_templates_and_cases() -> None:
 @pytest.mark.oracle
 @pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
 def test_prompt_is_llama_cpps(path: Path, chat_oracle: Path, oracle_report: OracleReport) -> None:
-    """The project's prompt is llama.cpp's, byte for byte, on every case but the listed ones."""
+    """The project's prompt is llama.cpp's, byte for byte, on every case but the listed ones, and so is the
+    generation prompt (common_chat_params.generation_prompt) wherever llama.cpp answers."""
     comparisons = compare_template(chat_oracle, path)
     identical = [c.case for c in comparisons if c.identical]
     oracle_report.add("chat prompts (project template path)", path.stem, identical=len(identical),
@@ -111,6 +112,12 @@ def test_prompt_is_llama_cpps(path: Path, chat_oracle: Path, oracle_report: Orac
     for case, message in expected_refusals.items():
         assert message in refused[case]
     assert len(identical) == len(comparisons) - len(expected), _describe(comparisons)
+    answered = [c for c in comparisons if c.llama.error is None]
+    same_generation = [c for c in answered if c.same_generation_prompt]
+    oracle_report.add("chat generation prompts", path.stem, identical=len(same_generation),
+                      total=len(answered))
+    assert len(same_generation) == len(answered), [
+        (c.case, c.ours.generation_prompt, c.llama.generation_prompt) for c in answered]
     for c in comparisons:
         if c.case in expected:
             assert not c.identical

@@ -1,4 +1,6 @@
-"""constraintd.engine.chat.template_inputs: the messages, tools and variables llama.cpp gives a chat template.
+"""constraintd.engine.chat: the messages, tools and variables llama.cpp gives a chat template
+(template_inputs), the prompt and generation prompt made from them (prompt), and values as its Jinja writes
+them (jinja_values).
 
 The whole of it is compared with llama.cpp's own prompt on every template of the reference in
 test_chat_oracle.py; here each rewrite alone, on small cases whose answer llama.cpp's chat.cpp states.
@@ -11,14 +13,11 @@ from typing import Any
 
 import pytest
 
+from constraintd.engine.chat.jinja_values import llama_json, llama_string, output_text
+from constraintd.engine.chat.prompt import chat_prompt, cut_special, finish_prompt
 from constraintd.engine.chat.template_inputs import (
     ChatRequestError,
     TemplateCaps,
-    cut_special,
-    finish_prompt,
-    llama_json,
-    llama_string,
-    output_text,
     parse_messages,
     parse_tools,
     template_context,
@@ -146,3 +145,17 @@ def test_llama_string() -> None:
     value = {"a": "it's", "b": ["x\xa0y", 1, 2.5, None, True]}
     assert llama_string(value) == """{'a': "it's", 'b': ['x\xa0y', 1, 2.5, None, True]}"""
     assert [llama_string(v) for v in (None, True, 3, 2.5, "s")] == ["None", "True", "3", "2.5", "s"]
+
+
+def test_chat_prompt_and_generation_prompt() -> None:
+    def render(context: Any) -> str:
+        text = "<s>" + "".join(f"[{m['role']}:{m['content']}]" for m in context["messages"])
+        return text + ("[assistant:" if context.get("add_generation_prompt") else "") + "</s>"
+
+    messages = parse_messages([{"role": "user", "content": "hi"}])
+    made = chat_prompt("", messages, render, caps=DEFAULTS, bos_token="<s>", eos_token="</s>", add_bos=True,
+                       now=NOW)
+    assert made.prompt == "[user:hi][assistant:</s>"
+    assert made.generation_prompt == "[assistant:</s>"
+    made = chat_prompt("", messages, render, caps=DEFAULTS, add_generation_prompt=False, now=NOW)
+    assert made.prompt == "<s>[user:hi]</s>" and made.generation_prompt == "[assistant:</s>"
