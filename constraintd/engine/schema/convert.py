@@ -216,12 +216,14 @@ class _Converter:
         return ref_name
 
     def object_rule(self, properties: Sequence[tuple[str, SchemaNode]], required: set[str], name: str,
-                    additional: SchemaNode | None, forbidden: Sequence[str] = ()) -> str:
+                    additional: SchemaNode | None, forbidden: Sequence[str] = (),
+                    counts: tuple[int | None, int | None] = (None, None)) -> str:
         """_build_object_rule; `properties` names are byte strings. The extended dialect takes the
         properties in any order where it can (schema/property_order.py), and a property named `*` as any
         other (llama.cpp's reading of it stays, and the report)."""
         if self.extended and all(prop_name != "*" for prop_name, _ in properties):
-            return self.unordered_object_rule(properties, required, name, additional, forbidden=forbidden)
+            return self.unordered_object_rule(properties, required, name, additional, forbidden=forbidden,
+                                              counts=counts)
         prefix = name + "-" if name else ""
         required_props: list[str] = []
         optional_props: list[str] = []
@@ -252,7 +254,8 @@ class _Converter:
 
     def unordered_object_rule(self, properties: Sequence[tuple[str, SchemaNode]], required: set[str],
                               name: str, additional: SchemaNode | None, key_rule: str | None = None,
-                              other_pair: str | None = None, *, forbidden: Sequence[str] = ()) -> str:
+                              other_pair: str | None = None, *, forbidden: Sequence[str] = (),
+                              counts: tuple[int | None, int | None] = (None, None)) -> str:
         # the pairs' rules are named as llama.cpp names them; their order is property_order's
         prefix = name + "-" if name else ""
         kvs: list[str] = []
@@ -274,7 +277,12 @@ class _Converter:
             if other_pair is not None:  # a second kind of other key
                 other = self.add_rule(sub_name + "-pairs", f"{other} | {other_pair}")
         flags = [prop_name in required for prop_name in dict(properties)]
-        return property_order.object_rule(kvs, flags, other, self.add_rule, name)
+        # minProperties / maxProperties where the rule holds them (else the report names them)
+        low_held, high_held = property_order.counts_held(len(kvs), sum(flags), other is not None, *counts)
+        low, high = counts
+        return property_order.object_rule(kvs, flags, other, self.add_rule, name,
+                                          min_pairs=low if low is not None and low_held else 0,
+                                          max_pairs=high if high_held else None)
 
     def other_keys(self, names: list[str], name: str) -> str:
         """The rule of the keys beside the declared properties' `names` (byte strings)."""
@@ -397,8 +405,9 @@ class _Converter:
         # the other keys' schema (any value where llama.cpp closes the object). Not in an allOf's merge,
         # which reads its parts' properties alone (the report says so).
         extras = extended.undeclared_required(self.schema_of(node), node) if self.extended else []
+        counts = extended.property_counts(self.schema_of(node)) if self.extended else (None, None)
         if (not node.properties and not extras and isinstance(node.additional, AnyNode) and not node.patterns
-                and not node.forbidden):
+                and not node.forbidden and counts == (None, None)):
             return self.add_rule(rule_name, self.add_primitive("object", PRIMITIVE_RULES["object"]))
         # an object of a oneOf's alternative holds none of its forbidden names (schema/alternatives.py)
         forbidden = [to_bytes(prop_name) for prop_name in node.forbidden]
@@ -433,8 +442,10 @@ class _Converter:
                     other_pair = self.add_rule(prefix + "other-kv",
                                                f'{keys.complement} ":" space {value_rule}')
                 return self.add_rule(rule_name, self.unordered_object_rule(properties, required, name,
-                                                                           keys.schema, key_rule, other_pair))
-        return self.add_rule(rule_name, self.object_rule(properties, required, name, additional, forbidden))
+                                                                           keys.schema, key_rule, other_pair,
+                                                                           counts=counts))
+        return self.add_rule(rule_name, self.object_rule(properties, required, name, additional, forbidden,
+                                                         counts))
 
     def visit_tuple(self, node: TupleNode, name: str, rule_name: str) -> str:
         sub_name = name + "-" if name else ""

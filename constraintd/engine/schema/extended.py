@@ -87,6 +87,7 @@ __all__ = [
     "other_keys_held",
     "other_keys_rule",
     "pattern_keys",
+    "property_counts",
     "undeclared_required",
 ]
 
@@ -275,6 +276,15 @@ def pattern_keys(schema: Mapping[str, JsonValue], node: ObjectNode, names: Seque
     # complement would take them too)
     complement = None if names else complement_rule(pattern, "x-any-char")
     return None if complement is None else PatternKeys(pattern, value, False, complement)
+
+
+def property_counts(schema: Mapping[str, JsonValue]) -> tuple[int | None, int | None]:
+    """minProperties and maxProperties where they are non-negative integers (else None: not held)."""
+    def count(key: str) -> int | None:
+        value = schema.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+    return count("minProperties"), count("maxProperties")
 
 
 def format_rule_name(name: str) -> str:

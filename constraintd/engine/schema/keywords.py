@@ -228,6 +228,12 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
     "anyOf": ("beside `type` object and object keywords, each alternative of required names, properties and "
               "annotations merged with them where the merge is exact (schema/alternatives.py); else as in "
               "the default (the keywords beside it reported)"),
+    "minProperties": ("held where at most the required count, as 1 beside declared properties or other "
+                      "keys (no empty object), and up to 256 for an object of other keys only (a map: "
+                      "counted pairs, a repeated name counted once per pair, where JSON Schema leaves it "
+                      "undefined); else reported"),
+    "maxProperties": ("held beside a closed object of as many properties or fewer, and up to 256 for an "
+                      "object of other keys only (a map, as minProperties); else reported"),
     "pattern": ("matched against the string's value as ECMA-262 reads it (unanchored unless anchored; `.`, "
                 "`\\d \\w \\s` and their negations, classes, groups, alternatives, counted repetition, "
                 "escapes), each character in its JSON spelling (a quote, backslash or control character "

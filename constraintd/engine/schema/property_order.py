@@ -19,6 +19,10 @@
 # - Other keys are never declared names (the caller's key rule excludes them), so the key decides which
 #   alternative a pair is: the grammar is unambiguous but for the place of other keys (and, past the exact
 #   bound, of optional pairs).
+# - Counts (minProperties / maxProperties): `counts_held` says which the rule holds, given as `min_pairs` /
+#   `max_pairs`: at least one pair (a minimum of 1), and, for an object of other keys only (a map: no
+#   declared property), bounds up to MAX_PAIRS, as a counted repetition of pairs. A repeated name counts
+#   once per pair (JSON Schema leaves an object with a repeated name undefined).
 # Invariants: rule names come from `add_rule`, which shares a rule only with an identical one, so the
 #   names written here can never capture another rule.
 from __future__ import annotations
@@ -26,11 +30,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
-__all__ = ["ANY_ORDER_MAX", "REQUIRED_MAX", "in_any_order", "object_rule"]
+__all__ = ["ANY_ORDER_MAX", "MAX_PAIRS", "REQUIRED_MAX", "counts_held", "in_any_order", "object_rule"]
 
 ANY_ORDER_MAX: Final = 3  # exact: 2^3 rules of at most 3 alternatives
 # past it, a few rules per set of required properties not yet written (2^10 sets at most)
 REQUIRED_MAX: Final = 10
+MAX_PAIRS: Final = 256  # a map's counted pairs, at most
 
 AddRule = Callable[[str, str], str]
 
@@ -41,10 +46,33 @@ def in_any_order(required: Sequence[bool]) -> bool:
     return len(required) <= ANY_ORDER_MAX or sum(required) <= REQUIRED_MAX
 
 
+def counts_held(declared: int, required: int, other: bool, low: int | None, high: int | None,
+                ) -> tuple[bool, bool]:
+    """Whether `object_rule` holds minProperties `low` and maxProperties `high` (None: absent) of an object of
+    `declared` properties (`required` of them required) and other keys (`other`)."""
+    # a map's counts are a repetition the grammar's parser writes out: bounded by MAX_PAIRS
+    counted = declared == 0 and other and (low or 0) <= MAX_PAIRS and (high is None or high <= MAX_PAIRS)
+    low_held = low is None or low <= required or (low == 1 and (declared > 0 or other)) or counted
+    high_held = high is None or counted or (not other and high >= declared)
+    return low_held, high_held
+
+
+def _counted(other: str, low: int, high: int | None) -> str:
+    # a map's pairs, low to high of them
+    if high == 0:
+        return '"{" space "}"'
+    least = max(low - 1, 0)
+    times = ("*" if least == 0 else f"{{{least},}}") if high is None else f"{{{least},{high - 1}}}"
+    body = f'{other} ( "," space {other} ){times}'
+    return '"{" space ' + (f"( {body} )?" if low == 0 else body) + ' space "}"'
+
+
 def object_rule(kvs: Sequence[str], required: Sequence[bool], other: str | None, add_rule: AddRule,
-                name: str) -> str:
+                name: str, *, min_pairs: int = 0, max_pairs: int | None = None) -> str:
     """The rule text of the object (from `"{"` to `"}"`); rules it needs are added with `add_rule`, named
-    after `name`."""
+    after `name`. `min_pairs` / `max_pairs`: the counts `counts_held` says it holds (others are ignored)."""
+    if not kvs and other and (min_pairs > 0 or max_pairs is not None):
+        return _counted(other, min_pairs, max_pairs)
     prefix = f"{name}-" if name else ""
     if len(kvs) > ANY_ORDER_MAX and in_any_order(required):
         first = _required_tracked(kvs, required, other, add_rule, prefix)
@@ -56,7 +84,7 @@ def object_rule(kvs: Sequence[str], required: Sequence[bool], other: str | None,
     if not first:
         return '"{" space "}"'
     body = f"( {' | '.join(first)} )"
-    return '"{" space ' + (body if any(required) else body + "?") + ' space "}"'
+    return '"{" space ' + (body if any(required) or min_pairs > 0 else body + "?") + ' space "}"'
 
 
 def _join(*parts: str) -> str:

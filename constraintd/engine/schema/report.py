@@ -245,12 +245,13 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
     schema, node = source.schema, source.node
     assert isinstance(node, ObjectNode)
     declared = {prop.name for prop in node.properties}
-    names = [prop.name for prop in node.properties] + list(node.forbidden)
+    names = [prop.name for prop in node.properties if prop.name not in node.forbidden]
     required = schema.get("required")
+    extra_names: list[str] = []
     if exact_keys and node.pointer not in merged:
-        extra = extended.undeclared_required(schema, node)
-        declared |= set(extra)
-        names += extra
+        extra_names = extended.undeclared_required(schema, node)
+        declared |= set(extra_names)
+        names += extra_names
     if isinstance(required, list):
         missing = [name for name in required if isinstance(name, str) and name not in declared]
         if missing:
@@ -262,7 +263,7 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
         patterns = extended.pattern_keys(schema, node, names)
     closed = node.additional is None and not (exact_keys and extended.opens_object(schema)) and not patterns
     # the extended dialect's rule of the other keys is exact where it can be written (schema/extended.py)
-    keys_held = exact_keys and (patterns is not None or extended.other_keys_held(names))
+    keys_held = exact_keys and (patterns is not None or extended.other_keys_held([*names, *node.forbidden]))
     if exact_keys and node.pointer not in merged:
         flags = [prop.required for prop in node.properties] + [True] * (len(names) - len(node.properties))
         if not property_order.in_any_order(flags):
@@ -286,9 +287,18 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
         yield "unevaluatedProperties", "other keys of its schema are refused (the object is closed)"
     required_count = sum(prop.required for prop in node.properties)
     low, high = schema.get("minProperties"), schema.get("maxProperties")
-    if "minProperties" in schema and not (is_integer(low) and low <= required_count):  # type: ignore[operator]
+    low_held = is_integer(low) and low <= required_count  # type: ignore[operator]
+    high_held = closed and is_integer(high) and high >= len(declared)  # type: ignore[operator]
+    if exact_keys and node.pointer not in merged and all(prop.name != "*" for prop in node.properties):
+        # the extended dialect's counts (schema/property_order.py)
+        counts = extended.property_counts(schema)
+        held = property_order.counts_held(len(names), required_count + len(extra_names),
+                                          not closed, *counts)
+        low_held = low_held or (counts[0] is not None and held[0])
+        high_held = high_held or (counts[1] is not None and held[1])
+    if "minProperties" in schema and not low_held:
         yield "minProperties", ""
-    if "maxProperties" in schema and not (closed and is_integer(high) and high >= len(declared)):  # type: ignore[operator]
+    if "maxProperties" in schema and not high_held:
         yield "maxProperties", ""
     # an object without `type` (the extended dialect's reading) also takes every value that is no object
     yield from _beside(schema, EVERY_TYPE if node.untyped else frozenset({"object"}), _OBJECT_READS, "")

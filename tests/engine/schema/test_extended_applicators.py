@@ -141,3 +141,47 @@ def test_merged_alternatives_leave_the_default_dialect_as_it_was() -> None:
     schema = json.dumps({**SHAPES, "oneOf": SHAPE_ALTERNATIVES})
     with pytest.raises(SchemaError, match="oneOf"):
         convert_json_schema(schema, strict=True)
+
+
+# ------------------------------------------------------------------------------------ property counts
+
+MAPS = ['{}', '{"a":1}', '{"a":1,"b":2}', '{"a":1,"b":2,"c":3}', '{"a":1,"b":2,"c":3,"d":4}', '{"a":"x"}',
+        '{"a":1,"b":"x"}']
+
+
+@pytest.mark.parametrize(("low", "high"), [(1, None), (2, None), (0, 2), (2, 3), (3, 3), (None, 0), (4, 4)])
+@pytest.mark.parametrize("values", [{"type": "integer"}, True], ids=["integers", "any"])
+def test_the_counts_of_a_map(low: int | None, high: int | None, values: Any) -> None:
+    schema: dict[str, Any] = {"type": "object", "additionalProperties": values}
+    if low is not None:
+        schema["minProperties"] = low
+    if high is not None:
+        schema["maxProperties"] = high
+    check(schema, MAPS)
+
+
+@pytest.mark.parametrize("closed", [False, True], ids=["open", "closed"])
+def test_min_properties_1_beside_properties(closed: bool) -> None:
+    schema: dict[str, Any] = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {}},
+                              "minProperties": 1}
+    if closed:
+        schema["additionalProperties"] = False
+    check(schema, MAPS)
+
+
+def test_min_properties_1_of_pattern_keys() -> None:
+    schema = {"type": "object", "patternProperties": {"^[a-c]+$": {"type": "integer"}},
+              "additionalProperties": False, "minProperties": 2}
+    check(schema, [*MAPS, '{"a":1,"z":2}'])
+
+
+def test_counts_the_grammar_cannot_hold_stay_reported() -> None:
+    schema = {"type": "object", "properties": {"a": {}, "b": {}, "c": {}}, "minProperties": 2}
+    with pytest.raises(SchemaError, match="minProperties"):
+        convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
+    schema = {"type": "object", "properties": {"a": {}}, "maxProperties": 2}
+    with pytest.raises(SchemaError, match="maxProperties"):
+        convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
+    schema = {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 10**9}
+    with pytest.raises(SchemaError, match="minProperties"):
+        convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
