@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from constraintd.engine.chat.caps import detect_caps, quietly, touch
 from constraintd.engine.chat.jinja_values import llama_json, llama_string, output_text
-from constraintd.engine.chat.prompt import ChatPrompt, chat_prompt
+from constraintd.engine.chat.prompt import CHATML_TEMPLATE, ChatPrompt, chat_prompt, template_source
 from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps, format_time
 
 if TYPE_CHECKING:
@@ -42,15 +42,6 @@ __all__ = [
     "template_caps",
 ]
 
-CHATML_TEMPLATE = (
-    "{%- for message in messages -%}\n"
-    "  {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}\n"
-    "{%- endfor -%}\n"
-    "{%- if add_generation_prompt -%}\n"
-    "  {{- '<|im_start|>assistant\\n' -}}\n"
-    "{%- endif -%}"
-)
-"""llama.cpp's fallback chat template (ChatML), used when a GGUF carries none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,8 +261,8 @@ def chat_prompt_of(
     eos_text: str = "", add_bos: bool = False, add_eos: bool = False, add_generation_prompt: bool = True,
     enable_thinking: bool = True, now: float | None = None, caps: TemplateCaps | None = None,
 ) -> ChatPrompt:
-    """llama.cpp's prompt and generation prompt for a chat on the template `source`
-    (constraintd.engine.chat.prompt.chat_prompt, rendered here).
+    """llama.cpp's prompt and generation prompt for a chat on the template `source` (a model's template
+    text; ChatML where it is empty), as constraintd.engine.chat.prompt.chat_prompt makes them, rendered here.
 
     `caps`: the template's capabilities, found in the template when not given (`template_caps`).
 
@@ -280,6 +271,7 @@ def chat_prompt_of(
         ChatRequestError: tool-call arguments that are not JSON, for a template that reads them as objects.
     """
     now = time.time() if now is None else now
+    source = template_source(source)
     return chat_prompt(
         source, messages, _renderer(source, now), caps=_known_caps(source) if caps is None else caps,
         tools=tools, bos_token=bos_text, eos_token=eos_text, add_bos=add_bos, add_eos=add_eos,
@@ -299,7 +291,7 @@ def chat_text(
     """
     chat = [m if isinstance(m, ChatMessage) else ChatMessage(m.role, m.content) for m in messages]
     return chat_prompt_of(
-        model.chat_template or CHATML_TEMPLATE, chat, bos_text=model.bos_text, eos_text=model.eos_text,
+        model.chat_template or "", chat, bos_text=model.bos_text, eos_text=model.eos_text,
         add_bos=model.add_bos, add_eos=model.add_eos, now=now, caps=caps).prompt
 
 

@@ -8,8 +8,11 @@
 #   (`cut_special`); the generation prompt is what rendering with add_generation_prompt adds to rendering
 #   without it (the text after their common prefix), as common_chat_template_generation_prompt takes it,
 #   except where a specialised format sets its own (Gemma 4's model turn after a tool call).
-# - Not done: continuing the final message (continue_final_message), and the formats' grammars, triggers
-#   and parsers.
+# - `template_source` is the template llama.cpp renders for a model's template text: ChatML where there
+#   is none (or it is "chatml"), and two known templates' refusals patched out (gpt-oss's of a channel
+#   written in content, Mistral's of an assistant turn with neither content nor tool calls).
+# - Not done: continuing the final message (continue_final_message), a GGUF's separate tool_use template,
+#   and the formats' grammars, triggers and parsers.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -18,9 +21,40 @@ from typing import Any
 
 from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps, template_context
 
-__all__ = ["ChatPrompt", "chat_prompt", "cut_special", "finish_prompt"]
+__all__ = ["CHATML_TEMPLATE", "ChatPrompt", "chat_prompt", "cut_special", "finish_prompt", "template_source"]
 
 GEMMA4_MODEL_TURN = "<|turn>model\n"
+
+CHATML_TEMPLATE = (
+    "{%- for message in messages -%}\n"
+    "  {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "  {{- '<|im_start|>assistant\\n' -}}\n"
+    "{%- endif -%}"
+)
+"""llama.cpp's fallback chat template (ChatML), used when a model carries none."""
+
+# (marks that must all be in the template, the text replaced, its replacement)
+SOURCE_PATCHES = (
+    (("<|channel|>", "in message.content or"),
+     '{%- if "<|channel|>analysis<|message|>" in message.content or '
+     '"<|channel|>final<|message|>" in message.content %}', "{%- if false %}"),
+    (("[TOOL_CALLS]", "if (message['content'] is none or"),
+     "{%- if (message['content'] is none or message['content'] == '' or message['content']|length == 0) "
+     "and (message['tool_calls'] is not defined or message['tool_calls'] is none or "
+     "message['tool_calls']|length == 0) %}", "{%- if false %}"),
+)
+
+
+def template_source(source: str | None) -> str:
+    """The template llama.cpp renders for a model's chat template text (see the module's contract)."""
+    if not source or source == "chatml":
+        return CHATML_TEMPLATE
+    for marks, text, replacement in SOURCE_PATCHES:
+        if all(mark in source for mark in marks):
+            source = source.replace(text, replacement)
+    return source
 
 
 @dataclass(frozen=True, slots=True)

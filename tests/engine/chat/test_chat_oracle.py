@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from constraintd.engine.chat.template_inputs import parse_messages
 from sampler_worker.prompt import template_caps
 from tests.chat_oracle.build import harness_binary, run_harness
-from tests.chat_oracle.cases import CASES, WEATHER_TOOL, ChatCase, template_paths
+from tests.chat_oracle.cases import CASES, MESSAGE_SETS, WEATHER_TOOL, ChatCase, template_paths
 from tests.chat_oracle.compare import PromptComparison, compare_template, llama_caps
 from tests.conftest import OracleReport
 
@@ -204,3 +205,25 @@ def test_llama_cpp_errors_come_back_as_json(chat_oracle: Path) -> None:
     assert raising["error"].endswith("Error: Jinja Exception: no system role")
     assert run_harness(chat_oracle, {"template": "x", "messages": 5}) == {
         "error": "Failed to parse messages: Expected 'messages' to be an array, got 5", "stage": "apply"}
+
+
+@pytest.mark.oracle
+def test_the_bundled_models_chat_prompt_is_llama_cpps(chat_oracle: Path, gemma_path: Path) -> None:
+    """The sampler worker's chat prompt for the bundled model is llama.cpp's, on every message set without
+    tools: the model's own template, or ChatML where it has none (Gemma 3 270M's GGUF has none), with its
+    BOS and EOS texts, before the BOS text is cut for the tokenizer."""
+    from sampler_worker.model import Model
+    from sampler_worker.prompt import chat_prompt_of
+
+    with Model(gemma_path, n_ctx=64, n_threads=1) as model:
+        source, bos, eos = model.chat_template, model.bos_text, model.eos_text
+    for case in CASES:
+        if case.tools:
+            continue
+        request = {**case.request(source or "chatml"), "bos_token": bos, "eos_token": eos}
+        llama = run_harness(chat_oracle, request)
+        ours = chat_prompt_of(source or "", parse_messages(MESSAGE_SETS[case.messages]), bos_text=bos,
+                              eos_text=eos, enable_thinking=case.thinking,
+                              add_generation_prompt=case.generation_prompt)
+        assert ours.prompt == llama["prompt"], case.name
+        assert ours.generation_prompt == llama["generation_prompt"], case.name

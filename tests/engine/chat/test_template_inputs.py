@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from constraintd.engine.chat.jinja_values import llama_json, llama_string, output_text
-from constraintd.engine.chat.prompt import chat_prompt, cut_special, finish_prompt
+from constraintd.engine.chat.prompt import (
+    CHATML_TEMPLATE,
+    chat_prompt,
+    cut_special,
+    finish_prompt,
+    template_source,
+)
 from constraintd.engine.chat.template_inputs import (
     ChatRequestError,
     TemplateCaps,
@@ -159,3 +165,11 @@ def test_chat_prompt_and_generation_prompt() -> None:
     assert made.generation_prompt == "[assistant:</s>"
     made = chat_prompt("", messages, render, caps=DEFAULTS, add_generation_prompt=False, now=NOW)
     assert made.prompt == "<s>[user:hi]</s>" and made.generation_prompt == "[assistant:</s>"
+
+
+def test_template_source() -> None:
+    assert template_source(None) == template_source("") == template_source("chatml") == CHATML_TEMPLATE
+    refusal = ('{%- if "<|channel|>analysis<|message|>" in message.content or '
+               '"<|channel|>final<|message|>" in message.content %}')
+    assert template_source("<|channel|>" + refusal) == "<|channel|>{%- if false %}"
+    assert template_source("{{ x }}") == "{{ x }}"
