@@ -234,6 +234,10 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
                       "undefined); else reported"),
     "maxProperties": ("held beside a closed object of as many properties or fewer, and up to 256 for an "
                       "object of other keys only (a map, as minProperties); else reported"),
+    "enum": ("beside type, a const, length, count and bound keywords (schema/listed_values.py): the values "
+             "they allow, checked value by value, are the grammar's; an optional property none of whose "
+             "values is allowed is absent; beside any other keyword, as in the default"),
+    "const": "as enum",
     "pattern": ("matched against the string's value as ECMA-262 reads it (unanchored unless anchored; `.`, "
                 "`\\d \\w \\s` and their negations, classes, groups, alternatives, counted repetition, "
                 "escapes), each character in its JSON spelling (a quote, backslash or control character "

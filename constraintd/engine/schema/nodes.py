@@ -28,6 +28,7 @@ from typing import Final, TypeAlias
 
 from constraintd.engine.schema.alternatives import Merged, merged_alternatives
 from constraintd.engine.schema.json_text import JsonValue, is_integer, to_int32, to_int64
+from constraintd.engine.schema.listed_values import allowed_values
 from constraintd.errors import SchemaError
 
 __all__ = [
@@ -337,7 +338,7 @@ class _Builder:
             node = self.node(item.schema, f"{path}/{key}/{item.index}", f"{pointer}/{key}/{item.index}")
             if item.forbidden:
                 assert isinstance(node, ObjectNode)
-                node = replace(node, forbidden=item.forbidden)
+                node = replace(node, forbidden=node.forbidden + item.forbidden)
                 self.built[slot] = node
             children.append(node)
         return AnyOfNode(pointer, tuple(children), tuple(item.index for item in merged))
@@ -347,11 +348,15 @@ class _Builder:
         listed = schema.get("required")
         required = {name for name in listed if isinstance(name, str)} if isinstance(listed, list) else set()
         properties: list[Property] = []
+        empty: list[str] = []
         if "properties" in schema:
             declared = schema["properties"]
             if not isinstance(declared, dict):
                 raise self.fail(path, "properties must be an object", pointer)
             for name, prop in declared.items():
+                if self.patterns and name not in required and _admits_nothing(prop):
+                    empty.append(name)  # the extended reading: a property no value is valid for is absent
+                    continue
                 node = self.node(prop, f"{path}/properties/{name}",
                                  f"{pointer}/properties/{escape_pointer_token(name)}")
                 properties.append(Property(name, node, name in required))
@@ -368,7 +373,8 @@ class _Builder:
         elif "properties" not in schema:
             additional = AnyNode(pointer)  # {"type": "object"} on its own accepts any object
         patterns = self.pattern_nodes(schema, path, pointer) if self.patterns else ()
-        return ObjectNode(pointer, tuple(properties), additional, patterns, untyped and self.patterns)
+        return ObjectNode(pointer, tuple(properties), additional, patterns, untyped and self.patterns,
+                          tuple(empty))
 
     def pattern_nodes(self, schema: dict[str, JsonValue], path: str, pointer: str,
                       ) -> tuple[tuple[str, SchemaNode], ...]:
@@ -471,6 +477,11 @@ class _Builder:
             values = schema["enum"]
             if not isinstance(values, list) or not values:
                 raise self.fail(path, "enum must be a non-empty array", pointer)
+            if self.patterns:
+                # the extended reading: the values the keywords beside them allow (schema/listed_values.py)
+                allowed = allowed_values(schema, values)
+                if allowed:
+                    return EnumNode(pointer, tuple(allowed))
             return EnumNode(pointer, tuple(values))
         if kind is not None and not isinstance(kind, str):
             raise self.fail(path, "type must be a string or an array of strings", pointer)
@@ -499,6 +510,16 @@ def _has_properties(schema: Mapping[str, JsonValue]) -> bool:
     return "properties" in schema or (
         "additionalProperties" in schema and schema["additionalProperties"] is not True
     )
+
+
+def _admits_nothing(schema: JsonValue) -> bool:
+    # a const / enum none of whose values the keywords beside them allow (schema/listed_values.py)
+    if not isinstance(schema, dict) or any(key in schema for key in ("$ref", "oneOf", "anyOf")):
+        return False
+    if isinstance(schema.get("type"), list):
+        return False
+    listed = [schema["const"]] if "const" in schema else schema.get("enum")
+    return isinstance(listed, list) and bool(listed) and allowed_values(schema, listed) == []
 
 
 def _untyped_object(schema: JsonValue) -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Final
 
-from constraintd.engine.schema import extended, property_order
+from constraintd.engine.schema import extended, listed_values, property_order
 from constraintd.engine.schema.json_text import JsonValue, dump_json, is_integer
 from constraintd.engine.schema.keywords import Enforcement, Unenforced, keyword_of
 from constraintd.engine.schema.nodes import (
@@ -471,6 +471,17 @@ def _values_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     yield from _beside(schema, types, reads, f"not checked against the {key} values")
 
 
+def _extended_values_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
+    # the extended dialect lists the values the keywords beside them allow (schema/listed_values.py)
+    schema, node = source.schema, source.node
+    values = [node.value] if isinstance(node, ConstNode) else list(node.values) if isinstance(
+        node, EnumNode) else []
+    listed = [schema["const"]] if "const" in schema else schema.get("enum")
+    allowed = listed_values.allowed_values(schema, listed) if isinstance(listed, list) else None
+    if not (allowed and list(map(canonical, allowed)) == list(map(canonical, values))):
+        yield from _values_findings(reader, source)
+
+
 def _any_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     yield from _beside(source.schema, EVERY_TYPE, frozenset(), "")
 
@@ -550,6 +561,8 @@ _EXTENDED_KINDS: Final[Mapping[type, Callable[[TreeReader, SchemaSource], _Findi
     IntegerNode: _extended_integer_findings,
     StringNode: functools.partial(_string_findings, exact_formats=extended.FORMATS, exact_patterns=True),
     NumberNode: _extended_number_findings,
+    ConstNode: _extended_values_findings,
+    EnumNode: _extended_values_findings,
 }
 
 

@@ -185,3 +185,40 @@ def test_counts_the_grammar_cannot_hold_stay_reported() -> None:
     schema = {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 10**9}
     with pytest.raises(SchemaError, match="minProperties"):
         convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
+
+
+# ------------------------------------------------------------------- const / enum beside other keywords
+
+VALUES = ['"a"', '"abcd"', "1", "1.0", "2.5", "7", "-3", "null", "true", "[]", "[1,2]", "{}", '{"a":1}']
+
+
+@pytest.mark.parametrize("beside", [
+    {"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": ["string", "null"]},
+    {"minLength": 2}, {"maxLength": 1}, {"minimum": 1}, {"exclusiveMaximum": 7}, {"maximum": 1.5},
+    {"minItems": 1}, {"maxProperties": 0}, {"type": "number", "minimum": 1, "exclusiveMinimum": 1},
+], ids=str)
+def test_listed_values_beside_other_keywords(beside: dict[str, Any]) -> None:
+    listed = [json.loads(text) for text in VALUES]
+    schema = {"enum": listed, **beside}
+    check(schema, VALUES)
+    conversion = convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
+    assert conversion.unenforced == ()
+
+
+def test_draft_4_exclusive_flags_beside_an_enum() -> None:
+    schema = {"enum": [1, 2, 3], "minimum": 1, "exclusiveMinimum": True, "maximum": 3,
+              "exclusiveMaximum": False}
+    grammar = grammar_of(schema)
+    assert [takes(grammar, text) for text in ("1", "2", "3")] == [False, True, True]
+
+
+def test_an_optional_property_no_value_is_valid_for_is_absent() -> None:
+    schema = {"type": "object", "properties": {"a": {"enum": ["x", "y"], "type": "object"},
+                                               "b": {"type": "integer"}}}
+    check(schema, ['{}', '{"a":"x"}', '{"b":1}', '{"b":1,"a":"y"}', '{"c":1}', '{"a":{}}'])
+
+
+def test_a_keyword_the_values_are_not_checked_against_stays_reported() -> None:
+    schema = {"enum": ["a", "b"], "pattern": "^a$"}
+    with pytest.raises(SchemaError, match="pattern"):
+        convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
