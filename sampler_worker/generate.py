@@ -26,6 +26,11 @@
 # differences of more than a few per cent; smaller ones are the machine's noise over 8 steps, which would
 # otherwise decide.
 #
+# `check`, if given, is called before each of the model's evaluations: before each chunk of the prompt (the
+# n_batch tokens `Model.decode` evaluates in one llama_decode, each chunk then decoded alone, so the logits
+# are those of one call) and before each token's. What it raises ends the generation there: a server's
+# request cancelled during a long prompt stops before the prompt's next chunk.
+#
 # Generation ends at an end-of-generation token (not part of the text), after `max_tokens` tokens, or
 # when the text contains a stop string (the text is cut before it). Text is the tokens' pieces without
 # special tokens (llama-server's default), decoded as UTF-8; a character split over tokens is streamed
@@ -314,6 +319,7 @@ def generate(
     on_step: Callable[[Step], None] | None = None,
     overlap: Overlap = "off",
     counters: Counters | None = None,
+    check: Callable[[], None] | None = None,
 ) -> Generation:
     """Generate from `prompt` with llama-server's sampler chain, constrained by `session` if given.
 
@@ -329,6 +335,8 @@ def generate(
             the model evaluates a token), or "auto" (probe both, keep the faster). The tokens are the same.
         counters: count into these (read them as the generation goes, or after it failed); new ones
             when None. The generation's own are these.
+        check: called before each evaluation of the model, each chunk of the prompt included; what it
+            raises ends the generation (a cancelled request). The tokens are the same.
 
     Returns:
         The generation.
@@ -337,6 +345,7 @@ def generate(
         GenerationError: a mask that allows no token, or a masked redraw the grammar refuses.
         ValueError: the sampler settings are refused (see SamplerSettings.check), no prompt, or an
             unknown overlap mode.
+        BaseException: what `check` or `on_step` raised.
     """
     if not prompt:
         raise ValueError("the prompt has no tokens")
@@ -346,10 +355,25 @@ def generate(
     counters = counters if counters is not None else Counters()
     ahead = _Ahead(session, counters) if session is not None and overlap != "off" else None
     try:
-        return _run(model, prompt, chain, counters, session, ahead, overlap, max_tokens, stop, on_step)
+        return _run(model, prompt, chain, counters, session, ahead, overlap, max_tokens, stop, on_step, check)
     finally:
         if ahead is not None:
             ahead.close()
+
+
+def _decode_prompt(
+    model: LogitModel, prompt: Sequence[int], check: Callable[[], None] | None
+) -> npt.NDArray[np.float32]:
+    if check is None:
+        return model.decode(prompt)
+    # `Model.decode` splits a prompt into chunks of its n_batch tokens, one llama_decode each: the same
+    # chunks, one call each, give the same logits, and `check` runs between them. A model without
+    # n_batch (a stand-in) evaluates the prompt in one call.
+    size = int(getattr(model, "n_batch", 0)) or len(prompt)
+    for start in range(0, len(prompt), size):
+        check()
+        logits = model.decode(prompt[start : start + size])
+    return logits
 
 
 def _run(
@@ -363,6 +387,7 @@ def _run(
     max_tokens: int,
     stop: Sequence[str],
     on_step: Callable[[Step], None] | None,
+    check: Callable[[], None] | None,
 ) -> Generation:
     stream = TextStream(stop)
     tokens: list[int] = []
@@ -375,7 +400,7 @@ def _run(
     model.reset()
     if ahead is not None and mode == "ahead":
         ahead.ask_mask()  # the first mask is computed while the prompt is evaluated
-    logits = model.decode(prompt)
+    logits = _decode_prompt(model, prompt, check)
     counters.model_seconds = counters.prompt_seconds = clock() - started
     for token in prompt:
         chain.accept(token)
@@ -446,6 +471,8 @@ def _run(
             on_step(Step(index, token, rejected, delta))
         if last:
             break
+        if check is not None:
+            check()
         started = clock()
         logits = model.decode([token])
         counters.model_seconds += clock() - started

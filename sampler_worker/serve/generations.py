@@ -11,7 +11,8 @@
 #   session open: every error of the request itself comes before it), then one `Token` per step, then
 #   `Finished`, or `Failed` at any point. Nothing blocks the loop: the model and the constraintd calls
 #   run on the worker thread.
-# - `Run.cancel()` (a client gone) and the deadline end the generation at its next token: the worker
+# - `Run.cancel()` (a client gone) and the deadline end the generation at its next token, or before the
+#   next chunk of its prompt (n_batch tokens; one slot or several): the worker
 #   raises out of `generate`, which leaves the session's `with` block, so the constraintd session is
 #   closed then and there; the context goes back to the pool only once the worker thread has ended,
 #   so no two threads ever use one context.
@@ -361,7 +362,7 @@ class Generations:
                 else:
                     generation = generate(
                         context, prompt, job.settings, session=session, max_tokens=budget, stop=job.stop,
-                        on_step=on_step, overlap=self.overlap, counters=tally.counters,
+                        on_step=on_step, overlap=self.overlap, counters=tally.counters, check=run.check,
                     )
             run.emit(Finished(generation))
         except _Stopped as exc:

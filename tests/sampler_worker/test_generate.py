@@ -260,3 +260,52 @@ def test_suppressed_tokens_are_never_drawn() -> None:
     model.suppress_tokens = (2,)
     result = generate(model, [1], GREEDY, max_tokens=2)
     assert result.tokens == (1, 3)  # 2 is banned: its runner-up 3 comes instead
+
+
+class BatchedModel(ScriptedModel):
+    """A ScriptedModel that evaluates at most `n_batch` tokens a call, as `Model.decode` splits a prompt."""
+
+    n_batch = 4
+
+    def __init__(self, script: Sequence[int]) -> None:
+        super().__init__(script)
+        self.calls: list[list[int]] = []
+
+    def decode(self, tokens: Sequence[int]) -> npt.NDArray[np.float32]:
+        assert len(tokens) <= self.n_batch
+        self.calls.append(list(tokens))
+        return super().decode(tokens)
+
+
+class Cancelled(Exception):
+    pass
+
+
+def test_check_runs_before_each_chunk_of_the_prompt_and_ends_the_generation() -> None:
+    model = BatchedModel([1])
+    prompt = list(range(1, 7)) * 2  # 12 tokens: three chunks of 4
+    checks = 0
+
+    def check() -> None:
+        nonlocal checks
+        checks += 1
+        if checks == 2:
+            raise Cancelled
+
+    with pytest.raises(Cancelled):
+        generate(model, prompt, GREEDY, max_tokens=5, check=check)
+    assert model.calls == [prompt[:4]]  # cancelled during its prompt: the rest is never evaluated
+
+
+def test_check_runs_before_each_token_evaluated() -> None:
+    model = BatchedModel([1, 2, 1, 2, 1])
+    calls = 0
+
+    def check() -> None:
+        nonlocal calls
+        calls += 1
+
+    result = generate(model, [1, 2, 3, 4, 5], GREEDY, max_tokens=3, check=check)
+    assert len(result.tokens) == 3
+    assert model.calls[:2] == [[1, 2, 3, 4], [5]]
+    assert calls == len(model.calls) == 4  # two chunks of the prompt, then the first two tokens
