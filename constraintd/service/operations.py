@@ -235,6 +235,18 @@ class Operations:
             "allows": self.allows_owing,
         }
 
+    def record_bounds(self) -> dict[str, tuple[int, Callable[[], Exception]]]:
+        """The most records a request may hold of some fields, by the field's full name, each with the
+        error past it: what a reader of a large request (server/large.py) checks as it goes, so a vocabulary
+        of ten million pieces is refused after a million, not read whole first."""
+        most = self._limits.max_vocab_size
+
+        def too_many() -> Exception:
+            return LimitError(f"a vocabulary of more than {most} tokens is over the limit of {most}")
+
+        pieces = pb.PieceList.DESCRIPTOR.fields_by_name
+        return {pieces[name].full_name: (most, too_many) for name in ("pieces", "token_texts")}
+
     def register_vocab(self, request: pb.RegisterVocabRequest) -> pb.RegisterVocabResponse:
         """RegisterVocab; slow for a large vocabulary (the server runs it in a worker thread)."""
         source = request.WhichOneof("source")

@@ -1,0 +1,257 @@
+# Requests too large to parse on the event loop.
+#
+# Protobuf parses a message in one C call that holds the GIL: a RegisterVocab of 2M pieces (19 MB) held
+# every other session's Accept for 100-280 ms. A request of more than PARSE_ON_LOOP bytes is handed to its
+# method unparsed (`Large`), and parsed in a worker thread in slices: the records of its fields are found
+# by walking the wire format in Python (bytecode, so the GIL changes hands every switch interval) and
+# merged into the message about SLICE_BYTES at a time, each merge a short hold of the GIL.
+#
+# Invariants:
+# - The slices make the message one parse makes: parsing concatenated encodings is merging them in order
+#   (protobuf's rule), and a merge appends a repeated field and merges a submessage. A record of a message
+#   field larger than a slice is itself taken in slices, each wrapped in its field's tag; a packed
+#   repeated number is cut between its values, each part wrapped the same way. A string or bytes record
+#   is never cut (a 16 MiB piece is one merge: a copy, a few milliseconds).
+# - What does not walk as a message (a truncated varint, a record past the end, a group or an unknown wire
+#   type) raises DecodeError, as the one-call parse would; what walks but does not parse raises it from
+#   the merge.
+# - The walk reads the clock every DEADLINE_RECORDS records and stops at `deadline` (DeadlineError).
+# - A caller may bound the records of given fields (`most`): past the bound the walk stops with a
+#   LimitError, so a request of ten million pieces costs a million records' walk, not ten.
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError, Message
+
+from constraintd.errors import DeadlineError
+
+__all__ = ["PARSE_ON_LOOP", "SLICE_BYTES", "Large", "parse_in_slices"]
+
+PARSE_ON_LOOP = 1 << 20
+SLICE_BYTES = 1 << 18
+DEADLINE_RECORDS = 4096
+
+_VARINT_TYPES = frozenset(
+    (
+        FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT32,
+        FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_BOOL, FieldDescriptor.TYPE_ENUM,
+    )
+)
+_FIXED_WIDTH = {
+    FieldDescriptor.TYPE_FIXED32: 4, FieldDescriptor.TYPE_SFIXED32: 4, FieldDescriptor.TYPE_FLOAT: 4,
+    FieldDescriptor.TYPE_FIXED64: 8, FieldDescriptor.TYPE_SFIXED64: 8, FieldDescriptor.TYPE_DOUBLE: 8,
+}
+
+# what takes the encodings in order (a message's MergeFromString, which reads any buffer)
+Emit = Callable[[Any], object]
+
+
+class Large:
+    """A request too large to parse on the event loop: its bytes and its type, parsed by `parse`."""
+
+    __slots__ = ("data", "message_type")
+
+    def __init__(self, data: bytes, message_type: type[Message]) -> None:
+        self.data = data
+        self.message_type = message_type
+
+    def parse(self, deadline: float | None = None, most: Most | None = None) -> Message:
+        """The message (see `parse_in_slices`)."""
+        return parse_in_slices(self.message_type, self.data, deadline=deadline, most=most)
+
+
+# a field's full name (as "constraintd.v1.PieceList.pieces") -> the most records of it a request may hold,
+# and the error to raise past that
+Most = dict[str, tuple[int, Callable[[], Exception]]]
+
+
+def parse_in_slices(
+    message_type: type[Message],
+    data: bytes,
+    *,
+    slice_bytes: int = SLICE_BYTES,
+    deadline: float | None = None,
+    most: Most | None = None,
+) -> Message:
+    """`message_type.FromString(data)`, in merges of about `slice_bytes` each (see the module's comment).
+
+    Raises:
+        DecodeError: `data` is not a message of this type.
+        DeadlineError: still walking at `deadline` (time.monotonic()).
+        Exception: the error `most` names for a field with more records than it allows.
+    """
+    message = message_type()
+    _Walk(data, slice_bytes, deadline, most or {}).message(
+        0, len(data), message_type.DESCRIPTOR, message.MergeFromString
+    )
+    return message
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _wrapped(emit: Emit, number: int) -> Emit:
+    """An emitter that sends each encoding on as the payload of field `number` (a length-delimited record)."""
+    tag = _varint(number << 3 | 2)
+    return lambda payload: emit(b"".join((tag, _varint(len(payload)), payload)))
+
+
+class _Walk:
+    __slots__ = ("counts", "data", "deadline", "most", "records", "slice_bytes", "view")
+
+    def __init__(self, data: bytes, slice_bytes: int, deadline: float | None, most: Most) -> None:
+        self.most = most
+        self.counts: dict[str, int] = {}
+        self.data = data  # read a byte at a time (an int)
+        self.view = memoryview(data)  # cut without a copy
+        self.slice_bytes = slice_bytes
+        self.deadline = deadline
+        self.records = 0
+
+    def message(self, pos: int, end: int, descriptor: Any, emit: Emit) -> None:
+        """Emits the records of the message encoded in data[pos:end], in slices, in order."""
+        try:
+            self._message(pos, end, descriptor, emit)
+        except IndexError:
+            raise DecodeError("a record runs past the end of the request") from None
+
+    def _message(self, pos: int, end: int, descriptor: Any, emit: Emit) -> None:
+        data, view, slice_bytes, varint_at = self.data, self.view, self.slice_bytes, self._varint_at
+        # this message's fields whose records are counted: number -> full name
+        watched = {
+            field.number: field.full_name for field in descriptor.fields if field.full_name in self.most
+        }
+        pending = pos  # the start of the records not yet emitted
+        records = self.records
+        while pos < end:
+            # the common case inline (a one-byte key, a one-byte length): this loop is the walk's cost
+            start = pos
+            key = data[pos]
+            if key < 0x80:
+                pos += 1
+            else:
+                key, pos = varint_at(pos, end)
+            wire = key & 7
+            if wire == 2:
+                length = data[pos]
+                if length < 0x80:
+                    pos += 1
+                else:
+                    length, pos = varint_at(pos, end)
+                payload = pos
+                pos += length
+            elif wire == 0:
+                _, pos = varint_at(pos, end)
+            elif wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
+            else:
+                raise DecodeError(f"wire type {wire} at byte {start}")
+            if pos > end:
+                raise DecodeError(f"the record at byte {start} runs past the end of its message")
+            run = 1
+            if wire == 2 and key < 0x80 and length < 0x80:
+                # more short records of the same field (a vocabulary's pieces), as far as this slice
+                # goes: two bytes read a record, the walk's common case
+                limit = min(end, pending + slice_bytes)
+                while pos < limit and data[pos] == key:
+                    length = data[pos + 1]
+                    if length >= 0x80:
+                        break
+                    pos += 2 + length
+                    run += 1
+                if pos > end:
+                    raise DecodeError(f"a record runs past the end of its message at byte {start}")
+            if (records + run) // DEADLINE_RECORDS != records // DEADLINE_RECORDS:
+                self._check_deadline()
+            records += run
+            if watched and key >> 3 in watched:
+                self._count(watched[key >> 3], run)
+            if wire == 2 and run == 1 and pos - start > slice_bytes:
+                field = descriptor.fields_by_number.get(key >> 3)
+                if field is not None:
+                    if pending < start:
+                        emit(view[pending:start])
+                    self.records = records
+                    if self._cut(field, payload, pos, emit):
+                        records = self.records
+                        pending = pos
+                        continue
+                    pending = start
+            if pos - pending >= slice_bytes:
+                emit(view[pending:pos])
+                pending = pos
+        self.records = records
+        if pending < end:
+            emit(view[pending:end])
+
+    def _cut(self, field: Any, pos: int, end: int, emit: Emit) -> bool:
+        """Emits a large record of `field` (its payload data[pos:end]) in slices; False when it cannot be
+        cut (a string or bytes, or an empty payload: a message's presence) and must go whole."""
+        if pos == end:
+            return False
+        if not field.is_repeated:
+            if field.type != FieldDescriptor.TYPE_MESSAGE:
+                return False
+            # one message's records in slices (of a repeated field, each record is an element of its own)
+            self.message(pos, end, field.message_type, _wrapped(emit, field.number))
+            return True
+        if field.type in _VARINT_TYPES:
+            values = np.frombuffer(self.data, dtype=np.uint8, count=end - pos, offset=pos)
+            ends = np.flatnonzero(values < 0x80) + 1  # each value ends at a byte without the high bit
+        elif field.type in _FIXED_WIDTH:
+            ends = np.arange(_FIXED_WIDTH[field.type], end - pos + 1, _FIXED_WIDTH[field.type])
+        else:
+            return False
+        if not len(ends) or ends[-1] != end - pos:
+            raise DecodeError(f"packed field {field.name} ends inside a value")
+        send = _wrapped(emit, field.number)
+        cut = 0
+        while cut < end - pos:
+            # the last value ending within a slice of the cut (the next one to end, if none does)
+            index = int(np.searchsorted(ends, cut + self.slice_bytes, side="right")) - 1
+            if ends[index] <= cut:
+                index += 1
+            after = int(ends[index])
+            send(self.view[pos + cut : pos + after])
+            cut = after
+        return True
+
+    def _count(self, name: str, records: int) -> None:
+        count = self.counts[name] = self.counts.get(name, 0) + records
+        most, error = self.most[name]
+        if count > most:
+            raise error()
+
+    def _check_deadline(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise DeadlineError("reading the request ran past its time limit")
+
+    def _varint_at(self, pos: int, end: int) -> tuple[int, int]:
+        data = self.data
+        value = 0
+        shift = 0
+        while True:
+            if pos >= end:
+                raise DecodeError(f"a varint runs past the end of its message at byte {pos}")
+            byte = data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value, pos
+            shift += 7
+            if shift > 63:
+                raise DecodeError(f"a varint longer than 10 bytes at byte {pos}")
