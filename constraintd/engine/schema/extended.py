@@ -20,8 +20,13 @@
 #     ipv6       RFC 4291's text forms (section 2.2), as RFC 3986's IPv6address ABNF writes them: eight
 #                groups of 1-4 hexadecimal digits, one `::` for a run of zero groups, an IPv4 tail; no zone;
 #     uri        RFC 3986's URI ABNF (a scheme, so no relative reference; ASCII only, as URIs are);
-#     uuid       RFC 4122's 8-4-4-4-12 hexadecimal digits, either case (llama.cpp's own rule).
-#   Every other format JSON Schema defines (email, hostname, uri-reference, iri, ...) stays reported.
+#     uuid       RFC 4122's 8-4-4-4-12 hexadecimal digits, either case (llama.cpp's own rule);
+#     email      RFC 5321's Mailbox ABNF (section 4.1.2): a dot-string or quoted local part (its quote and
+#                backslash in their JSON escapes), a domain of letter-digit-hyphen labels, or an address
+#                literal of IPv4 or IPv6 (`IPv6:` in any case); the general address literal (a tag
+#                registered with IANA: none but IPv6 is) is refused. Section 4.5.3's size limits are not
+#                part of the ABNF and are not checked.
+#   Every other format JSON Schema defines (hostname, uri-reference, iri, ...) stays reported.
 # - `integer_bounds(schema)`: the integer range the schema's minimum / maximum / exclusive bounds set (the
 #   tightest of them, draft 4's boolean exclusives read too), exactly, or None for a side without one.
 #   `integer_range_rule(low, high)` is a GBNF expression taking exactly the integers of [low, high] in JSON's
@@ -152,6 +157,20 @@ _FORMAT_RULES: Final[Mapping[str, BuiltinRule]] = {
     "x-uri-pct": BuiltinRule('"%" [0-9a-fA-F] [0-9a-fA-F]'),
     "x-uri-pchar": BuiltinRule("x-uri-unreserved | x-uri-pct | [:@]", ("x-uri-unreserved", "x-uri-pct")),
     "x-uri-query": BuiltinRule('( x-uri-pchar | [/?] )*', ("x-uri-pchar",)),
+    # RFC 5321's Mailbox (section 4.1.2), each character in its JSON spelling (a quoted local part's quote
+    # and backslash escaped); address literals of IPv4 and IPv6 only (the one registered tag)
+    "x-email": BuiltinRule(
+        'x-email-local "@" ( x-email-domain | "[" ( x-ipv4 | [iI] [pP] [vV] "6:" x-ipv6 ) "]" )',
+        ("x-email-local", "x-email-domain", "x-ipv4", "x-ipv6"),
+    ),
+    "x-email-local": BuiltinRule(
+        "x-email-atom ( \".\" x-email-atom )* | \"\\\\\\\"\" ( [ !#-[\\]-~] "
+        "| \"\\\\\\\\\" ( [ !#-[\\]-~] | \"\\\\\\\"\" | \"\\\\\\\\\" ) )* \"\\\\\\\"\"",
+        ("x-email-atom",),
+    ),
+    "x-email-atom": BuiltinRule("[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]+"),
+    "x-email-domain": BuiltinRule('x-email-label ( "." x-email-label )*', ("x-email-label",)),
+    "x-email-label": BuiltinRule("[a-zA-Z0-9] ( [a-zA-Z0-9-]* [a-zA-Z0-9] )?"),
     "x-uuid": BuiltinRule('[0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" '
                           "[0-9a-fA-F]{12}"),
 }
@@ -165,6 +184,7 @@ FORMAT_SPECS: Final[Mapping[str, str]] = {
     "ipv6": "RFC 4291 section 2.2 (RFC 3986's IPv6address)",
     "uri": "RFC 3986 URI",
     "uuid": "RFC 4122",
+    "email": "RFC 5321 Mailbox (section 4.1.2; address literals of IPv4 and IPv6)",
 }
 FORMATS: Final = frozenset(FORMAT_SPECS)
 # the formats JSON Schema 2020-12 defines; any other is an annotation ("An implementation MUST NOT fail

@@ -192,8 +192,9 @@ _LENGTH: Final = (
 EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
     "format": ("date, time, date-time (RFC 3339: month lengths, leap years, offsets; a leap second at "
                "23:59:60 UTC only; years from 0001), ipv4 (dotted decimal, no leading zeros), ipv6 (RFC 4291 "
-               "text forms, no zone), uri (RFC 3986), uuid: exact grammars; a format 2020-12 does not define "
-               "is an annotation; every other format (email, hostname, uri-reference, ...), and a length "
+               "text forms, no zone), uri (RFC 3986), uuid, email (RFC 5321 Mailbox; address literals of "
+               "IPv4 and IPv6 only): exact grammars; a format 2020-12 does not define is an annotation; "
+               "every other format (hostname, uri-reference, ...), and a length "
                "beside a format, stays reported"),
     "additionalProperties": ("absent (and unevaluatedProperties too), other keys are allowed (JSON "
                              "Schema's default; llama.cpp closes the object); the keys beside the declared "

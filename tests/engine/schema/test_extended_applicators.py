@@ -5,9 +5,12 @@ judged by `jsonschema` (2020-12) and by the grammar, on its bytes."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.errors import SchemaError
@@ -222,3 +225,53 @@ def test_a_keyword_the_values_are_not_checked_against_stays_reported() -> None:
     schema = {"enum": ["a", "b"], "pattern": "^a$"}
     with pytest.raises(SchemaError, match="pattern"):
         convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
+
+
+# ------------------------------------------------------------------------------------------------ email
+
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_MAILBOX = re.compile(
+    rf'(?:{_ATEXT}+(?:\.{_ATEXT}+)*|"(?:[ !#-\[\]-~]|\\[ -~])*")@'
+    rf"(?:{_LABEL}(?:\.{_LABEL})*|\[(?:[0-9.]+|[iI][pP][vV]6:[0-9A-Fa-f:.]+)\])"
+)
+
+
+def rfc5321_mailbox(text: str) -> bool:
+    # RFC 5321 section 4.1.2's Mailbox, address literals of IPv4 and IPv6 (checked by jsonschema's readers)
+    match = _MAILBOX.fullmatch(text)
+    if match is None:
+        return False
+    literal = re.search(r"@\[(?:[iI][pP][vV]6:)?(.*)\]$", text)
+    if literal is None:
+        return True
+    kind = "ipv6" if text[text.rindex("@") + 2 :].lower().startswith("ipv6:") else "ipv4"
+    return valid({"format": kind}, literal.group(1))
+
+
+EMAILS = [
+    "joe.bloggs@example.com", "te~st@example.com", "~test@example.com", "test~@example.com",
+    '"joe bloggs"@example.com', '"joe..bloggs"@example.com', '"joe@bloggs"@example.com',
+    '"a\\"b"@x.org', '"a\\\\b"@x.org', "joe.bloggs@[127.0.0.1]", "joe.bloggs@[IPv6:::1]", "a@b", "1@2.3",
+    "x@a-b.c", "!#$%&'*+/=?^_`{|}~-@x.io",
+    # invalid
+    "2962", ".test@example.com", "test.@example.com", "te..st@example.com", "joe.bloggs@invalid=domain.com",
+    "joe.bloggs@[127.0.0.300]", "joe.bloggs@[IPv6:::12345]", "a@-b.c", "a@b-.c", "a@.b", "a@b.", "@b.c",
+    "a@", "a b@c.d", '"a"b"@c.d', "ä@b.c", "a@b@c", '"a\nb"@c.d', "a@[1.2.3.4", "a@[x:y]",
+]
+
+
+@pytest.mark.parametrize("text", EMAILS)
+def test_email(text: str) -> None:
+    grammar = grammar_of({"type": "string", "format": "email"})
+    assert takes(grammar, json.dumps(text, ensure_ascii=False)) == rfc5321_mailbox(text)
+    if rfc5321_mailbox(text):
+        assert valid({"format": "email"}, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "Z9", ".", "@", "-", '"', "\\", " ", "[", "]", "1.2.3.4", "IPv6:",
+                                 "::1", "~", "x.y", "é"]), max_size=8).map("".join))
+def test_random_emails(text: str) -> None:
+    grammar = grammar_of({"type": "string", "format": "email"})
+    assert takes(grammar, json.dumps(text, ensure_ascii=False)) == rfc5321_mailbox(text), text
