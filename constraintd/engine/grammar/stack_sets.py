@@ -35,11 +35,11 @@ import numpy as np
 import numpy.typing as npt
 
 from constraintd.engine.grammar.elements import CHAR, CHAR_ANY, CHAR_NOT, TOKEN, TOKEN_NOT
-from constraintd.engine.grammar.stacks import ESCAPE, Rules, Stack, StackSet, stack_depth
+from constraintd.engine.grammar.stacks import ESCAPE, CharClass, Rules, Stack, StackSet, stack_depth
 from constraintd.engine.grammar.utf8 import PartialUtf8
 from constraintd.errors import LimitError
 
-__all__ = ["MAX_STACK_DEPTH", "SHARED_DEPTH", "Move", "State", "StateTable"]
+__all__ = ["MAX_STACK_DEPTH", "SHARED_DEPTH", "ClassRun", "Move", "State", "StateTable"]
 
 _CHAR_KINDS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY))
 # The deepest stack a state may hold: JSON nested about 16,000 deep. Memory grows linearly with the depth
@@ -56,6 +56,9 @@ _UNKNOWN: Final = object()  # a step not memoized yet (None is memoized: no stac
 # accepting it leaves (None where llama.cpp's accept would leave no stack, or the token is not allowed), and
 # the most stacks met on the way (for a caller whose limit is lower than the one it was found under).
 Move = tuple[bool, "State | None", PartialUtf8, int]
+# A run of states that each take one char class and nothing else (`State.class_run`): the class, how many
+# states in a row, and the state after them (None: no stack is left).
+ClassRun = tuple[CharClass, int, "State | None"]
 
 
 class StateTable:
@@ -276,6 +279,38 @@ class State:
         if self._char_only is None:
             self._char_only = self.table.intern([s for stacks in self.by_top.values() for s in stacks], limit)
         return self._char_only
+
+    def class_run(self, limit: int, most: int) -> ClassRun | None:
+        """The run of states from this one that each take exactly one char class C, the same for all, by
+        their char-topped stacks alone (no token-topped stack, no escape mark), at most `most` of them: a
+        fixed-length repetition of C (`[0-9a-f]{8}`, a literal's repeated character). Any code point of C
+        leads from one to the next and every other one to no stack, so a token's fate in the run depends
+        only on how many of its code points in a row C matches (masks/compute.py). None when this state
+        is not such a state.
+
+        Raises:
+            LimitError: a state of the run has more than `limit` stacks.
+        """
+        single = self._single_class()
+        if single is None:
+            return None
+        state: State | None = self
+        count = 0
+        while count < most and state is not None and state._single_class() == single:
+            state = state._after_match(state.char_tops, limit)
+            count += 1
+        return single, count, state
+
+    def _single_class(self) -> CharClass | None:
+        # the one char class every stack tops, when no stack is topped by a token or an escape mark
+        if self.token_tops or self.has_escape or not self.char_tops:
+            return None
+        classes = self.table.rules.classes
+        first = classes[self.char_tops[0]]
+        for pos in self.char_tops[1:]:
+            if classes[pos] != first:
+                return None
+        return first
 
     def partial_ok(self, partial: PartialUtf8) -> bool:
         """Whether a piece ending in the unfinished sequence `partial` survives here (llama.cpp's apply)."""

@@ -39,6 +39,10 @@
 #   chain is kept for its loop too, up to its reach, so the next position of the chain (one repetition
 #   fewer), or the same repetition in another grammar, finds it: a chain costs one walk, not one per
 #   position.
+# - Fixed-length repetitions of one char class (`[0-9a-f]{8}`, a UUID's groups) are inline, not chains of
+#   links, so they get no loop; each position's rows are decided from the grammar's run counts instead
+#   (masks/compute.py's `ClassRuns`, counted once per class and kept up to its bound, counted in
+#   `nbytes`): a few passes over the rows a position walks, not a walk of them column by column.
 # - After an unfinished UTF-8 sequence (rare: a token cut a character) the mask is walked whole.
 # - Every cache is an `LruCache` (engine/lru.py), dropping its least recently used entries beyond its
 #   bound (bytes of arrays for masks and verdicts, a count for the per-grammar shortcut to them); the
@@ -58,7 +62,13 @@ from constraintd.engine.grammar.stacks import Stack
 from constraintd.engine.grammar.utf8 import FRESH, PartialUtf8
 from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.bitmask import allow_tokens, mask_words, pack_mask
-from constraintd.engine.masks.compute import check_deadline, compute_mask, rows_past_first, walk
+from constraintd.engine.masks.compute import (
+    ClassRuns,
+    check_deadline,
+    compute_mask,
+    rows_past_first,
+    walk,
+)
 from constraintd.engine.masks.structural_ids import Structure
 from constraintd.engine.masks.verdicts import LOOP_MARK, SharedVerdicts, TopVerdict
 from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab
@@ -97,6 +107,7 @@ class MaskCache:
     __slots__ = (
         "_masks",
         "_own",
+        "_runs",
         "_tops",
         "loops",
         "shared",
@@ -126,6 +137,9 @@ class MaskCache:
         # stack top -> its verdict when no structural key keeps it (`_from_shorter`): this grammar's alone,
         # sized by the arrays it holds alone
         self._own: LruCache[Stack, TopVerdict] = LruCache(max_own_bytes)
+        # per char class, the rows' leading code points in it: fixed-length runs of a class decided
+        # without a walk of each position (masks/compute.py); built on first use, as `structure`
+        self._runs: ClassRuns | None = None
 
     def mask(self, state: State, partial: PartialUtf8, limit: int, *, deadline: float | None = None) -> Words:
         """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only). A
@@ -195,7 +209,9 @@ class MaskCache:
             ids = table.ids[rows]
             rows = rows[((words[ids >> 5] >> (ids & 31)) & 1) == 0]  # not allowed already
         if rows.size:
-            found, _ = walk(table, table.columns, state, limit, rows=rows, deadline=deadline)
+            found, _ = walk(
+                table, table.columns, state, limit, rows=rows, runs=self._class_runs(), deadline=deadline
+            )
             allow_tokens(words, table.ids[found])
         return words
 
@@ -296,7 +312,9 @@ class MaskCache:
         table = self.vocab.fresh_table()
         start = self.states.intern([top], limit)
         assert start is not None
-        allowed_rows, uncertain = walk(table, table.columns, start, limit, rows=rows, deadline=deadline)
+        allowed_rows, uncertain = walk(
+            table, table.columns, start, limit, rows=rows, runs=self._class_runs(), deadline=deadline
+        )
         walked = table.ids[rows]
         words = None
         if known.words is not None:
@@ -340,12 +358,24 @@ class MaskCache:
         start = self.states.intern([top], limit)
         assert start is not None
         allowed_rows, uncertain = walk(
-            table, table.columns, start, limit, rows=shorter.uncertain, deadline=deadline
+            table,
+            table.columns,
+            start,
+            limit,
+            rows=shorter.uncertain,
+            runs=self._class_runs(),
+            deadline=deadline,
         )
         ids = table.ids[allowed_rows]
         if shorter.ids.size:
             ids = _union([shorter.ids, ids], self.vocab.n_tokens)
         return self._verdict(shorter.words, ids, uncertain)
+
+    def _class_runs(self) -> ClassRuns:
+        runs = self._runs
+        if runs is None:
+            runs = self._runs = ClassRuns(self.vocab.fresh_table())
+        return runs
 
     def _verdict(self, words: Words | None, ids: IntArray, uncertain: IntArray) -> TopVerdict:
         ids = np.sort(ids)
@@ -367,9 +397,10 @@ class MaskCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the finished masks and of the verdicts kept for this grammar alone (their arrays
-        only, not the dicts around them)."""
-        return self._masks.size + self._own.size
+        """Bytes of the finished masks, of the verdicts kept for this grammar alone and of its run counts
+        (their arrays only, not the dicts around them)."""
+        runs = self._runs
+        return self._masks.size + self._own.size + (runs.nbytes if runs is not None else 0)
 
     def forget_masks(self) -> None:
         """Drops the finished masks (not the per-top verdicts): the next masks are composed anew."""

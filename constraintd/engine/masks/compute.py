@@ -15,6 +15,12 @@
 # - `walk` also runs from stacks cut short by an escape mark (stacks.Rules.escape), for masks/cache.py:
 #   a row that reaches the mark on some path and is not allowed on another is "uncertain" (the stacks
 #   below decide it); every other verdict is the same whatever lies below.
+# - Fixed-length repetitions of one char class (a UUID's `[0-9a-f]{8}`, a literal's repeated character:
+#   `State.class_run`) are not walked column by column when the caller hands `walk` a `ClassRuns` of the
+#   table: a row's fate inside the run is decided by how many of its first code points the class
+#   matches in a row (counted once per class for every row, and kept by the `ClassRuns`), so each
+#   position of the run costs a few passes over its rows, and only the rows that get past the run are
+#   walked on, from the state after it.
 from __future__ import annotations
 
 import time
@@ -24,8 +30,10 @@ import numpy as np
 import numpy.typing as npt
 
 from constraintd.engine.grammar.elements import TOKEN
-from constraintd.engine.grammar.stack_sets import State
+from constraintd.engine.grammar.stack_sets import ClassRun, State
+from constraintd.engine.grammar.stacks import CharClass
 from constraintd.engine.grammar.utf8 import PartialUtf8
+from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.bitmask import pack_mask
 from constraintd.engine.vocab.decoded import (
     ColumnTable,
@@ -34,7 +42,7 @@ from constraintd.engine.vocab.decoded import (
 )
 from constraintd.errors import DeadlineError
 
-__all__ = ["check_deadline", "compute_allowed", "compute_mask", "rows_past_first", "walk"]
+__all__ = ["ClassRuns", "check_deadline", "compute_allowed", "compute_mask", "rows_past_first", "walk"]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -47,6 +55,108 @@ _LOW_BITS: Final = (1 << _STATE_SHIFT) - 1
 _FEW_ROWS: Final = 32
 # Rows at least that one state moves through a table over the distinct code points (a column's move).
 _DENSE_ROWS: Final = 16384
+# Default bound of the run counts one `ClassRuns` keeps (two bytes a row per class).
+MAX_RUN_BYTES: Final = 4 << 20
+
+
+class ClassRuns:
+    """Per char class, how many code points in a row, from the first, each row of one table has in that
+    class: what `walk` reads to decide a fixed-length run of the class (see the module comment). Kept up
+    to `max_bytes`, least recently used dropped first; owned by whoever owns the walks (a grammar's
+    masks/cache.py `MaskCache`)."""
+
+    __slots__ = ("_counts", "_lengths", "table")
+
+    def __init__(self, table: ColumnTable, *, max_bytes: int = MAX_RUN_BYTES) -> None:
+        self.table = table
+        self._counts: LruCache[CharClass, npt.NDArray[np.uint16]] = LruCache(max_bytes)
+        self._lengths: npt.NDArray[np.uint16] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the counts kept, and of the rows' lengths."""
+        lengths = self._lengths
+        return self._counts.size + (lengths.nbytes if lengths is not None else 0)
+
+    def lengths(self) -> npt.NDArray[np.uint16]:
+        """Per row of the table, its code points (at most 65,535)."""
+        lengths = self._lengths
+        if lengths is None:
+            # rows are sorted longest first: rows [count_from[j + 1], count_from[j]) have j + 1 code points
+            count_from = self.table.count_from
+            bounds = np.array((0, *reversed(count_from), self.table.ids.size), dtype=np.int64)
+            found = np.repeat(np.arange(len(count_from), -1, -1, dtype=np.int64), np.diff(bounds))
+            lengths = self._lengths = np.minimum(found, np.iinfo(np.uint16).max).astype(np.uint16)
+            lengths.flags.writeable = False
+        return lengths
+
+    def known(self, char_class: CharClass) -> bool:
+        """Whether the counts of `char_class` are kept (no work to read them)."""
+        return self._counts.peek(char_class) is not None
+
+    def counts(self, char_class: CharClass) -> npt.NDArray[np.uint16]:
+        """Per row of the table, its leading code points that `char_class` matches (llama.cpp's
+        match_char), at most 65,535."""
+        counts = self._counts.get(char_class)
+        if counts is None:
+            counts = self._count(char_class)
+            counts.flags.writeable = False
+            self._counts.put(char_class, counts, counts.nbytes)
+        return counts
+
+    def _count(self, char_class: CharClass) -> npt.NDArray[np.uint16]:
+        table = self.table
+        counts = np.zeros(table.ids.size, dtype=np.uint16)
+        count_from = table.count_from
+        indexes = table.dense_columns()[1]
+        inside = _in_class(char_class, table.dense_columns()[0])
+        live = self.starting(char_class)  # rows with one code point in the class so far, ascending
+        top = min(len(count_from), np.iinfo(np.uint16).max)
+        j = 1
+        while live.size:
+            # each row is written once, with the column where its run stops: its end, or a code point
+            # outside the class
+            cut = int(np.searchsorted(live, count_from[j])) if j < top else 0
+            counts[live[cut:]] = j
+            live = live[:cut]
+            if not live.size:
+                break
+            ok = inside[indexes[j][live]]
+            counts[live[~ok]] = j
+            live = live[ok]
+            j += 1
+        return counts
+
+    def starting(self, char_class: CharClass) -> IntArray:
+        """The rows (ascending) whose first code point is in `char_class`."""
+        table = self.table
+        return np.flatnonzero(_in_class(char_class, table.first_code_points)[table.first_index])
+
+    def count_starting(self, char_class: CharClass) -> int:
+        """How many rows `starting` gives, counted from the rows' groups by first code point."""
+        table = self.table
+        starts = table.row_groups().group_starts
+        values = table.first_code_points
+        inside = 0
+        covered = -1  # the highest code point counted so far: the ranges may overlap
+        for low, high in sorted(char_class[1]):
+            low = max(low, covered + 1)
+            if low > high:
+                continue
+            first = int(np.searchsorted(values, low, side="left"))
+            last = int(np.searchsorted(values, high, side="right"))
+            inside += int(starts[last] - starts[first])
+            covered = high
+        return inside if char_class[0] else int(starts[-1]) - inside
+
+
+def _in_class(char_class: CharClass, values: IntArray) -> BoolArray:
+    # llama_grammar_match_char over many code points: in one of the ranges, for a positive class
+    positive, ranges = char_class
+    hit = np.zeros(values.size, dtype=np.bool_)
+    for low, high in ranges:
+        hit |= (low <= values) & (values <= high)
+    return hit if positive else ~hit
 
 
 def compute_mask(
@@ -110,12 +220,17 @@ def walk(
     limit: int,
     *,
     rows: IntArray | None = None,
+    column: int = 0,
+    runs: ClassRuns | None = None,
     deadline: float | None = None,
 ) -> tuple[IntArray, IntArray]:
     """Walk `rows` of `table` (all by default; ascending) from `start`, a column at a time, until
     `deadline` (time.monotonic(); None: no time limit).
 
-    `columns` are the table's, possibly with column 0 replaced (a finished partial sequence).
+    `columns` are the table's, possibly with column 0 replaced (a finished partial sequence). With
+    `column` above 0, the rows (given, each with a code point there) are in `start` at that column.
+    `runs`, the table's run counts, decides a fixed-length repetition of one char class at `start`
+    without walking it (see the module comment).
 
     Returns:
         The rows allowed, and the rows not allowed that reached an escape mark (ascending).
@@ -125,7 +240,24 @@ def walk(
         DeadlineError: past `deadline`, checked at every column and every state's first move.
     """
     if rows is not None and rows.size <= _FEW_ROWS:
-        return _walk_few(table, columns, start, rows, limit, deadline)
+        return _walk_few(table, columns, start, rows, column, limit, deadline)
+    if (
+        runs is not None
+        and rows is not None
+        and column == 0
+        and runs.table is table
+        and columns[0] is table.columns[0]
+    ):
+        run = start.class_run(limit, len(columns) + 1)
+        # Counting a class costs about a walk of the rows that start in it, once: worth it when the run's
+        # positions would each walk these rows (a run of d positions, d walks), not for a short run met
+        # with a few rows
+        if (
+            run is not None
+            and run[1] > 1
+            and (runs.known(run[0]) or rows.size * run[1] >= runs.count_starting(run[0]))
+        ):
+            return _walk_run(table, columns, start, run, rows, runs, limit, deadline)
     allowed = np.zeros(table.ids.size, dtype=np.bool_)
     uncertain = np.zeros(table.ids.size, dtype=np.bool_)
     states: list[State | None] = [None, start]
@@ -166,13 +298,14 @@ def walk(
     else:
         if rows is None:
             rows = np.arange(table.ids.size, dtype=np.int64)
-        # rows without a single code point only end in an unfinished sequence
-        split = int(np.searchsorted(rows, count_from[0] if count_from else 0))
+        # rows without a code point at `column` only end in an unfinished sequence
+        split = int(np.searchsorted(rows, count_from[column] if column < len(count_from) else 0))
         _judge_ends(
             table, rows[split:], np.ones(rows.size - split, dtype=np.int64), states, allowed, uncertain
         )
         rows = rows[:split]
         at = np.ones(rows.size, dtype=np.int64)
+        first = column
     for j in range(first, len(columns)):
         check_deadline(deadline)
         if rows.size <= _FEW_ROWS and not (j == 0 and whole):
@@ -188,7 +321,7 @@ def walk(
                 allowed[rows_allowed] = True
                 uncertain[rows_unsure] = True
             break
-        column = columns[j]
+        code_points = columns[j]
         present = np.flatnonzero(np.bincount(at, minlength=len(states)))
         for index in present.tolist():
             state = states[index]
@@ -202,7 +335,7 @@ def walk(
         elif present.size == 1:
             index = int(present[0])
             bounds, ids = segment_map(index)
-            if rows.size >= _DENSE_ROWS and column is table.columns[j]:
+            if rows.size >= _DENSE_ROWS and code_points is table.columns[j]:
                 # many rows: the state's move as a table over the vocabulary's distinct code points, read
                 # by each row's index into them (a gather instead of a binary search per row)
                 lookup = lookups.get(index)
@@ -211,7 +344,7 @@ def walk(
                     lookup = lookups[index] = ids[np.searchsorted(bounds, distinct, side="right")]
                 at = lookup[table.dense_columns()[1][j][rows]]
             else:
-                at = ids[np.searchsorted(bounds, column[rows], side="right")]
+                at = ids[np.searchsorted(bounds, code_points[rows], side="right")]
         else:
             # every present state's intervals in one sorted array, each state's shifted to its own range
             # of keys (state << _STATE_SHIFT | code point): one search moves every row
@@ -223,7 +356,9 @@ def walk(
                 keys.append(np.array([base], dtype=np.int64))
                 keys.append(bounds + base)
                 targets.append(ids)
-            found = np.searchsorted(np.concatenate(keys), (at << _STATE_SHIFT) | column[rows], side="right")
+            found = np.searchsorted(
+                np.concatenate(keys), (at << _STATE_SHIFT) | code_points[rows], side="right"
+            )
             at = np.concatenate(targets)[found]
         alive = at != _DEAD
         rows, at = rows[alive], at[alive]
@@ -297,14 +432,18 @@ def _walk_few(
     columns: tuple[IntArray, ...],
     start: State,
     rows: IntArray,
+    column: int,
     limit: int,
     deadline: float | None,
 ) -> tuple[IntArray, IntArray]:
-    # `walk` of a few rows: one at a time from the start, without the vocabulary-sized arrays
-    with_code_points = table.count_from[0] if table.count_from else 0
+    # `walk` of a few rows: one at a time from the start (at `column`), without the vocabulary-sized arrays
+    count_from = table.count_from
+    with_code_points = count_from[column] if column < len(count_from) else 0
     listed = rows.tolist()
     walking = [row for row in listed if row < with_code_points]
-    allowed, uncertain = _walk_singly(table, columns, 0, walking, [start] * len(walking), limit, deadline)
+    allowed, uncertain = _walk_singly(
+        table, columns, column, walking, [start] * len(walking), limit, deadline
+    )
     for row in listed[len(walking) :]:  # no code point: only an unfinished sequence, judged at the start
         if start.partial_ok(decode_partial(int(table.partials[row]))):
             allowed.append(row)
@@ -315,6 +454,55 @@ def _walk_few(
         np.array(sorted(found), dtype=np.int64),
         np.array(sorted(set(uncertain) - found), dtype=np.int64),
     )
+
+
+def _walk_run(
+    table: ColumnTable,
+    columns: tuple[IntArray, ...],
+    start: State,
+    run: ClassRun,
+    rows: IntArray,
+    runs: ClassRuns,
+    limit: int,
+    deadline: float | None,
+) -> tuple[IntArray, IntArray]:
+    # `walk` of `rows` from `start`, the first of `length` states that each take only the class C (and
+    # lead to the next by any code point of C), `end` the state after them. A row of n code points whose
+    # first m are in C (m <= n, from `runs`):
+    # - m < n and m < length: its code point m finds no stack: rejected;
+    # - m == n < length: it ends inside the run, allowed if whole, or if C could still take its unfinished
+    #   sequence (every state of the run has only C on top, as `start`);
+    # - m == n == length: it ends in `end`, judged there as _judge_ends does;
+    # - m >= length < n: it leaves the run with code points left, walked on from `end` at column `length`.
+    # No state of the run has a token-topped stack or an escape mark, so nothing else is decided inside.
+    char_class, length, end = run
+    check_deadline(deadline)
+    matched = runs.counts(char_class)[rows]
+    lengths = runs.lengths()[rows]
+    ended = matched == lengths  # every code point in the class, inside the run or up to its end
+    decided = ended & (lengths <= length) if end is not None else ended & (lengths < length)
+    allowed = decided.copy()  # whole rows that end there are allowed; unfinished ones are judged
+    unsure: list[IntArray] = []
+    partials = table.partials[rows]
+    unfinished = np.flatnonzero(decided & (partials != 0))
+    if unfinished.size:
+        inside = unfinished[lengths[unfinished] < length]
+        allowed[inside] = _partials_ok(start, partials[inside])
+        at_end = unfinished[lengths[unfinished] == length]
+        if at_end.size:
+            assert end is not None
+            ok = _partials_ok(end, partials[at_end])
+            allowed[at_end] = ok
+            if end.has_escape:
+                unsure.append(rows[at_end[~ok]])
+    going = rows[(matched >= length) & (lengths > length)]
+    if going.size and end is not None:
+        walked, uncertain = walk(table, columns, end, limit, rows=going, column=length, deadline=deadline)
+        allowed[np.searchsorted(rows, walked)] = True
+        unsure.append(uncertain)
+    # the rows are decided in disjoint sets: the uncertain ones of each are not allowed in any other
+    uncertain_rows = np.sort(np.concatenate(unsure)) if unsure else np.zeros(0, dtype=np.int64)
+    return rows[allowed], uncertain_rows
 
 
 def _first_column(table: ColumnTable, bounds: IntArray, ids: IntArray) -> tuple[IntArray, IntArray]:

@@ -227,3 +227,102 @@ def test_a_walk_of_some_rows_decides_them_as_the_whole_walk(
             allowed, unsure = walk(table, table.columns, start, 10**6, rows=rows)
         assert set(allowed.tolist()) == set(whole_allowed.tolist()) & set(rows.tolist())
         assert set(unsure.tolist()) == set(whole_unsure.tolist()) & set(rows.tolist())
+
+
+# Fixed-length runs of one char class (walked by their run counts, compute._walk_run): inline repeats of a
+# class, repeats of a rule that is one class, a literal's repeated character, a negated and an `any`
+# class, runs that end the grammar or run into a token terminal or another run.
+RUN_GRAMMARS = (
+    'root ::= "\\"" x{8} "-" x{4} "-" x{4} "\\"" "b"?\nx ::= [a-c0-9]',
+    'root ::= [a-c]{3} [a-b]{2} ("c" | "é"){0,2}',
+    'root ::= "aaaa" "b" | "aab" [^a]{3}',
+    'root ::= .{5} | [^é]{3} <[1]> "a"',
+    "root ::= [a-c😀]{6}",
+)
+RUN_PIECES = st.text(alphabet='abc01-"é😀', min_size=1, max_size=7).map(str.encode)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.one_of(st.sampled_from(RUN_GRAMMARS), grammars()),
+    st.lists(st.one_of(RUN_PIECES, st.sampled_from([b"\xc3", b"\xe4\xb8", b"\xf0\x9f"])), max_size=40),
+    st.data(),
+)
+def test_runs_of_one_class_are_decided_as_the_walk_decides_them(
+    text: str, extra: list[bytes], data: st.DataObject
+) -> None:
+    # from every stack top (escape mark below) and every state a sample reaches, the walk that reads the
+    # run counts gives the rows, some of them or all, the verdicts of the walk column by column
+    base = sorted({bytes((b,)) for ch in 'abc01-"é😀' for b in ch.encode()})
+    vocab = Vocab([b"</s>", *base, *dict.fromkeys(extra)], eog_ids=[0])
+    grammar = compile_or_skip(text, vocab)
+    rules = grammar._rules
+    table = grammar._decoded.fresh_table()
+    runs = compute.ClassRuns(table)
+    starts = [grammar._states.intern([(rules.escape, pos)], 10**6) for pos in sorted(rules.classes)]
+    matcher = Matcher(grammar, max_stacks=300)
+    with contextlib.suppress(LimitError):
+        for data_bytes in (b'"', b"a", b"b", b"0"):
+            if not matcher.accept_bytes(data_bytes):
+                break
+            starts.append(grammar._states.intern(matcher.stacks, 10**6))
+    every = np.arange(table.ids.size, dtype=np.int64)
+    some = np.array(
+        sorted(data.draw(st.sets(st.integers(0, max(table.ids.size - 1, 0)), max_size=table.ids.size))),
+        dtype=np.int64,
+    )
+    some = some[some < table.ids.size]
+    for start in starts:
+        assert start is not None
+        for rows in (every, some):
+            expected = walk(table, table.columns, start, 10**6, rows=rows)
+            for few in (0, 32):
+                with mock.patch.object(compute, "_FEW_ROWS", few):
+                    found = walk(table, table.columns, start, 10**6, rows=rows, runs=runs)
+                assert found[0].tolist() == expected[0].tolist()
+                assert found[1].tolist() == expected[1].tolist()
+
+
+def test_a_run_counts_a_rows_code_points_in_its_class() -> None:
+    vocab = Vocab([b"</s>", b"ab1-", b"a", b"\xc3", b"-ab", b"ba\xc3", b"abba"], eog_ids=[0])
+    grammar = Grammar.from_gbnf('root ::= [a-b]{3} "-"', vocab)
+    table = grammar._decoded.fresh_table()
+    runs = compute.ClassRuns(table)
+    counts = runs.counts((True, ((ord("a"), ord("b")),)))
+    pieces = [vocab.pieces[token] for token in table.ids.tolist()]
+    assert dict(zip(pieces, counts.tolist(), strict=True)) == {
+        b"ab1-": 2,
+        b"a": 1,
+        b"\xc3": 0,
+        b"-ab": 0,
+        b"ba\xc3": 2,
+        b"abba": 4,
+    }
+    assert runs.known((True, ((ord("a"), ord("b")),)))
+    assert not runs.known((True, ((ord("a"), ord("a")),)))
+    for char_class in ((True, ((97, 98),)), (False, ((97, 97),)), (True, ((97, 97), (45, 97), (96, 98)))):
+        assert runs.count_starting(char_class) == runs.starting(char_class).size
+    assert runs.starting((True, ((97, 98),))).tolist() == [
+        row for row, piece in enumerate(pieces) if piece[:1] in (b"a", b"b")
+    ]
+    assert dict(zip(pieces, runs.lengths().tolist(), strict=True)) == {
+        b"ab1-": 4,
+        b"a": 1,
+        b"\xc3": 0,
+        b"-ab": 3,
+        b"ba\xc3": 2,
+        b"abba": 4,
+    }
+    start = grammar._initial
+    assert start is not None
+    run = start.class_run(10**6, 10)
+    assert run is not None
+    char_class, length, end = run
+    assert (char_class, length) == ((True, ((ord("a"), ord("b")),)), 3)
+    assert end is not None
+    after_dash = end.step(ord("-"), 10**6)
+    assert end.class_run(10**6, 10) == ((True, ((ord("-"), ord("-")),)), 1, after_dash)
+    assert after_dash is not None and after_dash.has_empty and after_dash.class_run(10**6, 10) is None
+    second = start.step(ord("a"), 10**6)
+    assert second is not None
+    assert start.class_run(10**6, 2) == (char_class, 2, second.step(ord("b"), 10**6))
