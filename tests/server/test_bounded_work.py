@@ -1,11 +1,14 @@
 """Every unit of work a client can size is bounded (service/limits.py, operations.py, registry.py): the
 attacks that once held a real server's event loop for seconds (ten million token ids in one Allows, a
-vocabulary with a 48 MiB piece) are refused before any work, RESOURCE_EXHAUSTED with the limit named.
-The work is counted (calls into the matcher, vocabularies built), never timed."""
+vocabulary with a 48 MiB piece) are refused before any work, RESOURCE_EXHAUSTED with the limit named; an
+Allows of many tokens under the limit checks each distinct token once. The work is counted (calls into the
+matcher, vocabularies built), never timed."""
 
 from __future__ import annotations
 
 import dataclasses
+import random
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -15,8 +18,12 @@ import pytest_asyncio
 
 from constraintd.engine.grammar.trigger_regex import Program
 from constraintd.engine.matcher import Matcher
+from constraintd.errors import DeadlineError, TokenError
 from constraintd.service import registry as registry_module
+from constraintd.service.constraints import Constraint, ConstraintKind
 from constraintd.service.limits import Limits
+from constraintd.service.operations import DISTINCT_CHECKS_FROM, OwedChecks
+from constraintd.service.registry import Registry
 from constraintd.v1 import constraintd_pb2 as pb
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
 from tests.server.running import AB_PLUS, TINY_EOG, TINY_PIECES, running_service, server_config, socket_dir
@@ -197,3 +204,53 @@ async def test_a_backtracking_trigger_pattern_costs_each_accept_the_same(
         reply = await stub.Accept(pb.AcceptRequest(session_id=session_id, token=A))
         assert reply.accepted
     assert max(steps) == steps[-1] <= 4
+
+
+# -- Allows' owed checks, on a matcher (constraintd/service/operations.py) ------------------------------
+
+BYTES = [b"</s>", *(bytes((b,)) for b in range(1, 256))]
+
+
+@pytest.fixture
+def matcher() -> Matcher:
+    registry = Registry(Limits())
+    vocab = registry.register_pieces(BYTES, [0])
+    compiled = registry.compile(Constraint(ConstraintKind.JSON_OBJECT, ""), vocab)
+    matcher = Matcher(compiled.grammar, max_stacks=Limits().max_stacks)
+    assert matcher.accept_bytes(b'{"a": [1, "x')  # inside a string inside an array: some bytes end it
+    return matcher
+
+
+def checked(matcher: Matcher, tokens: list[int], deadline: float | None = None) -> list[bool]:
+    reply = pb.AllowsResponse()
+    OwedChecks(reply, matcher.fork(), tokens).pay(deadline)
+    return list(reply.allowed)
+
+
+def test_many_tokens_answer_what_each_checked_in_order_answers(
+    matcher: Matcher, allows_calls: list[int]
+) -> None:
+    # an Allows of many tokens checks each distinct one once (OwedChecks): its work is bounded by the
+    # vocabulary, not by how often a token is repeated
+    rng = random.Random(7)
+    tokens = [rng.randrange(len(BYTES)) for _ in range(4 * DISTINCT_CHECKS_FROM)]
+    expected = [matcher.allows(token) for token in tokens]
+    assert 0 < sum(expected) < len(expected)
+    calls = allows_calls
+    calls.clear()
+    assert checked(matcher, tokens) == expected
+    assert len(calls) == len(set(tokens))  # each distinct token once
+    calls.clear()
+    few = tokens[:DISTINCT_CHECKS_FROM]  # not many: checked one by one, in order
+    assert checked(matcher, few) == expected[:DISTINCT_CHECKS_FROM] and calls == few
+
+
+def test_a_token_outside_the_vocabulary_among_many_is_refused(matcher: Matcher) -> None:
+    tokens = [1] * DISTINCT_CHECKS_FROM + [len(BYTES)] + [2] * 10
+    with pytest.raises(TokenError):
+        checked(matcher, tokens)
+
+
+def test_many_checks_past_their_deadline_stop(matcher: Matcher) -> None:
+    with pytest.raises(DeadlineError):
+        checked(matcher, [1] * (2 * DISTINCT_CHECKS_FROM), deadline=time.monotonic() - 1.0)

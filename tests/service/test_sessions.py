@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -138,21 +139,20 @@ def test_prefill_and_replay(compiled: CompiledConstraint) -> None:
         store.open(compiled, replay=[999])
 
 
+def past_one_at_the_second_reading() -> Callable[[], float]:
+    """A clock that reads 0.0 once, then 2.0: a deadline of 1.0 passes at its second reading."""
+    readings = iter((0.0,))
+    return lambda: next(readings, 2.0)
+
+
 def test_a_replay_past_its_deadline_stops_there(compiled: CompiledConstraint) -> None:
     store = store_with(Clock())
     long_replay = [A] + [B] * (3 * REPLAY_CHECK)
     with pytest.raises(DeadlineError, match="at token 0"):
         store.start(compiled, replay=long_replay, deadline=time.monotonic() - 1.0)
     # a deadline met while replaying: the replay stops at the next check, not at its end
-    calls = 0
-
-    def clock_passes_the_deadline_at_the_second_check() -> float:
-        nonlocal calls
-        calls += 1
-        return 0.0 if calls == 1 else 2.0
-
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sessions_module.time, "monotonic", clock_passes_the_deadline_at_the_second_check)
+        patch.setattr(sessions_module.time, "monotonic", past_one_at_the_second_reading())
         with pytest.raises(DeadlineError, match=f"at token {REPLAY_CHECK}"):
             store.start(compiled, replay=long_replay, deadline=1.0)
     assert store.start(compiled, replay=long_replay, deadline=time.monotonic() + 60).history == tuple(
@@ -165,15 +165,8 @@ def test_a_prefill_past_its_deadline_stops_there(compiled: CompiledConstraint) -
     long_prefill = b"a" + b"b" * (3 * ACCEPT_BYTES_CHECK)
     with pytest.raises(DeadlineError, match="at code point 0"):
         store.start(compiled, prefill=long_prefill, deadline=time.monotonic() - 1.0)
-    calls = 0
-
-    def clock_passes_the_deadline_at_the_second_check() -> float:
-        nonlocal calls
-        calls += 1
-        return 0.0 if calls == 1 else 2.0
-
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(matcher_module.time, "monotonic", clock_passes_the_deadline_at_the_second_check)
+        patch.setattr(matcher_module.time, "monotonic", past_one_at_the_second_reading())
         with pytest.raises(DeadlineError, match=f"at code point {ACCEPT_BYTES_CHECK}"):
             store.start(compiled, prefill=long_prefill, deadline=1.0)
     assert store.start(compiled, prefill=long_prefill, deadline=time.monotonic() + 60).is_complete()
