@@ -16,7 +16,8 @@
 #   mappings; `+` joins a string to none or undefined as to ""; map / select / reject / selectattr /
 #   rejectattr / unique give lists; lists are mutable (append, pop); `safe` and `string` give text,
 #   never Markup, and write lists and mappings as llama.cpp does; `strftime_now` formats the request's
-#   time; `raise_exception(message)` fails the render with "Jinja Exception: message".
+#   time; `raise_exception(message)` fails the render with "Jinja Exception: message"; a list or mapping
+#   holding a list or mapping equals nothing (llama.cpp compares only "hashable" ones).
 # - The template's capabilities (which of llama.cpp's rewrites apply) are found as llama.cpp finds them,
 #   by running the template on probe conversations (`template_caps`, constraintd.engine.chat.caps).
 # - Not done: images, reasoning formats, and prefilling the grammar with the template's generation prompt.
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from constraintd.engine.chat.caps import detect_caps, quietly, touch
-from constraintd.engine.chat.jinja_values import llama_json, llama_string, output_text
+from constraintd.engine.chat.jinja_values import llama_json, llama_string, llama_values, output_text
 from constraintd.engine.chat.prompt import CHATML_TEMPLATE, ChatPrompt, chat_prompt, template_source
 from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps, format_time
 
@@ -232,7 +233,7 @@ def _renderer(source: str, now: float) -> Callable[[Mapping[str, Any]], str]:
 
     def render(context: Mapping[str, Any]) -> str:
         try:
-            text: str = template.render(**context)
+            text: str = template.render(**{name: llama_values(value) for name, value in context.items()})
         except TemplateError:
             raise
         except errors as exc:

@@ -27,6 +27,7 @@ from constraintd.engine.chat.template_inputs import (
 from sampler_worker.prompt import TemplateError, chat_prompt_of, template_caps
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import BOS_TOKEN, CASES, EOS_TOKEN, MESSAGE_SETS, ChatCase
+from tests.chat_oracle.drawn import DrawnRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,4 +105,23 @@ def compare_template(binary: Path, path: Path) -> list[PromptComparison]:
     for case in CASES:
         llama = _rendered(llama_answer(binary, source, case))
         comparisons.append(PromptComparison(path.stem, case.name, project_prompt(source, case, caps), llama))
+    return comparisons
+
+
+def compare_drawn(binary: Path, path: Path, requests: list[DrawnRequest]) -> list[PromptComparison]:
+    """Drawn requests (tests/chat_oracle/drawn.py) on one template file."""
+    source = path.read_text()
+    caps = template_caps(source)
+    comparisons = []
+    for number, drawn in enumerate(requests):
+        try:
+            made = chat_prompt_of(
+                source, parse_messages(drawn.messages), tools=parse_tools(drawn.tools), bos_text=BOS_TOKEN,
+                eos_text=EOS_TOKEN, add_generation_prompt=drawn.generation_prompt,
+                enable_thinking=drawn.thinking, caps=caps)
+            ours = Rendered(made.prompt, generation_prompt=made.generation_prompt)
+        except (TemplateError, ChatRequestError) as exc:
+            ours = Rendered(None, str(exc))
+        llama = _rendered(run_harness(binary, drawn.request(source)))
+        comparisons.append(PromptComparison(path.stem, f"drawn {number}", ours, llama))
     return comparisons

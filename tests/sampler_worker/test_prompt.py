@@ -101,6 +101,7 @@ RENDERED_AS_LLAMA_CPP = [
     ("{{ xs|map(attribute='n')|list|tojson }}{{ (xs|map(attribute='n'))[1] }}", {"xs": [{"n": 1}, {"n": 2}]},
      "[1, 2]2"),
     ("{% set l = [] %}{{ l.append(2) or '' }}{{ l|tojson }}", {}, "[2]"),
+    ("{{ m == m }} {{ n == n }}", {"m": {"c": [1]}, "n": {"c": 1}}, "False True"),
 ]
 
 

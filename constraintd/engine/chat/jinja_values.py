@@ -10,13 +10,18 @@
 #   a ' as JSON).
 # - `output_text` is what `{{ value }}` prints: none, undefined and mappings print nothing, a list prints
 #   its items one after the other, a float as std::to_string without its trailing zeros.
+# - `llama_values` gives a value's lists and mappings llama.cpp's equality (`LlamaArray`, `LlamaObject`):
+#   two of them are equal only where both hold nothing but scalars (llama.cpp's "hashable"), item by item
+#   in order; one holding a list or a mapping equals nothing, itself included.
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["llama_json", "llama_repr", "llama_string", "output_text"]
+__all__ = [
+    "LlamaArray", "LlamaObject", "llama_json", "llama_repr", "llama_string", "llama_values", "output_text",
+]
 
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -140,3 +145,50 @@ def output_text(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "".join(output_text(item) for item in value)
     return ""
+
+
+def _scalars(items: Any) -> bool:
+    return all(item is None or isinstance(item, (str, int, float)) for item in items)
+
+
+def _equivalent(left: Any, right: Any) -> bool:
+    if isinstance(left, Mapping) and isinstance(right, Mapping):
+        if not (_scalars(left.values()) and _scalars(right.values())) or len(left) != len(right):
+            return False
+        return all(a == b for a, b in zip(left.items(), right.items(), strict=True))
+    if not (_scalars(left) and _scalars(right)) or len(left) != len(right):
+        return False
+    return all(a == b for a, b in zip(left, right, strict=True))
+
+
+class LlamaObject(dict[Any, Any]):
+    """A mapping with llama.cpp's equality (see the module's contract)."""
+
+    __hash__ = None  # a mapping is no key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and _equivalent(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+
+class LlamaArray(list[Any]):
+    """A list with llama.cpp's equality (see the module's contract)."""
+
+    __hash__ = None  # a list is no key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, list) and _equivalent(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+
+def llama_values(value: Any) -> Any:
+    """`value` (JSON data) with its lists and mappings compared as llama.cpp compares them."""
+    if isinstance(value, Mapping):
+        return LlamaObject({key: llama_values(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return LlamaArray([llama_values(item) for item in value])
+    return value

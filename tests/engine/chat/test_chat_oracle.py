@@ -22,7 +22,8 @@ from constraintd.engine.chat.template_inputs import parse_messages
 from sampler_worker.prompt import template_caps
 from tests.chat_oracle.build import harness_binary, run_harness
 from tests.chat_oracle.cases import CASES, MESSAGE_SETS, WEATHER_TOOL, ChatCase, template_paths
-from tests.chat_oracle.compare import PromptComparison, compare_template, llama_caps
+from tests.chat_oracle.compare import PromptComparison, compare_drawn, compare_template, llama_caps
+from tests.chat_oracle.drawn import drawn_requests
 from tests.conftest import OracleReport
 
 TEMPLATES = template_paths()
@@ -123,6 +124,25 @@ def test_prompt_is_llama_cpps(path: Path, chat_oracle: Path, oracle_report: Orac
         if c.case in expected:
             assert not c.identical
             assert c.same_refusal == (expected[c.case] == SAME_REFUSAL), _describe([c])
+
+
+DRAWN_PER_TEMPLATE = 3
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
+def test_drawn_prompts_are_llama_cpps(path: Path, chat_oracle: Path, oracle_report: OracleReport) -> None:
+    """Conversations drawn at random (tests/chat_oracle/drawn.py; seeded per template) render as llama.cpp
+    renders them, with its generation prompt, or both refuse for the template's own error."""
+    seed = TEMPLATES.index(path)
+    comparisons = compare_drawn(chat_oracle, path, drawn_requests(seed, DRAWN_PER_TEMPLATE))
+    agreeing = [c for c in comparisons if c.identical or c.same_refusal]
+    oracle_report.add("chat prompts, drawn conversations (or the same refusal)", "every template",
+                      identical=len(agreeing), total=len(comparisons))
+    assert len(agreeing) == len(comparisons), _describe(comparisons)
+    for c in comparisons:
+        assert c.identical == (c.llama.error is None), _describe([c])
+        assert c.llama.error is not None or c.same_generation_prompt, _describe([c])
 
 
 @pytest.mark.oracle

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from constraintd.engine.chat.jinja_values import llama_json, llama_string, output_text
+from constraintd.engine.chat.jinja_values import llama_json, llama_string, llama_values, output_text
 from constraintd.engine.chat.prompt import (
     CHATML_TEMPLATE,
     chat_prompt,
@@ -173,3 +173,11 @@ def test_template_source() -> None:
                '"<|channel|>final<|message|>" in message.content %}')
     assert template_source("<|channel|>" + refusal) == "<|channel|>{%- if false %}"
     assert template_source("{{ x }}") == "{{ x }}"
+
+
+def test_llama_equality() -> None:
+    flat = llama_values({"role": "user", "content": "x"})
+    nested = llama_values({"role": "user", "content": [{"type": "text", "text": "x"}]})
+    assert flat == {"role": "user", "content": "x"} and flat != {"content": "x", "role": "user"}
+    assert nested != nested  # llama.cpp: a mapping holding a list equals nothing, itself included
+    assert llama_values([1, "a"]) == [1, "a"] and llama_values([[1]]) != [[1]]
