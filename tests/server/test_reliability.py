@@ -135,6 +135,20 @@ def tiny_vocab(stub: pb_grpc.ConstraintdStub) -> str:
     return str(reply.vocab_id)
 
 
+def byte_vocab(stub: pb_grpc.ConstraintdStub) -> str:
+    """A vocabulary of one token a byte (and `</s>`): JSON of any depth, a byte a token."""
+    pieces = pb.PieceList(pieces=[b"</s>", *(bytes((b,)) for b in range(1, 256))], eog=[0])
+    return str(stub.RegisterVocab(pb.RegisterVocabRequest(pieces=pieces)).vocab_id)
+
+
+def cpu_soon_after(server: CappedServer, wait: float) -> float:
+    """The server's CPU seconds in the second that begins `wait` seconds from now."""
+    time.sleep(wait)
+    cpu = server.cpu_seconds()
+    time.sleep(1.0)
+    return server.cpu_seconds() - cpu
+
+
 def tiny_session(stub: pb_grpc.ConstraintdStub, vocab_id: str) -> str:
     reply = stub.CreateSession(pb.CreateSessionRequest(vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS)))
     return str(reply.session_id)
@@ -226,8 +240,7 @@ def test_json_nested_ten_thousand_deep_then_refused_at_the_depth_limit(server: C
     # alone: 10,000 arrays deep stays under 100 MB and goes when the session is closed (`attacked` checks
     # the memory after); nesting past the documented limit (stack_sets.MAX_STACK_DEPTH) is refused.
     def attack(stub: pb_grpc.ConstraintdStub) -> None:
-        pieces = pb.PieceList(pieces=[b"</s>", *(bytes((b,)) for b in range(1, 256))], eog=[0])
-        vocab_id = stub.RegisterVocab(pb.RegisterVocabRequest(pieces=pieces)).vocab_id
+        vocab_id = byte_vocab(stub)
         before = server.rss()
         session_id = stub.CreateSession(
             pb.CreateSessionRequest(
@@ -302,10 +315,7 @@ def test_a_replay_past_its_time_limit_stops(server: CappedServer) -> None:
         )
         refused(lambda: stub.CreateSession(request), grpc.StatusCode.DEADLINE_EXCEEDED)
         # the replay stopped itself: the server's CPU goes back to the probe's small share at once
-        time.sleep(0.3)
-        cpu = server.cpu_seconds()
-        time.sleep(1.0)
-        assert server.cpu_seconds() - cpu < 0.6
+        assert cpu_soon_after(server, 0.3) < 0.6
 
     attacked(server, attack)
 
@@ -314,17 +324,13 @@ def test_a_replay_past_its_time_limit_stops(server: CappedServer) -> None:
 def test_a_prefill_past_its_time_limit_stops(server: CappedServer) -> None:
     # a prefill taken in a worker thread once ran on to its end after its caller's DEADLINE_EXCEEDED
     def attack(stub: pb_grpc.ConstraintdStub) -> None:
-        pieces = pb.PieceList(pieces=[b"</s>", *(bytes((b,)) for b in range(1, 256))], eog=[0])
-        vocab_id = stub.RegisterVocab(pb.RegisterVocabRequest(pieces=pieces)).vocab_id
+        vocab_id = byte_vocab(stub)
         request = pb.CreateSessionRequest(
             vocab_id=vocab_id,
             json_object=pb.JsonObject(),
             options=pb.SessionOptions(prefill=b'{"a":' + b"[" * 15_000 + b"]" * 15_000),
         )  # about 1.3 s of work on a quiet machine
         refused(lambda: stub.CreateSession(request), grpc.StatusCode.DEADLINE_EXCEEDED)
-        time.sleep(0.1)
-        cpu = server.cpu_seconds()
-        time.sleep(1.0)
-        assert server.cpu_seconds() - cpu < 0.5
+        assert cpu_soon_after(server, 0.1) < 0.5
 
     attacked(server, attack)
