@@ -102,8 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--overlap", choices=OVERLAP_MODES, default="auto",
         help="ahead: fetch the next mask while the model evaluates a token (no round trip on the critical "
-        "path); off: accept each draw, fetch a mask only on a refusal; auto (default): probe both on the "
-        "first steps and keep the faster. The tokens are the same",
+        "path); off: accept each draw, fetch a mask only on a refusal; auto (default): ahead, unless its "
+        "first steps waited on constraintd and steps without overlap then prove faster. The tokens are "
+        "the same",
     )
     run.add_argument("--output", choices=["text", "json"], default="text", help="stream text, or print JSON")
     from sampler_worker.serve.command import add_parser as add_serve_parser

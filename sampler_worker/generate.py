@@ -19,12 +19,14 @@
 # tokens are step 2's and 3's: the grammar's single-token check and the mask's bit are the same predicate,
 # and the generator is consumed the same way. The session accepts t as in step 2, only later; a refusal of
 # a token its own mask allowed is a GenerationError at the next step. `overlap="auto"` runs the first
-# PROBE_STEPS steps without overlap and the next PROBE_STEPS ahead, then keeps ahead unless the median step
-# (its sampling left out) without overlap was shorter by more than AUTO_MARGIN: ahead takes the round trip
-# off the critical path whenever the forward pass hides it, and loses only where masks cost more than the
-# pass hides (new states on a fast model) or their computation slows a model that needs every core,
-# differences of more than a few per cent; smaller ones are the machine's noise over 8 steps, which would
-# otherwise decide.
+# PROBE_STEPS steps ahead. Where the forward pass hid the round trip and the mask (the steps waited on
+# constraintd for at most AUTO_MARGIN of their time), it stays ahead: without overlap a step could only
+# save those waits, and pays a round trip at every refused draw. Otherwise it runs the next PROBE_STEPS
+# without overlap and keeps that only if its median step (sampling left out) was shorter by more than
+# AUTO_MARGIN: ahead loses where masks cost more than the pass hides (new states on a fast model);
+# smaller differences are the machine's noise over 8 steps, which would otherwise decide. A probe of the
+# steps without overlap, run first, cost auto 5 points against ahead over a Unix socket on a CPU model
+# (8 of 64 steps a round trip on each, and noise choosing off in 4 generations of 12).
 #
 # `check`, if given, is called before each of the model's evaluations: before each chunk of the prompt (the
 # n_batch tokens `Model.decode` evaluates in one llama_decode, each chunk then decoded alone, so the logits
@@ -70,9 +72,10 @@ __all__ = [
 Mask = npt.NDArray[np.int32]
 Overlap = Literal["auto", "off", "ahead"]
 OVERLAP_MODES: tuple[Overlap, ...] = ("auto", "off", "ahead")
-# auto: steps run without overlap, then as many ahead, before it keeps the faster mode
+# auto: steps run ahead, then (where they waited on constraintd) as many without overlap, before it decides
 PROBE_STEPS = 8
-# auto: how much shorter the median step without overlap must be for it to be kept instead of ahead
+# auto: the share of the probe's time ahead may wait on constraintd and stay; and how much shorter the
+# median step without overlap must be for it to be kept instead of ahead
 AUTO_MARGIN = 0.03
 
 
@@ -393,8 +396,10 @@ def _run(
     tokens: list[int] = []
     rejected_at: list[int] = []
     clock = time.perf_counter
-    mode = "ahead" if overlap == "ahead" else "off"
+    mode = "ahead" if overlap != "off" else "off"
     probe: dict[str, list[float]] = {"off": [], "ahead": []}  # auto: each mode's step times
+    probing = ahead is not None and overlap == "auto"
+    waited_before = counters.constraint_seconds  # auto: what the probe ahead waits is counted from here
 
     started = clock()
     model.reset()
@@ -464,9 +469,6 @@ def _run(
                 last = True
         if ahead is not None and mode == "ahead":
             ahead.send(token, mask=not last)  # travels while the model evaluates the token
-        elif ahead is not None and not last and index + 1 == PROBE_STEPS:
-            mode = "ahead"  # auto: the probe of mask-ahead begins; its first mask travels with this decode
-            ahead.ask_mask()
         if on_step is not None:
             on_step(Step(index, token, rejected, delta))
         if last:
@@ -476,14 +478,23 @@ def _run(
         started = clock()
         logits = model.decode([token])
         counters.model_seconds += clock() - started
-        if ahead is not None and overlap == "auto" and index < 2 * PROBE_STEPS:
+        if probing:
+            assert ahead is not None
             # the step's time but its sampling: that is the same work in either mode, and it varies with
             # where the generation is (a refused draw is sampled twice), which would otherwise decide
             sampling = counters.sampler_seconds - sampled_before
-            probe["ahead" if index >= PROBE_STEPS else "off"].append(clock() - step_started - sampling)
-            if index + 1 == 2 * PROBE_STEPS and _off_wins(probe):
-                ahead.settle(index)  # the session has the token; the mask is not needed
-                mode = "off"
+            probe[mode].append(clock() - step_started - sampling)
+            if index + 1 == PROBE_STEPS:
+                if counters.constraint_seconds - waited_before <= AUTO_MARGIN * sum(probe["ahead"]):
+                    probing = False  # the forward pass hid constraintd: nothing to win without overlap
+                else:
+                    ahead.settle(index)  # the session has the token; the mask is not needed
+                    mode = "off"
+            elif index + 1 == 2 * PROBE_STEPS:
+                probing = False
+                if not _off_wins(probe):
+                    mode = "ahead"  # the next step's mask travels now
+                    ahead.ask_mask()
     if ahead is not None:
         ahead.settle(len(tokens))  # the last token's accept
     tail = stream.finish()

@@ -154,11 +154,12 @@ def test_refused_draw_is_redrawn_on_the_mask(overlap: Overlap) -> None:
     assert result.tokens == (1, 3, 1, EOS)
     assert result.rejected_at == (1,)
     assert session.accepted == [1, 3, 1, EOS]
-    # without overlap a mask is fetched per refusal; ahead, one per step
-    masks = 4 if overlap == "ahead" else 1
+    # without overlap a mask is fetched per refusal; ahead (auto's first PROBE_STEPS), one per step
+    ahead = overlap != "off"
+    masks = 4 if ahead else 1
     assert (result.counters.draws, result.counters.rejections, result.counters.masks) == (5, 1, masks)
-    assert result.counters.ahead_steps == (4 if overlap == "ahead" else 0)
-    assert result.overlap == ("ahead" if overlap == "ahead" else "off")
+    assert result.counters.ahead_steps == (4 if ahead else 0)
+    assert result.overlap == ("ahead" if ahead else "off")
     assert 0.0 < result.counters.prompt_seconds <= result.counters.model_seconds
 
 
@@ -191,18 +192,30 @@ def test_ahead_the_constraint_waits_only_when_its_reply_is_later_than_the_forwar
     assert exposed.counters.constraint_seconds >= 0.005 * len(script)
 
 
-def test_auto_keeps_the_mode_whose_steps_were_faster() -> None:
+def test_auto_stays_ahead_where_the_forward_pass_hides_constraintd() -> None:
     script = [1, 2] * (PROBE_STEPS + 4)
-    # a long forward pass hides a slow mask: ahead wins
+    # a long forward pass hides a slow mask: ahead from the first step to the last, no probe without it
     session = SlowSession(plain=0.005, with_mask=0.005)
     gpu_like = generate(SlowModel(script, 0.01), [1], GREEDY, session=session, overlap="auto")
-    assert gpu_like.overlap == "ahead" and gpu_like.counters.ahead_steps == len(script) + 1 - PROBE_STEPS
+    assert gpu_like.overlap == "ahead" and gpu_like.counters.ahead_steps == len(script) + 1
+    assert gpu_like.tokens == (*script, EOS)
+
+
+def test_auto_probes_without_overlap_where_ahead_waited_and_keeps_the_faster() -> None:
+    script = [1, 2] * (PROBE_STEPS + 4)
     # masks far slower than plain accepts, and a forward pass too short to hide them: off wins
     cpu_like = generate(
         SlowModel(script, 0.001), [1], GREEDY, session=SlowSession(plain=0.0, with_mask=0.02), overlap="auto"
     )
     assert cpu_like.overlap == "off" and cpu_like.counters.ahead_steps == PROBE_STEPS
-    assert gpu_like.tokens == cpu_like.tokens == (*script, EOS)
+    # ahead waits on every step, but a step without overlap waits as long and evaluates besides: ahead
+    # again after the probe
+    slow_calls = generate(
+        SlowModel(script, 0.003), [1], GREEDY, session=SlowSession(plain=0.01, with_mask=0.01), overlap="auto"
+    )
+    assert slow_calls.overlap == "ahead"
+    assert slow_calls.counters.ahead_steps == len(script) + 1 - PROBE_STEPS
+    assert cpu_like.tokens == slow_calls.tokens == (*script, EOS)
 
 
 def test_an_unknown_overlap_mode_is_refused() -> None:
