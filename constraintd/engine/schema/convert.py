@@ -276,6 +276,8 @@ class _Converter:
             other = self.add_rule(sub_name + "-kv", f'{key_rule} ":" space {value_rule}')
             if other_pair is not None:  # a second kind of other key
                 other = self.add_rule(sub_name + "-pairs", f"{other} | {other_pair}")
+        elif other_pair is not None:  # the other keys' pairs, written by the caller
+            other = other_pair
         flags = [prop_name in required for prop_name in dict(properties)]
         # minProperties / maxProperties where the rule holds them (else the report names them)
         low_held, high_held = property_order.counts_held(len(kvs), sum(flags), other is not None, *counts)
@@ -424,6 +426,10 @@ class _Converter:
                 additional = AnyNode(node.pointer)  # JSON Schema's objects are open; llama.cpp closes them
             names = [from_utf8(prop_name) for prop_name, _ in properties]
             keys = extended.pattern_keys(schema, node, names)
+            split = extended.pattern_split(schema, node, names, extras) if keys is None else None
+            if split is not None:
+                return self.add_rule(rule_name,
+                                     self.split_object_rule(split, properties, required, name, counts))
             if keys is not None:
                 # the other keys are the pattern's (every undeclared name where it matches every key)
                 key_name = (name + "-" if name else "") + "pattern-key"
@@ -446,6 +452,25 @@ class _Converter:
                                                                            counts=counts))
         return self.add_rule(rule_name, self.object_rule(properties, required, name, additional, forbidden,
                                                          counts))
+
+    def split_object_rule(self, split: extended.PatternSplit, properties: list[tuple[str, SchemaNode]],
+                          required: set[str], name: str, counts: tuple[int | None, int | None]) -> str:
+        # the extended dialect's patternProperties, the keys split by the patterns they match
+        # (schema/key_automata.py): one pair rule per label, the undeclared required names of the pattern's
+        # schema where one matches them
+        prefix = name + "-" if name else ""
+        properties = [(prop_name, split.extras.get(from_utf8(prop_name), schema))
+                      for prop_name, schema in properties]
+        pairs = []
+        for i, (label, value) in enumerate(sorted(split.values.items(), key=lambda item: sorted(item[0]))):
+            key_rule = split.automaton.key_rules(label, self.add_rule,
+                                                 lambda names: not any(map(self.rules.__contains__, names)),
+                                                 INVALID_RULE_CHARS.sub("-", f"{prefix}key-{i}"))
+            value_rule = (self.visit(value, f"{prefix}pattern-value-{i}") if not isinstance(value, AnyNode)
+                          else self.add_primitive("value", PRIMITIVE_RULES["value"]))
+            pairs.append(self.add_rule(f"{prefix}pattern-kv-{i}", f'{key_rule} ":" space {value_rule}'))
+        other = self.add_rule(f"{prefix}pattern-kv", " | ".join(pairs)) if pairs else None
+        return self.unordered_object_rule(properties, required, name, None, other_pair=other, counts=counts)
 
     def visit_tuple(self, node: TupleNode, name: str, rule_name: str) -> str:
         sub_name = name + "-" if name else ""

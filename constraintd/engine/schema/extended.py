@@ -64,6 +64,8 @@ from constraintd.engine.schema.ecma_patterns import (
     pattern_rule,
 )
 from constraintd.engine.schema.json_text import JsonValue
+from constraintd.engine.schema.key_automata import KeyAutomaton
+from constraintd.engine.schema.keywords import Enforcement, keyword_of
 from constraintd.engine.schema.nodes import AnyNode, ObjectNode, SchemaNode
 from constraintd.engine.schema.number_ranges import Bound, integer_range_rule, number_range_rule
 from constraintd.engine.schema.rules import BuiltinRule
@@ -81,6 +83,7 @@ __all__ = [
     "RESERVED_NAMES",
     "RULES",
     "PatternKeys",
+    "PatternSplit",
     "check_dialect",
     "exact_pattern",
     "exact_range",
@@ -92,6 +95,7 @@ __all__ = [
     "other_keys_held",
     "other_keys_rule",
     "pattern_keys",
+    "pattern_split",
     "property_counts",
     "undeclared_required",
 ]
@@ -305,6 +309,70 @@ def property_counts(schema: Mapping[str, JsonValue]) -> tuple[int | None, int | 
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
     return count("minProperties"), count("maxProperties")
+
+
+@dataclass(frozen=True, slots=True)
+class PatternSplit:
+    """The dialect's reading of patternProperties it does not read as `PatternKeys`: the keys split by the
+    patterns they match (schema/key_automata.py), each label's values of `values[label]` (a label absent
+    there: no such key is allowed), and the schema of each undeclared required name a pattern matches."""
+
+    automaton: KeyAutomaton
+    values: Mapping[frozenset[int], SchemaNode]
+    extras: Mapping[str, SchemaNode]
+
+
+def pattern_split(schema: Mapping[str, JsonValue], node: ObjectNode, names: Sequence[str],
+                  extras: Sequence[str]) -> PatternSplit | None:
+    """The keys of an object with patternProperties split by the patterns they match, or None where the
+    dialect leaves them to the report: a pattern the automaton does not read, a key two patterns of
+    different schemas match (neither of them any value), a declared property a pattern of a schema that is
+    not any value matches."""
+    if not node.patterns:
+        return None
+    try:
+        automaton = KeyAutomaton([pattern for pattern, _ in node.patterns], names)
+    except Unsupported:
+        return None
+
+    declared = schema.get("patternProperties")
+    raw = declared if isinstance(declared, dict) else {}
+
+    def vacuous(i: int) -> bool:
+        # a pattern's schema that holds no keyword but annotations: any value
+        pattern_schema = raw.get(node.patterns[i][0])
+        return isinstance(pattern_schema, dict) and all(
+            keyword_of(key).enforcement is Enforcement.ANNOTATION for key in pattern_schema)
+
+    def value(label: frozenset[int]) -> SchemaNode | bool | None:
+        # the schema of the label's values, None where no such key is allowed, False where not written
+        if not label:
+            if schema.get("additionalProperties") is False:
+                return None
+            return AnyNode(node.pointer) if opens_object(schema) else node.additional
+        exact = [node.patterns[i][1] for i in sorted(label) if not vacuous(i)]
+        return AnyNode(node.pointer) if not exact else exact[0] if len(exact) == 1 else False
+
+    values: dict[frozenset[int], SchemaNode] = {}
+    for label in automaton.labels():
+        found = value(label)
+        if found is False:
+            return None
+        if found is not None and not isinstance(found, bool):
+            values[label] = found
+    matched: dict[str, SchemaNode] = {}
+    for name in names:
+        label = automaton.label_of(name)
+        if not label:
+            continue
+        found = value(label)
+        if found is False or found is None:
+            return None
+        if not (isinstance(found, AnyNode) and all(map(vacuous, label))) and not isinstance(found, bool):
+            if name not in extras:
+                return None  # a declared property's schema and the pattern's: both would hold
+            matched[name] = found
+    return PatternSplit(automaton, values, matched)
 
 
 def format_rule_name(name: str) -> str:

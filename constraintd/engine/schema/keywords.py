@@ -215,8 +215,13 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
                           "(C one class) splits the keys into its own and their complement (of "
                           "additionalProperties' schema); a pattern of every key (`.*`, `^.*`, `.*$`, ``) "
                           "gives its schema to every undeclared key, beside declared names only where its "
-                          "schema is any value; else (several patterns, another pattern beside other keys) "
-                          "reported, also where llama.cpp's closed `{}` refuses the pattern's keys"),
+                          "schema is any value; otherwise (several patterns, another pattern beside other "
+                          "keys) the keys split by the patterns they match (a deterministic automaton of the "
+                          "patterns, up to 400 states, schema/key_automata.py), each set's values of its "
+                          "pattern's schema, the rest of additionalProperties'; an undeclared required name "
+                          "a pattern matches of its schema; reported where a key two patterns match needs "
+                          "both schemas (neither any value), where a declared name's pattern schema is not "
+                          "any value, or a pattern the automaton does not read"),
     "allOf": ("objects merged as the default does, but a part's optional properties stay optional and the "
               "merge is open to other keys where no part has additionalProperties; their properties in any "
               "order as `properties` says (past its bounds, reported under allOf)"),

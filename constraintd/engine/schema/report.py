@@ -259,11 +259,17 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
     # the extended dialect opens an object that does not say what its other keys are, as JSON Schema does,
     # and reads some patternProperties (schema/extended.py)
     patterns = None
+    split = None
     if exact_keys and node.pointer not in merged:
         patterns = extended.pattern_keys(schema, node, names)
+        if patterns is None:
+            split = extended.pattern_split(schema, node, names, extra_names)
     closed = node.additional is None and not (exact_keys and extended.opens_object(schema)) and not patterns
+    if split is not None:
+        closed = not split.values  # the keys of no label are allowed
     # the extended dialect's rule of the other keys is exact where it can be written (schema/extended.py)
-    keys_held = exact_keys and (patterns is not None or extended.other_keys_held([*names, *node.forbidden]))
+    keys_held = exact_keys and (patterns is not None or split is not None
+                                or extended.other_keys_held([*names, *node.forbidden]))
     if exact_keys and node.pointer not in merged:
         flags = [prop.required for prop in node.properties] + [True] * (len(names) - len(node.properties))
         if not property_order.in_any_order(flags):
@@ -275,7 +281,8 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
                                        "an escape passes as another key")
     # (where no key is allowed, llama.cpp's `{}` takes nothing invalid; the extended dialect's report also
     # names what its grammar refuses that is valid: the keys of the patterns)
-    if schema.get("patternProperties") and patterns is None and (exact_keys or not (closed and not declared)):
+    if (schema.get("patternProperties") and patterns is None and split is None
+            and (exact_keys or not (closed and not declared))):
         yield "patternProperties", ""
     if "propertyNames" in schema and not (closed and not declared):
         yield "propertyNames", ""

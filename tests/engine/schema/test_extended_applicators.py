@@ -275,3 +275,58 @@ def test_email(text: str) -> None:
 def test_random_emails(text: str) -> None:
     grammar = grammar_of({"type": "string", "format": "email"})
     assert takes(grammar, json.dumps(text, ensure_ascii=False)) == rfc5321_mailbox(text), text
+
+
+# ------------------------------------------------------------------- patternProperties, keys split
+
+PATTERN_CASES: list[dict[str, Any]] = [
+    {"type": "object", "patternProperties": {".": {"type": "integer"}}},
+    {"type": "object", "patternProperties": {"\\w+": {"type": "integer"}}},
+    {"type": "object", "patternProperties": {"[0-9a-f]{2}": {"type": "integer"}}},
+    {"type": "object", "patternProperties": {"^a.c$": {"type": "integer"}, "^b": {"type": "string"}}},
+    {"type": "object", "patternProperties": {"^a": {"type": "integer"}, "b$": {}},
+     "additionalProperties": {"type": "string"}},
+    {"type": "object", "patternProperties": {"^[ab]+$": {"type": "integer"}}, "additionalProperties": False,
+     "properties": {"x": {"type": "string"}}},
+    {"type": "object", "patternProperties": {"^x_": {"type": "integer"}}, "properties": {"y": {}},
+     "required": ["x_1", "y"]},
+    {"type": "object", "patternProperties": {"\\n|\"": {"type": "integer"}}},
+]
+# ASCII only: jsonschema reads `\w` as Python does (Unicode letters too), ECMA-262 as ASCII; no newline
+# before a key's end: Python's `$` matches there, ECMA-262's does not
+PATTERN_KEYS = ["", "a", "b", "ab", "abc", "aXc", "ba", "x", "x_1", "y", "0f", "0g", "-", "a\nb", 'q"', "a c",
+                "\\"]
+
+
+@pytest.mark.parametrize("schema", PATTERN_CASES, ids=lambda schema: json.dumps(schema)[:60])
+def test_pattern_properties_split_keys(schema: dict[str, Any]) -> None:
+    conversion = convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
+    assert conversion.unenforced == ()
+    documents = ["{}"]
+    for key in PATTERN_KEYS:
+        for value in ("1", '"s"'):
+            documents.append("{" + json.dumps(key, ensure_ascii=False) + ":" + value + "}")
+    documents += ['{"x_1":1,"y":2}', '{"y":2,"x_1":"s"}', '{"x_1":1,"y":2,"ab":3}', '{"a":1,"ab":"s"}',
+                  '{"x":"s","a":1}']
+    check(schema, documents)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.text(alphabet="abcx_0f \"", max_size=4), st.sampled_from([1, "s", None]),
+                       max_size=3),
+       st.sampled_from(PATTERN_CASES))
+def test_random_keys_of_split_patterns(document: dict[str, Any], schema: dict[str, Any]) -> None:
+    text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+    assert takes(grammar_of(schema), text) == valid(schema, document), text
+
+
+def test_word_characters_are_ascii() -> None:
+    grammar = grammar_of({"type": "object", "patternProperties": {"\\w": {"type": "integer"}}})
+    assert takes(grammar, '{"é":"s"}')
+    assert not takes(grammar, '{"éa":"s"}')
+
+
+def test_two_patterns_of_different_schemas_on_one_key_stay_reported() -> None:
+    schema = {"type": "object", "patternProperties": {"a": {"type": "integer"}, "b": {"type": "string"}}}
+    with pytest.raises(SchemaError, match="patternProperties"):
+        convert_json_schema(json.dumps(schema), strict=True, dialect="extended")

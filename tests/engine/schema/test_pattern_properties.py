@@ -79,16 +79,31 @@ def test_a_key_spelled_with_an_escape_it_does_not_need_is_refused() -> None:
     # a declared name the pattern matches: its value would need both schemas
     {"type": "object", "properties": {"ab": {"type": "integer"}}, "patternProperties": {"^a": {"minimum": 3}},
      "additionalProperties": False},
-    # other keys beside a pattern that does not match every key, of another form than ^C*$ / ^C+$
-    {"type": "object", "patternProperties": {"^[a-z]+[0-9]$": {"type": "integer"}}},
-    # ... or beside declared names (the complement would take them too)
-    {"type": "object", "properties": {"ID": {}}, "patternProperties": {"^[a-z]+$": {"type": "integer"}}},
-    # two patterns
-    {"type": "object", "patternProperties": {"^a": {"type": "integer"}, "^b": {"type": "string"}},
-     "additionalProperties": False},
+    # two patterns of different schemas that may match one key: its value would need both
+    {"type": "object", "patternProperties": {"a": {"type": "integer"}, "b": {"type": "string"}}},
     # where no other key is allowed, llama.cpp's `{}` refuses the pattern's keys: reported in the dialect
     {"type": "object", "patternProperties": {"^(?=a)": {"type": "integer"}}, "additionalProperties": False},
-], ids=["declared name", "complement", "complement beside names", "two patterns", "unread pattern"])
+], ids=["declared name", "two patterns on one key", "unread pattern"])
 def test_what_the_dialect_does_not_read_stays_reported(schema: dict[str, Any]) -> None:
     found = [item.keyword for item in convert_json_schema(json.dumps(schema), dialect="extended").unenforced]
     assert "patternProperties" in found
+
+
+# the keys split by an automaton of the patterns (schema/key_automata.py)
+SPLIT: Final = [
+    # other keys beside a pattern that does not match every key, of another form than ^C*$ / ^C+$
+    {"type": "object", "patternProperties": {"^[a-z]+[0-9]$": {"type": "integer"}}},
+    # ... or beside declared names
+    {"type": "object", "properties": {"ID": {}}, "patternProperties": {"^[a-z]+$": {"type": "integer"}}},
+    # two patterns no key matches both of
+    {"type": "object", "patternProperties": {"^a": {"type": "integer"}, "^b": {"type": "string"}},
+     "additionalProperties": False},
+]
+
+
+@pytest.mark.parametrize("schema", SPLIT, ids=["complement", "complement beside names", "two patterns"])
+@pytest.mark.parametrize("text", ['{}', '{"ab1":1}', '{"ab1":"x"}', '{"ab":1}', '{"ab":"x"}', '{"ID":"x"}',
+                                  '{"ID":1,"b":"y"}', '{"b":1}', '{"c":null}', '{"a":1,"b":"x"}'])
+def test_several_patterns_and_complements_split_the_keys(schema: dict[str, Any], text: str) -> None:
+    assert convert_json_schema(json.dumps(schema), dialect="extended").unenforced == ()
+    assert takes(schema, text) == valid(schema, text), text
