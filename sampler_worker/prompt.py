@@ -261,11 +261,13 @@ def chat_prompt_of(
     source: str, messages: Sequence[ChatMessage], *, tools: Sequence[ChatTool] = (), bos_text: str = "",
     eos_text: str = "", add_bos: bool = False, add_eos: bool = False, add_generation_prompt: bool = True,
     enable_thinking: bool = True, now: float | None = None, caps: TemplateCaps | None = None,
+    template_kwargs: Mapping[str, Any] | None = None,
 ) -> ChatPrompt:
     """llama.cpp's prompt and generation prompt for a chat on the template `source` (a model's template
     text; ChatML where it is empty), as constraintd.engine.chat.prompt.chat_prompt makes them, rendered here.
 
     `caps`: the template's capabilities, found in the template when not given (`template_caps`).
+    `template_kwargs`: llama-server's chat_template_kwargs, variables given to the template.
 
     Raises:
         TemplateError: the template does not render.
@@ -276,7 +278,8 @@ def chat_prompt_of(
     return chat_prompt(
         source, messages, _renderer(source, now), caps=_known_caps(source) if caps is None else caps,
         tools=tools, bos_token=bos_text, eos_token=eos_text, add_bos=add_bos, add_eos=add_eos,
-        add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking, now=now)
+        add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking, now=now,
+        template_kwargs=template_kwargs)
 
 
 def chat_text(

@@ -14,7 +14,9 @@ Then the cases of llama.cpp's message rewrites and variables, one each:
 - `answered`: a conversation that ends with the assistant's answer, without add_generation_prompt;
 - `parallel_calls`: two calls in one assistant turn (one with its arguments as a JSON object), two results,
   with two tools (the second with non-ASCII text and a nested schema);
-- `unicode`: non-ASCII, quotes and markup in the user's text, with the second tool.
+- `unicode`: non-ASCII, quotes and markup in the user's text, with the second tool;
+- `reasoning +kwargs`: the reasoning conversation with chat_template_kwargs preserve_reasoning and
+  reasoning_effort (which llama.cpp also sets under the other names templates read).
 """
 
 from __future__ import annotations
@@ -124,11 +126,13 @@ class ChatCase:
     tools: bool
     thinking: bool = True
     generation_prompt: bool = True
+    template_kwargs: tuple[tuple[str, Any], ...] = ()  # chat_template_kwargs
 
     @property
     def name(self) -> str:
         return (f"{self.messages}{' +tools' if self.tools else ''}{' -thinking' if not self.thinking else ''}"
-                f"{' -generation_prompt' if not self.generation_prompt else ''}")
+                f"{' -generation_prompt' if not self.generation_prompt else ''}"
+                f"{' +kwargs' if self.template_kwargs else ''}")
 
     @property
     def tool_list(self) -> list[dict[str, Any]] | None:
@@ -144,6 +148,8 @@ class ChatCase:
         }
         if self.tools:
             request["tools"] = self.tool_list
+        if self.template_kwargs:
+            request["chat_template_kwargs"] = dict(self.template_kwargs)
         request.update(extra)
         return request
 
@@ -162,6 +168,8 @@ CASES = (
     ChatCase("answered", tools=False, generation_prompt=False),
     ChatCase("parallel_calls", tools=True),
     ChatCase("unicode", tools=True),
+    ChatCase("reasoning", tools=False,
+             template_kwargs=(("preserve_reasoning", True), ("reasoning_effort", "low"))),
 )
 
 

@@ -48,7 +48,7 @@ def project_prompt(
         made = chat_prompt_of(
             source, parse_messages(MESSAGE_SETS[case.messages]), tools=parse_tools(case.tool_list),
             bos_text=BOS_TOKEN, eos_text=EOS_TOKEN, add_generation_prompt=case.generation_prompt,
-            enable_thinking=case.thinking, now=now, caps=caps)
+            enable_thinking=case.thinking, now=now, caps=caps, template_kwargs=dict(case.template_kwargs))
     except (TemplateError, ChatRequestError) as exc:
         return Rendered(None, str(exc))
     return Rendered(made.prompt, generation_prompt=made.generation_prompt)

@@ -18,6 +18,8 @@
 #     4. the variables: messages, bos_token, eos_token, enable_thinking, tools (only when there are tools),
 #        datetime and date_string (llama.cpp's today, from `now`), the caller's chat_template_kwargs, and
 #        add_generation_prompt (only when true: otherwise the template sees it undefined, as in llama.cpp);
+#        a boolean `preserve_reasoning` also set as preserve_thinking and the negated clear_thinking,
+#        truncate_history_thinking and drop_thinking, a `reasoning_effort` also as reasoning_strength;
 #     5. the message rewrites of the specialised formats whose prompt llama.cpp renders from adjusted
 #        messages (Ministral 3's content blocks, LFM2's and gpt-oss's `thinking`, StepFun's trimmed
 #        contents).
@@ -437,4 +439,15 @@ def template_context(
     context.update(template_kwargs or {})
     if add_generation_prompt:
         context["add_generation_prompt"] = True
+    # the reasoning settings a caller gives as template arguments, under every name templates read them by
+    # (set before the variables in llama.cpp, so a variable of the same name the caller gives wins)
+    given = template_kwargs or {}
+    preserve = context.get("preserve_reasoning")
+    if isinstance(preserve, bool):
+        flags = {"preserve_thinking": preserve, "clear_thinking": not preserve,
+                 "truncate_history_thinking": not preserve, "drop_thinking": not preserve}
+        context.update({name: value for name, value in flags.items() if name not in given})
+    effort = context.get("reasoning_effort")
+    if isinstance(effort, str) and effort and "reasoning_strength" not in given:
+        context["reasoning_strength"] = effort
     return context

@@ -181,3 +181,15 @@ def test_llama_equality() -> None:
     assert flat == {"role": "user", "content": "x"} and flat != {"content": "x", "role": "user"}
     assert nested != nested  # llama.cpp: a mapping holding a list equals nothing, itself included
     assert llama_values([1, "a"]) == [1, "a"] and llama_values([[1]]) != [[1]]
+
+
+def test_reasoning_settings_under_every_name() -> None:
+    def variables(**kwargs: Any) -> dict[str, Any]:
+        return template_context("", [], caps=DEFAULTS, now=NOW, template_kwargs=kwargs)
+
+    context = variables(preserve_reasoning=True, reasoning_effort="low")
+    flags = (context["preserve_thinking"], context["clear_thinking"], context["drop_thinking"])
+    assert flags == (True, False, False)
+    assert context["reasoning_strength"] == "low"
+    assert variables(preserve_reasoning=False, clear_thinking="mine")["clear_thinking"] == "mine"
+    assert "reasoning_strength" not in variables(reasoning_effort="")
