@@ -221,7 +221,8 @@ def template_caps(source: str, *, now: float | None = None) -> TemplateCaps:
 def _renderer(source: str, now: float) -> Callable[[Mapping[str, Any]], str]:
     import jinja2
 
-    errors = (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError, IndexError)
+    errors = (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError, IndexError,
+              ArithmeticError, RecursionError)
 
     def failed(exc: Exception) -> TemplateError:
         return TemplateError(f"the chat template does not render: {type(exc).__name__}: {exc}")

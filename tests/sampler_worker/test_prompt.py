@@ -144,3 +144,8 @@ def test_chat_text_folds_the_system_message_where_the_template_has_no_system_rol
 
 def test_string_filter_writes_as_llama_cpp() -> None:
     assert render_template("{{ x|string }}", {"x": {"d": "é\xa0"}}) == "{'d': 'é\xa0'}"
+
+
+def test_a_template_that_divides_by_zero_does_not_render() -> None:
+    with pytest.raises(TemplateError, match="ZeroDivisionError"):
+        render_template("{{ 1 / 0 }}", {})
