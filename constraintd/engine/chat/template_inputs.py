@@ -21,8 +21,8 @@
 #        a boolean `preserve_reasoning` also set as preserve_thinking and the negated clear_thinking,
 #        truncate_history_thinking and drop_thinking, a `reasoning_effort` also as reasoning_strength;
 #     5. the message rewrites of the specialised formats whose prompt llama.cpp renders from adjusted
-#        messages (Ministral 3's content blocks, LFM2's and gpt-oss's `thinking`, StepFun's trimmed
-#        contents).
+#        messages (Ministral 3's content blocks, LFM2's and gpt-oss's `thinking`, the older Gemma 4
+#        templates' `tool_responses`, StepFun's trimmed contents).
 # Nothing here renders a template: the renderer is the caller's (sampler_worker.prompt); chat/prompt.py
 # renders through it, and chat/jinja_values.py writes values as llama.cpp's Jinja does.
 from __future__ import annotations
@@ -386,11 +386,14 @@ def _is_lfm2(source: str) -> bool:
         ("List of tools: [" in source and "<|tool_list_start|>" not in source)
 
 
+C_SPACE = " \t\n\v\f\r"  # isspace() in the C locale, as llama.cpp's trim_whitespace reads it
+
+
 def _trimmed(message: ChatMessage) -> ChatMessage:
-    parts = tuple(ContentPart(p.type, p.text.strip(" \t\n\r") if p.type == "text" else p.text)
+    parts = tuple(ContentPart(p.type, p.text.strip(C_SPACE) if p.type == "text" else p.text)
                   for p in message.content_parts)
-    return ChatMessage(message.role, message.content.strip(" \t\n\r"), parts, message.tool_calls,
-                       message.reasoning_content.strip(" \t\n\r"), message.tool_name, message.tool_call_id)
+    return ChatMessage(message.role, message.content.strip(C_SPACE), parts, message.tool_calls,
+                       message.reasoning_content.strip(C_SPACE), message.tool_name, message.tool_call_id)
 
 
 def template_context(
