@@ -131,7 +131,12 @@ def _access(container: Any, key: Any, value: Any) -> Any:
     return value
 
 
-def _environment(now: float, *, tracking: bool = False) -> jinja2.Environment:
+# The request's time, passed to a render as a variable so that one compiled template serves every request.
+NOW_VARIABLE = "__request_time__"
+
+
+@functools.lru_cache(maxsize=2)  # the two environments (rendering, and the capability probes), made once
+def _environment(*, tracking: bool = False) -> jinja2.Environment:
     import jinja2
     import jinja2.ext
     import jinja2.nodes
@@ -188,7 +193,12 @@ def _environment(now: float, *, tracking: bool = False) -> jinja2.Environment:
     for name in LIST_FILTERS:
         environment.filters[name] = _listed(environment.filters[name])
     environment.globals["raise_exception"] = raise_exception
-    environment.globals["strftime_now"] = functools.partial(format_time, now)
+    @jinja2.pass_context
+    def strftime_now(context: jinja2.runtime.Context, pattern: str) -> str:
+        now = context.get(NOW_VARIABLE)
+        return format_time(now if isinstance(now, (int, float)) else time.time(), pattern)
+
+    environment.globals["strftime_now"] = strftime_now
     if tracking:
         for name, filter_function in list(environment.filters.items()):
             environment.filters[name] = _tracking(filter_function, name)
@@ -205,40 +215,53 @@ def template_caps(source: str, *, now: float | None = None) -> TemplateCaps:
     import jinja2
 
     try:
-        template = _environment(time.time() if now is None else now, tracking=True).from_string(source)
+        template = _environment(tracking=True).from_string(source)
     except jinja2.TemplateError:
         return TemplateCaps()
+    now = time.time() if now is None else now
 
     def render(context: dict[str, Any]) -> tuple[bool, str]:
         try:
-            return True, template.render(**context)
+            return True, template.render(**context, **{NOW_VARIABLE: now})
         except Exception:  # a probe that fails is an answer, as in llama.cpp
             return False, ""
 
     return detect_caps(render)
 
 
-def _renderer(source: str, now: float) -> Callable[[Mapping[str, Any]], str]:
+def _errors() -> tuple[type[Exception], ...]:
     import jinja2
 
-    errors = (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError, IndexError,
-              ArithmeticError, RecursionError)
+    return (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError, IndexError,
+            ArithmeticError, RecursionError)
 
-    def failed(exc: Exception) -> TemplateError:
-        return TemplateError(f"the chat template does not render: {type(exc).__name__}: {exc}")
 
+def _failed(exc: Exception) -> TemplateError:
+    return TemplateError(f"the chat template does not render: {type(exc).__name__}: {exc}")
+
+
+# llama.cpp parses a template once, when it loads it; here once per template text (compiling a large
+# template takes Jinja2 about a tenth of a second, rendering it well under a millisecond).
+@functools.lru_cache(maxsize=16)
+def _compiled(source: str) -> jinja2.Template:
+    return _environment().from_string(source)
+
+
+def _renderer(source: str, now: float) -> Callable[[Mapping[str, Any]], str]:
+    errors = _errors()
     try:
-        template = _environment(now).from_string(source)
+        template = _compiled(source)
     except errors as exc:
-        raise failed(exc) from exc
+        raise _failed(exc) from exc
 
     def render(context: Mapping[str, Any]) -> str:
+        values = {name: llama_values(value) for name, value in context.items()}
         try:
-            text: str = template.render(**{name: llama_values(value) for name, value in context.items()})
+            text: str = template.render(**values, **{NOW_VARIABLE: now})
         except TemplateError:
             raise
         except errors as exc:
-            raise failed(exc) from exc
+            raise _failed(exc) from exc
         return text
 
     return render
