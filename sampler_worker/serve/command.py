@@ -114,9 +114,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                        "together, one constraintd Step message per step (default 1)")
     serve.add_argument(
         "--overlap", choices=OVERLAP_MODES, default="auto",
-        help="with --parallel 1, how generations meet constraintd, as `generate --overlap`: ahead fetches "
-        "the next mask while the model evaluates a token, off accepts each draw; auto (default) probes "
-        "both per generation",
+        help="how generations meet constraintd, as `generate --overlap`: ahead fetches the next mask while "
+        "the model evaluates a token, off accepts each draw; auto (default) probes both per generation "
+        "with --parallel 1, and is ahead with more (every lane's mask in one Step message per decode)",
     )
     serve.add_argument(
         "--honour-strict", action="store_true",

@@ -44,7 +44,7 @@ from sampler_worker.model import Model
 from sampler_worker.prompt import chat_text
 from sampler_worker.serve.bodies import Job, RequestError
 from sampler_worker.serve.contexts import Slot
-from sampler_worker.serve.lockstep import Lockstep
+from sampler_worker.serve.lockstep import Lockstep, Mode
 from sampler_worker.serve.metrics import Metrics
 
 __all__ = [
@@ -60,6 +60,15 @@ __all__ = [
 ]
 
 Mask = npt.NDArray[np.int32]
+
+
+def _batched_overlap(overlap: Overlap) -> Mode:
+    """A batched context's overlap for the server's `--overlap`: "auto" is "ahead" there.
+
+    The generation loop's auto probes both modes per generation; a batched step's decode (of every lane) is
+    long against a `Step` round trip, so mask-ahead hides the round trip without a probe.
+    """
+    return "off" if overlap == "off" else "ahead"
 
 
 class QueueFull(Exception):
@@ -209,7 +218,7 @@ class Generations:
         self._waiters: deque[asyncio.Future[Model | Slot]] = deque()
         # one stepping thread per batched context (slot.batched)
         self._locksteps = {
-            id(slot.batched): Lockstep(slot.batched, client=client)
+            id(slot.batched): Lockstep(slot.batched, client=client, overlap=_batched_overlap(overlap))
             for slot in self.contexts if isinstance(slot, Slot)
         }
         self.client = client

@@ -10,6 +10,14 @@
 #      reject-then-mask (`sampler_worker.generate`, overlap "off"), token for token, per lane;
 #   4. each lane's chain accepts its token; the text, the stop strings and the end of generation are the
 #      generation loop's (`TextStream`); the lane's `on_step` is called.
+# Mask-ahead (`overlap="ahead"`), the generation loop's mode for many lanes: the tokens of step 3 are not
+# sent then; the next step's ONE `Step` message carries every constrained lane's last token (a lane just
+# started: none) and asks the mask of the state after it, on a thread of its own while `llama_decode` runs
+# (the decode releases the interpreter lock). After the decode the stepping thread takes the masks (waiting
+# only if they have not come), and each lane's first draw is checked with a bit of its mask, locally; a
+# refusal redraws under that mask at once, with the same generator. So no constraintd round trip is on the
+# step's critical path, and the draws are step 3's: the mask's bit and the single-token check are the same
+# predicate. A lane's last token is accepted in one more `Step` message (without masks) before it ends.
 # Only this thread calls llama.cpp on the context, and it does the sampling of every lane, so the lanes'
 # Python work never takes turns with another thread's on the interpreter lock mid-step.
 #
@@ -29,12 +37,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.masks.bitmask import unpack_mask
+from constraintd.engine.masks.bitmask import mask_allows, unpack_mask
 from sampler_worker.chain import SamplerChain, SamplerSettings
 from sampler_worker.generate import (
     ConstraintSession,
@@ -52,14 +61,17 @@ __all__ = ["Lockstep"]
 
 Logits = npt.NDArray[np.float32]
 Mask = npt.NDArray[np.int32]
+Mode = Literal["off", "ahead"]
+# the ahead Step's answer per lane: the mask of its state, or the exception that ends it
+Ahead = list[tuple["_Lane", Any]]
 
 
 class _Lane:
     # One generation on one sequence; touched by the stepping thread only, between queueing and `done`.
     __slots__ = (
-        "chain", "check", "counters", "done", "error", "max_tokens", "model", "n_ctx", "n_past", "on_step",
-        "pending", "prompt_tokens", "prompting", "rejected_at", "result", "sent", "seq", "session",
-        "stop_reason", "stream", "tokens",
+        "chain", "check", "counters", "done", "error", "mask", "max_tokens", "model", "n_ctx", "n_past",
+        "needs_mask", "on_step", "overlap", "pending", "prompt_tokens", "prompting", "rejected_at", "result",
+        "sent", "seq", "session", "stop_reason", "stream", "tokens", "unsent",
     )
 
     def __init__(
@@ -74,6 +86,7 @@ class _Lane:
         on_step: Callable[[Step], None] | None,
         check: Callable[[], None] | None,
         counters: Counters,
+        overlap: Mode = "off",
     ) -> None:
         self.seq = slot.seq
         self.n_ctx = slot.n_ctx
@@ -96,6 +109,12 @@ class _Lane:
         self.done = threading.Event()
         self.result: Generation | None = None
         self.error: BaseException | None = None
+        # mask-ahead: the mode, the mask of the session's state (for the next draw), whether it must be
+        # asked, and the token taken and not yet sent to the session
+        self.overlap: Mode = overlap if session is not None else "off"
+        self.mask: Mask | None = None
+        self.needs_mask = self.overlap == "ahead"
+        self.unsent: int | None = None
 
     def take(self, token: int, rejected: bool) -> bool:
         # the step's last part for this lane: the generation loop's; True when the lane has ended
@@ -124,10 +143,12 @@ class _Lane:
             self.result = Generation(
                 tokens=tuple(self.tokens), text=self.stream.text(), stop_reason=self.stop_reason,
                 rejected_at=tuple(self.rejected_at), seed=self.chain.seed, prompt_tokens=self.prompt_tokens,
-                counters=self.counters, overlap="off",
+                counters=self.counters, overlap=self.overlap,
             )
             return True
         self.pending, self.sent = [token], 0
+        if self.overlap == "ahead":
+            self.unsent, self.needs_mask = token, True
         return False
 
 
@@ -138,11 +159,22 @@ class Lockstep:
         batched: the context; its sequences are the slots the callers hold.
         client: the constraintd client (`clients.Client`) whose sessions the generations hold: a step's
             constraint calls are its `step` messages.
+        overlap: "off" (each step's draws checked by a `Step` message, then the rejected ones' masked
+            redraws by another) or "ahead" (every lane's mask fetched during the decode). The draws are the
+            same.
+
+    Raises:
+        ValueError: an unknown overlap mode.
     """
 
-    def __init__(self, batched: BatchedContext, *, client: Any) -> None:
+    def __init__(self, batched: BatchedContext, *, client: Any, overlap: Mode = "off") -> None:
+        if overlap not in ("off", "ahead"):
+            raise ValueError(f"a batched context's overlap is off or ahead, not {overlap!r}")
         self._batched = batched
         self._client = client
+        self.overlap: Mode = overlap
+        self._ahead = (ThreadPoolExecutor(1, thread_name_prefix="lockstep-ahead") if overlap == "ahead"
+                       else None)
         self._lanes: list[_Lane] = []  # the stepping thread's
         self._arrivals: list[_Lane] = []
         self._cond = threading.Condition()
@@ -156,6 +188,8 @@ class Lockstep:
             self._closing = True
             self._cond.notify_all()
         self._thread.join()
+        if self._ahead is not None:
+            self._ahead.shutdown(wait=True)
 
     def generate(
         self,
@@ -188,7 +222,7 @@ class Lockstep:
             chain.accept(token)
         lane = _Lane(
             slot, prompt, chain, session=session, max_tokens=max_tokens, stop=stop, on_step=on_step,
-            check=check, counters=counters if counters is not None else Counters(),
+            check=check, counters=counters if counters is not None else Counters(), overlap=self.overlap,
         )
         with self._cond:
             if self._closing:
@@ -259,17 +293,26 @@ class Lockstep:
             room -= count
         if not rows:
             return
+        ahead = self._send_ahead([lane for lane, _, _ in taken])
         clock = time.perf_counter
         started = clock()
         try:
             logits = self._batched.decode(rows)
         except BaseException as exc:
+            self._settle(ahead)  # the sessions are closed once their lanes end: not while a Step is out
             for lane, _, _ in taken:
                 self._end(lane, exc)
             return
         elapsed = clock() - started
+        for lane, answer in self._settle(ahead):
+            if isinstance(answer, BaseException):
+                self._end(lane, answer)
+            else:
+                lane.mask = answer
         ready: list[tuple[_Lane, Logits]] = []
         for (lane, count, last), row in zip(taken, logits, strict=True):
+            if lane.done.is_set():  # ended by its ahead Step
+                continue
             lane.n_past += count
             lane.sent += count
             lane.counters.model_seconds += elapsed
@@ -289,7 +332,69 @@ class Lockstep:
         lane.counters.draws += 1
         return token
 
+    # Mask-ahead.
+
+    def _send_ahead(self, lanes: list[_Lane]) -> Future[Ahead] | None:
+        # one Step message, on the ahead thread: each lane's unsent token accepted and its next mask asked
+        items = [lane for lane in lanes if lane.needs_mask]
+        if not items:
+            return None
+        batch = [(lane.session, lane.unsent) for lane in items]
+        for lane in items:
+            lane.needs_mask, lane.unsent = False, None
+        assert self._ahead is not None
+        return self._ahead.submit(self._exchange_ahead, items, batch)
+
+    def _exchange_ahead(self, lanes: list[_Lane], batch: list[tuple[Any, int | None]]) -> Ahead:
+        # on the ahead thread; a failed message is redone item by item, so an error stays its lane's
+        try:
+            outcomes = self._client.step(batch, mask_on_reject=False, mask_after=True)
+            return [(lane, self._ahead_answer(lane, token, outcome.accepted, outcome.mask))
+                    for lane, (_, token), outcome in zip(lanes, batch, outcomes, strict=True)]
+        except Exception:
+            return [(lane, self._ahead_alone(lane, token))
+                    for lane, (_, token) in zip(lanes, batch, strict=True)]
+
+    @staticmethod
+    def _ahead_answer(lane: _Lane, token: int | None, accepted: bool | None, mask: Mask | None) -> Any:
+        if token is not None and not accepted:
+            return GenerationError(
+                f"step {len(lane.tokens) - 1}: the grammar refused token {token}, which its own mask allowed"
+            )
+        if mask is None:
+            return GenerationError(f"step {len(lane.tokens)}: constraintd answered no mask")
+        return mask
+
+    @classmethod
+    def _ahead_alone(cls, lane: _Lane, token: int | None) -> Any:
+        session = lane.session
+        assert session is not None
+        try:
+            if token is None:
+                return session.mask()
+            accepted, mask = session.accept_and_mask(token)
+            return cls._ahead_answer(lane, token, accepted, mask)
+        except Exception as exc:
+            return exc
+
+    def _settle(self, ahead: Future[Ahead] | None) -> Ahead:
+        # the ahead Step's answers, waiting for them only if they have not come during the decode
+        if ahead is None:
+            return []
+        waited = not ahead.done()
+        started = time.perf_counter()
+        answers = ahead.result()
+        share = (time.perf_counter() - started) / len(answers) if waited else 0.0
+        for lane, _ in answers:
+            lane.counters.masks += 1
+            lane.counters.waits += waited
+            lane.counters.constraint_seconds += share
+        return answers
+
     def _sample(self, ready: list[tuple[_Lane, Logits]]) -> None:
+        if self.overlap == "ahead":
+            self._sample_ahead(ready)
+            return
         first: list[tuple[_Lane, Logits, int]] = []
         for lane, logits in ready:
             try:
@@ -321,15 +426,50 @@ class Lockstep:
                 self._end(lane, answer)
             else:
                 final.append((lane, token, True))
+        for lane in self._take(final):
+            self._end(lane)
+
+    def _sample_ahead(self, ready: list[tuple[_Lane, Logits]]) -> None:
+        final: list[tuple[_Lane, int, bool]] = []
+        for lane, logits in ready:
+            try:
+                token = self._draw(lane, logits)
+                rejected = False
+                if lane.session is not None:
+                    mask, lane.mask = lane.mask, None
+                    assert mask is not None  # every constrained lane's was asked with its decode
+                    lane.counters.ahead_steps += 1
+                    if not mask_allows(mask, token):
+                        rejected = True
+                        allowed = unpack_mask(mask, self._batched.n_vocab)
+                        if not allowed.any():
+                            raise GenerationError(f"step {len(lane.tokens)}: the grammar allows no token")
+                        token = self._draw(lane, logits, allowed)
+                final.append((lane, token, rejected))
+            except BaseException as exc:
+                self._end(lane, exc)
+        ended = self._take(final)
+        # a lane's last token: accepted by its session (one Step message for them all) before the lane ends
+        last = [(lane, lane.tokens[-1]) for lane in ended if lane.session is not None]
+        answers = {id(lane): answer for (lane, _), answer in zip(last, self._accept(last, masks=False),
+                                                                  strict=True)}
+        for lane in ended:
+            answer = answers.get(id(lane))
+            self._end(lane, answer if isinstance(answer, BaseException) else None)
+
+    def _take(self, final: list[tuple[_Lane, int, bool]]) -> list[_Lane]:
+        # each lane takes its token (the step's last part); the lanes that have ended with it
+        ended: list[_Lane] = []
         for lane, token, rejected in final:
-            ended = False
+            done = False
 
             def take(lane: _Lane = lane, token: int = token, rejected: bool = rejected) -> None:
-                nonlocal ended
-                ended = lane.take(token, rejected)
+                nonlocal done
+                done = lane.take(token, rejected)
 
-            if self._guarded(lane, take) and ended:
-                self._end(lane)
+            if self._guarded(lane, take) and done:
+                ended.append(lane)
+        return ended
 
     def _accept(self, items: list[tuple[_Lane, int]], *, masks: bool) -> list[Any]:
         # One Step message for the items: per item None (accepted), the mask (rejected, `masks`), or the

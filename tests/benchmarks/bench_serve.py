@@ -131,10 +131,11 @@ class Server:
 
 
 @contextmanager
-def server(model: Path, target: str, *, parallel: int, threads: int) -> Iterator[Server]:
+def server(model: Path, target: str, *, parallel: int, threads: int,
+           overlap: str = "auto") -> Iterator[Server]:
     command = [PYTHON, "-m", "sampler_worker", "serve", "--model", str(model), "--listen", "127.0.0.1:0",
                "--constraintd", target, "--parallel", str(parallel), "--threads", str(threads),
-               "--n-ctx", str(N_CTX), "--max-queue", "8", "--timeout", "300"]
+               "--n-ctx", str(N_CTX), "--max-queue", "8", "--timeout", "300", "--overlap", overlap]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stderr is not None
@@ -333,6 +334,8 @@ def main() -> None:
                         help="the model's threads, shared by a server's slots (default: one per core)")
     parser.add_argument("--quick", action="store_true", help="--reps 2 --max-tokens 32 --leak-requests 60")
     parser.add_argument("--parts", default="abc", help="which of (a), (b), (c) to run (default abc)")
+    parser.add_argument("--overlap", default="auto", choices=("auto", "off", "ahead"),
+                        help="the servers' --overlap (default auto)")
     args = parser.parse_args()
     if args.quick:
         args.reps, args.max_tokens, args.leak_requests = 2, 32, 60
@@ -349,11 +352,11 @@ def main() -> None:
             rows += one_request(model, daemon, grammar_file, grammar, args)
         if "b" in args.parts:
             say("(b) four clients, --parallel 1")
-            with server(model, daemon.target, parallel=1, threads=args.threads) as one:
+            with server(model, daemon.target, parallel=1, threads=args.threads, overlap=args.overlap) as one:
                 serial, serial_streams = concurrent(one.url, grammar, args)
         leak_rows: list[tuple[str, ...]] = []
         if "b" in args.parts or "c" in args.parts:
-            with server(model, daemon.target, parallel=4, threads=args.threads) as four:
+            with server(model, daemon.target, parallel=4, threads=args.threads, overlap=args.overlap) as four:
                 if "b" in args.parts:
                     say("(b) four clients, --parallel 4")
                     parallel, parallel_streams = concurrent(four.url, grammar, args)

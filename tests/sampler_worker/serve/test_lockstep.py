@@ -188,3 +188,69 @@ def test_settings_are_refused_on_the_callers_thread(slots: list[Slot], lockstep:
 def test_a_prompt_longer_than_the_sequence_is_refused(slots: list[Slot], lockstep: Lockstep) -> None:
     with pytest.raises(ModelError, match="full"):
         lockstep.generate(slots[0], list(range(1000, 1000 + N_CTX + 1)), max_tokens=4)
+
+
+@pytest.fixture(scope="module")
+def ahead(slots: list[Slot], client: Client) -> Iterator[Lockstep]:
+    """A second stepper of the same context, mask-ahead (the tests use one stepper at a time)."""
+    stepper = Lockstep(slots[0].batched, client=client, overlap="ahead")
+    yield stepper
+    stepper.close()
+
+
+def test_an_unknown_overlap_is_refused(slots: list[Slot], client: Client) -> None:
+    with pytest.raises(ValueError, match="off or ahead"):
+        Lockstep(slots[0].batched, client=client, overlap="auto")  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_mask_ahead_draws_the_tokens_of_reject_then_mask(
+    slots: list[Slot], lockstep: Lockstep, ahead: Lockstep, client: Client, gemma_path: Path
+) -> None:
+    # one lane alone: every step's batch has the same shape in both modes, so the same logits
+    vocab = client.register_vocab(gguf=gemma_path)
+    slot = slots[0]
+    rejections = 0
+    for seed in (1, 2, 3):
+        got = []
+        for stepper in (lockstep, ahead):
+            with client.session(vocab, gbnf=GRAMMAR) as session:
+                prompt = slot.tokenize(PROMPTS[seed - 1])
+                got.append(stepper.generate(slot, prompt, SamplerSettings(seed=seed), session=session,
+                                            max_tokens=10))
+        off, early = got
+        assert (early.tokens, early.rejected_at, early.text) == (off.tokens, off.rejected_at, off.text)
+        assert (off.overlap, early.overlap) == ("off", "ahead")
+        assert early.counters.ahead_steps == len(early.tokens)
+        assert early.counters.draws == off.counters.draws
+        rejections += len(early.rejected_at)
+    assert rejections > 0  # a mask was used to redraw
+    assert cells(slot) == -1
+
+
+@pytest.mark.slow
+def test_mask_ahead_generations_at_once_each_within_its_grammar(
+    slots: list[Slot], ahead: Lockstep, client: Client, gemma_path: Path
+) -> None:
+    vocab = client.register_vocab(gguf=gemma_path)
+
+    def constrained(slot: Slot, prompt: str, seed: int, max_tokens: int) -> Generation:
+        with client.session(vocab, gbnf=GRAMMAR) as session:
+            return ahead.generate(slot, slot.tokenize(prompt), SamplerSettings(seed=seed), session=session,
+                                  max_tokens=max_tokens)
+
+    work: list[Callable[[], object]] = [
+        lambda s=slot, p=p, i=i: constrained(s, p, i, 6 + 4 * i)
+        for i, (slot, p) in enumerate(zip(slots, PROMPTS, strict=True))
+    ]
+    work[1] = lambda: ahead.generate(slots[1], slots[1].tokenize(PROMPTS[1]), max_tokens=5)  # unconstrained
+    got = at_once(work)
+    for i, generation in enumerate(got):
+        assert isinstance(generation, Generation), generation
+        if i == 1:
+            assert len(generation.tokens) == 5 and generation.overlap == "off"
+            continue
+        assert generation.overlap == "ahead"
+        pattern = r"Answer: [0-9]+\." if generation.stop_reason == "eog" else r"Answer: [0-9]*"
+        assert re.fullmatch(pattern, generation.text)
+    assert [cells(slot) for slot in slots] == [-1] * SLOTS
