@@ -17,7 +17,8 @@
 #   rejectattr / unique give lists; lists are mutable (append, pop); `safe` and `string` give text,
 #   never Markup, and write lists and mappings as llama.cpp does; `strftime_now` formats the request's
 #   time; `raise_exception(message)` fails the render with "Jinja Exception: message"; a list or mapping
-#   holding a list or mapping equals nothing (llama.cpp compares only "hashable" ones).
+#   holding a list or mapping equals nothing (llama.cpp compares only "hashable" ones); `~` joins none and
+#   undefined as ""; `format` fills "{}" placeholders only.
 # - The template's capabilities (which of llama.cpp's rewrites apply) are found as llama.cpp finds them,
 #   by running the template on probe conversations (`template_caps`, constraintd.engine.chat.caps).
 # - Not done: images, reasoning formats, and prefilling the grammar with the template's generation prompt.
@@ -31,7 +32,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from constraintd.engine.chat.caps import detect_caps, quietly, touch
-from constraintd.engine.chat.jinja_values import llama_json, llama_string, llama_values, output_text
+from constraintd.engine.chat.jinja_values import (
+    llama_json,
+    llama_repr,
+    llama_string,
+    llama_values,
+    output_text,
+)
 from constraintd.engine.chat.prompt import CHATML_TEMPLATE, ChatPrompt, chat_prompt, template_source
 from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps, format_time
 
@@ -90,6 +97,32 @@ def _string(value: Any) -> str:
     return llama_string(_plain(value))
 
 
+def _concat(items: Sequence[Any]) -> str:
+    import jinja2
+
+    def text(item: Any) -> str:
+        if item is None or isinstance(item, jinja2.Undefined):
+            return ""
+        if isinstance(item, (str, bool, int, float)):
+            return str(item) if isinstance(item, str) else output_text(item)
+        return llama_repr(item)
+
+    return "".join(text(item) for item in items)
+
+
+def _format(template: Any, *args: Any) -> str:
+    # llama.cpp's format: only "{}" placeholders, each the next argument's text
+    if not isinstance(template, str):
+        raise TemplateError("format() first argument must be a string")
+    pieces = template.split("{")
+    out, arguments = [pieces[0]], iter(args)
+    for piece in pieces[1:]:
+        if not piece.startswith("}"):
+            raise TemplateError("format() only supports simple '{}' placeholders")
+        out.append(_concat([next(arguments, "")]) + piece[1:])
+    return "".join(out)
+
+
 def _plain(value: Any) -> Any:
     # a Jinja2 namespace or loop helper is no JSON value; anything else passes as it is
     import jinja2
@@ -138,9 +171,27 @@ NOW_VARIABLE = "__request_time__"
 @functools.lru_cache(maxsize=2)  # the two environments (rendering, and the capability probes), made once
 def _environment(*, tracking: bool = False) -> jinja2.Environment:
     import jinja2
+    import jinja2.compiler
     import jinja2.ext
     import jinja2.nodes
     import jinja2.sandbox
+
+    class CodeGenerator(jinja2.compiler.CodeGenerator):
+        # `a ~ b` joins as llama.cpp joins: none and undefined as "", values as llama.cpp writes them
+        def visit_Concat(self, node: jinja2.nodes.Concat, frame: jinja2.compiler.Frame) -> None:
+            self.write("environment.llama_concat((")
+            for item in node.nodes:
+                self.visit(item, frame)
+                self.write(", ")
+            self.write("))")
+
+        def _output_child_to_const(self, node: jinja2.nodes.Expr, frame: jinja2.compiler.Frame,
+                                   finalize: Any) -> str:
+            # Jinja2 folds a constant `{{ 'a' ~ none }}` as Python would join it: leave joins to run
+            if isinstance(node, jinja2.nodes.Concat) or any(True for _ in node.find_all(jinja2.nodes.Concat)):
+                raise jinja2.nodes.Impossible()
+            folded: str = super()._output_child_to_const(node, frame, finalize)
+            return folded
 
     class Undefined(jinja2.ChainableUndefined):
         # llama.cpp: a string joined to undefined with + is the string
@@ -161,6 +212,8 @@ def _environment(*, tracking: bool = False) -> jinja2.Environment:
 
     class Environment(jinja2.sandbox.SandboxedEnvironment):
         intercepted_binops = frozenset(["+"])
+        code_generator_class = CodeGenerator
+        llama_concat = staticmethod(_concat)
 
         def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
             # llama.cpp joins none to a string as ""
@@ -185,11 +238,12 @@ def _environment(*, tracking: bool = False) -> jinja2.Environment:
         raise TemplateError(f"Jinja Exception: {message}")
 
     environment = (Tracking if tracking else Environment)(
-        trim_blocks=True, lstrip_blocks=True, undefined=Undefined,
+        trim_blocks=True, lstrip_blocks=True, undefined=Undefined, optimized=False,  # no folding of ~
         finalize=printed if tracking else output_text, extensions=[jinja2.ext.loopcontrols, Generation],
     )
     environment.filters["tojson"] = _tojson
     environment.filters["safe"] = environment.filters["string"] = _string
+    environment.filters["format"] = _format
     for name in LIST_FILTERS:
         environment.filters[name] = _listed(environment.filters[name])
     environment.globals["raise_exception"] = raise_exception

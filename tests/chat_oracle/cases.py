@@ -177,3 +177,50 @@ def template_paths() -> list[Path]:
     """Every template under the reference's models/templates/, by name."""
     folder = reference.require(reference.llama_cpp_dir() / "models" / "templates")
     return sorted(folder.glob("*.jinja"))
+
+
+
+# Small templates, each on one point of llama.cpp's Jinja dialect (its common/jinja), rendered with one user
+# message by the project's renderer and by llama.cpp's own.
+JINJA_CASES = (
+    "{{ 'a' ~ none ~ 'b' }}",
+    "{{ none }}|{{ undefined_x }}|{{ true }}|{{ 1.0 }}|{{ 1.5e3 }}|{{ 10 / 4 }}|{{ 7 // 2 }}|{{ 7 % 3 }}",
+    "{{ [1, 'a', none]|string }}",
+    "{{ {'a': [1, 2]}|tojson }}",
+    "{{ true|string }}{{ 3|string }}{{ 2.5|string }}",
+    "{{ 'abc'|upper }}{{ ' x '|trim }}{{ 'a,b'.split(',')|join('-') }}",
+    "{{ messages|length }}{{ messages[0]['role']|title }}",
+    "{% for m in messages %}{{ loop.index }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{% endfor %}",
+    "{{ [3, 1, 2]|sort|join(',') }}{{ [1, 2]|reverse|list|join(',') }}{{ [1,2,3]|first }}{{ [1,2,3]|last }}",
+    "{{ 'x' if none is none else 'y' }}{{ undefined_x is defined }}{{ undefined_x|default('d') }}",
+    "{% set ns = namespace(a=1) %}{% for i in range(3) %}{% set ns.a = ns.a + i %}{% endfor %}{{ ns.a }}",
+    "{{ 'Hello %s'|format('x') }}{{ 'a' * 3 }}{{ 'abc'[1:] }}{{ 'abc'[-1] }}",
+    "{{ {'b': 1, 'a': 2}|dictsort|tojson }}{{ {'b': 1, 'a': 2}.items()|list|tojson }}",
+    "{{ 'a' in 'abc' }}{{ 1 in [1, 2] }}{{ 'k' in {'k': 1} }}",
+    "{{ [1, 2] + [3] }}{{ (1, 2) }}",
+    "{{ 'x'|tojson }}{{ 5|tojson }}{{ none|tojson }}{{ 1.0|tojson }}",
+    "{{ messages[0].content.startswith('h') }}{{ 'a b'.replace(' ', '_') }}{{ 'AbC'.lower() }}",
+    "{{ {'a': 1}|tojson(indent=2) }}",
+    "{{ [1]|tojson(separators=(',', ':')) }}",
+    "{{ 'x'|length }}{{ {'a': 1}|length }}",
+    "{%- macro f(x, y='d') -%}[{{ x }}{{ y }}]{%- endmacro -%}{{ f(1) }}{{ f(2, y='e') }}",
+    "{{ raise_exception('boom') if false else 'ok' }}",
+    "{{ messages|selectattr('role', 'equalto', 'user')|list|length }}",
+    "{{ messages|map(attribute='role')|join(',') }}",
+    "{{ 'abc'|capitalize }}{{ '  a  '|lstrip if false else 'z' }}",
+    "{{ [1, none, 2]|select|list|tojson }}{{ [1, 2, 3]|reject('odd')|list|tojson }}",
+    "{{ 3 > 2 and 'x' or 'y' }}",
+    "{{ {'a': 1}['a'] }}{{ {'a': 1}.get('b', 'z') }}{{ {'a': 1}.keys()|list|tojson }}",
+    "{{ 1 == 1.0 }}{{ 'a' != 'b' }}",
+    "{%- for k, v in {'b': 1, 'a': 2}.items() -%}{{ k }}={{ v }};{%- endfor -%}",
+    "{{ (messages|last).role }}",
+    "{{ 'a\nb'|indent(2) }}",
+    "{{ '{}-{}'|format(3, 'x') }}{{ '%d'|format(3) }}",
+    "{{ [1, 2, 3][1:]|tojson }}",
+    "{{ 'x' ~ 1 ~ true ~ 1.5 ~ [1, 'b'] }}",
+    "{{ none|string }}{{ ''|default('e', true) }}",
+    "{{ range(3)|list|tojson }}{{ [1,2,3]|sum }}{{ [3,1]|min }}{{ [3,1]|max }}",
+    "{{ 'é'|tojson(ensure_ascii=true) }}",
+    "{{ ['b','a']|unique|list|tojson }}",
+    "{{ 10|int + '3'|int }}{{ '2.5'|float }}",
+)

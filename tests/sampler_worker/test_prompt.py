@@ -102,6 +102,8 @@ RENDERED_AS_LLAMA_CPP = [
      "[1, 2]2"),
     ("{% set l = [] %}{{ l.append(2) or '' }}{{ l|tojson }}", {}, "[2]"),
     ("{{ m == m }} {{ n == n }}", {"m": {"c": [1]}, "n": {"c": 1}}, "False True"),
+    ("{{ 'a' ~ none ~ missing ~ 1.0 ~ true ~ [1, 'b'] }}", {}, "a1.0True[1, 'b']"),
+    ("{{ '{} and {}'|format(1, 'b') }}{{ '%s'|format(1) }}", {}, "1 and b%s"),
 ]
 
 
