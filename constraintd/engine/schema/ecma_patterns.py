@@ -14,7 +14,8 @@
 #   [A-Za-z0-9_], `\s` is ECMA's white space and line terminators (Unicode spaces included), and their
 #   negations are the rest of Unicode. Character classes, ranges, groups (capturing, `(?:`), alternatives,
 #   `* + ? {n} {n,} {n,m}` (lazy or not: the same language), escapes of syntax characters, `\t \n \v \f \r
-#   \0 \xHH \uHHHH \u{H...} \cX` are read.
+#   \0 \xHH \uHHHH \u{H...} \cX` are read. An unbounded repetition of what may be empty (`(a*)*`) is
+#   written as the repetition of its non-empty strings, the same language (GBNF refuses the other form).
 # - Refused (`Unsupported`, and the dialect keeps llama.cpp's translation and its report): lookarounds,
 #   backreferences, word boundaries, named groups, `\p{...}`, anchors anywhere but at an alternative's ends,
 #   a `{` that is no quantifier, counts over MAX_COUNT, lone surrogates, and a pattern that is not one.
@@ -127,6 +128,38 @@ def _nullable(node: _Node) -> bool:
     return True
 
 
+def _has_anchor(node: _Node) -> bool:
+    if isinstance(node, _Anchor):
+        return True
+    if isinstance(node, _Seq | _Alt):
+        return any(map(_has_anchor, node.items if isinstance(node, _Seq) else node.branches))
+    return isinstance(node, _Repeat) and _has_anchor(node.item)
+
+
+def _non_empty(node: _Node) -> _Node | None:
+    """A node of the non-empty strings `node` matches (None: it matches the empty string only); no anchor
+    inside."""
+    if not _nullable(node):
+        return node
+    if isinstance(node, _Seq):
+        # every item may be empty: the first non-empty one, then any of the rest
+        terms = []
+        for i, item in enumerate(node.items):
+            first = _non_empty(item)
+            if first is not None:
+                terms.append(_Seq((first, *node.items[i + 1 :])))
+        return None if not terms else terms[0] if len(terms) == 1 else _Alt(tuple(terms))
+    if isinstance(node, _Alt):
+        branches = [branch for branch in map(_non_empty, node.branches) if branch is not None]
+        return None if not branches else branches[0] if len(branches) == 1 else _Alt(tuple(branches))
+    assert isinstance(node, _Repeat)
+    if node.high == 0:
+        return None
+    # x{l,h}, x or l = 0 nullable: the non-empty strings are at least one non-empty x, up to h of them
+    repeated = _non_empty(node.item)
+    return None if repeated is None else _Repeat(repeated, 1, node.high)
+
+
 class _Parser:
     def __init__(self, pattern: str) -> None:
         self.text = pattern
@@ -214,11 +247,19 @@ class _Parser:
             self.i += 1
         if isinstance(atom, _Anchor):
             raise Unsupported("a repeated anchor")
-        if high is None and _nullable(atom):
-            # GBNF's repetition of what may be empty recurses on the left, which grammars refuse
-            raise Unsupported("an unbounded repetition of what may be empty")
         if self.peek() in ("*", "+", "?", "{"):
             raise Unsupported("a quantifier repeated")
+        if high is None and _nullable(atom):
+            # GBNF's repetition of what may be empty recurses on the left, which grammars refuse: the same
+            # language is the repetition, from 0, of the atom's non-empty strings
+            if _has_anchor(atom):
+                raise Unsupported("an unbounded repetition of what may be empty")
+            inner = _non_empty(atom)
+            while isinstance(inner, _Seq) and len(inner.items) == 1:
+                inner = inner.items[0]
+            if isinstance(inner, _Repeat) and inner.high is None and inner.low <= 1:
+                inner = inner.item  # (x+)* is x*, and is not ambiguous
+            return _Seq(()) if inner is None else _Repeat(inner, 0, None)
         return _Repeat(atom, low, high)
 
     def hex_digits(self, count: int) -> int:

@@ -53,6 +53,9 @@ PATTERNS: Final = [
     "^\\S*$", "^(a|b1)*$", "^a|b$", "^(?:ab)?_$", "^[\\d_]{1,2}$", '^"', "\\\\", "^[\\x00-\\x1f]$",
     "^[^\\n]+$", "^a{2}$", "^é+$", "^\\D\\W$", "^[a-b1]{0,}?$", "^\\/$", "^[-a]$", "^\\t\\n$", "a+?b",
     "^(a|)b$", "^\\u00e9$", "^\\u{e9}$", "^\\x41?a$",
+    # unbounded repetitions of what may be empty: the repetition of the non-empty strings
+    "(a*)*", "^(a|)+$", "^(a?b?)*$", "^(a*1?)*_$", "^(?:\\/?[ab]*)*$", "^(a?){2,}b$",
+    "^(https?:\\/\\/)?([\\da-z\\.-]+)\\.([a-z\\.]{2,6})([\\/\\w \\.-]*)*\\/?$",
 ]
 
 
@@ -91,7 +94,7 @@ def test_ecma_dot_leaves_out_line_terminators() -> None:
 
 
 @pytest.mark.parametrize("pattern", [
-    "(?=a)", "(?<n>a)", "(a)\\1", "\\bword", "\\p{L}", "a(^b)", "a{", "(a*)*", "(a|)+", "[]", "[z-a]",
+    "(?=a)", "(?<n>a)", "(a)\\1", "\\bword", "\\p{L}", "a(^b)", "a{", "(^a|b)*", "[]", "[z-a]",
     "\\ud800", "a{2000}", "(a", "a)", "*a", "\\q",
 ], ids=str)
 def test_what_it_does_not_read_is_left_to_llama_cpp(pattern: str) -> None:
