@@ -24,6 +24,9 @@
 #   A state d deep so holds O(TAIL_CHUNK) per stack, not O(d), and a path down to it O(d): memory linear
 #   in the depth. Only advance_stack folds and unfolds; every stack it returns is canonical, its top a
 #   position, and everything above the tail (what matching and masks look at) plain positions.
+# - `pop_terminal` remembers what it gave for stacks without a tail (up to MAX_POPPED of them, then it
+#   starts afresh): a token's first visit steps stack sets no state holds, made of stacks that other
+#   paths popped before. A deep stack's pops are not kept: it belongs to its session (stack_sets.py).
 # - The functions at the end are the literal semantics the faster stack_sets.py memoizes and the tests hold
 #   it to: llama_grammar_accept (one code point), llama_grammar_accept_token, llama_grammar_accept_str,
 #   and whether llama_grammar_apply_impl leaves one token's logit finite.
@@ -67,6 +70,8 @@ Stack = tuple[int, ...]
 StackSet = frozenset[Stack]
 # Positions a Tail holds, and so half the most a stack keeps above its tail.
 TAIL_CHUNK: Final = 16
+# Stacks whose pops a grammar's rules remember (`Rules.pop_terminal`) before they start afresh.
+MAX_POPPED: Final = 1 << 16
 
 # Not an element of llama.cpp's: a mark put under a stack to stand for "whatever is below" (see Rules.escape).
 ESCAPE: Final = -1
@@ -149,7 +154,17 @@ def _canonical(stack: Stack) -> Stack:
 class Rules:
     """A grammar's rules as one flat element table, with the per-position facts the stacks need."""
 
-    __slots__ = ("_closures", "after", "alternates", "classes", "escape", "kinds", "rule_starts", "values")
+    __slots__ = (
+        "_closures",
+        "_popped",
+        "after",
+        "alternates",
+        "classes",
+        "escape",
+        "kinds",
+        "rule_starts",
+        "values",
+    )
 
     def __init__(self, parsed: ParsedGrammar) -> None:
         kinds: list[int] = []
@@ -183,6 +198,9 @@ class Rules:
         self.classes: dict[int, CharClass] = classes
         self.after: dict[int, int] = after
         self._closures: dict[int, _Closure] = self._compute_closures()
+        # shallow stack -> what popping its terminal gives (`pop_terminal`): a token's first visit steps
+        # stacks that other paths stepped before (see MAX_POPPED)
+        self._popped: dict[Stack, tuple[Stack, ...]] = {}
 
     def _alternates(self, start: int) -> tuple[int, ...]:
         found: list[int] = []
@@ -351,10 +369,19 @@ class Rules:
             stacks.update(self.advance_stack(() if start < 0 else (start,)))
         return frozenset(stacks)
 
-    def pop_terminal(self, stack: Stack) -> list[Stack]:
+    def pop_terminal(self, stack: Stack) -> tuple[Stack, ...]:
         """The stacks after the terminal on top of `stack` matched: top replaced by what follows, advanced."""
-        follow = self.after[stack[-1]]
-        return self.advance_stack(stack[:-1] if follow < 0 else (*stack[:-1], follow))
+        popped = self._popped
+        found = popped.get(stack)
+        if found is None:
+            follow = self.after[stack[-1]]
+            found = tuple(self.advance_stack(stack[:-1] if follow < 0 else (*stack[:-1], follow)))
+            # kept for stacks without a tail only: a deep stack is its session's, never the grammar's
+            if len(stack) < TAIL_CHUNK:
+                if len(popped) >= MAX_POPPED:
+                    popped = self._popped = {}
+                popped[stack] = found
+        return found
 
     def match_char(self, pos: int, code_point: int) -> bool:
         """llama_grammar_match_char: whether the class at `pos` matches `code_point`."""

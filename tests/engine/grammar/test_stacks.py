@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from constraintd.engine.grammar import stacks as stacks_module
 from constraintd.engine.grammar.elements import CHAR, CHAR_ANY, CHAR_NOT, RULE_REF
 from constraintd.engine.grammar.gbnf import GreType, ParsedGrammar, check_grammar, parse_gbnf
 from constraintd.engine.grammar.stacks import (
@@ -267,3 +268,29 @@ def test_a_deep_stack_has_one_form_whatever_the_way_to_it() -> None:
     assert direct == around and hash(direct) == hash(around)
     assert all(isinstance(stack[0], Tail) and len(stack) <= 2 * TAIL_CHUNK for stack in direct)
     assert take(around, ")" * 300) == {()}
+
+
+def test_pop_terminal_remembers_shallow_stacks_and_gives_what_advancing_gives() -> None:
+    rules, initial = compile_rules('root ::= "[" (item ("," item)*)? "]"\nitem ::= [a-c]+ | root')
+    stacks: set[Stack] = set(initial)
+    for _ in range(40):  # down 20 brackets: deep stacks, folded into tails
+        stacks |= accept_char(rules, stacks, ord("["))
+    for stack in sorted(stacks, key=len):
+        follow = rules.after[stack[-1]]
+        expected = rules.advance_stack(stack[:-1] if follow < 0 else (*stack[:-1], follow))
+        assert rules.pop_terminal(stack) == tuple(expected)
+        assert rules.pop_terminal(stack) == tuple(expected)  # from memory the second time
+        assert (stack in rules._popped) == (len(stack) < TAIL_CHUNK)
+    assert any(isinstance(stack[0], Tail) for stack in stacks)  # deep ones were met, and not kept
+
+
+def test_pop_terminal_starts_afresh_past_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stacks_module, "MAX_POPPED", 2)
+    rules, initial = compile_rules('root ::= "a" "b" "c" "d"')
+    (stack,) = initial
+    for _ in range(4):
+        assert len(rules._popped) <= 2
+        (stack,) = rules.pop_terminal(stack) or ((),)
+        if not stack:
+            break
+    assert len(rules._popped) <= 2
