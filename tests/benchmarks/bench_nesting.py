@@ -136,7 +136,9 @@ def _over_socket(tokens: list[int], down: int) -> dict[str, Any]:
                 pid = server.process.pid
                 with client.session(vocab, json_object=True) as session:
                     row = walk(session.accept, tokens, down, lambda: rss(pid))
-                time.sleep(1.0)  # the Close is answered before its session's memory is let go
+                # the Close is answered before its session's memory is let go, and the server gives back what
+                # the session freed at its next look at its size (server/memory.py: once a second)
+                time.sleep(3.0)
                 row["after"] = rss(pid) - row["base"]
                 return row
         finally:
