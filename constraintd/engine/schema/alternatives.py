@@ -18,6 +18,8 @@
 #   whose only constraint beyond the base is its required names is excluded from alternative i by requiring
 #   one of them absent: alternative i splits into one object per choice (`MAX_SPLITS` at most), each with
 #   its chosen names forbidden. An alternative every choice of which is impossible admits nothing valid.
+# - An anyOf beside `required` alone (`type` object and annotations aside) adds the names to each
+#   alternative's required ones, whatever else the alternative is (an object schema of the same `type`).
 # - Without `type`, a oneOf of two or more alternatives merges too: every value that is no object is valid
 #   for the base and every alternative, so for none of a oneOf; the merged schemas are objects.
 # Invariants: pure functions of JSON values; the base is never changed.
@@ -174,6 +176,36 @@ def _required_only(base: _Schema, alternative: JsonValue) -> list[str] | None:
     return [name for name in more if isinstance(name, str) and name not in listed]
 
 
+def _required_into(schema: _Schema, key: str) -> list[Merged] | None:
+    """An anyOf beside `required` alone (and `type` object, annotations): the names added to each
+    alternative's required ones, whatever else the alternative says (an object schema, without `type` or
+    of type object); None for any other form."""
+    alternatives = schema.get(key)
+    listed = schema.get("required")
+    if key != "anyOf" or not isinstance(alternatives, list) or not isinstance(listed, list):
+        return None
+    if not all(isinstance(name, str) for name in listed):
+        return None
+    declared = schema.get("type")
+    if declared not in (None, "object") or any(
+            name not in ("required", "type", key)
+            and keyword_of(name).enforcement is not Enforcement.ANNOTATION for name in schema):
+        return None
+    out = []
+    for i, alternative in enumerate(alternatives):
+        if not isinstance(alternative, dict) or alternative.get("type", declared) != declared or any(
+                name in alternative for name in ("$ref", "oneOf", "anyOf", "allOf", "const", "enum")):
+            return None
+        more = alternative.get("required", [])
+        if not isinstance(more, list):
+            return None
+        merged = {**alternative, "required": list(dict.fromkeys([*more, *listed]))}
+        if declared is not None:
+            merged["type"] = declared
+        out.append(Merged(merged, i))
+    return out or None
+
+
 def merged_alternatives(schema: _Schema, key: str) -> list[Merged] | None:
     """The objects of `schema`'s oneOf / anyOf (`key`) merged with the keywords beside it (see the module
     comment), or None where the dialect does not merge them."""
@@ -182,6 +214,9 @@ def merged_alternatives(schema: _Schema, key: str) -> list[Merged] | None:
         return None
     if any(name in schema for name in _BASE_REFUSED):
         return None
+    required_only = _required_into(schema, key)
+    if required_only is not None:
+        return required_only
     declared = schema.get("type")
     untyped = (declared is None and key == "oneOf" and len(alternatives) >= 2 and "properties" in schema
                and not any(isinstance(alternative, dict) and "type" in alternative

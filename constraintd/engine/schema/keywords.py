@@ -232,8 +232,9 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
               "split in up to 32 objects); else, as in the default, where alternatives may overlap, "
               "reported"),
     "anyOf": ("beside `type` object and object keywords, each alternative of required names, properties and "
-              "annotations merged with them where the merge is exact (schema/alternatives.py); else as in "
-              "the default (the keywords beside it reported)"),
+              "annotations merged with them where the merge is exact (schema/alternatives.py); beside "
+              "`required` alone, its names added to each alternative's; else as in the default (the "
+              "keywords beside it reported)"),
     "minProperties": ("held where at most the required count, as 1 beside declared properties or other "
                       "keys (no empty object), and up to 256 for an object of other keys only (a map: "
                       "counted pairs, a repeated name counted once per pair, where JSON Schema leaves it "

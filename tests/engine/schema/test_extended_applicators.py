@@ -330,3 +330,25 @@ def test_two_patterns_of_different_schemas_on_one_key_stay_reported() -> None:
     schema = {"type": "object", "patternProperties": {"a": {"type": "integer"}, "b": {"type": "string"}}}
     with pytest.raises(SchemaError, match="patternProperties"):
         convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
+
+
+ARTIFACTS: list[Any] = [
+    {"properties": {"image": {"type": "string"}, "context": {"type": "string"}},
+     "additionalProperties": False},
+    {"properties": {"image": {"type": "string"}, "docker": {"type": "object"}},
+     "additionalProperties": False},
+    {"properties": {"name": {"type": "string"}}},
+]
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["no type", "type object"])
+def test_required_beside_an_any_of_joins_each_alternative(typed: bool) -> None:
+    schema: dict[str, Any] = {"description": "an artifact", "required": ["image"], "anyOf": ARTIFACTS}
+    if typed:
+        schema["type"] = "object"
+    documents = ['{}', '{"image":"x"}', '{"image":1}', '{"image":"x","context":"c"}', '{"context":"c"}',
+                 '{"image":"x","docker":{}}', '{"image":"x","docker":1}', '{"image":"x","name":"n"}',
+                 '{"name":"n"}', '{"image":"x","context":"c","docker":{}}', '"text"', "1", "[]"]
+    check(schema, documents)
+    conversion = convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
+    assert conversion.unenforced == ()
