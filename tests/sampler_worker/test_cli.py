@@ -164,8 +164,9 @@ def test_constrained_generation_in_process(
     assert report["stop_reason"] == "eog"
     assert report["seed"] == 5
     assert report["counters"]["draws"] == len(report["tokens"]) + report["counters"]["rejections"]
-    # too short for auto to probe mask-ahead: it ran without overlap
-    assert report["overlap"] == "off" and report["counters"]["ahead_steps"] == 0
+    # auto begins ahead, and a generation shorter than its probe stays ahead for every step
+    assert report["overlap"] == "ahead"
+    assert report["counters"]["ahead_steps"] == len(report["tokens"])
 
 
 @pytest.mark.slow
