@@ -115,8 +115,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     serve.add_argument(
         "--overlap", choices=OVERLAP_MODES, default="auto",
         help="how generations meet constraintd, as `generate --overlap`: ahead fetches the next mask while "
-        "the model evaluates a token, off accepts each draw; auto (default) probes both per generation "
-        "with --parallel 1, and is ahead with more (every lane's mask in one Step message per decode)",
+        "the model evaluates a token, off accepts each draw; auto (default) is generate's per generation "
+        "with --parallel 1 (ahead unless waits prove off faster), and ahead with more (every lane's mask "
+        "in one Step message per decode)",
     )
     serve.add_argument(
         "--honour-strict", action="store_true",
