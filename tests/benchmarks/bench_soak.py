@@ -124,11 +124,18 @@ NormalReport = tuple[list[tuple[float, float]], dict[str, int]]
 
 
 def normal(
-    target: str, seed: int, seconds: float, ready: Any, start: Any, out: Queue[NormalReport]
+    target: str,
+    seed: int,
+    seconds: float,
+    forward: float,
+    ready: Any,
+    start: Any,
+    out: Queue[NormalReport],
 ) -> None:
     """A normal client, in a process of its own as a sampler is (threads of one process would wait on each
     other's GIL, up to Python's 5 ms switch interval, and count it as the server's): gets its vocabulary
-    and schema ready, waits at `ready`, then generates from `start.value` for `seconds`."""
+    and schema ready, waits at `ready`, then generates from `start.value` for `seconds`, waiting `forward`
+    seconds after each token as a sampler waits for its model's forward pass."""
     rng = random.Random(seed)
     gguf = reference.require(reference.vocab_path("llama-spm"))
     accepts: list[tuple[float, float]] = []
@@ -153,6 +160,8 @@ def normal(
                         statuses["OK" if taken else "refused (a bug)"] += 1
                         if step % 8 == 7:
                             session.mask()
+                        if forward:
+                            time.sleep(forward)
             except ConstraintdError as error:
                 statuses[type(error).__name__] += 1
     out.put((accepts, dict(statuses)))
@@ -279,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=180.0, help="how long (default 180)")
     parser.add_argument("--window", type=float, default=30.0, help="seconds a row of the table (default 30)")
     parser.add_argument("--clients", type=int, default=2, help="normal clients (default 2)")
+    parser.add_argument("--forward-ms", type=float, default=0.0,
+                        help="ms a normal client waits after each token, as a sampler waits for its forward "
+                        "pass (default 0: the clients take every core they can)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--attack", action="append", default=[], choices=ATTACKS,
                         help="run only this attack (repeatable; default: all of them)")
@@ -301,7 +313,11 @@ def main(argv: list[str] | None = None) -> int:
             normals: Queue[NormalReport] = spawn.Queue()
             clients = [
                 spawn.Process(
-                    target=normal, args=(server.target, args.seed + i, args.seconds, ready, start, normals)
+                    target=normal,
+                    args=(
+                        server.target, args.seed + i, args.seconds, args.forward_ms / 1000, ready, start,
+                        normals,
+                    ),
                 )
                 for i in range(args.clients)
             ]
@@ -328,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     for attack in done:
         soak.at(attack.started).attacks[attack.name] += 1
     print(
-        f"soak: {args.seconds:g} s, {args.clients} normal clients (llama-spm, a JSON schema) and one "
+        f"soak: {args.seconds:g} s, {args.clients} normal clients (llama-spm, a JSON schema, "
+        f"{args.forward_ms:g} ms forward passes) and one "
         f"hostile; server idle RSS {idle / MIB:.0f} MiB, address space capped at 3 GiB"
     )
     names = ("window", "accepts", "p50 ms", "p99 ms", "max ms", "RSS MiB")
