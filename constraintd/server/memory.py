@@ -74,22 +74,6 @@ def _glibc() -> ctypes.CDLL | None:
 _LIBC = _glibc()
 
 
-def _libc_trim() -> Callable[[], None] | None:
-    if _LIBC is None:
-        return None
-    trim = _LIBC.malloc_trim
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-
-    def trim_all() -> None:
-        trim(0)
-
-    return trim_all
-
-
-_TRIM = _libc_trim()
-
-
 def fix_mmap_threshold(size: int = MMAP_THRESHOLD) -> bool:
     """Allocations of `size` bytes or more get pages of their own, given back when freed (glibc's
     M_MMAP_THRESHOLD, and no more of its dynamic threshold). glibc raises the threshold to the largest
@@ -103,8 +87,8 @@ def fix_mmap_threshold(size: int = MMAP_THRESHOLD) -> bool:
 
 def malloc_trim() -> None:
     """Gives the C heap's free top back to the system (glibc's malloc_trim(0)); nothing elsewhere."""
-    if _TRIM is not None:
-        _TRIM()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
 
 
 @dataclass(frozen=True)
