@@ -29,6 +29,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from constraintd.errors import DeadlineError
+from constraintd.service.wire import length_delimited
 
 __all__ = ["PARSE_ON_LOOP", "SLICE_BYTES", "Large", "parse_in_slices"]
 
@@ -93,19 +94,9 @@ def parse_in_slices(
     return message
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _wrapped(emit: Emit, number: int) -> Emit:
     """An emitter that sends each encoding on as the payload of field `number` (a length-delimited record)."""
-    tag = _varint(number << 3 | 2)
-    return lambda payload: emit(b"".join((tag, _varint(len(payload)), payload)))
+    return lambda payload: emit(length_delimited(number, payload))
 
 
 class _Walk:

@@ -38,6 +38,7 @@ from constraintd.service.limits import Limits
 from constraintd.service.registry import CompiledConstraint, Registry
 from constraintd.service.sessions import Session, SessionStore
 from constraintd.service.status import status_for
+from constraintd.service.wire import merge_packed_bools
 from constraintd.v1 import constraintd_pb2 as pb
 
 __all__ = ["INLINE_COST", "Operations", "Owed", "OwedChecks", "OwedMask", "SessionPlan", "WireMasks",
@@ -58,8 +59,9 @@ def encode_mask(words: npt.NDArray[np.int32], vocab_size: int, *, compact: bool 
 INLINE_COST = 256.0
 # Allows checks between two looks at the clock (a check is microseconds: the clock is read every few ms).
 CHECKS_BETWEEN_CLOCKS = 1024
-# An Allows of more tokens than this checks each distinct token once (`OwedChecks`), moving its ids and
-# answers NUMPY_CHUNK at a time (each a hold of the GIL under a millisecond).
+# An Allows of more tokens than this checks each distinct token once (`OwedChecks`); ids given as a list
+# are read NUMPY_CHUNK at a time (each a hold of the GIL under a millisecond), the answers are merged into
+# the reply as packed records (service/wire.py).
 DISTINCT_CHECKS_FROM = 4096
 NUMPY_CHUNK = 1 << 13
 
@@ -152,12 +154,7 @@ class OwedChecks:
         """Many tokens: each distinct one checked once, the answers spread with numpy (a call's cost is then
         bounded by the vocabulary, not by how often a token is repeated). False, with nothing done, when a
         token is outside the vocabulary: the checks one by one raise at the first such token."""
-        tokens = self.tokens
-        ids = np.empty(len(tokens), dtype=np.int64)
-        for start in range(0, len(tokens), NUMPY_CHUNK):  # each chunk is a short hold of the GIL
-            check_deadline(deadline)
-            chunk = tokens[start : start + NUMPY_CHUNK]
-            ids[start : start + len(chunk)] = chunk
+        ids = _token_ids(self.tokens, deadline)
         n_vocab = self.matcher.grammar.n_vocab
         if int(ids.min()) < 0 or int(ids.max()) >= n_vocab:
             return False
@@ -170,11 +167,22 @@ class OwedChecks:
             check_deadline(deadline)
             chunk = distinct[start : start + CHECKS_BETWEEN_CLOCKS]
             verdicts[chunk] = [allows(token) for token in chunk]
-        answers = verdicts[ids]
-        for start in range(0, len(answers), NUMPY_CHUNK):
-            check_deadline(deadline)
-            self.into.allowed.extend(answers[start : start + NUMPY_CHUNK].tolist())
+        merge_packed_bools(self.into, "allowed", verdicts[ids], deadline=deadline)
         return True
+
+
+def _token_ids(tokens: Sequence[int], deadline: float | None) -> npt.NDArray[np.int64]:
+    """Token ids as an array. A repeated field of a parsed message converts in one C call (numpy reads
+    upb's containers directly: a million ids in about a millisecond); a list, NUMPY_CHUNK at a time (each
+    chunk's Python ints are read one by one)."""
+    if hasattr(tokens, "__array__"):
+        return np.asarray(tokens, dtype=np.int64)
+    ids = np.empty(len(tokens), dtype=np.int64)
+    for start in range(0, len(tokens), NUMPY_CHUNK):
+        check_deadline(deadline)
+        chunk = tokens[start : start + NUMPY_CHUNK]
+        ids[start : start + len(chunk)] = chunk
+    return ids
 
 
 Owed = OwedMask | OwedChecks

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -221,24 +221,28 @@ def matcher() -> Matcher:
     return matcher
 
 
-def checked(matcher: Matcher, tokens: list[int], deadline: float | None = None) -> list[bool]:
+def checked(matcher: Matcher, tokens: Sequence[int], deadline: float | None = None) -> list[bool]:
     reply = pb.AllowsResponse()
     OwedChecks(reply, matcher.fork(), tokens).pay(deadline)
     return list(reply.allowed)
 
 
+@pytest.mark.parametrize("given", ["list", "request field"])
 def test_many_tokens_answer_what_each_checked_in_order_answers(
-    matcher: Matcher, allows_calls: list[int]
+    matcher: Matcher, allows_calls: list[int], given: str
 ) -> None:
     # an Allows of many tokens checks each distinct one once (OwedChecks): its work is bounded by the
-    # vocabulary, not by how often a token is repeated
+    # vocabulary, not by how often a token is repeated; the ids come as a list (the in-process client) or
+    # as a parsed request's repeated field (the server), which numpy reads in one call
     rng = random.Random(7)
     tokens = [rng.randrange(len(BYTES)) for _ in range(4 * DISTINCT_CHECKS_FROM)]
     expected = [matcher.allows(token) for token in tokens]
     assert 0 < sum(expected) < len(expected)
     calls = allows_calls
     calls.clear()
-    assert checked(matcher, tokens) == expected
+    parsed = pb.AllowsRequest.FromString(pb.AllowsRequest(tokens=tokens).SerializeToString())
+    asked = tokens if given == "list" else parsed.tokens
+    assert checked(matcher, asked) == expected
     assert len(calls) == len(set(tokens))  # each distinct token once
     calls.clear()
     few = tokens[:DISTINCT_CHECKS_FROM]  # not many: checked one by one, in order
