@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from constraintd.engine.chat.caps import detect_caps, quietly, touch
+from constraintd.engine.chat.chat_params import ChatGrammar, chat_params
 from constraintd.engine.chat.jinja_values import (
     llama_json,
     llama_repr,
@@ -388,3 +389,30 @@ def prompt_tokens(model: TemplateModel, *, prompt: str | None = None, chat: str 
         raise ValueError("give exactly one of prompt= and chat=")
     text = prompt if prompt is not None else chat_text(model, [Message("user", chat or "")])
     return model.tokenize(text, add_special=True, parse_special=True)
+
+
+def chat_grammar_of(
+    source: str, messages: Sequence[ChatMessage], *, tools: Sequence[ChatTool] = (),
+    tool_choice: str = "auto", json_schema: Any = None, reasoning_format: str = "auto", bos_text: str = "",
+    eos_text: str = "", enable_thinking: bool = True, now: float | None = None,
+    caps: TemplateCaps | None = None,
+) -> ChatGrammar:
+    """The grammar side of llama.cpp's chat params for a chat request on the template `source` (see
+    constraintd.engine.chat.chat_params), with the generation prompt `chat_prompt_of` makes.
+
+    `json_schema`: the response schema, parsed (constraintd.engine.schema.json_text.parse_json).
+
+    Raises:
+        TemplateError: the template does not render the request.
+        NotPorted: the template's format, or a grammar of tool calls, is not ported yet.
+        SchemaError: llama.cpp refuses the response schema.
+    """
+    now = time.time() if now is None else now
+    made = chat_prompt_of(source, messages, tools=tools, bos_text=bos_text, eos_text=eos_text,
+                          enable_thinking=enable_thinking, now=now, caps=caps)
+    source = template_source(source)
+    return chat_params(
+        source, _renderer(source, now), _known_caps(source) if caps is None else caps,
+        generation_prompt=made.generation_prompt, tools=[tool.to_json() for tool in tools],
+        tool_choice=tool_choice, json_schema=json_schema, reasoning_format=reasoning_format,
+        bos_token=bos_text, eos_token=eos_text)

@@ -224,3 +224,68 @@ JINJA_CASES = (
     "{{ ['b','a']|unique|list|tojson }}",
     "{{ 10|int + '3'|int }}{{ '2.5'|float }}",
 )
+
+
+# The chat params matrix (llama.cpp's grammar, lazy flag, triggers, preserved tokens, stops and thinking tags
+# for a request): the system+user conversation on every template, with the tools offered or not and each
+# tool_choice, thinking on and off, with and without a response schema, reasoning_format auto (llama-server's
+# default: reasoning extracted); and the schema with reasoning_format none.
+# `named` is OpenAI's {"type": "function", "function": {"name": "get_weather"}}: the pinned chat layer takes
+# only the three strings (common_chat_tool_choice_parse_oaicompat throws on anything else), so it is sent as
+# the named tool alone with tool_choice required, the reading that makes the model call exactly that tool.
+RESPONSE_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "confidence": {"type": "number", "minimum": 0}},
+    "required": ["answer"],
+}
+TOOL_CHOICE_CASES = (None, "auto", "required", "none", "named")
+
+
+@dataclass(frozen=True, slots=True)
+class ParamsCase:
+    """One chat-params request: tool_choice (None: no tools), thinking, schema, reasoning_format."""
+
+    tool_choice: str | None
+    thinking: bool
+    schema: bool
+    reasoning_format: str = "auto"
+
+    @property
+    def name(self) -> str:
+        tools = "no tools" if self.tool_choice is None else f"tools {self.tool_choice}"
+        return (f"{tools}{' +schema' if self.schema else ''}{' -thinking' if not self.thinking else ''}"
+                f"{'' if self.reasoning_format == 'auto' else ' reasoning ' + self.reasoning_format}")
+
+    @property
+    def tool_list(self) -> list[dict[str, Any]] | None:
+        """The tools sent to llama.cpp, or None."""
+        if self.tool_choice is None:
+            return None
+        return [WEATHER_TOOL] if self.tool_choice == "named" else [WEATHER_TOOL, SEARCH_TOOL]
+
+    @property
+    def llama_tool_choice(self) -> str:
+        """The tool_choice string llama.cpp gets."""
+        return "required" if self.tool_choice == "named" else self.tool_choice or "auto"
+
+    def request(self, template: str, **extra: Any) -> dict[str, Any]:
+        """The oracle request (tests/chat_oracle/harness.cpp) for this case on one template source."""
+        request: dict[str, Any] = {
+            "template": template, "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN,
+            "messages": MESSAGE_SETS["system+user"], "enable_thinking": self.thinking,
+            "reasoning_format": self.reasoning_format, "tool_choice": self.llama_tool_choice,
+        }
+        if self.tool_list is not None:
+            request["tools"] = self.tool_list
+        if self.schema:
+            request["json_schema"] = RESPONSE_SCHEMA
+        request.update(extra)
+        return request
+
+
+PARAMS_CASES = (
+    *(ParamsCase(choice, thinking, schema)
+      for schema in (False, True) for choice in TOOL_CHOICE_CASES for thinking in (True, False)),
+    ParamsCase(None, True, True, "none"),
+    ParamsCase(None, False, True, "none"),
+)

@@ -10,8 +10,13 @@
               values; the renderer reports what the template reads)
     prompt    the prompt and generation prompt of llama.cpp's chat params, through the caller's renderer
     jinja_values  values as llama.cpp's Jinja writes them (tojson, the string filter, printing)
+    diff_split  the auto-parser's text tools: markers and text, where two renderings differ
+    reasoning  a template's thinking tags, found by the auto-parser's probe conversations
+    chat_params  the grammar side of llama.cpp's chat params (grammar, lazy flag, triggers, stops,
+              thinking tags) for the auto-parser's templates and requests whose grammar holds no tool call
 
 Contract: the grammar a request resolves to is the one llama-server would sample with, and a chat
 template rendered by `chat_prompt` (with a renderer of llama.cpp's Jinja dialect) gives llama.cpp's prompt
-and generation prompt.
+and generation prompt; `chat_params` gives llama.cpp's grammar, lazy flag, triggers, stops and thinking
+tags where it computes them, and says NotPorted where it does not.
 """

@@ -20,7 +20,7 @@ import pytest
 
 from constraintd.engine.chat.template_inputs import parse_messages
 from sampler_worker.prompt import TemplateError, template_caps
-from tests.chat_oracle.build import harness_binary, run_harness
+from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import CASES, JINJA_CASES, MESSAGE_SETS, WEATHER_TOOL, ChatCase, template_paths
 from tests.chat_oracle.compare import PromptComparison, compare_drawn, compare_template, llama_caps
 from tests.chat_oracle.drawn import drawn_requests
@@ -68,22 +68,6 @@ LLAMA_REFUSALS = {
        for name in ("meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct",
                     "meta-llama-Llama-3.3-70B-Instruct")},
 }
-
-
-@pytest.fixture(scope="module")
-def chat_oracle(pytestconfig: pytest.Config) -> Path:
-    """llama.cpp's chat layer, built from the reference on first use (about ten minutes, then cached)."""
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-    capture = pytestconfig.pluginmanager.get_plugin("capturemanager")
-
-    def progress(line: str) -> None:
-        # the build is long: say so on the terminal even while output is captured
-        if reporter is None or capture is None:
-            return
-        with capture.global_and_fixture_disabled():
-            reporter.write_line(line)
-
-    return harness_binary(progress=progress)
 
 
 def test_every_template_is_read() -> None:

@@ -1,0 +1,317 @@
+# The grammar side of llama.cpp's chat params (common_chat_params: grammar, grammar_lazy, grammar_triggers,
+# additional_stops, supports_thinking and the thinking tags), for the requests whose grammar holds no tool
+# call, on the templates llama.cpp's differential auto-parser handles (common/chat.cpp,
+# chat-auto-parser-generator.cpp, and the PEG arena's GBNF in peg-parser.cpp).
+#
+# Contract:
+# - `specialised_format(source)` names the hand-written format llama.cpp picks for a template by marks in its
+#   source (common_chat_try_specialized_template, in its order), or None: the auto-parser's templates. Only
+#   the latter are computed here; `chat_params` raises NotPorted for the others.
+# - A request gets a grammar where it has a response schema, or tools llama.cpp sees a syntax for with
+#   tool_choice auto (and a trigger) or required. The tool grammars are not ported yet (NotPorted); every
+#   other request is exact: no tools or tool_choice none without a schema gives no grammar, and a schema
+#   (with or without tools, any tool_choice) gives the response-format grammar, never lazy, no triggers.
+# - The response-format grammar is the auto-parser's: the generation prompt up to the reasoning start tag,
+#   the optional reasoning block where reasoning is extracted (reasoning_format other than none, and the
+#   template has reasoning), then the schema's JSON, bare or in a ```json fence. Its rule names, order and
+#   text are llama.cpp's, including the arena number in the reasoning's `until-N` rules.
+# - The schema's rules come from the project's converter (constraintd.engine.schema), named as llama.cpp's
+#   builder names them (`response-format-schema`, its properties below it).
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from constraintd.engine.chat.diff_split import C_SPACE, Render, trim_whitespace
+from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode, analyze_reasoning
+from constraintd.engine.chat.template_inputs import TemplateCaps
+from constraintd.engine.schema.convert import (
+    MAX_CONVERSION_SECONDS,
+    MAX_GRAMMAR_CHARS,
+    MAX_SCHEMA_DEPTH,
+    _Converter,
+)
+from constraintd.engine.schema.json_text import JsonValue
+from constraintd.engine.schema.nodes import FAILED, WorkLimit, schema_from_json
+from constraintd.engine.schema.rules import format_literal, to_bytes
+from constraintd.errors import SchemaError
+
+__all__ = ["TOOL_CHOICES", "ChatGrammar", "GrammarTrigger", "NotPorted", "chat_params", "specialised_format"]
+
+TOOL_CHOICES: Final = ("auto", "required", "none")
+"""llama.cpp's tool_choice values (common_chat_tool_choice_parse_oaicompat takes no named function)."""
+
+# (format, marks that must all be in the source, marks that must not be, marks of which one must be), in
+# llama.cpp's order of tests
+_SPECIALISED: Final[tuple[tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...]] = (
+    ("ministral-3", ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]"), ("[CALL_ID]",), ()),
+    ("gpt-oss", ("<|channel|>",), (), ()),
+    ("muse-glimmer", ("<atem:function_calls>", "<|eom|>"), (), ()),
+    ("functionary-v3.2", (">>>all", ">>>${recipient}"), (), ()),
+    ("kimi-k2", ("<|tool_calls_section_begin|>", "<|tool_call_begin|>"), (), ()),
+    ("kimi-k3", ("<|open|>", "<|close|>", "<|end_of_msg|>"), (), ()),
+    ("ling-3", ("<role>ASSISTANT</role>", "<arg_key>"), (), ()),
+    ("cohere2-moe", ("<|START_TEXT|>", "<|START_ACTION|>"), (), ()),
+    ("lfm2", ("<|tool_list_start|>", "<|tool_list_end|>"), (), ()),
+    ("lfm2.5", ("List of tools: [",), ("<|tool_list_start|>",), ()),
+    ("gigachat-v3", ("<|role_sep|>", "<|message_sep|>"), ("<|function_call|>",), ()),
+    ("minimax-m3", ("]<]minimax[>[", "<tool_call>", "<invoke name="), (), ()),
+    ("deepseek-v3.2", ("dsml_token", "DSML"), (), ("function_calls", "tool_calls")),
+    ("gemma4", ("'<|tool_call>call:'",), (), ()),
+    ("minicpm5", ("Tool usage guidelines:", '<function name="', '<param name="'), (), ()),
+    ("qwen3-coder", ("<tool_call>", "<function=", "<parameter="),
+     ("'<tool_call><function=' ~ tool_call.name ~ '>'",), ()),
+)
+
+
+def specialised_format(source: str) -> str | None:
+    """The hand-written format llama.cpp's chat layer uses for this template source, or None where it runs
+    its auto-parser (see the module's contract)."""
+    for name, present, absent, one_of in _SPECIALISED:
+        if all(mark in source for mark in present) and not any(mark in source for mark in absent) \
+                and (not one_of or any(mark in source for mark in one_of)):
+            return name
+    return None
+
+
+class NotPorted(NotImplementedError):
+    """A request whose chat params come from a part of llama.cpp's chat layer not ported yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class GrammarTrigger:
+    """A lazy grammar's trigger (common_grammar_trigger): a word, a pattern or a full pattern."""
+
+    kind: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChatGrammar:
+    """The grammar side of a request's chat params, as llama.cpp's chat layer computes it."""
+
+    grammar: str = ""
+    grammar_lazy: bool = False
+    grammar_triggers: tuple[GrammarTrigger, ...] = ()
+    additional_stops: tuple[str, ...] = ()
+    supports_thinking: bool = False
+    thinking_start_tag: str = ""
+    thinking_end_tags: tuple[str, ...] = ()
+    reasoning: ReasoningAnalysis = field(default_factory=ReasoningAnalysis, compare=False)
+
+
+# The rules llama.cpp's PEG builder writes for p.json() (peg-parser.cpp json_value and its parts), as its
+# GBNF writer prints them: fixed texts, the same for every request.
+_JSON_RULES: Final = {
+    "json-value": "json-object | json-array | json-string | json-number | json-bool | json-null",
+    "json-object": '"{" space ("}" | json-string space ":" space json-value '
+                   '(space "," space json-string space ":" space json-value)* space "}")',
+    "json-array": '"[" space ("]" | json-value (space "," space json-value)* space "]")',
+    "json-string": '"\\"" ( [^"\\\\] | "\\\\" ( ["\\\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\\""',
+    "json-number": '"-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? (("e" | "E") [+-]? [0-9]+)?',
+    "json-bool": '"true" | "false"',
+    "json-null": '"null"',
+}
+
+
+def _literal(text: str) -> str:
+    # the converter keeps its texts as bytes (one character per byte): a literal goes in the same way
+    return format_literal(to_bytes(text))
+
+
+def _escape_class_char(cpt: int) -> str:
+    # gbnf_escape_char_class
+    if chr(cpt) in "-][\\":
+        return "\\" + chr(cpt)
+    named = {0x0A: "\\n", 0x09: "\\t", 0x0D: "\\r"}
+    if cpt in named:
+        return named[cpt]
+    if 0x20 <= cpt <= 0x7E:
+        return chr(cpt)
+    if cpt <= 0xFF:
+        return f"\\x{cpt:02X}"
+    if cpt <= 0xFFFF:
+        return f"\\u{cpt:04X}"
+    return f"\\U{cpt:08X}"
+
+
+def _char_class(cpts: Sequence[int], *, negate: bool) -> str:
+    return ("[^" if negate else "[") + "".join(map(_escape_class_char, cpts)) + "]"
+
+
+class _AhoCorasick:
+    """common_aho_corasick over code points: trie states in insertion order, failure links as llama.cpp
+    computes them (breadth first, children by code point)."""
+
+    def __init__(self, strings: Sequence[str]) -> None:
+        self.children: list[dict[int, int]] = [{}]
+        self.pattern: list[int] = [-1]
+        patterns = 0
+        for word in strings:
+            node = 0
+            for cpt in map(ord, word):
+                if cpt not in self.children[node]:
+                    self.children.append({})
+                    self.pattern.append(-1)
+                    self.children[node][cpt] = len(self.children) - 1
+                node = self.children[node][cpt]
+            if self.pattern[node] < 0:
+                self.pattern[node] = patterns
+                patterns += 1
+        n = len(self.children)
+        self.fail = [0] * n
+        order: list[int] = []
+        queue = [0]
+        while queue:
+            u = queue.pop(0)
+            order.append(u)
+            for cpt, v in sorted(self.children[u].items()):
+                if u != 0:
+                    f = self.fail[u]
+                    while f and cpt not in self.children[f]:
+                        f = self.fail[f]
+                    target = self.children[f].get(cpt)
+                    self.fail[v] = target if target is not None and target != v else 0
+                queue.append(v)
+        self.match = [-1] * n
+        for u in order:
+            own = self.pattern[u]
+            self.match[u] = own if own >= 0 else (self.match[self.fail[u]] if u != 0 else -1)
+        self.alphabet = sorted({cpt for node in self.children for cpt in node})
+
+    def next(self, state: int, cpt: int) -> int:
+        while state and cpt not in self.children[state]:
+            state = self.fail[state]
+        return self.children[state].get(cpt, 0)
+
+    def terminal(self, state: int) -> bool:
+        return self.match[state] >= 0
+
+
+def _excluding_grammar(add_rule: Any, prefix: str, strings: Sequence[str]) -> str:
+    """gbnf_excluding_grammar: the strings that contain none of `strings`, one rule per automaton state."""
+    automaton = _AhoCorasick(strings)
+
+    def state_name(state: int) -> str:
+        return prefix if state == 0 else f"{prefix}-{state:02d}"
+
+    for state in range(len(automaton.children)):
+        if automaton.terminal(state):
+            continue
+        buckets: dict[int, list[int]] = {}
+        specific: list[int] = []
+        for cpt in automaton.alphabet:
+            target = automaton.next(state, cpt)
+            if automaton.terminal(target):
+                specific.append(cpt)
+            elif target != 0:
+                buckets.setdefault(target, []).append(cpt)
+                specific.append(cpt)
+        rhs = "|"
+        for target in sorted(buckets):
+            rhs += f" {_char_class(buckets[target], negate=False)} {state_name(target)} |"
+        rhs += f" {_char_class(specific, negate=True)} {state_name(0)}"
+        add_rule(state_name(state), rhs)
+    if automaton.terminal(0):
+        add_rule(prefix, "|")
+    return state_name(0)
+
+
+def _optspace(tag: str) -> tuple[list[str], int]:
+    """common_chat_peg_builder::optspace: the tag's core as a literal, each whitespace character around it
+    optional; with the number of parsers the builder adds for it (what numbers the rules after it)."""
+    lead = len(tag) - len(tag.lstrip(C_SPACE))
+    # all whitespace: each character optional, then an empty literal
+    core_end = len(tag) if lead == len(tag) else len(tag.rstrip(C_SPACE))
+    parts = [_literal(c) + "?" for c in tag[:lead]]
+    parts.append(_literal(tag[lead:core_end]))
+    parts.extend(_literal(c) + "?" for c in tag[core_end:])
+    optional_chars = lead + (len(tag) - core_end)
+    return parts, 1 + 3 * optional_chars + 2  # eps; literal + repeat + sequence each; literal + sequence
+
+
+def _reasoning_block(add_rule: Any, reasoning: ReasoningAnalysis) -> str:
+    """analyze_reasoning::build_parser's GBNF: optional(optspace(start) reasoning(until(end)) optspace(end)).
+
+    The `until` parser's rule is named by its arena number: the parser context's epsilon is number 0, and
+    the compiler llama.cpp is built with evaluates the right operand of `+` first, so optspace(end)'s
+    parsers come before it."""
+    if reasoning.mode not in (ReasoningMode.TAG_BASED, ReasoningMode.TOOLS_ONLY) or not reasoning.end:
+        return ""
+    end_parts, end_count = _optspace(reasoning.end)
+    until_id = 1 + end_count
+    until = _excluding_grammar(add_rule, f"until-{until_id}", [trim_whitespace(reasoning.end)])
+    parts = _optspace(reasoning.start)[0] if reasoning.start else []
+    return "(" + " ".join([*parts, until, *end_parts]) + ")?"
+
+
+def _response_format_grammar(schema: JsonValue, generation_prompt: str, reasoning: ReasoningAnalysis,
+                             *, extract_reasoning: bool) -> str:
+    limit = WorkLimit(max_depth=MAX_SCHEMA_DEPTH, deadline=time.monotonic() + MAX_CONVERSION_SECONDS)
+    document = schema_from_json(schema, limit)
+    converter = _Converter(document, limit, MAX_GRAMMAR_CHARS)
+    add_rule = converter.add_rule
+    start = trim_whitespace(reasoning.start)
+    prompt = generation_prompt if not start or start not in generation_prompt else \
+        generation_prompt[:generation_prompt.find(start)]
+    block = _reasoning_block(add_rule, reasoning) if extract_reasoning else ""
+    schema_rule = converter.visit(document.root, "response-format-schema")
+    add_rule("response-format", schema_rule)
+    for name, rule in _JSON_RULES.items():
+        add_rule(name, rule)
+    if converter.errors:
+        raise SchemaError(FAILED + "\n".join(text for text, _ in converter.errors),
+                          pointer=converter.errors[0][1])
+    body = [_literal(prompt)] if prompt else []
+    body += ["space"] + ([block] if block else []) + ["space"]
+    body.append('("```json" space response-format space "```" | space response-format space)')
+    add_rule("root", " ".join(body))
+    return converter.format_grammar().encode("latin-1").decode("utf-8")
+
+
+def chat_params(
+    source: str,
+    render: Render,
+    caps: TemplateCaps,
+    *,
+    generation_prompt: str,
+    tools: Sequence[Mapping[str, Any]] = (),
+    tool_choice: str = "auto",
+    json_schema: JsonValue = None,
+    reasoning_format: str = "auto",
+    bos_token: str = "",
+    eos_token: str = "",
+) -> ChatGrammar:
+    """The grammar side of llama.cpp's chat params for a request (see the module's contract).
+
+    `source` is the template llama.cpp renders (prompt.template_source), `render(context)` renders it in
+    llama.cpp's Jinja dialect, `generation_prompt` is the request's (prompt.chat_prompt's).
+
+    Raises:
+        NotPorted: the template has a hand-written format, or the request's grammar holds tool calls.
+        SchemaError: llama.cpp refuses the response schema.
+        ValueError: a tool_choice llama.cpp does not take.
+    """
+    if tool_choice not in TOOL_CHOICES:
+        raise ValueError(f"Invalid tool_choice: {tool_choice}")
+    specialised = specialised_format(source)
+    if specialised is not None:
+        raise NotPorted(f"the {specialised} format's chat params")
+    reasoning = analyze_reasoning(source, render, caps, bos_token=bos_token, eos_token=eos_token)
+    supports_thinking = reasoning.mode is not ReasoningMode.NONE
+    end_tag = trim_whitespace(reasoning.end)
+    thinking = {
+        "supports_thinking": supports_thinking,
+        "thinking_start_tag": trim_whitespace(reasoning.start) if supports_thinking else "",
+        "thinking_end_tags": (end_tag,) if supports_thinking and end_tag else (),
+        "additional_stops": tuple(reasoning.additional_stops), "reasoning": reasoning,
+    }
+    if isinstance(json_schema, dict) and json_schema:
+        grammar = _response_format_grammar(json_schema, generation_prompt, reasoning,
+                                           extract_reasoning=reasoning_format != "none")
+        return ChatGrammar(grammar, **thinking)  # type: ignore[arg-type]
+    if tools and tool_choice != "none":
+        raise NotPorted("tool-call grammars")
+    return ChatGrammar(**thinking)  # type: ignore[arg-type]
