@@ -222,9 +222,19 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
                           "a pattern matches of its schema; reported where a key two patterns match needs "
                           "both schemas (neither any value), where a declared name's pattern schema is not "
                           "any value, or a pattern the automaton does not read"),
-    "allOf": ("objects merged as the default does, but a part's optional properties stay optional and the "
-              "merge is open to other keys where no part has additionalProperties; their properties in any "
-              "order as `properties` says (past its bounds, reported under allOf)"),
+    "allOf": ("the parts (and the keywords beside them, nested allOf and $ref parts) merged into one "
+              "schema where the merge is exact (schema/all_of.py), then read as any schema: where a part "
+              "lists values (const, enum), those of them valid against the whole schema, checked value by "
+              "value (schema/value_checks.py: not, anyOf, oneOf, if, properties, counts, bounds ...; a "
+              "pattern or format on the way leaves it unmerged); else type intersected, bounds, lengths and "
+              "counts the tightest, required and dependentRequired united, integer multipleOf by their "
+              "least common multiple, several `not` as one, objects' properties the allOf of what each part "
+              "says of the name (its schema or its additionalProperties), items and propertyNames as allOf; "
+              "unmerged where two parts speak of patternProperties, anyOf, oneOf, if, contains, prefixItems "
+              "or dependentSchemas, of different patterns or formats, or of unevaluated keywords (merges "
+              "within merges stop 8 deep); there, objects merged as the default does, but a part's optional "
+              "properties stay optional and the merge is open to other keys where no part has "
+              "additionalProperties, and the rest reported"),
     "oneOf": ("beside `type` object (or `properties` and no `type`) and object keywords, each alternative "
               "of required names, properties and annotations merged with them where the merge is exact "
               "(schema/alternatives.py); alternatives told apart by a required property's listed values, "

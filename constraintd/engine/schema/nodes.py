@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, TypeAlias
 
+from constraintd.engine.schema.all_of import merged_all_of
 from constraintd.engine.schema.alternatives import Merged, merged_alternatives
 from constraintd.engine.schema.json_text import JsonValue, is_integer, to_int32, to_int64
 from constraintd.engine.schema.listed_values import allowed_values
@@ -257,6 +258,7 @@ class _Builder:
         self.built: list[SchemaNode | None] = []
         # the extended reading: objects without `type` read as objects only (`_objects_only`)
         self.typed_objects: set[str] = set()
+        self.merges = 0  # allOf merges on the path being built (`node`)
 
     @staticmethod
     def fail(path: str, message: str, pointer: str) -> SchemaError:
@@ -432,6 +434,15 @@ class _Builder:
 
     def node(self, schema: JsonValue, path: str, pointer: str,
              type_list: tuple[JsonValue, ...] | None = None) -> SchemaNode:
+        merging = False
+        if self.patterns and isinstance(schema, dict) and "allOf" in schema and self.merges < _MAX_MERGES:
+            # the extended reading: the parts merged into one schema where the merge is exact
+            # (schema/all_of.py), read and reported as any other; a merge inlines its parts' $ref targets,
+            # so merges within merges stop at a depth (a recursive schema would unfold without end)
+            merged = merged_all_of(schema, self.root)
+            if merged is not None:
+                schema, merging = merged, True
+                self.merges += 1
         self.limit.enter(pointer)
         try:
             slot = len(self.built)
@@ -444,6 +455,7 @@ class _Builder:
             return node
         finally:
             self.limit.leave()
+            self.merges -= merging
 
     def sources(self) -> tuple[SchemaSource, ...]:
         return tuple(SchemaSource(pointer, schema, node, type_list)
@@ -504,6 +516,9 @@ class _Builder:
         if build is None:
             raise self.fail(path, f"unrecognized type {kind}", pointer)
         return build(self, schema, path, pointer)
+
+
+_MAX_MERGES: Final = 8
 
 
 def _has_properties(schema: Mapping[str, JsonValue]) -> bool:
