@@ -22,6 +22,11 @@
 #   alternative's required ones, whatever else the alternative is (an object schema of the same `type`).
 # - Without `type`, a oneOf of two or more alternatives merges too: every value that is no object is valid
 #   for the base and every alternative, so for none of a oneOf; the merged schemas are objects.
+# - `not_all_present(schema)`: a `not` of required names alone (`{"not": {"required": [a, b]}}`, or an allOf
+#   of such parts: not every one of the names is present) beside object keywords: the objects of the schema
+#   that miss one of the names, one object per name the schema does not itself require, each with that
+#   name forbidden (an anyOf: an object missing two of them is valid for two). A value that is no object is
+#   valid for `required`, so for no such `not`: the objects are typed.
 # Invariants: pure functions of JSON values; the base is never changed.
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ from typing import Final
 from constraintd.engine.schema.json_text import JsonValue, canonical, json_type
 from constraintd.engine.schema.keywords import Enforcement, keyword_of
 
-__all__ = ["MAX_SPLITS", "Merged", "merged_alternatives"]
+__all__ = ["MAX_SPLITS", "Merged", "merged_alternatives", "not_all_present"]
 
 MAX_SPLITS: Final = 32  # objects one alternative of a oneOf may split into
 _Schema = Mapping[str, JsonValue]
@@ -250,3 +255,44 @@ def merged_alternatives(schema: _Schema, key: str) -> list[Merged] | None:
             return None
         out.extend(Merged(merge, i, forbidden) for forbidden in dict.fromkeys(splits))
     return out or None
+
+
+# keywords beside such a `not` whose objects the forbidden names do not change, or that the builder reads as
+# objects of their own (the object keywords; `type` object; annotations)
+_BESIDE_NOT: Final = frozenset({"type", "properties", "required", "additionalProperties", "minProperties",
+                                "maxProperties", "not"})
+
+
+def _required_names(schema: JsonValue) -> list[str] | None:
+    """The names `schema` requires, where requiring them (in allOf parts too) is all it says, annotations
+    aside; else None."""
+    if not isinstance(schema, dict):
+        return None
+    names: list[str] = []
+    for key, value in schema.items():
+        if key == "required" and isinstance(value, list) and all(isinstance(name, str) for name in value):
+            names.extend(name for name in value if isinstance(name, str))
+        elif key == "allOf" and isinstance(value, list) and value:
+            for part in value:
+                more = _required_names(part)
+                if more is None:
+                    return None
+                names.extend(more)
+        elif keyword_of(key).enforcement is not Enforcement.ANNOTATION:
+            return None
+    return list(dict.fromkeys(names))
+
+
+def not_all_present(schema: _Schema) -> list[Merged] | None:
+    """The objects of `schema` without its `not` of required names, one per name it may miss (see the
+    module comment), or None where the schema is of another form."""
+    if any(key not in _BESIDE_NOT and keyword_of(key).enforcement is not Enforcement.ANNOTATION
+           for key in schema) or schema.get("type", "object") != "object":
+        return None
+    names = _required_names(schema["not"])
+    listed = schema.get("required", [])
+    if not names or not isinstance(listed, list):
+        return None  # `not` of nothing required: no value is valid; left to the default reading
+    base = {key: value for key, value in schema.items() if key != "not"}
+    base["type"] = "object"
+    return [Merged(base, i, (name,)) for i, name in enumerate(names) if name not in listed] or None

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final, TypeAlias
 
 from constraintd.engine.schema.all_of import merged_all_of
-from constraintd.engine.schema.alternatives import Merged, merged_alternatives
+from constraintd.engine.schema.alternatives import Merged, merged_alternatives, not_all_present
 from constraintd.engine.schema.json_text import JsonValue, is_integer, to_int32, to_int64
 from constraintd.engine.schema.listed_values import allowed_values
 from constraintd.errors import SchemaError
@@ -467,6 +467,12 @@ class _Builder:
             raise self.fail(path, "schema must be an object", pointer)
         if "$ref" in schema:
             return self.ref(schema["$ref"], path, pointer)
+        if self.patterns and "not" in schema:
+            # the extended reading of a `not` of required names: the objects missing one of them
+            # (schema/alternatives.py)
+            absent = not_all_present(schema)
+            if absent is not None:
+                return self.merged(absent, "not", path, pointer)
         if "oneOf" in schema or "anyOf" in schema:
             key = "oneOf" if "oneOf" in schema else "anyOf"
             if self.patterns:

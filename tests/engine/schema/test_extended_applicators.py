@@ -352,3 +352,36 @@ def test_required_beside_an_any_of_joins_each_alternative(typed: bool) -> None:
     check(schema, documents)
     conversion = convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
     assert conversion.unenforced == ()
+
+
+NOT_REQUIRED_DOCUMENTS = ['{"a":1}', '{"a":1,"b":2}', '{"a":1,"c":3}', '{"a":1,"b":2,"c":3}', '{"b":2,"c":3}',
+                          '{}', '{"a":"x","b":2}', '{"a":1,"d":4}', '"text"', "12", "null", "[]"]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {}, "c": {}}, "required": ["a"],
+         "additionalProperties": False, "not": {"allOf": [{"required": ["b"]}, {"required": ["c"]}]}},
+        {"properties": {"a": {"type": "integer"}}, "not": {"required": ["b", "c"], "title": "t"}},
+        {"type": "object", "required": ["b"], "not": {"required": ["b", "c"]}},
+    ],
+    ids=["allOf-of-required", "untyped", "one-name-required"],
+)
+def test_a_not_of_required_names_takes_the_objects_missing_one(schema: dict[str, Any]) -> None:
+    # not every one of the names present; a value that is no object is valid for `required`, so for no such
+    # `not`: jsonschema judges each document
+    assert convert_json_schema(json.dumps(schema), dialect="extended").unenforced == ()
+    check(schema, NOT_REQUIRED_DOCUMENTS)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [{"type": "object", "not": {"type": "object", "required": ["a"]}},
+     {"type": "object", "required": ["a"], "not": {"required": ["a"]}},
+     {"type": "object", "patternProperties": {"^b": {}}, "not": {"required": ["b"]}}],
+    ids=["typed-not", "nothing-valid", "beside-patternProperties"],
+)
+def test_another_not_stays_reported(schema: dict[str, Any]) -> None:
+    with pytest.raises(SchemaError, match="not"):
+        convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
