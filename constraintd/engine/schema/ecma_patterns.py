@@ -455,10 +455,26 @@ def _flat(items: tuple[_Node, ...]) -> list[_Node]:
     return out
 
 
+def _whole(branch: _Seq, max_length: int) -> _Seq:
+    """A branch anchored at both ends where a value of at most max_length characters can hold a match of it
+    only as the whole value: every match is at least max_length long. Unchanged otherwise."""
+    items = _flat(branch.items)
+    start = bool(items) and items[0] == _Anchor(True)
+    end = bool(items) and items[-1] == _Anchor(False)
+    core = items[int(start):len(items) - int(end)]
+    if (start and end) or _lengths(_Seq(tuple(core)))[0] < max_length:
+        return branch
+    return _Seq((_Anchor(True), *core, _Anchor(False)))
+
+
 def _within_lengths(root: _Node, min_length: int, max_length: int | None) -> _Node:
     """The pattern's tree, restricted to values of min_length..max_length characters: unchanged when every
     value it matches has such a length, else with the one repetition of single characters among fixed-length
-    parts counted to fit; Unsupported otherwise."""
+    parts counted to fit; Unsupported otherwise. An unanchored branch whose every match is at least
+    max_length long is read anchored (a value no longer than its match is the match)."""
+    if max_length is not None:
+        branches = tuple(_whole(branch, max_length) for branch in _branches(root))
+        root = branches[0] if len(branches) == 1 else _Alt(branches)
     def fits(branch: _Seq) -> bool:
         items = _flat(branch.items)
         anchored = bool(items) and items[0] == _Anchor(True) and items[-1] == _Anchor(False)

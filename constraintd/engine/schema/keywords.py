@@ -187,7 +187,8 @@ _LENGTH: Final = (
     "on a plain string: characters counted, a character outside the BMP taken raw only (not as two escapes "
     "counted twice); beside a pattern the dialect reads: held where every value of the pattern has such a "
     "length, or where the pattern is anchored and its one variable part is a repeated character class among "
-    "fixed-length parts (the count is fitted), else reported; beside a format, reported"
+    "fixed-length parts (the count is fitted), where an unanchored pattern's every match is at least "
+    "maxLength long (read anchored: such a value is its match), else reported; beside a format, reported"
 )
 EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
     "format": ("date, time, date-time (RFC 3339: month lengths, leap years, offsets; a leap second at "
@@ -255,6 +256,11 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
              "they allow, checked value by value, are the grammar's; an optional property none of whose "
              "values is allowed is absent; beside any other keyword, as in the default"),
     "const": "as enum",
+    "not": ("of required names alone (`{\"required\": [a, b]}`, or an allOf of such parts) beside object "
+            "keywords: the objects missing one of the names, one object per name the schema does not require "
+            "itself, each with that name forbidden (schema/alternatives.py); a value that is no object is "
+            "refused, as such a `not` refuses it; in an allOf part beside listed values, checked value by "
+            "value (see allOf); every other `not` stays reported"),
     "pattern": ("matched against the string's value as ECMA-262 reads it (unanchored unless anchored; `.`, "
                 "`\\d \\w \\s` and their negations, classes, groups, alternatives, counted repetition, "
                 "escapes), each character in its JSON spelling (a quote, backslash or control character "

@@ -487,3 +487,26 @@ def test_a_length_counts_characters_not_escapes() -> None:
     assert Matcher(Grammar.from_gbnf(json_schema_to_gbnf('{"type": "string", "minLength": 2}'), BYTES)
                    ).accept_bytes(b'"\\ud83d\\ude00"')
     assert not takes(grammar_of({"type": "string", "minLength": 2}), '"\\ud83d\\ude00"')
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [{"type": "string", "minLength": 3, "maxLength": 3, "pattern": "[a-zA-Z]{3}"},
+     {"type": "string", "minLength": 2, "maxLength": 2, "pattern": "([A-Z]{2})"},
+     {"type": "string", "maxLength": 3, "pattern": "^ab[cd]"},
+     {"type": "string", "maxLength": 2, "pattern": "xx|^yy"}],
+    ids=["letters", "group", "anchored-start", "alternatives"],
+)
+def test_an_unanchored_pattern_as_long_as_the_max_length_is_the_whole_value(schema: dict[str, Any]) -> None:
+    # a value of at most maxLength characters holds a match at least that long only as the whole value
+    grammar = grammar_of(schema)
+    for text in ["", "a", "ab", "abc", "abd", "aBc", "ABC", "AB", "A", "1AB", "abcd", "abde", "abc ",
+                 "xx", "xxxx", "xxxxx", "axx", "yy", "yyy", "yyyy", "xyy"]:
+        assert takes(grammar, json.dumps(text)) == valid(schema, text), (schema, text)
+
+
+def test_an_unanchored_pattern_shorter_than_the_max_length_stays_reported() -> None:
+    # "xab" is valid: the match need not be the whole value
+    with pytest.raises(SchemaError, match="maxLength"):
+        convert_json_schema(json.dumps({"type": "string", "maxLength": 3, "pattern": "ab"}), strict=True,
+                            dialect="extended")
