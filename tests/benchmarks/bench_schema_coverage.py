@@ -24,7 +24,10 @@ The peers' tokenizer is one token per byte too, so the tokens never decide a ver
 
 Per corpus and engine it prints: schemas compiled and refused; schemas passing (compiled, every valid
 document taken and every invalid one refused); valid documents refused and invalid documents taken,
-counted over the schemas the engine compiled; the time each engine took (compiles and matching). Then, for
+counted over the schemas the engine compiled; the time each engine took (compiles and matching), and the
+median time of one compile (schema to a grammar ready to match: constraintd's conversion and
+`Grammar.from_gbnf` over the one-byte vocabulary; a peer's compiler) over the schemas it compiled; and the
+median compile of the extended dialect against llama.cpp's over the schemas both compiled. Then, for
 constraintd, how many of the valid documents it refused it takes once each object's properties are in the
 order llama.cpp's grammar writes them (required ones first), and why strict conversion refused: the first
 keyword each refused schema's report names. A peer that is not installed is "NOT MEASURED".
@@ -37,11 +40,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
+import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -280,6 +285,7 @@ class Tally:
     taken_reordered: int = 0  # valid documents refused, taken with their properties in llama.cpp's order
     seconds: float = 0.0
     errors: Counter[str] = field(default_factory=Counter)  # an engine's exception other than a refusal
+    compile_seconds: dict[str, float] = field(default_factory=dict)  # case -> its compile, where compiled
 
 
 def measure(engine: Engine, case: Case, tally: Tally) -> None:
@@ -287,6 +293,7 @@ def measure(engine: Engine, case: Case, tally: Tally) -> None:
     started = time.perf_counter()
     try:
         checker = engine.compile(case.schema)
+        tally.compile_seconds[case.name] = time.perf_counter() - started
         refused = [i for i, text in enumerate(case.valid) if not checker.accepts(text)]
         refused_valid = len(refused)
         taken_invalid = sum(checker.accepts(text) for text in case.invalid)
@@ -307,6 +314,11 @@ def measure(engine: Engine, case: Case, tally: Tally) -> None:
     tally.passing += refused_valid == 0 and taken_invalid == 0
 
 
+def _p50_ms(seconds: Iterable[float]) -> str:
+    listed = list(seconds)
+    return f"{1000 * statistics.median(listed):.2f}" if listed else "-"
+
+
 def _share(part: int, whole: int) -> str:
     return f"{part:,} of {whole:,} ({100 * part / whole:.1f}%)" if whole else f"{part:,} of 0"
 
@@ -316,16 +328,24 @@ def print_table(title: str, cases: Sequence[Case], tallies: dict[str, Tally], mi
     invalid = sum(len(case.invalid) for case in cases)
     print(f"\n{title}: {len(cases):,} schemas, {valid:,} valid and {invalid:,} invalid documents")
     header = (f"{'engine':30} {'compiled':>9} {'refused':>8} {'passing':>18} {'valid refused':>24} "
-              f"{'invalid taken':>24} {'seconds':>8}")
+              f"{'invalid taken':>24} {'seconds':>8} {'compile p50 ms':>15}")
     print(header)
     print("-" * len(header))
     for name, tally in tallies.items():
         errors = f"  ({sum(tally.errors.values())} errors: {dict(tally.errors)})" if tally.errors else ""
         print(f"{name:30} {tally.compiled:>9,} {tally.schemas - tally.compiled:>8,} "
               f"{_share(tally.passing, tally.schemas):>18} {_share(tally.valid_refused, tally.valid):>24} "
-              f"{_share(tally.invalid_taken, tally.invalid):>24} {tally.seconds:>8.1f}{errors}")
+              f"{_share(tally.invalid_taken, tally.invalid):>24} {tally.seconds:>8.1f} "
+              f"{_p50_ms(tally.compile_seconds.values()):>15}{errors}")
     for note in missing:
         print(note)
+    default, extended = tallies.get("constraintd"), tallies.get("constraintd (extended)")
+    if default is not None and extended is not None:
+        both = default.compile_seconds.keys() & extended.compile_seconds.keys()
+        p50s = [statistics.median(tally.compile_seconds[name] for name in both) if both else math.nan
+                for tally in (extended, default)]
+        print(f"compile (conversion and grammar) p50 over the {len(both):,} schemas both compiled: extended "
+              f"{1000 * p50s[0]:.2f} ms, llama.cpp's {1000 * p50s[1]:.2f} ms, ratio {p50s[0] / p50s[1]:.2f}")
     for name, tally in tallies.items():
         if tally.valid_refused and name.startswith("constraintd"):
             share = _share(tally.taken_reordered, tally.valid_refused)
