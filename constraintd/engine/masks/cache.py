@@ -67,6 +67,8 @@ from constraintd.engine.masks.compute import (
     check_deadline,
     compute_mask,
     rows_past_first,
+    rows_without,
+    union_rows,
     walk,
 )
 from constraintd.engine.masks.structural_ids import Structure
@@ -204,7 +206,7 @@ class MaskCache:
                 extra.append(with_code_points[with_code_points != value])
         if extra:
             allow_tokens(words, extra[0] if len(extra) == 1 else np.concatenate(extra))
-        rows = _union(uncertain, table.ids.size)
+        rows = union_rows(uncertain, table.ids.size)
         if rows.size:
             ids = table.ids[rows]
             rows = rows[((words[ids >> 5] >> (ids & 31)) & 1) == 0]  # not allowed already
@@ -323,10 +325,10 @@ class MaskCache:
                 words.view(np.uint32), walked >> 5, ~np.left_shift(1, walked & 31).astype(np.uint32)
             )
         n_tokens, n_rows = self.vocab.n_tokens, table.ids.size
-        ids = _without(known.ids, walked, n_tokens)
-        kept = _without(known.uncertain, rows, n_rows)
+        ids = rows_without(known.ids, walked, n_tokens)
+        kept = rows_without(known.uncertain, rows, n_rows)
         return self._verdict(
-            words, _union([ids, table.ids[allowed_rows]], n_tokens), _union([kept, uncertain], n_rows)
+            words, union_rows([ids, table.ids[allowed_rows]], n_tokens), union_rows([kept, uncertain], n_rows)
         )
 
     def _walk_top(self, top: Stack, limit: int, deadline: float | None) -> TopVerdict:
@@ -368,7 +370,7 @@ class MaskCache:
         )
         ids = table.ids[allowed_rows]
         if shorter.ids.size:
-            ids = _union([shorter.ids, ids], self.vocab.n_tokens)
+            ids = union_rows([shorter.ids, ids], self.vocab.n_tokens)
         return self._verdict(shorter.words, ids, uncertain)
 
     def _class_runs(self) -> ClassRuns:
@@ -410,36 +412,6 @@ class MaskCache:
     def tops(self) -> int:
         """How many stack tops this grammar has met and keeps a shortcut to."""
         return len(self._tops)
-
-
-def _union(arrays: list[IntArray], size: int) -> IntArray:
-    # The distinct values of `arrays` (each in [0, size)), ascending. Not np.unique / np.union1d: their
-    # hashing costs milliseconds on the hundred thousand rows a permissive top leaves uncertain, where a
-    # row of bools costs a tenth of one; a sort, for the few.
-    if not arrays:
-        return np.zeros(0, dtype=np.int64)
-    total = sum(array.size for array in arrays)
-    if total * 16 >= size:
-        bits = np.zeros(size, dtype=np.bool_)
-        for array in arrays:
-            bits[array] = True
-        return np.flatnonzero(bits)
-    joined = np.sort(np.concatenate(arrays))
-    if joined.size < 2:
-        return joined
-    keep = np.empty(joined.size, dtype=np.bool_)
-    keep[0] = True
-    np.not_equal(joined[1:], joined[:-1], out=keep[1:])
-    return joined[keep]
-
-
-def _without(values: IntArray, dropped: IntArray, size: int) -> IntArray:
-    # `values` (in [0, size)) but those in `dropped`, order kept (np.isin sorts both, each time)
-    if not values.size or not dropped.size:
-        return values
-    bits = np.zeros(size, dtype=np.bool_)
-    bits[dropped] = True
-    return values[~bits[values]]
 
 
 def _past(table: ColumnTable, reach: int) -> tuple[int, int]:

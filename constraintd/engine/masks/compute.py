@@ -42,7 +42,16 @@ from constraintd.engine.vocab.decoded import (
 )
 from constraintd.errors import DeadlineError
 
-__all__ = ["ClassRuns", "check_deadline", "compute_allowed", "compute_mask", "rows_past_first", "walk"]
+__all__ = [
+    "ClassRuns",
+    "check_deadline",
+    "compute_allowed",
+    "compute_mask",
+    "rows_past_first",
+    "rows_without",
+    "union_rows",
+    "walk",
+]
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -258,8 +267,11 @@ def walk(
             and (runs.known(run[0]) or rows.size * run[1] >= runs.count_starting(run[0]))
         ):
             return _walk_run(table, columns, start, run, rows, runs, limit, deadline)
-    allowed = np.zeros(table.ids.size, dtype=np.bool_)
-    uncertain = np.zeros(table.ids.size, dtype=np.bool_)
+    # the rows allowed and the rows uncertain, as arrays of rows gathered along the walk: most walks keep
+    # few (a literal, a narrow class), and two vocabulary-sized rows of bools to list them at the end
+    # would cost more than the rest of such a walk
+    allowed: list[IntArray] = []
+    uncertain: list[IntArray] = []
     states: list[State | None] = [None, start]
     local: dict[State | None, int] = {None: _DEAD, start: 1}
     next_ids: dict[int, IntArray] = {}
@@ -318,8 +330,8 @@ def walk(
                 rows_allowed, rows_unsure = _walk_singly(
                     table, columns, j, rows.tolist(), starts, limit, deadline
                 )
-                allowed[rows_allowed] = True
-                uncertain[rows_unsure] = True
+                allowed.append(np.array(rows_allowed, dtype=np.int64))
+                uncertain.append(np.array(rows_unsure, dtype=np.int64))
             break
         code_points = columns[j]
         present = np.flatnonzero(np.bincount(at, minlength=len(states)))
@@ -328,7 +340,7 @@ def walk(
             if state is not None and state.token_tops:
                 _judge_token_tops(table, state, rows[at == index], allowed)
             if state is not None and state.has_escape:
-                uncertain[rows[at == index]] = True
+                uncertain.append(rows[at == index])
         if j == 0 and whole:
             bounds, ids = segment_map(1)
             rows, at = _first_column(table, bounds, ids)
@@ -367,8 +379,40 @@ def walk(
         if split < rows.size:
             _judge_ends(table, rows[split:], at[split:], states, allowed, uncertain)
             rows, at = rows[:split], at[:split]
-    unsure = np.flatnonzero(uncertain)
-    return np.flatnonzero(allowed), unsure[~allowed[unsure]]
+    n_rows = table.ids.size
+    found = union_rows(allowed, n_rows)
+    return found, rows_without(union_rows(uncertain, n_rows), found, n_rows)
+
+
+def union_rows(arrays: list[IntArray], size: int) -> IntArray:
+    """The distinct values of `arrays` (each in [0, size)), ascending."""
+    # Not np.unique / np.union1d: their hashing costs milliseconds on the hundred thousand rows a permissive
+    # top leaves uncertain, where a row of bools costs a tenth of one; a sort, for the few.
+    if not arrays:
+        return np.zeros(0, dtype=np.int64)
+    total = sum(array.size for array in arrays)
+    if total * 16 >= size:
+        bits = np.zeros(size, dtype=np.bool_)
+        for array in arrays:
+            bits[array] = True
+        return np.flatnonzero(bits)
+    joined = np.sort(np.concatenate(arrays))
+    if joined.size < 2:
+        return joined
+    keep = np.empty(joined.size, dtype=np.bool_)
+    keep[0] = True
+    np.not_equal(joined[1:], joined[:-1], out=keep[1:])
+    return joined[keep]
+
+
+def rows_without(values: IntArray, dropped: IntArray, size: int) -> IntArray:
+    """`values` (in [0, size)) but those in `dropped`, order kept."""
+    # np.isin sorts both, each time
+    if not values.size or not dropped.size:
+        return values
+    bits = np.zeros(size, dtype=np.bool_)
+    bits[dropped] = True
+    return values[~bits[values]]
 
 
 def check_deadline(deadline: float | None) -> None:
@@ -546,23 +590,23 @@ def rows_past_first(table: ColumnTable, start: State, limit: int) -> int:
     return int((starts[edges[live + 1]] - starts[edges[live]]).sum())
 
 
-def _judge_bare(table: ColumnTable, start: State, allowed: BoolArray) -> None:
+def _judge_bare(table: ColumnTable, start: State, allowed: list[IntArray]) -> None:
     # the rows without a single code point, from a start state without escape marks: only their
     # unfinished sequence is judged, once per distinct sequence
     aux = table.row_groups()
     if aux.bare_rows.size:
         ok = (aux.bare_codes == 0) | _partials_ok(start, aux.bare_codes)
-        allowed[aux.bare_rows[ok[aux.bare_inverse]]] = True
+        allowed.append(aux.bare_rows[ok[aux.bare_inverse]])
 
 
-def _judge_token_tops(table: ColumnTable, state: State, rows: IntArray, allowed: BoolArray) -> None:
+def _judge_token_tops(table: ColumnTable, state: State, rows: IntArray, allowed: list[IntArray]) -> None:
     # rows reaching a token-topped stack with code points left: decided by token id alone
     ids = table.ids[rows]
     for kind, value, _ in state.token_tops:
         if kind == TOKEN:
-            allowed[rows[ids == value]] = True
+            allowed.append(rows[ids == value])
         else:
-            allowed[rows[ids != value]] = True
+            allowed.append(rows[ids != value])
 
 
 def _judge_ends(
@@ -570,8 +614,8 @@ def _judge_ends(
     rows: IntArray,
     at: IntArray,
     states: list[State | None],
-    allowed: BoolArray,
-    uncertain: BoolArray,
+    allowed: list[IntArray],
+    uncertain: list[IntArray],
 ) -> None:
     # rows whose code points all matched: allowed unless they end in an unfinished sequence that no char
     # class on top could still match (uncertain if the stacks below an escape mark still might)
@@ -579,7 +623,7 @@ def _judge_ends(
         return
     partials = table.partials[rows]
     whole = partials == 0
-    allowed[rows[whole]] = True
+    allowed.append(rows[whole])
     if whole.all():
         return
     rows, at, partials = rows[~whole], at[~whole], partials[~whole]
@@ -588,9 +632,9 @@ def _judge_ends(
         if state is None:
             continue
         here = at == index
-        allowed[rows[here][_partials_ok(state, partials[here])]] = True
+        allowed.append(rows[here][_partials_ok(state, partials[here])])
         if state.has_escape:
-            uncertain[rows[here]] = True
+            uncertain.append(rows[here])
 
 
 def _partials_ok(state: State, codes: IntArray) -> BoolArray:
