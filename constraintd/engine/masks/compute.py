@@ -38,7 +38,9 @@ from constraintd.engine.masks.bitmask import pack_mask
 from constraintd.engine.vocab.decoded import (
     ColumnTable,
     DecodedVocab,
+    PartialBounds,
     decode_partial,
+    partial_bounds,
 )
 from constraintd.errors import DeadlineError
 
@@ -595,7 +597,7 @@ def _judge_bare(table: ColumnTable, start: State, allowed: list[IntArray]) -> No
     # unfinished sequence is judged, once per distinct sequence
     aux = table.row_groups()
     if aux.bare_rows.size:
-        ok = (aux.bare_codes == 0) | _partials_ok(start, aux.bare_codes)
+        ok = (aux.bare_codes == 0) | _bounds_ok(start, aux.bare_bounds)
         allowed.append(aux.bare_rows[ok[aux.bare_inverse]])
 
 
@@ -638,22 +640,21 @@ def _judge_ends(
 
 
 def _partials_ok(state: State, codes: IntArray) -> BoolArray:
-    # State.partial_ok over many encoded partial sequences at once: llama_grammar_match_partial_char on
-    # each char class on top, a sequence surviving when one of them could still match it
-    value, n_remain = codes >> 2, codes & 3
-    shift = 6 * n_remain
-    low = value << shift
-    high = low | ((1 << shift) - 1)
-    unset = low == 0
-    low[unset & (n_remain == 2)] = 1 << 11
-    low[unset & (n_remain == 3)] = 1 << 16
-    ok = np.zeros(codes.size, dtype=np.bool_)
+    # State.partial_ok over many encoded partial sequences at once
+    return _bounds_ok(state, partial_bounds(codes))
+
+
+def _bounds_ok(state: State, bounds: PartialBounds) -> BoolArray:
+    # llama_grammar_match_partial_char on each char class on top, a sequence surviving when one of them
+    # could still match it
+    low, high = bounds.low, bounds.high
+    ok = np.zeros(low.size, dtype=np.bool_)
     classes = state.table.rules.classes
     for pos in state.char_tops:
         positive, ranges = classes[pos]
-        hit = np.zeros(codes.size, dtype=np.bool_)
+        hit = np.zeros(low.size, dtype=np.bool_)
         for range_low, range_high in ranges:
             hit |= (range_low <= high) & (low <= range_high)
         ok |= hit if positive else ~hit
-    ok &= ~((n_remain == 1) & (value < 2))  # an overlong 2-byte form of a 7-bit char
+    ok &= ~bounds.overlong
     return ok

@@ -37,9 +37,11 @@ __all__ = [
     "PLAIN",
     "ColumnTable",
     "DecodedVocab",
+    "PartialBounds",
     "PartialTable",
     "RowGroups",
     "encode_partial",
+    "partial_bounds",
 ]
 
 PLAIN: Final = 0
@@ -59,6 +61,29 @@ def decode_partial(code: int) -> PartialUtf8:
 
 
 @dataclass(frozen=True, slots=True)
+class PartialBounds:
+    """Encoded unfinished sequences (`encode_partial`, none 0) as what they could still become: the
+    code points from `low` to `high`, none of them when `overlong` (a 2-byte form of a 7-bit char), as
+    llama_grammar_match_partial_char reads them."""
+
+    low: IntArray
+    high: IntArray
+    overlong: npt.NDArray[np.bool_]
+
+
+def partial_bounds(codes: IntArray) -> PartialBounds:
+    """The `PartialBounds` of many encoded sequences at once."""
+    value, n_remain = codes >> 2, codes & 3
+    shift = 6 * n_remain
+    low = value << shift
+    high = low | ((1 << shift) - 1)
+    unset = low == 0
+    low[unset & (n_remain == 2)] = 1 << 11
+    low[unset & (n_remain == 3)] = 1 << 16
+    return PartialBounds(low, high, (n_remain == 1) & (value < 2))
+
+
+@dataclass(frozen=True, slots=True)
 class RowGroups:
     """A `ColumnTable`'s rows grouped by first code point, for moving column 0 a group at a time.
 
@@ -68,6 +93,7 @@ class RowGroups:
         bare_rows: rows without a code point (a lone unfinished sequence).
         bare_codes: their distinct encoded sequences.
         bare_inverse: per bare row, the index of its sequence in `bare_codes`.
+        bare_bounds: what `bare_codes` could still become (every whole walk judges them).
     """
 
     by_value: IntArray
@@ -75,6 +101,7 @@ class RowGroups:
     bare_rows: IntArray
     bare_codes: IntArray
     bare_inverse: IntArray
+    bare_bounds: PartialBounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +164,7 @@ class ColumnTable:
                 bare_rows=bare_rows,
                 bare_codes=bare_codes,
                 bare_inverse=bare_inverse.reshape(-1),
+                bare_bounds=partial_bounds(bare_codes),
             )
             # the value is frozen, its derived index is not: the one write this class makes
             object.__setattr__(self, "_groups", groups)
