@@ -3,7 +3,7 @@
 // (tests/chat_oracle/build.py).
 //
 // Request (every field but "template" optional; names as llama-server's OpenAI API has them):
-//   {"mode": "apply" | "parse", "template": "<jinja source>", "bos_token": "", "eos_token": "",
+//   {"mode": "apply" | "parse" | "analyze", "template": "<jinja source>", "bos_token": "", "eos_token": "",
 //    "messages": [OpenAI messages], "tools": [OpenAI tools], "tool_choice": "auto" | "required" | "none",
 //    "parallel_tool_calls": false, "json_schema": {...}, "grammar": "",
 //    "reasoning_format": "none" | "auto" | "deepseek" | "deepseek-legacy", "enable_thinking": true,
@@ -17,16 +17,25 @@
 // "parse" applies the request the same way, then answers common_chat_parse(text, is_partial, params) with
 //   the parser params llama-server derives from the chat params:
 //   {"role", "content", "reasoning_content", "tool_calls": [{"name", "arguments", "id"}]}
+// "analyze" answers the chat auto-parser's analysis of the template as given (autoparser::analyze_template
+//   on common_chat_template(template, bos, eos)): {"reasoning": {"mode", "start", "end"}, "content": {...},
+//   "tools": {"format": {...}, "function": {...}, "arguments": {...}, "call_id": {...}}, "user_start",
+//   "assistant_start", "preserved_tokens", "additional_stops"}
+// "diff" answers calculate_diff_split on each of "pairs" ([[left, right], ...]): {"splits": [{"prefix",
+//   "suffix", "left", "right"}, ...]}
 // An exception becomes {"error": "<what()>", "stage": "init" | "apply" | "parse"}, exit status 0;
 // anything else (an abort, a signal) is a crash, and the caller sees its status.
 
 #include "chat.h"
+#include "chat-auto-parser.h"
+#include "chat-auto-parser-helpers.h"
 #include "json.h"
 
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -119,6 +128,72 @@ static common_json parse_answer(const common_chat_msg & msg) {
     return answer;
 }
 
+template <typename T> static std::string mode_name(T mode) {
+    std::ostringstream out;
+    out << mode;
+    return out.str();
+}
+
+static common_json analysis_answer(const autoparser::autoparser & a) {
+    common_json answer = common_json::object();
+    common_json reasoning = common_json::object();
+    reasoning["mode"] = mode_name(a.reasoning.mode);
+    reasoning["start"] = a.reasoning.start;
+    reasoning["end"] = a.reasoning.end;
+    answer["reasoning"] = reasoning;
+    common_json content = common_json::object();
+    content["mode"] = mode_name(a.content.mode);
+    content["start"] = a.content.start;
+    content["end"] = a.content.end;
+    content["requires_nonnull_content"] = a.content.requires_nonnull_content;
+    answer["content"] = content;
+    const auto & t = a.tools;
+    common_json format = common_json::object();
+    format["mode"] = mode_name(t.format.mode);
+    format["section_start"] = t.format.section_start;
+    format["section_end"] = t.format.section_end;
+    format["per_call_start"] = t.format.per_call_start;
+    format["per_call_end"] = t.format.per_call_end;
+    format["fun_name_is_key"] = t.format.fun_name_is_key;
+    format["tools_array_wrapped"] = t.format.tools_array_wrapped;
+    format["openai_wrapper_trigger"] = t.format.openai_wrapper_trigger;
+    format["function_field"] = t.format.function_field;
+    format["name_field"] = t.format.name_field;
+    format["args_field"] = t.format.args_field;
+    format["id_field"] = t.format.id_field;
+    format["gen_id_field"] = t.format.gen_id_field;
+    format["parameter_order"] = t.format.parameter_order;
+    common_json function = common_json::object();
+    function["name_prefix"] = t.function.name_prefix;
+    function["name_suffix"] = t.function.name_suffix;
+    function["args_separator"] = t.function.args_separator;
+    function["close"] = t.function.close;
+    common_json arguments = common_json::object();
+    arguments["start"] = t.arguments.start;
+    arguments["end"] = t.arguments.end;
+    arguments["name_prefix"] = t.arguments.name_prefix;
+    arguments["name_suffix"] = t.arguments.name_suffix;
+    arguments["value_prefix"] = t.arguments.value_prefix;
+    arguments["value_suffix"] = t.arguments.value_suffix;
+    arguments["separator"] = t.arguments.separator;
+    arguments["tolerate_intertag_whitespace"] = t.arguments.tolerate_intertag_whitespace;
+    common_json call_id = common_json::object();
+    call_id["pos"] = mode_name(t.call_id.pos);
+    call_id["prefix"] = t.call_id.prefix;
+    call_id["suffix"] = t.call_id.suffix;
+    common_json tools = common_json::object();
+    tools["format"] = format;
+    tools["function"] = function;
+    tools["arguments"] = arguments;
+    tools["call_id"] = call_id;
+    answer["tools"] = tools;
+    answer["user_start"] = a.user_start;
+    answer["assistant_start"] = a.assistant_start;
+    answer["preserved_tokens"] = a.preserved_tokens;
+    answer["additional_stops"] = a.additional_stops;
+    return answer;
+}
+
 static common_json error_answer(const char * stage, const std::exception & e) {
     common_json answer = common_json::object();
     answer["error"] = std::string(e.what());
@@ -130,6 +205,34 @@ static common_json run(const common_json & request) {
     const std::string source = string_field(request, "template", "");
     const std::string bos = string_field(request, "bos_token", "");
     const std::string eos = string_field(request, "eos_token", "");
+
+    if (string_field(request, "mode", "apply") == "diff") {
+        common_json splits = common_json::array();
+        for (const auto & pair : request.at("pairs").items()) {
+            const diff_split split = calculate_diff_split(pair.value().at(0).get<std::string>(),
+                                                          pair.value().at(1).get<std::string>());
+            common_json item = common_json::object();
+            item["prefix"] = split.prefix;
+            item["suffix"] = split.suffix;
+            item["left"] = split.left;
+            item["right"] = split.right;
+            splits.push_back(item);
+        }
+        common_json answer = common_json::object();
+        answer["splits"] = splits;
+        return answer;
+    }
+
+    if (string_field(request, "mode", "apply") == "analyze") {
+        try {
+            common_chat_template tmpl(source, bos, eos);
+            autoparser::autoparser analysis;
+            analysis.analyze_template(tmpl);
+            return analysis_answer(analysis);
+        } catch (const std::exception & e) {
+            return error_answer("analyze", e);
+        }
+    }
 
     common_chat_templates_ptr templates;
     common_json caps = common_json::object();

@@ -2,9 +2,12 @@
 tests/chat_oracle/cases.py's PARAMS_CASES.
 
 Compared, byte for byte: the grammar, the lazy flag, the triggers, the additional stops, supports_thinking and
-the thinking tags. Preserved tokens are llama.cpp's answer alone for now (they need the tool-call analysis).
-A case the project does not compute yet (`NotPorted`: a hand-written format, or a grammar of tool calls) is
-counted apart, never as identical.
+the thinking tags; and the preserved tokens apart, where the project knows them (not for the tag formats,
+whose markers it does not analyse yet). A case the project does not compute yet (`NotPorted`: a hand-written
+format, or a grammar of tool calls) is counted apart, never as identical.
+
+`compare_analysis` compares the auto-parser's analysis of a template (harness "analyze" mode) with the
+project's (constraintd.engine.chat.template_analysis), field by field where the project computes them.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
+from constraintd.engine.chat.prompt import template_source
+from constraintd.engine.chat.template_analysis import TemplateAnalysis, analyze_template
 from constraintd.engine.chat.template_inputs import parse_messages, parse_tools
-from sampler_worker.prompt import chat_grammar_of
+from sampler_worker.prompt import chat_grammar_of, render_template, template_caps
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
     BOS_TOKEN,
@@ -55,6 +60,12 @@ class ParamsComparison:
     ours: dict[str, Any] | None
     llama: dict[str, Any]
     not_ported: str | None = None
+    preserved_tokens: tuple[str, ...] | None = None  # the project's, where it knows them
+
+    @property
+    def same_preserved_tokens(self) -> bool:
+        return self.preserved_tokens is not None and "error" not in self.llama and \
+            list(self.preserved_tokens) == self.llama["preserved_tokens"]
 
     @property
     def identical(self) -> bool:
@@ -91,10 +102,54 @@ def compare_params(binary: Path, path: Path, *, now: int) -> list[ParamsComparis
     comparisons = []
     for case in PARAMS_CASES:
         llama = run_harness(binary, case.request(source, now=now))
+        preserved: tuple[str, ...] | None = None
         try:
-            ours: dict[str, Any] | None = _ours(project_params(source, case, now=now))
-            not_ported = None
+            made = project_params(source, case, now=now)
+            ours: dict[str, Any] | None = _ours(made)
+            not_ported, preserved = None, made.preserved_tokens
         except NotPorted as exc:
             ours, not_ported = None, str(exc)
-        comparisons.append(ParamsComparison(path.stem, case.name, ours, llama, not_ported))
+        comparisons.append(ParamsComparison(path.stem, case.name, ours, llama, not_ported, preserved))
     return comparisons
+
+
+def _llama_analysis(answer: dict[str, Any], ours: TemplateAnalysis) -> dict[str, Any]:
+    tools = answer["tools"]["format"]
+    fields: dict[str, Any] = {
+        "reasoning": [answer["reasoning"][k] for k in ("mode", "start", "end")],
+        "content": [answer["content"][k] for k in ("mode", "start", "end")],
+        "tool mode": tools["mode"], "additional stops": answer["additional_stops"],
+    }
+    if ours.tools_complete:
+        fields["tool format"] = [tools[k] for k in TOOL_FORMAT_FIELDS]
+    if ours.preserved_tokens is not None:
+        fields["preserved tokens"] = answer["preserved_tokens"]
+    return fields
+
+
+TOOL_FORMAT_FIELDS = ("section_start", "section_end", "per_call_start", "per_call_end", "fun_name_is_key",
+                      "tools_array_wrapped", "openai_wrapper_trigger", "function_field", "name_field",
+                      "args_field", "id_field", "gen_id_field", "parameter_order")
+
+
+def _our_analysis(ours: TemplateAnalysis) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "reasoning": [ours.reasoning.mode.name, ours.reasoning.start, ours.reasoning.end],
+        "content": [ours.content_mode.name, ours.content_start, ours.content_end],
+        "tool mode": ours.tools.mode.name, "additional stops": ours.additional_stops,
+    }
+    if ours.tools_complete:
+        fields["tool format"] = [getattr(ours.tools, k) for k in TOOL_FORMAT_FIELDS]
+    if ours.preserved_tokens is not None:
+        fields["preserved tokens"] = ours.preserved_tokens
+    return fields
+
+
+def compare_analysis(binary: Path, path: Path, *, now: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The auto-parser's analysis of one template: (the project's fields, llama.cpp's same fields)."""
+    source = template_source(path.read_text())
+    answer = run_harness(binary, {"mode": "analyze", "template": source, "bos_token": BOS_TOKEN,
+                                  "eos_token": EOS_TOKEN})
+    ours = analyze_template(source, lambda context: render_template(source, context, now=now),
+                            template_caps(source, now=now), bos_token=BOS_TOKEN, eos_token=EOS_TOKEN)
+    return _our_analysis(ours), _llama_analysis(answer, ours)

@@ -12,8 +12,11 @@
     jinja_values  values as llama.cpp's Jinja writes them (tojson, the string filter, printing)
     diff_split  the auto-parser's text tools: markers and text, where two renderings differ
     reasoning  a template's thinking tags, found by the auto-parser's probe conversations
-    chat_params  the grammar side of llama.cpp's chat params (grammar, lazy flag, triggers, stops,
-              thinking tags) for the auto-parser's templates and requests whose grammar holds no tool call
+    template_analysis  the auto-parser's analysis: reasoning, content, the tool-call format (JSON calls in
+              full), preserved tokens, the patches of known templates
+    json_tool_grammar  the lazy tool-call grammar of templates that write JSON calls
+    chat_params  the grammar side of llama.cpp's chat params (grammar, lazy flag, triggers, preserved
+              tokens, stops, thinking tags) for the auto-parser's templates, where ported
 
 Contract: the grammar a request resolves to is the one llama-server would sample with, and a chat
 template rendered by `chat_prompt` (with a renderer of llama.cpp's Jinja dialect) gives llama.cpp's prompt

@@ -1,16 +1,21 @@
 # The grammar side of llama.cpp's chat params (common_chat_params: grammar, grammar_lazy, grammar_triggers,
-# additional_stops, supports_thinking and the thinking tags), for the requests whose grammar holds no tool
-# call, on the templates llama.cpp's differential auto-parser handles (common/chat.cpp,
-# chat-auto-parser-generator.cpp, and the PEG arena's GBNF in peg-parser.cpp).
+# preserved_tokens, additional_stops, supports_thinking and the thinking tags), on the templates llama.cpp's
+# differential auto-parser handles (common/chat.cpp, chat-auto-parser-generator.cpp, and the PEG arena's
+# GBNF in peg-parser.cpp).
 #
 # Contract:
 # - `specialised_format(source)` names the hand-written format llama.cpp picks for a template by marks in its
 #   source (common_chat_try_specialized_template, in its order), or None: the auto-parser's templates. Only
 #   the latter are computed here; `chat_params` raises NotPorted for the others.
 # - A request gets a grammar where it has a response schema, or tools llama.cpp sees a syntax for with
-#   tool_choice auto (and a trigger) or required. The tool grammars are not ported yet (NotPorted); every
-#   other request is exact: no tools or tool_choice none without a schema gives no grammar, and a schema
-#   (with or without tools, any tool_choice) gives the response-format grammar, never lazy, no triggers.
+#   tool_choice auto (and a word to trigger on) or required. Exact here: no tools, tool_choice none, tools the
+#   template has no syntax for, or auto where the format has no word to trigger on, without a schema, give
+#   no grammar; a schema (with or without tools, any tool_choice) gives the response-format grammar, never
+#   lazy, no triggers; tool_choice auto on a template that writes JSON calls gives the lazy tool grammar
+#   (json_tool_grammar.py) and its word triggers. NotPorted: tool_choice required, and the tag formats'
+#   tool grammars.
+# - The preserved tokens are the analysis's (template_analysis.py): None where it has not analysed the
+#   template's tool-call markers (the tag formats).
 # - The response-format grammar is the auto-parser's: the generation prompt up to the reasoning start tag,
 #   the optional reasoning block where reasoning is extracted (reasoning_format other than none, and the
 #   template has reasoning), then the schema's JSON, bare or in a ```json fence. Its rule names, order and
@@ -19,13 +24,16 @@
 #   builder names them (`response-format-schema`, its properties below it).
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from constraintd.engine.chat.diff_split import C_SPACE, Render, trim_whitespace
-from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode, analyze_reasoning
+from constraintd.engine.chat.json_tool_grammar import json_tool_rules
+from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
+from constraintd.engine.chat.template_analysis import TemplateAnalysis, ToolMode, analyze_template
 from constraintd.engine.chat.template_inputs import TemplateCaps
 from constraintd.engine.schema.convert import (
     MAX_CONVERSION_SECONDS,
@@ -33,7 +41,7 @@ from constraintd.engine.schema.convert import (
     MAX_SCHEMA_DEPTH,
     _Converter,
 )
-from constraintd.engine.schema.json_text import JsonValue
+from constraintd.engine.schema.json_text import JsonValue, parse_json
 from constraintd.engine.schema.nodes import FAILED, WorkLimit, schema_from_json
 from constraintd.engine.schema.rules import format_literal, to_bytes
 from constraintd.errors import SchemaError
@@ -99,7 +107,8 @@ class ChatGrammar:
     supports_thinking: bool = False
     thinking_start_tag: str = ""
     thinking_end_tags: tuple[str, ...] = ()
-    reasoning: ReasoningAnalysis = field(default_factory=ReasoningAnalysis, compare=False)
+    preserved_tokens: tuple[str, ...] | None = None  # None: the template's tool-call markers are not analysed
+    analysis: TemplateAnalysis | None = field(default=None, compare=False)
 
 
 # The rules llama.cpp's PEG builder writes for p.json() (peg-parser.cpp json_value and its parts), as its
@@ -247,28 +256,58 @@ def _reasoning_block(add_rule: Any, reasoning: ReasoningAnalysis) -> str:
     return "(" + " ".join([*parts, until, *end_parts]) + ")?"
 
 
+class _GrammarText:
+    """The grammar being built: the schema converter's rules (llama.cpp's common_grammar_builder adds the PEG
+    arena's rules and each schema's to one converter), printed sorted by name."""
+
+    def __init__(self) -> None:
+        self.limit = WorkLimit(max_depth=MAX_SCHEMA_DEPTH, deadline=time.monotonic() + MAX_CONVERSION_SECONDS)
+        self.converter = _Converter(schema_from_json({}, self.limit), self.limit, MAX_GRAMMAR_CHARS)
+
+    def add_rule(self, name: str, rule: str) -> str:
+        return self.converter.add_rule(name, rule)
+
+    def add_schema(self, name: str, schema: Any) -> str:
+        # each schema resolves its own $refs (a schema parser holds its own document)
+        document = schema_from_json(parse_json(json.dumps(schema, ensure_ascii=False)), self.limit)
+        self.converter.document = document
+        return self.converter.visit(document.root, name)
+
+    def text(self) -> str:
+        errors = self.converter.errors
+        if errors:
+            raise SchemaError(FAILED + "\n".join(text for text, _ in errors), pointer=errors[0][1])
+        return self.converter.format_grammar().encode("latin-1").decode("utf-8")
+
+
 def _response_format_grammar(schema: JsonValue, generation_prompt: str, reasoning: ReasoningAnalysis,
                              *, extract_reasoning: bool) -> str:
-    limit = WorkLimit(max_depth=MAX_SCHEMA_DEPTH, deadline=time.monotonic() + MAX_CONVERSION_SECONDS)
-    document = schema_from_json(schema, limit)
-    converter = _Converter(document, limit, MAX_GRAMMAR_CHARS)
-    add_rule = converter.add_rule
+    built = _GrammarText()
     start = trim_whitespace(reasoning.start)
     prompt = generation_prompt if not start or start not in generation_prompt else \
         generation_prompt[:generation_prompt.find(start)]
-    block = _reasoning_block(add_rule, reasoning) if extract_reasoning else ""
-    schema_rule = converter.visit(document.root, "response-format-schema")
-    add_rule("response-format", schema_rule)
+    block = _reasoning_block(built.add_rule, reasoning) if extract_reasoning else ""
+    built.add_rule("response-format", built.add_schema("response-format-schema", schema))
     for name, rule in _JSON_RULES.items():
-        add_rule(name, rule)
-    if converter.errors:
-        raise SchemaError(FAILED + "\n".join(text for text, _ in converter.errors),
-                          pointer=converter.errors[0][1])
+        built.add_rule(name, rule)
     body = [_literal(prompt)] if prompt else []
     body += ["space"] + ([block] if block else []) + ["space"]
     body.append('("```json" space response-format space "```" | space response-format space)')
-    add_rule("root", " ".join(body))
-    return converter.format_grammar().encode("latin-1").decode("utf-8")
+    built.add_rule("root", " ".join(body))
+    return built.text()
+
+
+def _lazy_json_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAnalysis) -> str:
+    built = _GrammarText()
+    try:
+        triggers = json_tool_rules(tools, analysis.tools, add_rule=built.add_rule,
+                                   add_schema=built.add_schema, literal=_literal)
+    except NotImplementedError as exc:
+        raise NotPorted(str(exc)) from None
+    for name, rule in _JSON_RULES.items():
+        built.add_rule(name, rule)
+    built.add_rule("root", " | ".join(sorted(triggers)))
+    return built.text()
 
 
 def chat_params(
@@ -299,19 +338,29 @@ def chat_params(
     specialised = specialised_format(source)
     if specialised is not None:
         raise NotPorted(f"the {specialised} format's chat params")
-    reasoning = analyze_reasoning(source, render, caps, bos_token=bos_token, eos_token=eos_token)
+    analysis = analyze_template(source, render, caps, bos_token=bos_token, eos_token=eos_token)
+    reasoning = analysis.reasoning
     supports_thinking = reasoning.mode is not ReasoningMode.NONE
     end_tag = trim_whitespace(reasoning.end)
-    thinking = {
-        "supports_thinking": supports_thinking,
+    preserved = analysis.preserved_tokens
+    common: dict[str, Any] = {
+        "additional_stops": tuple(analysis.additional_stops), "supports_thinking": supports_thinking,
         "thinking_start_tag": trim_whitespace(reasoning.start) if supports_thinking else "",
         "thinking_end_tags": (end_tag,) if supports_thinking and end_tag else (),
-        "additional_stops": tuple(reasoning.additional_stops), "reasoning": reasoning,
+        "preserved_tokens": None if preserved is None else tuple(preserved), "analysis": analysis,
     }
     if isinstance(json_schema, dict) and json_schema:
         grammar = _response_format_grammar(json_schema, generation_prompt, reasoning,
                                            extract_reasoning=reasoning_format != "none")
-        return ChatGrammar(grammar, **thinking)  # type: ignore[arg-type]
-    if tools and tool_choice != "none":
-        raise NotPorted("tool-call grammars")
-    return ChatGrammar(**thinking)  # type: ignore[arg-type]
+        return ChatGrammar(grammar, **common)
+    has_tools = bool(tools) and analysis.tools.mode is not ToolMode.NONE
+    if has_tools and tool_choice == "required":
+        raise NotPorted("tool-call grammars for tool_choice required")
+    if not has_tools or tool_choice != "auto" or analysis.trigger_marker == "":
+        return ChatGrammar(**common)  # no grammar: nothing to trigger on
+    if analysis.tools.mode is not ToolMode.JSON_NATIVE or analysis.trigger_marker is None:
+        raise NotPorted("tool-call grammars of the tag formats")
+    triggers = [GrammarTrigger("word", analysis.trigger_marker)]
+    if analysis.tools.openai_wrapper_trigger:
+        triggers.append(GrammarTrigger("word", '{"type": "function",'))
+    return ChatGrammar(_lazy_json_tool_grammar(tools, analysis), True, tuple(triggers), **common)

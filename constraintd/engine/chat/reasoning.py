@@ -6,8 +6,8 @@
 #   conversations (its own texts: a user message, an answer with and without reasoning_content, thinking
 #   on and off, a tool call with reasoning) and reads the markers around the reasoning from where the
 #   renderings differ: the mode (none, tag-based, tools-only), the start tag (may be empty: a delimiter
-#   style) and the end tag, whitespace included, as the analysis leaves them; then the patches of known
-#   templates.
+#   style) and the end tag, whitespace included, as the analysis leaves them (the patches of known
+#   templates come after every phase: template_analysis.py).
 # - The probes are rendered as common_chat_template_direct_apply renders them: the messages as given (content
 #   null stays null, arguments stay objects), only the content normalised to the template's string or typed
 #   form, `enable_thinking` and no date variables; a probe the template refuses gives no answer.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from constraintd.engine.chat.diff_split import (
@@ -34,7 +34,10 @@ from constraintd.engine.chat.diff_split import (
 )
 from constraintd.engine.chat.template_inputs import TemplateCaps, _normalize_content
 
-__all__ = ["ReasoningAnalysis", "ReasoningMode", "analyze_reasoning"]
+__all__ = [
+    "MARKER", "SPACE", "Probe", "ReasoningAnalysis", "ReasoningMode", "analyze_reasoning", "probe_tools",
+    "tool_call",
+]
 
 # llama.cpp's probe texts (chat-diff-analyzer.cpp): distinctive, so that a diff finds them
 FUN_FIRST = "FFF_FIRST_FUN_F"
@@ -68,7 +71,7 @@ def probe_tools() -> list[dict[str, Any]]:
     ]
 
 
-def _tool_call(name: str, arguments: dict[str, Any], call_id: str = CALL_ID_001) -> dict[str, Any]:
+def tool_call(name: str, arguments: dict[str, Any], call_id: str = CALL_ID_001) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
@@ -82,15 +85,14 @@ class ReasoningMode(enum.Enum):
 
 @dataclass(slots=True)
 class ReasoningAnalysis:
-    """What the analysis found: the mode and the tags, whitespace as rendered; stops from the patches."""
+    """What the analysis found: the mode and the tags, whitespace as rendered."""
 
     mode: ReasoningMode = ReasoningMode.NONE
     start: str = ""
     end: str = ""
-    additional_stops: list[str] = field(default_factory=list)
 
 
-class _Probe:
+class Probe:
     """Renders llama.cpp's probe conversations on one template (common_chat_template_direct_apply)."""
 
     def __init__(self, render: Render, caps: TemplateCaps, bos_token: str, eos_token: str) -> None:
@@ -115,8 +117,10 @@ class _Probe:
         return compare_variants(self.render, a, b)
 
 
-_SPACE = f"[{re.escape(C_SPACE)}]*"
-_MARKER = r"(?:<[^>]*>|\[[^\]]*\])"
+SPACE = f"[{re.escape(C_SPACE)}]*"
+"""The analysis's space parser: C whitespace, as much as there is."""
+MARKER = r"(?:<[^>]*>|\[[^\]]*\])"
+"""The analysis's marker parser: `<` up to the first `>`, or `[` up to the first `]`."""
 
 
 def _first_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
@@ -128,7 +132,7 @@ def _literal(text: str) -> str:
     return re.escape(text)
 
 
-def _reasoning_presence(probe: _Probe, found: ReasoningAnalysis) -> None:
+def _reasoning_presence(probe: Probe, found: ReasoningAnalysis) -> None:
     user = {"role": "user", "content": USER_MSG}
     plain = {"role": "assistant", "content": ASSISTANT_MSG}
     reasoned = {"role": "assistant", "content": ASSISTANT_MSG, "reasoning_content": THINKING_CONTENT}
@@ -136,12 +140,12 @@ def _reasoning_presence(probe: _Probe, found: ReasoningAnalysis) -> None:
     if compared is None or not compared.diff.right or THINKING_CONTENT not in compared.diff.right:
         return
     # wrapped: marker + space, the reasoning, space + marker + space (then anything)
-    wrapped = re.compile(f"(?P<pre>{_MARKER}{_SPACE}){_literal(THINKING_CONTENT)}"
-                         f"(?P<post>{_SPACE}{_MARKER}{_SPACE})", re.DOTALL)
+    wrapped = re.compile(f"(?P<pre>{MARKER}{SPACE}){_literal(THINKING_CONTENT)}"
+                         f"(?P<post>{SPACE}{MARKER}{SPACE})", re.DOTALL)
     match = _first_match(wrapped, compared.output_b)
     if match is None:
         # delimiter: the reasoning, space, then a marker + space if there is one
-        delimiter = re.compile(f"{_literal(THINKING_CONTENT)}{_SPACE}(?P<post>{_MARKER}{_SPACE})?", re.DOTALL)
+        delimiter = re.compile(f"{_literal(THINKING_CONTENT)}{SPACE}(?P<post>{MARKER}{SPACE})?", re.DOTALL)
         match = _first_match(delimiter, compared.output_b)
     if match is None:
         return
@@ -175,7 +179,7 @@ def _tail_anchored(output_a: str, output_b: str, found: ReasoningAnalysis) -> No
             break
 
 
-def _thinking_enabled(probe: _Probe, found: ReasoningAnalysis) -> None:
+def _thinking_enabled(probe: Probe, found: ReasoningAnalysis) -> None:
     user = {"role": "user", "content": USER_MSG}
     compared = probe.compare(
         probe.context([user], add_generation_prompt=True, enable_thinking=False),
@@ -201,11 +205,11 @@ def _thinking_enabled(probe: _Probe, found: ReasoningAnalysis) -> None:
         found.mode = ReasoningMode.TAG_BASED
 
 
-def _reasoning_scope(probe: _Probe, found: ReasoningAnalysis) -> None:
+def _reasoning_scope(probe: Probe, found: ReasoningAnalysis) -> None:
     user = {"role": "user", "content": USER_MSG}
     with_content = {"role": "assistant", "content": ASSISTANT_MSG, "reasoning_content": THINKING_CONTENT}
     with_tools = {"role": "assistant", "content": None, "reasoning_content": THINKING_CONTENT,
-                  "tool_calls": [_tool_call(FUN_FIRST, {ARG_FIRST: "VVVV", ARG_SECOND: "XXXX"})]}
+                  "tool_calls": [tool_call(FUN_FIRST, {ARG_FIRST: "VVVV", ARG_SECOND: "XXXX"})]}
     tools = probe_tools()
     compared = probe.compare(probe.context([user, with_content], tools=tools),
                              probe.context([user, with_tools], tools=tools))
@@ -214,13 +218,13 @@ def _reasoning_scope(probe: _Probe, found: ReasoningAnalysis) -> None:
     if THINKING_CONTENT in compared.output_a or THINKING_CONTENT not in compared.output_b:
         return
     found.mode = ReasoningMode.TOOLS_ONLY
-    wrapped = re.compile(f"(?P<pre>{_MARKER}{_SPACE}){_literal(THINKING_CONTENT)}{_SPACE}"
-                         f"(?P<post>{_MARKER}{_SPACE})", re.DOTALL)
+    wrapped = re.compile(f"(?P<pre>{MARKER}{SPACE}){_literal(THINKING_CONTENT)}{SPACE}"
+                         f"(?P<post>{MARKER}{SPACE})", re.DOTALL)
     match = _first_match(wrapped, compared.output_b)
     if match is not None:
         found.start, found.end = match.group("pre"), match.group("post")
         return
-    delimiter = re.compile(f"{_literal(THINKING_CONTENT)}{_SPACE}(?P<post>{_MARKER}{_SPACE})?", re.DOTALL)
+    delimiter = re.compile(f"{_literal(THINKING_CONTENT)}{SPACE}(?P<post>{MARKER}{SPACE})?", re.DOTALL)
     match = _first_match(delimiter, compared.output_b)
     if match is not None:
         found.end = match.group("post") or ""
@@ -228,37 +232,13 @@ def _reasoning_scope(probe: _Probe, found: ReasoningAnalysis) -> None:
         found.mode = ReasoningMode.NONE
 
 
-# The patches of known templates that set reasoning (the analysis's workarounds, in its order): the marks
-# that must all be in the template's source, and what they set.
-def _patch(source: str, found: ReasoningAnalysis) -> None:
-    if ("content.split('</think>')" in source and "reasoning_content" not in source
-            and "<SPECIAL_12>" not in source and found.mode is ReasoningMode.NONE):
-        # old Qwen / DeepSeek thinking templates: they drop reasoning, but the model writes it
-        found.mode, found.start, found.end = ReasoningMode.TAG_BASED, "<think>", "</think>"
-    if ("Write your thoughts between <think></think> and write your response between <response></response>"
-            in source):  # Granite 3.3
-        found.mode, found.start, found.end = ReasoningMode.TAG_BASED, "<think>", "</think>"
-    if all(mark in source for mark in ("<SPECIAL_10>", "<SPECIAL_11>", "<SPECIAL_12>", "<TOOL_RESPONSE>")):
-        # Nemotron Nano v2
-        found.mode, found.start, found.end = ReasoningMode.TAG_BASED, "<think>\n", "</think>"
-    if "laguna_glm_thinking" in source:
-        # Laguna: the tags without the template's formatting whitespace, and </assistant> as a stop string
-        found.start, found.end = trim_whitespace(found.start), trim_whitespace(found.end)
-        found.additional_stops.append("</assistant>")
-
-
-def analyze_reasoning(source: str, render: Render, caps: TemplateCaps, *, bos_token: str = "",
-                      eos_token: str = "") -> ReasoningAnalysis:
-    """The template's reasoning markers as llama.cpp's auto-parser finds them (see the module's contract).
-
-    `render(context)` renders `source` in llama.cpp's Jinja dialect; a probe it raises on gives no answer.
-    Does not raise for a template that refuses the probes: it then has no reasoning.
-    """
-    probe = _Probe(render, caps, bos_token, eos_token)
+def analyze_reasoning(probe: Probe, *, supports_tool_calls: bool) -> ReasoningAnalysis:
+    """The template's reasoning markers as llama.cpp's auto-parser's first phase finds them, before the
+    patches of known templates (template_analysis.py applies those). A template that refuses the probes has
+    no reasoning."""
     found = ReasoningAnalysis()
     _reasoning_presence(probe, found)
     _thinking_enabled(probe, found)
-    if caps.supports_tool_calls:
+    if supports_tool_calls:
         _reasoning_scope(probe, found)
-    _patch(source, found)
     return found

@@ -3,12 +3,17 @@
 The oracle test runs tests/chat_oracle/cases.py's PARAMS_CASES on every template of the reference through
 llama.cpp's chat layer (tests/chat_oracle/harness.cpp) and through the project's port, and compares the
 grammar, lazy flag, triggers, additional stops and thinking tags byte for byte. What is ported is asserted
-per template: on the auto-parser's templates every case but the tool-call grammars (tools offered, tool_choice
-auto / required / named, no schema) is identical; the hand-written formats (SPECIALISED) are not ported.
+per template: on the auto-parser's templates every case but the tool-call grammars of the tag formats and
+of tool_choice required / named (tools offered, no schema, where the template has a tool-call syntax) is
+identical; the hand-written formats (SPECIALISED) are not ported. Preserved tokens are compared where the
+project knows them (every auto-parser template but the tag formats), and the analysis itself on every
+template.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import random
 import time
 from pathlib import Path
 
@@ -20,11 +25,13 @@ from constraintd.engine import Grammar, Matcher, Vocab
 from constraintd.engine.chat.chat_params import _excluding_grammar, chat_params, specialised_format
 from constraintd.engine.chat.diff_split import DiffSplit, Segment, diff_split, segments, trim_whitespace
 from constraintd.engine.chat.prompt import template_source
-from constraintd.engine.chat.reasoning import ReasoningMode, analyze_reasoning
+from constraintd.engine.chat.reasoning import ReasoningMode
+from constraintd.engine.chat.template_analysis import analyze_template
 from constraintd.engine.chat.template_inputs import TemplateCaps
 from sampler_worker.prompt import render_template
+from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import PARAMS_CASES, template_paths
-from tests.chat_oracle.params import ParamsComparison, compare_params
+from tests.chat_oracle.params import ParamsComparison, compare_analysis, compare_params
 from tests.conftest import OracleReport
 
 TEMPLATES = template_paths()
@@ -45,13 +52,53 @@ SPECIALISED = {
     "moonshotai-Kimi-K2": "kimi-k2", "muse-glimmer": "muse-glimmer", "openai-gpt-oss-120b": "gpt-oss",
     "openbmb-MiniCPM5-1B": "minicpm5", "unsloth-mistral-Devstral-Small-2507": "ministral-3",
 }
+# Auto-parser templates in which llama.cpp's analysis finds no tool-call syntax: no tool grammar, ever.
+NO_TOOL_SYNTAX = {
+    "HuggingFaceTB-SmolLM3-3B", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "google-gemma-2-2b-it",
+    "ibm-granite-granite-3.3-2B-Instruct", "llama-cpp-rwkv-world", "microsoft-Phi-3.5-mini-instruct",
+}
+# JSON tool calls with no marker before them: tool_choice auto has no word to trigger on, so no grammar.
+NO_TRIGGER = {"meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct",
+              "meta-llama-Llama-3.3-70B-Instruct"}
+# Auto-parser templates with a tag format (<function=...>, <arg_key>...): their function and argument markers,
+# hence their preserved tokens and tool grammars, are not ported; Functionary 3.1's preserved tokens are a
+# patch's whole list.
+TAG_FORMATS = {
+    "ByteDance-Seed-OSS", "GLM-4.6", "GLM-4.7-Flash", "MiniMax-M2", "Mistral-Small-3.2-24B-Instruct-2506",
+    "Spark2.5", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-ai-DeepSeek-V3.1",
+    "llama-cpp-deepseek-r1", "meetkai-functionary-medium-v3.1", "poolside-Laguna-S-2.1",
+    "poolside-Laguna-XS-2.1", "poolside-Laguna-XS.2", "tencent-Hy3", "upstage-Solar-Open-100B",
+}
+PRESERVED_BY_PATCH = {"meetkai-functionary-medium-v3.1"}
+# Where the project's analysis still parts from llama.cpp's: template -> (field, why). Functionary 3.2 has its
+# own format (SPECIALISED), so its chat params do not depend on it.
+ANALYSIS_DIFFERENCES = {
+    "meetkai-functionary-medium-v3.2": (
+        ("tool mode", "tool format", "preserved tokens"),
+        "the template joins a string and the arguments object with +: llama.cpp's Jinja writes the object, "
+        "the project's renderer refuses (its capability probes count on that refusal): the probe finds no "
+        "call"),
+}
 TOOL_GRAMMAR_CHOICES = {"auto", "required", "named"}
 
 
 def _expected_ported(template: str) -> set[str]:
     if template in SPECIALISED:
         return set()
-    return {case.name for case in PARAMS_CASES if case.schema or case.tool_choice not in TOOL_GRAMMAR_CHOICES}
+    ported = set()
+    for case in PARAMS_CASES:
+        tool_grammar = not case.schema and case.tool_choice in TOOL_GRAMMAR_CHOICES
+        if template in NO_TOOL_SYNTAX or (template in NO_TRIGGER and case.tool_choice == "auto"):
+            tool_grammar = False
+        # ported tool grammars: JSON tool calls, lazy (tool_choice auto)
+        lazy_json = case.tool_choice == "auto" and template not in TAG_FORMATS
+        if not tool_grammar or lazy_json:
+            ported.add(case.name)
+    return ported
+
+
+def _preserved_known(template: str) -> bool:
+    return template not in SPECIALISED and (template not in TAG_FORMATS or template in PRESERVED_BY_PATCH)
 
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
@@ -80,14 +127,27 @@ def test_diff_split_of_equal_texts_is_all_prefix() -> None:
     assert diff_split("<a>x<b>", "<a>x<b>") == DiffSplit(prefix="<a>x<b>")
 
 
-@given(st.text(alphabet="ab<>[] x", max_size=12), st.text(alphabet="ab<>[] x", max_size=12),
-       st.text(alphabet="ab<>[] x", max_size=12), st.text(alphabet="ab<>[] x", max_size=12))
-def test_diff_split_rebuilds_both_texts(prefix: str, left: str, right: str, suffix: str) -> None:
-    a, b = prefix + left + suffix, prefix + right + suffix
-    split = diff_split(a, b)
-    if split.left or split.right:
-        assert split.prefix + split.left + split.suffix == a
-        assert split.prefix + split.right + split.suffix == b
+DIFF_PIECES = ("a", "b", " ", "\n", "<x>", "<y>", "[z]", "<", ">", "[", "]", "<think>", "</think>", "é")
+
+
+@pytest.mark.oracle
+def test_diff_split_is_llama_cpps(chat_oracle: Path, oracle_report: OracleReport) -> None:
+    """calculate_diff_split on drawn pairs (a shared prefix and suffix around two drawn middles, seeded):
+    the same four parts, including where llama.cpp's parts do not rebuild the texts."""
+    rng = random.Random(18)
+
+    def text() -> str:
+        return "".join(rng.choice(DIFF_PIECES) for _ in range(rng.randint(0, 8)))
+
+    pairs = []
+    for _ in range(2000):
+        prefix, suffix = text(), text()
+        pairs.append((prefix + text() + suffix, prefix + text() + suffix))
+    splits = run_harness(chat_oracle, {"mode": "diff", "pairs": pairs})["splits"]
+    ours = [dataclasses.asdict(diff_split(left, right)) for left, right in pairs]
+    same = sum(a == b for a, b in zip(ours, splits, strict=True))
+    oracle_report.add("chat auto-parser diff split", "drawn pairs", identical=same, total=len(pairs))
+    assert ours == splits
 
 
 def test_trim_is_c_isspace() -> None:
@@ -131,7 +191,7 @@ def test_reasoning_of_a_chatml_template_with_think_tags() -> None:
         return render_template(source, context)
 
     caps = TemplateCaps.from_map({"supports_string_content": True, "supports_system_role": True})
-    found = analyze_reasoning(source, render, caps)
+    found = analyze_template(source, render, caps).reasoning
     assert found.mode is ReasoningMode.TAG_BASED
     assert (found.start, found.end) == ("<think>\n", "\n</think>\n\n")
     made = chat_params(source, render, caps, generation_prompt="<|im_start|>assistant\n",
@@ -157,6 +217,30 @@ def test_chat_params_are_llama_cpps(path: Path, chat_oracle: Path, oracle_report
     ported = {c.case for c in comparisons if c.not_ported is None}
     assert ported == _expected_ported(path.stem), _describe(comparisons)
     assert identical == ported, _describe([c for c in comparisons if c.case in ported - identical])
+    known = [c for c in comparisons if c.preserved_tokens is not None]
+    same = [c for c in known if c.same_preserved_tokens]
+    oracle_report.add("chat params: preserved tokens", path.stem, identical=len(same), total=len(comparisons))
+    assert len(known) == (len(ported) if _preserved_known(path.stem) else 0)
+    assert len(same) == len(known), [
+        (c.case, c.preserved_tokens, c.llama.get("preserved_tokens")) for c in known]
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
+def test_template_analysis_is_llama_cpps(path: Path, chat_oracle: Path, oracle_report: OracleReport) -> None:
+    """The auto-parser's analysis (reasoning, content, tool format's mode; the JSON format's markers and
+    fields; the preserved tokens where known; stops) is llama.cpp's on every template, the specialised ones
+    too (llama.cpp analyses them as well, though it then uses their own formats)."""
+    ours, llama = compare_analysis(chat_oracle, path, now=time.time())
+    oracle_report.add("chat auto-parser analysis", "every template", identical=int(ours == llama), total=1)
+    if path.stem in ANALYSIS_DIFFERENCES:
+        fields, why = ANALYSIS_DIFFERENCES[path.stem]
+        assert ours["tool mode"] != llama["tool mode"], why
+        ours = {k: v for k, v in ours.items() if k not in fields}
+        llama = {k: v for k, v in llama.items() if k not in fields}
+    else:
+        assert ("tool format" in ours) == (llama["tool mode"] in ("NONE", "JSON_NATIVE"))
+    assert ours == llama
 
 
 def _describe(comparisons: list[ParamsComparison]) -> str:
