@@ -19,9 +19,11 @@ from hypothesis import strategies as st
 from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, Vocab, unpack_mask
 from constraintd.engine.chat.requests import json_object_grammar
 from constraintd.engine.grammar.stacks import allows_token
+from constraintd.engine.grammar.utf8 import decode_utf8
 from constraintd.engine.masks import compute
 from constraintd.engine.masks.compute import compute_allowed, walk
 from constraintd.engine.schema.convert import json_schema_to_gbnf
+from constraintd.engine.vocab.decoded import encode_partial, partial_bounds
 from tests import reference
 from tests.lockstep import Lockstep, SampleGrammar, Tally, byte_tokens, sample_grammars
 from tests.oracle import LlamaGrammar, LlamaVocab
@@ -83,6 +85,22 @@ def test_mask_is_the_literal_apply_of_every_token(
             allowed = np.flatnonzero(mask)
             if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
                 break
+
+
+@settings(max_examples=60, deadline=None)
+@given(grammars(), st.lists(st.binary(min_size=1, max_size=3), min_size=1, max_size=30))
+def test_unfinished_sequences_judged_at_once_as_one_at_a_time(text: str, pieces: list[bytes]) -> None:
+    # as a whole walk judges a table's bare rows (their sequences decoded once into the code points they
+    # could become, then judged together against the classes on top), and as State.partial_ok judges one
+    grammar = compile_or_skip(text, Vocab([b"</s>", b"a"], eog_ids=[0]))
+    state = grammar._states.intern(Matcher(grammar).stacks, 10**6)
+    assume(state is not None and state.char_tops)
+    assert state is not None
+    partials = [partial for piece in pieces if (partial := decode_utf8(piece)[1])[1] > 0]
+    assume(partials)
+    codes = np.array([encode_partial(partial) for partial in partials], dtype=np.int64)
+    at_once = compute._bounds_ok(state, partial_bounds(codes))
+    assert at_once.tolist() == [state.partial_ok(partial) for partial in partials]
 
 
 def test_long_pieces_and_all_partial_lengths() -> None:
