@@ -171,8 +171,11 @@ class State:
                 escapes = True
             else:
                 tokens.append((kinds[top], table.rules.values[top], stack))
-        # char-class position on top of some stack -> those stacks
-        self.by_top: dict[int, list[Stack]] = by_top
+        # char-class position on top of some stack -> those stacks; tuples, not lists: a list is always in the
+        # cyclic collector's sight, and a state has about six of them (1.6M objects a full collection walked
+        # after 100 schemas' walks over qwen2, 724k of them these lists), while a tuple of stacks of plain
+        # positions, and then the dict, leave it at the collector's first pass
+        self.by_top: dict[int, tuple[Stack, ...]] = {top: tuple(group) for top, group in by_top.items()}
         self.char_tops: tuple[int, ...] = tuple(sorted(by_top))
         # (TOKEN or TOKEN_NOT, token id, stack) for every token-topped stack
         self.token_tops: tuple[tuple[int, int, Stack], ...] = tuple(tokens)
