@@ -34,7 +34,7 @@ from grpc_reflection.v1alpha import reflection
 from constraintd.errors import UnavailableError
 from constraintd.server.config import ServerConfig
 from constraintd.server.health import SERVICE_NAME, Health
-from constraintd.server.memory import MemorySettler, fix_mmap_threshold
+from constraintd.server.memory import CollectorPauses, MemorySettler, fix_mmap_threshold
 from constraintd.server.metrics import Metrics, MetricsServer
 from constraintd.server.processes import ProcessPool
 from constraintd.server.security import BearerTokenInterceptor, server_credentials
@@ -107,6 +107,7 @@ class Service:
             vocabs=lambda: self.registry.vocab_count,
             grammars=lambda: self.registry.grammar_count,
         )
+        self._collector_pauses = CollectorPauses(self.metrics.collector_seconds.observe)
         self.health = Health()
         self.addresses: list[str] = []
         self.metrics_port: int | None = None
@@ -164,6 +165,7 @@ class Service:
             self._metrics_server = MetricsServer(self.metrics)
             self.metrics_port = await self._metrics_server.start(host.strip("[]") or "127.0.0.1", int(port))
         self._sweeper = asyncio.create_task(self._sweep(), name="constraintd-sweep")
+        self._collector_pauses.start()
         if config.settle_interval > 0:
             settler = MemorySettler(interval=config.settle_interval)
             self._settler = asyncio.create_task(settler.run(), name="constraintd-settle")
@@ -206,6 +208,7 @@ class Service:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        self._collector_pauses.stop()
         for pool in self._workers:
             pool.shutdown()
         if self.compile_processes is not None:

@@ -17,10 +17,16 @@
 # again, so a server with a large live working set pays one full collection per threshold of growth
 # (Python's own collector runs one per quarter of growth).
 #
+# The collector's own pauses are recorded too (`CollectorPauses`): a full collection walks every object in
+# its sight and holds the GIL meanwhile, so it stops the event loop as long as it runs (415 ms of CPU over
+# 639k objects after 80 schemas' documents walked over qwen2); the metrics show each generation's pauses.
+#
 # Invariants:
 # - `tick` runs on the event loop (a full collection holds the GIL wherever it runs); it costs a read of
 #   /proc when there is nothing to settle.
 # - The threshold is the larger of MIN_THRESHOLD and THRESHOLD_FRACTION of the level.
+# - `CollectorPauses` observes from a callback of the collector, on whatever thread collects: the one
+#   writer of what it feeds, since collections never overlap.
 from __future__ import annotations
 
 import asyncio
@@ -36,7 +42,9 @@ from dataclasses import dataclass
 
 from constraintd.service.log_events import fields
 
-__all__ = ["MemorySettler", "Settling", "fix_mmap_threshold", "malloc_trim", "resident_bytes"]
+__all__ = [
+    "CollectorPauses", "MemorySettler", "Settling", "fix_mmap_threshold", "malloc_trim", "resident_bytes",
+]
 
 log = logging.getLogger("constraintd.server")
 
@@ -158,3 +166,31 @@ class MemorySettler:
                         ms=round(settled.seconds * 1000, 1),
                     ),
                 )
+
+
+class CollectorPauses:
+    """Hands each pause of the cyclic collector, in seconds and with its generation, to `observe`, while
+    `start`ed."""
+
+    def __init__(
+        self, observe: Callable[[float, str], None], clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self._observe = observe
+        self._clock = clock
+        self._began = 0.0
+
+    def start(self) -> None:
+        """Records every collection from now on (idempotent)."""
+        if self._callback not in gc.callbacks:
+            gc.callbacks.append(self._callback)
+
+    def stop(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        # collections never overlap (the collector runs one at a time), so one start time serves
+        if phase == "start":
+            self._began = self._clock()
+        else:
+            self._observe(self._clock() - self._began, str(info["generation"]))

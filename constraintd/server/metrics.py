@@ -3,7 +3,9 @@
 #
 # Invariants:
 # - Metrics are plain in-memory numbers updated on the event loop thread (worker threads never touch
-#   them), so no locks; a render is a consistent-enough snapshot for scraping.
+#   them), so no locks; a render is a consistent-enough snapshot for scraping. The one exception is
+#   `collector_seconds`, observed by the cyclic collector's callback on whatever thread collects: it has
+#   that one writer (collections never overlap), and a render at worst misses the pause in progress.
 # - Label values are escaped as the format requires; every family renders its HELP and TYPE lines, and a
 #   histogram its cumulative buckets, `+Inf`, `_sum` and `_count`.
 # - The HTTP endpoint answers one request per connection and nothing but GET of /metrics (404 otherwise;
@@ -25,6 +27,7 @@ Labels = tuple[str, ...]
 
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 COMPILE_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0)
+COLLECTOR_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 def _escape(value: str) -> str:
@@ -160,6 +163,13 @@ class Metrics:
             ("outcome",),
             buckets=COMPILE_BUCKETS,
         )
+        # observed by the collector's callback (server/memory.py's CollectorPauses), not on the loop
+        self.collector_seconds = Histogram(
+            "constraintd_gc_pause_seconds",
+            "Pauses of Python's cyclic garbage collector, which stop the event loop, by generation",
+            ("generation",),
+            buckets=COLLECTOR_BUCKETS,
+        )
         self._families: tuple[_Family, ...] = (
             self.rpcs,
             self.rpc_seconds,
@@ -167,6 +177,7 @@ class Metrics:
             self.step_errors,
             self.sessions_reclaimed,
             self.compile_seconds,
+            self.collector_seconds,
             Gauge("constraintd_sessions_open", "Sessions open now", sessions_open),
             Gauge("constraintd_vocabularies", "Vocabularies registered", vocabs),
             Gauge("constraintd_grammars_cached", "Compiled grammars in the shared cache", grammars),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import gc
 import weakref
 
-from constraintd.server.memory import MIN_BLOCKS_FREED, MIN_THRESHOLD, MemorySettler
+from constraintd.server.memory import MIN_BLOCKS_FREED, MIN_THRESHOLD, CollectorPauses, MemorySettler
+from constraintd.server.metrics import Metrics
 
 MIB = 1 << 20
 
@@ -104,3 +105,26 @@ def test_a_settling_runs_the_collector_for_real() -> None:
         assert freed() is None  # the settling collected it
     finally:
         gc.enable()
+
+
+def test_the_collectors_pauses_are_observed_by_generation_until_stopped() -> None:
+    metrics = Metrics(sessions_open=lambda: 0, vocabs=lambda: 0, grammars=lambda: 0)
+    ticks = iter(range(0, 1000, 2))  # each reading of the clock 2 s after the one before
+    pauses = CollectorPauses(metrics.collector_seconds.observe, clock=lambda: float(next(ticks)))
+    automatic = gc.isenabled()
+    gc.disable()  # no collection but the test's own
+    pauses.start()
+    pauses.start()  # once only
+    try:
+        gc.collect(0)
+        gc.collect()
+    finally:
+        pauses.stop()
+        if automatic:
+            gc.enable()
+    gc.collect()  # not seen
+    lines = metrics.render().splitlines()
+    assert 'constraintd_gc_pause_seconds_count{generation="0"} 1' in lines
+    assert 'constraintd_gc_pause_seconds_count{generation="2"} 1' in lines
+    assert 'constraintd_gc_pause_seconds_sum{generation="2"} 2' in lines  # its start and stop: one step apart
+    assert 'constraintd_gc_pause_seconds_bucket{generation="2",le="1"} 0' in lines

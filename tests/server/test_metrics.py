@@ -53,6 +53,7 @@ def test_the_service_metrics_render_every_family() -> None:
         "constraintd_step_errors_total",
         "constraintd_sessions_reclaimed_total",
         "constraintd_compile_seconds",
+        "constraintd_gc_pause_seconds",
         "constraintd_sessions_open",
         "constraintd_vocabularies",
         "constraintd_grammars_cached",
