@@ -27,6 +27,10 @@
 #   that miss one of the names, one object per name the schema does not itself require, each with that
 #   name forbidden (an anyOf: an object missing two of them is valid for two). A value that is no object is
 #   valid for `required`, so for no such `not`: the objects are typed.
+# - `dependent_objects(schema)`: `dependentRequired` (or draft 7's `dependencies` of names only) beside object
+#   keywords: for each name with names it depends on, either the name absent (forbidden) or it and those
+#   names all required; one object per choice that can hold (`MAX_SPLITS` at most), an anyOf of them. A
+#   value that is no object is valid for them: an object without `type` still takes it.
 # Invariants: pure functions of JSON values; the base is never changed.
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ from typing import Final
 from constraintd.engine.schema.json_text import JsonValue, canonical, json_type
 from constraintd.engine.schema.keywords import Enforcement, keyword_of
 
-__all__ = ["MAX_SPLITS", "Merged", "merged_alternatives", "not_all_present"]
+__all__ = ["MAX_SPLITS", "Merged", "dependent_objects", "merged_alternatives", "not_all_present"]
 
 MAX_SPLITS: Final = 32  # objects one alternative of a oneOf may split into
 _Schema = Mapping[str, JsonValue]
@@ -296,3 +300,48 @@ def not_all_present(schema: _Schema) -> list[Merged] | None:
     base = {key: value for key, value in schema.items() if key != "not"}
     base["type"] = "object"
     return [Merged(base, i, (name,)) for i, name in enumerate(names) if name not in listed] or None
+
+
+_BESIDE_DEPENDENCIES: Final = frozenset({"type", "properties", "required", "additionalProperties",
+                                         "minProperties", "maxProperties", "dependencies",
+                                         "dependentRequired"})
+
+
+def dependent_objects(schema: _Schema) -> list[Merged] | None:
+    """The objects of `schema` without its dependent requirements, one per choice of each dependent name
+    absent or present with its names (see the module comment), or None where the schema is of another
+    form."""
+    if any(key not in _BESIDE_DEPENDENCIES and keyword_of(key).enforcement is not Enforcement.ANNOTATION
+           for key in schema) or schema.get("type", "object") != "object":
+        return None
+    entries: list[tuple[str, list[str]]] = []
+    for key in ("dependencies", "dependentRequired"):
+        table = schema.get(key, {})
+        if not isinstance(table, dict):
+            return None
+        for name, names in table.items():
+            if not isinstance(names, list) or not all(isinstance(other, str) for other in names):
+                return None  # a dependent schema
+            entries.append((name, [other for other in names if isinstance(other, str)]))
+    listed = schema.get("required", [])
+    declared = schema.get("properties", {})
+    if not entries or not isinstance(listed, list) or not isinstance(declared, dict):
+        return None
+    closed = schema.get("additionalProperties") is False
+    base = {key: value for key, value in schema.items() if key not in ("dependencies", "dependentRequired")}
+    out: list[Merged] = []
+    for choice in itertools.product((False, True), repeat=len(entries)):
+        required = list(dict.fromkeys(name for name in listed if isinstance(name, str)))
+        forbidden: list[str] = []
+        for present, (dependent, needed) in zip(choice, entries, strict=True):
+            if present:
+                required.extend(other for other in [dependent, *needed] if other not in required)
+            else:
+                forbidden.append(dependent)
+        if set(required) & set(forbidden) or (closed and any(other not in declared for other in required)):
+            continue  # no object holds this choice
+        if len(out) == MAX_SPLITS:
+            return None
+        out.append(Merged({**base, "required": list[JsonValue](required)}, len(out),
+                          tuple(dict.fromkeys(forbidden))))
+    return out or None

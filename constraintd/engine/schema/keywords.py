@@ -256,6 +256,10 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
              "they allow, checked value by value, are the grammar's; an optional property none of whose "
              "values is allowed is absent; beside any other keyword, as in the default"),
     "const": "as enum",
+    "dependentRequired": ("beside object keywords (no patternProperties, no applicator): an object per "
+                          "choice of each dependent name absent or present with its names, up to 32, in an "
+                          "anyOf (schema/alternatives.py); else reported"),
+    "dependencies": "of names only: as dependentRequired; a dependent schema stays reported",
     "not": ("of required names alone (`{\"required\": [a, b]}`, or an allOf of such parts) beside object "
             "keywords: the objects missing one of the names, one object per name the schema does not require "
             "itself, each with that name forbidden (schema/alternatives.py); a value that is no object is "

@@ -27,7 +27,12 @@ from dataclasses import dataclass, field, replace
 from typing import Final, TypeAlias
 
 from constraintd.engine.schema.all_of import merged_all_of
-from constraintd.engine.schema.alternatives import Merged, merged_alternatives, not_all_present
+from constraintd.engine.schema.alternatives import (
+    Merged,
+    dependent_objects,
+    merged_alternatives,
+    not_all_present,
+)
 from constraintd.engine.schema.json_text import JsonValue, is_integer, to_int32, to_int64
 from constraintd.engine.schema.listed_values import allowed_values
 from constraintd.errors import SchemaError
@@ -473,6 +478,12 @@ class _Builder:
             absent = not_all_present(schema)
             if absent is not None:
                 return self.merged(absent, "not", path, pointer)
+        if self.patterns and ("dependencies" in schema or "dependentRequired" in schema):
+            # the extended reading of dependent requirements: an object per choice (schema/alternatives.py)
+            dependent = dependent_objects(schema)
+            if dependent is not None:
+                key = "dependencies" if "dependencies" in schema else "dependentRequired"
+                return self.merged(dependent, key, path, pointer)
         if "oneOf" in schema or "anyOf" in schema:
             key = "oneOf" if "oneOf" in schema else "anyOf"
             if self.patterns:

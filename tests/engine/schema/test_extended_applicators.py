@@ -8,6 +8,7 @@ import json
 import re
 from typing import Any
 
+import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -384,4 +385,42 @@ def test_a_not_of_required_names_takes_the_objects_missing_one(schema: dict[str,
 )
 def test_another_not_stays_reported(schema: dict[str, Any]) -> None:
     with pytest.raises(SchemaError, match="not"):
+        convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
+
+
+DEPENDENT_DOCUMENTS = ['{}', '{"a":1}', '{"a":1,"b":2}', '{"a":1,"b":2,"c":3}', '{"c":3}', '{"b":2,"c":3}',
+                       '{"c":3,"d":4}', '{"d":4}', '{"a":"x","b":2}', '{"a":1,"b":2,"d":4}', '"text"', "12",
+                       "[]"]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {}, "c": {}},
+         "dependentRequired": {"a": ["b"], "c": ["a", "b"]}},
+        {"properties": {"a": {"type": "integer"}, "b": {}}, "dependentRequired": {"a": ["b"]},
+         "additionalProperties": False},
+        {"type": "object", "properties": {"a": {}, "d": {}}, "required": ["d"],
+         "dependentRequired": {"d": ["c"], "a": []}},
+    ],
+    ids=["two-names", "untyped-closed", "required-dependent"],
+)
+def test_dependent_required_names_take_the_objects_that_hold_them(schema: dict[str, Any]) -> None:
+    # each dependent name absent, or present with its names; jsonschema judges each document
+    assert convert_json_schema(json.dumps(schema), dialect="extended").unenforced == ()
+    check(schema, DEPENDENT_DOCUMENTS)
+
+
+def test_draft_7s_dependencies_of_names_are_dependent_required_names() -> None:
+    schema = {"type": "object", "properties": {"a": {}, "b": {}}, "dependencies": {"a": ["b"]}}
+    assert convert_json_schema(json.dumps(schema), dialect="extended").unenforced == ()
+    grammar = grammar_of(schema)
+    for text in DEPENDENT_DOCUMENTS:
+        expected = jsonschema.Draft7Validator(schema).is_valid(json.loads(text))
+        assert takes(grammar, text) == expected, text
+
+
+def test_a_dependent_schema_stays_reported() -> None:
+    schema = {"type": "object", "dependencies": {"a": {"required": ["b"]}}}
+    with pytest.raises(SchemaError, match="dependencies"):
         convert_json_schema(json.dumps(schema), strict=True, dialect="extended")
