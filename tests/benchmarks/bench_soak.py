@@ -16,7 +16,8 @@ prefill of 10,000 arrays, then one array opened per Accept).
 Printed: per window of `--window` seconds, the normal Accepts' count, p50, p99 and max, and the server's
 resident memory (min and max of one sample a second); the attacks run in the window; the normal Accepts'
 p50, p99 and max by the attack running when each began ("none": between attacks); the slowest normal
-Accepts with that attack; then every status the normal and the hostile clients got, counted.
+Accepts with that attack; the server's full collections (from its metrics: each stops its event loop); then
+every status the normal and the hostile clients got, counted.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ import bisect
 import json
 import multiprocessing
 import random
+import socket
 import sys
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -283,6 +286,28 @@ def by_attack(began: list[tuple[float, float]], done: list[Attack]) -> dict[str,
     return grouped
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def collector_pauses(port: int) -> tuple[int, float, dict[float, int]]:
+    """The server's full collections from its metrics: how many, their seconds in all, and how many lasted
+    longer than each of 0.01, 0.1 and 1 s."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        lines = answer.read().decode().splitlines()
+    values = dict(line.rsplit(" ", 1) for line in lines if line.startswith("constraintd_gc_pause_seconds_"))
+    name = "constraintd_gc_pause_seconds"
+    count = int(float(values.get(f'{name}_count{{generation="2"}}', "0")))
+    total = float(values.get(f'{name}_sum{{generation="2"}}', "0"))
+    over = {
+        bound: count - int(float(values.get(f'{name}_bucket{{generation="2",le="{bound:g}"}}', "0")))
+        for bound in (0.01, 0.1, 1.0)
+    }
+    return count, total, over
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seconds", type=float, default=180.0, help="how long (default 180)")
@@ -297,8 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     reference.require(reference.vocab_path("llama-spm"))
     with socket_dir() as directory:
+        metrics_port = _free_port()
         server = CappedServer(
-            directory / "constraintd.sock", "--compile-timeout", "1"
+            directory / "constraintd.sock", "--compile-timeout", "1",
+            "--metrics", f"127.0.0.1:{metrics_port}",
         )
         server.launch()
         try:
@@ -339,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
                 client.join(timeout=60)
             done = reports.get(timeout=600)
             attacker.join(timeout=60)
+            pauses = collector_pauses(metrics_port)
         finally:
             server.kill()
     for attack in done:
@@ -377,6 +405,10 @@ def main(argv: list[str] | None = None) -> int:
     for seconds, at in sorted(soak.slowest, reverse=True)[:10]:
         running = [a.name for a in done if a.started <= at <= a.ended] or ["-"]
         print(f"  {seconds * 1000:7.1f} ms at {at - soak.started:6.1f} s  {', '.join(running)}")
+    print("the server's full collections (its cyclic collector's generation 2; each stops the event loop):")
+    count, total, over = pauses
+    print(f"  {count}, {total * 1000:.0f} ms in all; over 10 ms: {over[0.01]}, over 100 ms: {over[0.1]}, "
+          f"over 1 s: {over[1.0]}")
     print("normal clients' answers:", dict(soak.normal_statuses))
     print("hostile client's answers:")
     for (name, status), count in sorted(Counter((a.name, a.status) for a in done).items()):
