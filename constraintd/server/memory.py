@@ -8,11 +8,15 @@
 # malloc_trim(0) to below where the walk began. A server that lived through one attack kept its peak.
 #
 # The settler reads the process's resident size and its count of live small objects
-# (`sys.getallocatedblocks`) every `interval` seconds. It settles (a full collection, then malloc_trim)
-# once the size has stopped growing since the last reading (nothing is in the middle of building) and
-# either the size stands more than its threshold above the level the last settling left, or more than
-# BLOCKS_FREED of the objects live at their peak since then are gone (a burst's work was let go, but the
-# size did not move: that is what the arenas and free lists keep). The size after is the new level.
+# (`sys.getallocatedblocks`) every `interval` seconds. It settles once the size has stopped growing since
+# the last reading (nothing is in the middle of building) and either the size stands more than its
+# threshold above the level the last settling left, or more than BLOCKS_FREED of the objects live at
+# their peak since then are gone (a burst's work was let go, but the size did not move: that is what the
+# arenas and free lists keep). Settling is malloc_trim first (microseconds; enough when what was freed was
+# the C heap's: a large request's bytes, protobuf's arenas), then, when objects were let go or the size is
+# still over the threshold, a full collection and malloc_trim again: a full collection walks every object
+# in the collector's sight and stops the event loop meanwhile (tens to hundreds of milliseconds with many
+# grammars cached). The size after is the new level.
 # Memory still in use is not given back and raises the level: the next settling waits for as much growth
 # again, so a server with a large live working set pays one full collection per threshold of growth
 # (Python's own collector runs one per quarter of growth).
@@ -101,11 +105,13 @@ def malloc_trim() -> None:
 
 @dataclass(frozen=True)
 class Settling:
-    """One settling: resident bytes before and after, and the seconds it held the loop."""
+    """One settling: resident bytes before and after, the seconds it held the loop, and whether it ran a
+    full collection."""
 
     before: int
     after: int
     seconds: float
+    collected: bool
 
 
 class MemorySettler:
@@ -144,13 +150,16 @@ class MemorySettler:
             self.level = min(self.level, now)  # what went back on its own
             return None
         started = time.perf_counter()
-        self._collect()
         self._trim()
+        collected = let_go or self._resident() - self.level > self.threshold()
+        if collected:  # objects let go, or the C heap alone did not give it back
+            self._collect()
+            self._trim()
         seconds = time.perf_counter() - started
         self.level = self._last = self._resident()
         self._peak_blocks = self._blocks()
         self.settlings += 1
-        return Settling(now, self.level, seconds)
+        return Settling(now, self.level, seconds, collected)
 
     async def run(self) -> None:
         """Ticks every `interval` seconds until cancelled."""
@@ -164,6 +173,7 @@ class MemorySettler:
                         before_mib=round(settled.before / (1 << 20), 1),
                         after_mib=round(settled.after / (1 << 20), 1),
                         ms=round(settled.seconds * 1000, 1),
+                        collected=settled.collected,
                     ),
                 )
 

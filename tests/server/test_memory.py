@@ -17,7 +17,8 @@ class Process:
     def __init__(self) -> None:
         self.resident = 100 * MIB
         self.blocks = 1_000_000
-        self.reclaimable = 0
+        self.reclaimable = 0  # given back by a full collection
+        self.heap_free = 0  # given back by malloc_trim alone
         self.collections = 0
         self.trims = 0
 
@@ -29,6 +30,8 @@ class Process:
 
     def trim(self) -> None:
         self.trims += 1
+        self.resident -= self.heap_free
+        self.heap_free = 0
 
 
 def settler(process: Process) -> MemorySettler:
@@ -48,9 +51,23 @@ def test_growth_over_the_threshold_is_settled_once_it_stops() -> None:
     process.reclaimable = 20 * MIB
     settled = memory.tick()  # stopped growing, 30 MiB over the level: settled
     assert settled is not None and settled.before == 130 * MIB and settled.after == 110 * MIB
-    assert (process.collections, process.trims) == (1, 1)
+    assert (process.collections, process.trims) == (1, 2)  # the trim alone gave back nothing
+    assert settled.collected
     assert memory.level == 110 * MIB  # what is still in use raises the level
     assert memory.tick() is None and process.collections == 1  # and is not collected again
+
+
+def test_growth_the_c_heap_gives_back_is_settled_without_a_collection() -> None:
+    # a large request's bytes freed: malloc_trim returns them, and the collector (a pause of the event loop
+    # as long as it walks every object) is not run
+    process = Process()
+    memory = settler(process)
+    process.resident += 30 * MIB
+    assert memory.tick() is None
+    process.heap_free = 28 * MIB
+    settled = memory.tick()
+    assert settled is not None and settled.after == 102 * MIB and not settled.collected
+    assert (process.collections, process.trims) == (0, 1)
 
 
 def test_growth_under_the_threshold_is_left_alone() -> None:
