@@ -11,8 +11,8 @@
 #   tool_choice auto (and a word to trigger on) or required. Exact here: no tools, tool_choice none, tools the
 #   template has no syntax for, or auto where the format has no word to trigger on, without a schema, give
 #   no grammar; a schema (with or without tools, any tool_choice) gives the response-format grammar, never
-#   lazy, no triggers; tool_choice auto on a template that writes JSON calls gives the lazy tool grammar
-#   (json_tool_grammar.py) and its word triggers. NotPorted: tool_choice required, and the tag formats'
+#   lazy, no triggers; on a template that writes JSON calls, tool_choice auto gives the lazy tool grammar
+#   (json_tool_grammar.py) and its word triggers, required the non-lazy one. NotPorted: the tag formats'
 #   tool grammars.
 # - The preserved tokens are the analysis's (template_analysis.py): None where it has not analysed the
 #   template's tool-call markers (the tag formats).
@@ -31,9 +31,14 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from constraintd.engine.chat.diff_split import C_SPACE, Render, trim_whitespace
-from constraintd.engine.chat.json_tool_grammar import json_tool_rules
+from constraintd.engine.chat.json_tool_grammar import json_tool_parsers, json_tool_rules
 from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
-from constraintd.engine.chat.template_analysis import TemplateAnalysis, ToolMode, analyze_template
+from constraintd.engine.chat.template_analysis import (
+    ContentMode,
+    TemplateAnalysis,
+    ToolMode,
+    analyze_template,
+)
 from constraintd.engine.chat.template_inputs import TemplateCaps
 from constraintd.engine.schema.convert import (
     MAX_CONVERSION_SECONDS,
@@ -297,16 +302,52 @@ def _response_format_grammar(schema: JsonValue, generation_prompt: str, reasonin
     return built.text()
 
 
-def _lazy_json_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAnalysis) -> str:
+def _reasoning_parsers(reasoning: ReasoningAnalysis, *, extract: bool) -> int:
+    # how many parsers analyze_reasoning::build_parser adds to the arena (see _reasoning_block)
+    if not extract or reasoning.mode is ReasoningMode.NONE or not reasoning.end:
+        return 1  # eps()
+    end = _optspace(reasoning.end)[1]
+    if reasoning.start:
+        return end + 2 + _optspace(reasoning.start)[1] + 3  # until, tag; the two sequences, the optional
+    return end + 2 + 2
+
+
+def _json_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAnalysis, *, force: bool,
+                       generation_prompt: str = "", extract_reasoning: bool = False) -> str:
+    """The lazy grammar (trigger rules only), or with `force` the non-lazy one: the generation prompt, the
+    reasoning, text up to the call (or the wrapped content), then the calls."""
     built = _GrammarText()
+    reasoning = analysis.reasoning
+    start = trim_whitespace(reasoning.start)
+    prompt = generation_prompt if not start or start not in generation_prompt else \
+        generation_prompt[:generation_prompt.find(start)]
+    block = _reasoning_block(built.add_rule, reasoning) if force and extract_reasoning else ""
     try:
         triggers = json_tool_rules(tools, analysis.tools, add_rule=built.add_rule,
-                                   add_schema=built.add_schema, literal=_literal)
+                                   add_schema=built.add_schema, literal=_literal, force=force)
+        # the arena before the last expression: the context's eps(), the reasoning, the parser's eps(), tools
+        arena = 1 + _reasoning_parsers(reasoning, extract=extract_reasoning) + 1 + json_tool_parsers(
+            len(tools), analysis.tools, force=force)
     except NotImplementedError as exc:
         raise NotPorted(str(exc)) from None
     for name, rule in _JSON_RULES.items():
         built.add_rule(name, rule)
-    built.add_rule("root", " | ".join(sorted(triggers)))
+    if not force:
+        built.add_rule("root", " | ".join(sorted(triggers)))
+        return built.text()
+    wrapped = analysis.content_mode is ContentMode.ALWAYS_WRAPPED
+    if wrapped and analysis.content_start and analysis.content_end:
+        # optional(start content(until(end)) end), built before the last expression: its until comes first
+        until = _excluding_grammar(built.add_rule, f"until-{arena}", [analysis.content_end])
+        content = f"({_literal(analysis.content_start)} {until} {_literal(analysis.content_end)})?"
+    else:
+        # the last expression makes end() before until(tool start)
+        tools_format = analysis.tools
+        tool_start = tools_format.section_start or tools_format.per_call_start or "{"
+        content = _excluding_grammar(built.add_rule, f"until-{arena + 1}", [tool_start]) + "?"
+    body = [_literal(prompt)] if prompt else []
+    body += ["space"] + ([block] if block else []) + [content, triggers[-1]]
+    built.add_rule("root", " ".join(body))
     return built.text()
 
 
@@ -354,13 +395,15 @@ def chat_params(
                                            extract_reasoning=reasoning_format != "none")
         return ChatGrammar(grammar, **common)
     has_tools = bool(tools) and analysis.tools.mode is not ToolMode.NONE
-    if has_tools and tool_choice == "required":
-        raise NotPorted("tool-call grammars for tool_choice required")
-    if not has_tools or tool_choice != "auto" or analysis.trigger_marker == "":
-        return ChatGrammar(**common)  # no grammar: nothing to trigger on
+    if not has_tools or tool_choice == "none" or (tool_choice == "auto" and analysis.trigger_marker == ""):
+        return ChatGrammar(**common)  # no grammar: no tool syntax, no tools wanted, or nothing to trigger on
     if analysis.tools.mode is not ToolMode.JSON_NATIVE or analysis.trigger_marker is None:
         raise NotPorted("tool-call grammars of the tag formats")
+    if tool_choice == "required":
+        grammar = _json_tool_grammar(tools, analysis, force=True, generation_prompt=generation_prompt,
+                                     extract_reasoning=reasoning_format != "none")
+        return ChatGrammar(grammar, **common)
     triggers = [GrammarTrigger("word", analysis.trigger_marker)]
     if analysis.tools.openai_wrapper_trigger:
         triggers.append(GrammarTrigger("word", '{"type": "function",'))
-    return ChatGrammar(_lazy_json_tool_grammar(tools, analysis), True, tuple(triggers), **common)
+    return ChatGrammar(_json_tool_grammar(tools, analysis, force=False), True, tuple(triggers), **common)

@@ -1,6 +1,7 @@
-# The lazy tool-call grammar of llama.cpp's auto-parser for templates that write tool calls as JSON
+# The tool-call grammar of llama.cpp's auto-parser for templates that write tool calls as JSON
 # (analyze_tools::build_tool_parser_json_native and common_chat_peg_builder::standard_json_tools, with the
-# PEG arena's GBNF writer), for tool_choice auto: the grammar a sampler switches on at the trigger word.
+# PEG arena's GBNF writer): for tool_choice auto the lazy grammar a sampler switches on at the trigger word,
+# for required its rules under the non-lazy root chat_params.py writes.
 #
 # Contract:
 # - A lazy grammar holds the trigger rules only: `tool-call` (the section, or one call where the template
@@ -9,17 +10,19 @@
 # - Each tool is a rule `tool-<name>` (llama.cpp's rule name: runs of other characters than letters, digits
 #   and '-' become '-'), its arguments the converter's rules for its parameters named `tool-<name>-schema`;
 #   the fields in the template's order (name, arguments, ids), or the name as the key of its arguments.
-# - Not done: the non-lazy grammar (tool_choice required) and the fields nested under a function object.
+# - `json_tool_parsers` counts the parsers llama.cpp's arena holds once the tools parser is built: the
+#   non-lazy grammar (tool_choice required) names its `until-N` rules by that count.
+# - Not done: the fields nested under a function object.
 #   Where llama.cpp would set the sequence of a field's parsers apart in parentheses, so does the text here.
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from constraintd.engine.chat.template_analysis import ToolFormat
 
-__all__ = ["JSON_STRING_CONTENT", "json_tool_rules", "rule_name"]
+__all__ = ["JSON_STRING_CONTENT", "json_tool_parsers", "json_tool_rules", "rule_name"]
 
 AddRule = Callable[[str, str], str]
 AddSchema = Callable[[str, Any], str]
@@ -110,9 +113,10 @@ def _keyed_tool(literal: Literal, add_schema: AddSchema, name: str, params: Any,
 
 def json_tool_rules(
     tool_defs: Sequence[Mapping[str, Any]], tools: ToolFormat, *, add_rule: AddRule, add_schema: AddSchema,
-    literal: Literal, parallel_tool_calls: bool = False,
+    literal: Literal, parallel_tool_calls: bool = False, force: bool = False,
 ) -> list[str]:
-    """Add the lazy JSON tool-call grammar's rules; give the trigger rules' names.
+    """Add the JSON tool-call grammar's rules; give the trigger rules' names (`force`: tool_choice required,
+    at least one call).
 
     `add_rule(name, rhs)` and `add_schema(name, schema)` add to the grammar being built (the schema
     converter's), `literal(text)` writes a GBNF string literal.
@@ -150,5 +154,71 @@ def json_tool_rules(
     add_rule("tool-call", f"{literal(start)} space {calls} space {literal(end)}")
     if not per_call:
         return ["tool-call"]
-    add_rule("tool-calls", "(tool-call? space)+")
+    add_rule("tool-calls", "(tool-call space)+" if force else "(tool-call? space)+")
     return ["tool-call", "tool-calls"]
+
+
+# How many parsers llama.cpp's PEG builder adds to its arena for each construct (peg-parser.cpp,
+# chat-peg-parser.cpp): a rule of the non-lazy grammar is named by its parser's number in the arena
+# (`until-N`), so the number of parsers made before it must be llama.cpp's. Each count follows the builder's
+# code, in the order the compiler llama.cpp is built with evaluates it (the right operand of `+` first).
+_JSON_VALUE_FIRST: Final = 86  # p.json() the first time: json-value and its json-object / array / string /
+# number / bool / null rules (each rule: a placeholder, the rule, its body, the rule again, a reference)
+_JSON_VALUE_AGAIN: Final = 1  # a reference to the json-value rule
+_ID_FIELD: Final = 20  # atomic("\"id\"" space ":" space ("\"" string "\"" | json-number))
+_KEYED_ID_FIELD: Final = 24  # optional(id + space + optional("," space)), the string-only id
+_KEYED_GEN_ID_FIELD: Final = 28  # the same with the string-or-number id
+
+
+def _flat_parsers(tool_count: int, tools: ToolFormat) -> int:
+    count = 3  # choice(), the name key's and the arguments key's literals
+    for at in range(tool_count):
+        json_value = _JSON_VALUE_FIRST if at == 0 else _JSON_VALUE_AGAIN
+        pairs = 2 + bool(tools.id_field) + bool(tools.gen_id_field)
+        count += 15  # "name" space ":" space atomic("\"" name "\"")
+        count += json_value + 2 + 7  # "arguments" space ":" space tool_args(schema(json()))
+        count += 1 + (_ID_FIELD + 1 if tools.id_field else 0)  # eps(), then the id parser and its optional
+        count += 1 + (_ID_FIELD + 1 if tools.gen_id_field else 0)
+        count += 1 + (16 if tools.openai_wrapper_trigger else 0)  # the "type": "function" field
+        count += 6 + pairs + 6 * (pairs - 1) + 6  # "{" space, the fields and separators, space "}"
+        count += 4  # tool(), the rule (and its reference), the choice
+    return count
+
+
+def _keyed_parsers(tool_count: int, tools: ToolFormat, args_key: str) -> int:
+    count = 1  # choice()
+    for at in range(tool_count):
+        json_value = _JSON_VALUE_FIRST if at == 0 else _JSON_VALUE_AGAIN
+        fields = 1 + bool(tools.id_field) + bool(tools.gen_id_field)
+        count += _KEYED_ID_FIELD if tools.id_field else 0
+        count += _KEYED_GEN_ID_FIELD if tools.gen_id_field else 0
+        count += 1 + json_value + 2 + (8 if args_key else 0)  # eps(), tool_args(schema(json())), the key
+        count += 1  # eps() for the inner object
+        if args_key or fields > 1:
+            count += 3 + fields + 2 * (fields - 1) + 4  # "{" space, the fields, space "}"
+        count += 26 + 4  # "{" space "\"" name "\"" space ":" space inner space "}", tool(), rule, choice
+    return count
+
+
+def json_tool_parsers(tool_count: int, tools: ToolFormat, *, force: bool,
+                      parallel_tool_calls: bool = False) -> int:
+    """How many parsers build_tool_parser_json_native adds to llama.cpp's arena up to its tools parser.
+
+    Raises:
+        NotImplementedError: fields nested under a function object (not ported).
+    """
+    name_key, args_key = tools.name_field, tools.args_field
+    if tools.function_field and tools.function_field != "function" and "." not in name_key:
+        name_key, args_key = f"{tools.function_field}.{name_key}", f"{tools.function_field}.{args_key}"
+    if not tools.fun_name_is_key and ("." in (name_key or "name") or "." in (args_key or "arguments")):
+        raise NotImplementedError("JSON tool calls nested under a function object")
+    count = 1 + 1  # the tools parser's eps(), standard_json_tools' eps()
+    count += _keyed_parsers(tool_count, tools, args_key) if tools.fun_name_is_key else \
+        _flat_parsers(tool_count, tools)
+    count += 8 if parallel_tool_calls else 0  # zero_or_more(space "," space choices)
+    count += 8 if tools.tools_array_wrapped else 0  # "[" space ... space "]"
+    count += 10  # the section: start space calls space end, as the trigger rule tool-call
+    count += 0 if force else 1  # optional(section)
+    if not tools.section_start and tools.per_call_start:
+        count += 5  # trigger rule tool-calls: one_or_more(call space)
+    return count

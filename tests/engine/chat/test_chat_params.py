@@ -3,11 +3,10 @@
 The oracle test runs tests/chat_oracle/cases.py's PARAMS_CASES on every template of the reference through
 llama.cpp's chat layer (tests/chat_oracle/harness.cpp) and through the project's port, and compares the
 grammar, lazy flag, triggers, additional stops and thinking tags byte for byte. What is ported is asserted
-per template: on the auto-parser's templates every case but the tool-call grammars of the tag formats and
-of tool_choice required / named (tools offered, no schema, where the template has a tool-call syntax) is
-identical; the hand-written formats (SPECIALISED) are not ported. Preserved tokens are compared where the
-project knows them (every auto-parser template but the tag formats), and the analysis itself on every
-template.
+per template: on the auto-parser's templates every case but the tool-call grammars of the tag formats (tools
+offered with tool_choice auto, required or named, no schema) is identical; the hand-written formats
+(SPECIALISED) are not ported. Preserved tokens are compared where the project knows them (every auto-parser
+template but the tag formats), and the analysis itself on every template.
 """
 
 from __future__ import annotations
@@ -90,9 +89,8 @@ def _expected_ported(template: str) -> set[str]:
         tool_grammar = not case.schema and case.tool_choice in TOOL_GRAMMAR_CHOICES
         if template in NO_TOOL_SYNTAX or (template in NO_TRIGGER and case.tool_choice == "auto"):
             tool_grammar = False
-        # ported tool grammars: JSON tool calls, lazy (tool_choice auto)
-        lazy_json = case.tool_choice == "auto" and template not in TAG_FORMATS
-        if not tool_grammar or lazy_json:
+        # tool grammars are ported for JSON tool calls, lazy (auto) and not (required, named)
+        if not tool_grammar or template not in TAG_FORMATS:
             ported.add(case.name)
     return ported
 
