@@ -28,7 +28,7 @@ from typing import Final
 
 from constraintd.engine.schema.json_text import JsonValue, canonical
 from constraintd.engine.schema.keywords import Enforcement, keyword_of
-from constraintd.engine.schema.value_checks import validates
+from constraintd.engine.schema.value_checks import local_ref, validates
 
 __all__ = ["merged_all_of"]
 
@@ -42,17 +42,9 @@ class _NotExact(Exception):
 
 
 def _resolve(root: JsonValue, ref: JsonValue) -> JsonValue:
-    if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
+    target = local_ref(root, ref)
+    if target is None:  # a reference elsewhere, or nowhere (a JSON null target is no schema either)
         raise _NotExact
-    target = root
-    for raw in ref[2:].split("/") if ref != "#" else ():
-        token = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(target, dict) and token in target:
-            target = target[token]
-        elif isinstance(target, list) and token.isdigit() and int(token) < len(target):
-            target = target[int(token)]
-        else:
-            raise _NotExact
     return target
 
 

@@ -21,7 +21,7 @@ from typing import Final
 from constraintd.engine.schema.json_text import JsonValue, canonical, json_type
 from constraintd.engine.schema.keywords import Enforcement, keyword_of
 
-__all__ = ["MAX_DEPTH", "validates"]
+__all__ = ["MAX_DEPTH", "local_ref", "validates"]
 
 MAX_DEPTH: Final = 64
 _Schema = Mapping[str, JsonValue]
@@ -39,23 +39,29 @@ def _all(verdicts: list[_Verdict]) -> _Verdict:
     return all(verdicts)
 
 
+def local_ref(root: JsonValue, ref: JsonValue) -> JsonValue | None:
+    """The subschema a `$ref` of this document names ("#" or a JSON pointer "#/..."); None for any other
+    reference, or a pointer that leads nowhere."""
+    if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
+        return None
+    target = root
+    for raw in ref[2:].split("/") if ref != "#" else ():
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(target, dict) and token in target:
+            target = target[token]
+        elif isinstance(target, list) and token.isdigit() and int(token) < len(target):
+            target = target[int(token)]
+        else:
+            return None
+    return target
+
+
 class _Checker:
     def __init__(self, root: JsonValue) -> None:
         self.root = root
 
     def resolve(self, ref: JsonValue) -> JsonValue | None:
-        if not isinstance(ref, str) or not (ref == "#" or ref.startswith("#/")):
-            return None
-        target: JsonValue = self.root
-        for raw in ref[2:].split("/") if ref != "#" else ():
-            token = raw.replace("~1", "/").replace("~0", "~")
-            if isinstance(target, dict) and token in target:
-                target = target[token]
-            elif isinstance(target, list) and token.isdigit() and int(token) < len(target):
-                target = target[int(token)]
-            else:
-                return None
-        return target
+        return local_ref(self.root, ref)
 
     def check(self, schema: JsonValue, value: JsonValue, depth: int = 0) -> _Verdict:
         if depth > MAX_DEPTH:
