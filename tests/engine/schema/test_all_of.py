@@ -83,15 +83,16 @@ def test_what_does_not_merge_exactly_is_left(schema: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("schema", MERGED, ids=range(len(MERGED)))
 def test_the_grammar_takes_exactly_the_valid_documents(schema: dict[str, Any]) -> None:
-    conversion = convert_json_schema(json.dumps(schema), dialect="extended")
-    if conversion.unenforced:
-        pytest.skip("strict refuses it; the report names what the grammar leaves")
-    grammar = grammar_of(schema)
+    # where the report names keywords the grammar leaves (strict refuses such a schema), the grammar may take
+    # more than the valid documents, never less
+    exact = not convert_json_schema(json.dumps(schema), dialect="extended").unenforced
+    grammar = grammar_of(schema, strict=exact)
     for value in VALUES:
         if isinstance(value, float) and value.is_integer():
             continue  # 2.0 spells an integer the grammar takes as 2 only (as the default dialect)
         text = json.dumps(value, separators=(",", ":"))
-        assert takes(grammar, text) == valid(schema, value), (schema, text)
+        if exact or valid(schema, value):
+            assert takes(grammar, text) == valid(schema, value), (schema, text)
 
 
 def test_the_corpus_forms_compile_under_strict() -> None:
