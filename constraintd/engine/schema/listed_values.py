@@ -16,12 +16,12 @@ from typing import Final
 from constraintd.engine.schema.json_text import JsonValue, canonical, json_type
 from constraintd.engine.schema.keywords import Enforcement, keyword_of
 
-__all__ = ["READ", "allowed_values"]
+__all__ = ["READ", "VALUE_CHECKS", "allowed_values", "number_of"]
 
 _Schema = Mapping[str, JsonValue]
 
 
-def _number(value: JsonValue) -> int | float | None:
+def number_of(value: JsonValue) -> int | float | None:
     return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
@@ -44,7 +44,7 @@ def _size(key: str, below: bool) -> Callable[[_Schema, JsonValue], bool | None]:
              "maxProperties": dict}
 
     def check(schema: _Schema, value: JsonValue) -> bool | None:
-        bound = _number(schema[key])
+        bound = number_of(schema[key])
         if bound is None:
             return None
         if not isinstance(value, kinds[key]):
@@ -63,10 +63,10 @@ def _bound(key: str, below: bool) -> Callable[[_Schema, JsonValue], bool | None]
         raw = schema[key]
         if exclusive and isinstance(raw, bool):
             return True  # draft 4's flag: the inclusive bound's check reads it
-        bound = _number(raw)
+        bound = number_of(raw)
         if bound is None:
             return None
-        number = _number(value)
+        number = number_of(value)
         if number is None:
             return True  # speaks of another type
         strict = exclusive or schema.get(flag_key) is True
@@ -77,7 +77,8 @@ def _bound(key: str, below: bool) -> Callable[[_Schema, JsonValue], bool | None]
     return check
 
 
-_CHECKS: Final[Mapping[str, Callable[[_Schema, JsonValue], bool | None]]] = {
+# the keywords judged on a value alone (value_checks.py reads them too, beside the ones that recurse)
+VALUE_CHECKS: Final[Mapping[str, Callable[[_Schema, JsonValue], bool | None]]] = {
     "type": _type,
     "enum": _enum,
     "minLength": _size("minLength", True),
@@ -91,7 +92,7 @@ _CHECKS: Final[Mapping[str, Callable[[_Schema, JsonValue], bool | None]]] = {
     "exclusiveMinimum": _bound("exclusiveMinimum", True),
     "exclusiveMaximum": _bound("exclusiveMaximum", False),
 }
-READ: Final = frozenset({"const", *_CHECKS})
+READ: Final = frozenset({"const", *VALUE_CHECKS})
 
 
 def allowed_values(schema: _Schema, values: Sequence[JsonValue]) -> list[JsonValue] | None:
@@ -99,9 +100,9 @@ def allowed_values(schema: _Schema, values: Sequence[JsonValue]) -> list[JsonVal
     keys = [key for key in schema if key not in ("const", "enum") or ("const" in schema and key == "enum")]
     checks = []
     for key in keys:
-        if keyword_of(key).enforcement is Enforcement.ANNOTATION and key not in _CHECKS:
+        if keyword_of(key).enforcement is Enforcement.ANNOTATION and key not in VALUE_CHECKS:
             continue
-        check = _CHECKS.get(key)
+        check = VALUE_CHECKS.get(key)
         if check is None:
             return None
         checks.append(check)

@@ -18,18 +18,15 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Final
 
-from constraintd.engine.schema.json_text import JsonValue, canonical, json_type
+from constraintd.engine.schema.json_text import JsonValue, canonical
 from constraintd.engine.schema.keywords import Enforcement, keyword_of
+from constraintd.engine.schema.listed_values import VALUE_CHECKS, number_of
 
 __all__ = ["MAX_DEPTH", "local_ref", "validates"]
 
 MAX_DEPTH: Final = 64
 _Schema = Mapping[str, JsonValue]
 _Verdict = bool | None
-
-
-def _number(value: JsonValue) -> int | float | None:
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _all(verdicts: list[_Verdict]) -> _Verdict:
@@ -92,61 +89,17 @@ def _ref(checker: _Checker, schema: _Schema, value: JsonValue, depth: int) -> _V
     return None if target is None else checker.check(target, value, depth + 1)
 
 
-def _type(checker: _Checker, schema: _Schema, value: JsonValue, depth: int) -> _Verdict:
-    declared = schema["type"]
-    listed = declared if isinstance(declared, list) else [declared]
-    if not all(isinstance(kind, str) for kind in listed):
-        return None
-    kind = json_type(value)
-    return kind in listed or (kind == "integer" and "number" in listed)
-
-
-def _enum(checker: _Checker, schema: _Schema, value: JsonValue, depth: int) -> _Verdict:
-    listed = schema["enum"]
-    return canonical(value) in set(map(canonical, listed)) if isinstance(listed, list) else None
+def _on_value(check: Callable[[_Schema, JsonValue], _Verdict]) -> _Check:
+    """A check of listed_values.py's, judged on the value alone, in this module's form."""
+    return lambda checker, schema, value, depth: check(schema, value)
 
 
 def _const(checker: _Checker, schema: _Schema, value: JsonValue, depth: int) -> _Verdict:
     return canonical(value) == canonical(schema["const"])
 
 
-def _size(key: str, kind: type, below: bool) -> _Check:
-    def check(checker: _Checker, schema: _Schema, value: JsonValue, depth: int) -> _Verdict:
-        bound = _number(schema[key])
-        if bound is None:
-            return None
-        if not isinstance(value, kind):
-            return True  # speaks of another type
-        size = len(value)  # type: ignore[arg-type]
-        return size >= bound if below else size <= bound
-
-    return check
-
-
-def _bound(key: str, below: bool) -> _Check:
-    exclusive = key.startswith("exclusive")
-    flag_key = "exclusiveMinimum" if below else "exclusiveMaximum"
-
-    def check(checker: _Checker, schema: _Schema, value: JsonValue, depth: int) -> _Verdict:
-        raw = schema[key]
-        if exclusive and isinstance(raw, bool):
-            return True  # draft 4's flag: the inclusive bound's check reads it
-        bound = _number(raw)
-        number = _number(value)
-        if bound is None:
-            return None
-        if number is None:
-            return True
-        strict = exclusive or schema.get(flag_key) is True
-        if below:
-            return number > bound if strict else number >= bound
-        return number < bound if strict else number <= bound
-
-    return check
-
-
 def _multiple_of(checker: _Checker, schema: _Schema, value: JsonValue, depth: int) -> _Verdict:
-    divisor, number = _number(schema["multipleOf"]), _number(value)
+    divisor, number = number_of(schema["multipleOf"]), number_of(value)
     if divisor is None or divisor <= 0:
         return None
     if number is None:
@@ -282,8 +235,8 @@ def _contains(checker: _Checker, schema: _Schema, value: JsonValue, depth: int) 
     verdicts = [checker.check(schema["contains"], item, depth + 1) for item in value]
     if None in verdicts:
         return None
-    low, high = _number(schema.get("minContains", 1)), schema.get("maxContains")
-    if low is None or (high is not None and _number(high) is None):
+    low, high = number_of(schema.get("minContains", 1)), schema.get("maxContains")
+    if low is None or (high is not None and number_of(high) is None):
         return None
     count = verdicts.count(True)
     return count >= low and (high is None or count <= high)  # type: ignore[operator]
@@ -291,19 +244,8 @@ def _contains(checker: _Checker, schema: _Schema, value: JsonValue, depth: int) 
 
 _KEYWORDS: Final[Mapping[str, _Check]] = {
     "$ref": _ref,
-    "type": _type,
-    "enum": _enum,
+    **{key: _on_value(check) for key, check in VALUE_CHECKS.items()},
     "const": _const,
-    "minLength": _size("minLength", str, True),
-    "maxLength": _size("maxLength", str, False),
-    "minItems": _size("minItems", list, True),
-    "maxItems": _size("maxItems", list, False),
-    "minProperties": _size("minProperties", dict, True),
-    "maxProperties": _size("maxProperties", dict, False),
-    "minimum": _bound("minimum", True),
-    "maximum": _bound("maximum", False),
-    "exclusiveMinimum": _bound("exclusiveMinimum", True),
-    "exclusiveMaximum": _bound("exclusiveMaximum", False),
     "multipleOf": _multiple_of,
     "not": _not,
     "allOf": _all_of,
