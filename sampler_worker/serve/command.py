@@ -135,6 +135,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     serve.add_argument("--threads", type=int,
                        help=f"CPU threads for the model, shared by the slots (default {default_threads()} "
                        "here)")
+    serve.add_argument("--contexts", type=int, default=1,
+                       help="llama.cpp contexts the --parallel sequences are spread over, each with its "
+                       "share of --threads and a thread stepping it (default 1, llama-server's layout: one "
+                       "decode a step for every sequence); more suits cores shared with other work, where "
+                       "the threads of one context wait on each other")
     return serve
 
 
@@ -182,6 +187,7 @@ def serving(
     timeout: float = 600.0,
     n_ctx: int = 4096,
     threads: int | None = None,
+    groups: int = 1,
     alias: str | None = None,
     overlap: Overlap = "auto",
     honour_strict: bool = False,
@@ -205,6 +211,8 @@ def serving(
 
     if parallel < 1:
         raise ValueError(f"--parallel must be at least 1, not {parallel}")
+    if groups < 1:
+        raise ValueError(f"--contexts must be at least 1, not {groups}")
     if max_queue < 0:
         raise ValueError(f"--max-queue must not be negative, not {max_queue}")
     path = model_path if model_path is not None else default_model_path()
@@ -213,7 +221,7 @@ def serving(
     with Model(path, n_ctx=n_ctx, n_threads=threads) as model:
         vocab = Vocab.from_gguf(path)
         check_vocab(model, vocab.pieces, vocab.eog_ids)
-        slots = contexts(model, parallel, threads=threads)
+        slots = contexts(model, parallel, threads=threads, groups=groups)
         try:
             with _constraintd(constraintd, say) as client:
                 handle = client.register_vocab(gguf=Path(path).resolve())
@@ -275,7 +283,8 @@ def run_serve(args: argparse.Namespace, say: TextIO = sys.stderr) -> int:
         with serving(
             model_path=args.model, constraintd=args.constraintd, parallel=args.parallel,
             max_queue=args.max_queue, timeout=args.timeout, n_ctx=args.n_ctx, threads=args.threads,
-            alias=args.alias, overlap=args.overlap, honour_strict=args.honour_strict, say=say,
+            groups=args.contexts, alias=args.alias, overlap=args.overlap, honour_strict=args.honour_strict,
+            say=say,
         ) as app:
             server = uvicorn_server(app)
             say.write(f"listening on {address(sock)}\n")

@@ -4,13 +4,15 @@
 # Contract:
 # - `contexts(model, 1)` is `[model]`: one slot is the model's own context, decoded by the generation loop
 #   (`sampler_worker.generate`) as `sampler-worker generate` decodes it, so its tokens are the command's.
-# - `contexts(model, n > 1, threads=t)` gives n `Slot`s over min(n, t) `BatchedContext`s, one thread each
-#   (t // min(n, t)): llama.cpp contexts with `n_seq_max` of their share of the n sequences, each sequence
-#   with a KV cache of its own of the model's `n_ctx` (not unified). One context per thread, not one
-#   context over every thread: ggml's threads meet at a barrier after every operation of a decode, and on
-#   a machine whose cores are shared with other work a descheduled thread stalls the others there (a
-#   4-sequence decode on two threads took up to seconds on a loaded two-core machine); a one-thread
-#   context has no barrier, and two contexts' steppers overlap one's sampling with the other's decode.
+# - `contexts(model, n > 1, threads=t, groups=k)` gives n `Slot`s over min(n, k) `BatchedContext`s, each
+#   with t // min(n, k) threads (at least one) and `n_seq_max` of its share of the n sequences, each
+#   sequence with a KV cache of its own of the model's `n_ctx` (not unified). k = 1 (the default) is
+#   llama-server's layout: one context over every thread, one decode a step for all sequences, which is
+#   where batching pays (a matrix product over four rows costs far less than four over one). k > 1 is for
+#   cores shared with other work: ggml's threads meet at a barrier after every operation of a decode, and a
+#   descheduled thread stalls the others there (on a loaded two-core machine a 4-sequence decode on two
+#   threads took up to seconds); one-thread contexts have no barrier, and two contexts' steppers overlap
+#   one's sampling with the other's decode.
 #   Slots come interleaved over the contexts (slot i in context i % k). A slot has the model's tokenizer
 #   and metadata (what a prompt needs); its generations are stepped by its context's `Lockstep` thread
 #   (`sampler_worker.serve.lockstep`).
@@ -158,18 +160,20 @@ class Slot:
         return self.model.tokenize(text, add_special=add_special, parse_special=parse_special)
 
 
-def contexts(model: Model, n: int, *, threads: int) -> list[Model] | list[Slot]:
-    """The model itself for one slot; for n > 1, the n sequences of min(n, threads) batched contexts.
+def contexts(model: Model, n: int, *, threads: int, groups: int = 1) -> list[Model] | list[Slot]:
+    """The model itself for one slot; for n > 1, the n sequences of min(n, groups) batched contexts.
 
     Raises:
-        ValueError: n < 1.
+        ValueError: n < 1, or groups < 1.
         ModelError: llama.cpp cannot create a context.
     """
     if n < 1:
         raise ValueError(f"--parallel must be at least 1, not {n}")
+    if groups < 1:
+        raise ValueError(f"--contexts must be at least 1, not {groups}")
     if n == 1:
         return [model]
-    groups = max(1, min(n, threads))
+    groups = min(n, groups)
     made: list[BatchedContext] = []
     try:
         for group in range(groups):

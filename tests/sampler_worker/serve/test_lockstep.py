@@ -87,8 +87,27 @@ def test_one_slot_is_the_model_itself(model: Model) -> None:
 
 
 @pytest.mark.slow
-def test_slots_spread_over_one_context_per_thread(model: Model) -> None:
-    made = contexts(model, 5, threads=2)
+def test_slots_are_sequences_of_one_context_over_every_thread(model: Model) -> None:
+    made = contexts(model, 3, threads=2)
+    try:
+        assert all(isinstance(slot, Slot) for slot in made)
+        slots: list[Slot] = made  # type: ignore[assignment]
+        batched = slots[0].batched
+        assert [slot.batched for slot in slots] == [batched] * 3
+        assert [slot.seq for slot in slots] == [0, 1, 2]
+        assert batched.n == 3
+    finally:
+        slots[0].batched.close()  # type: ignore[union-attr]
+
+
+def test_a_layout_of_no_context_is_refused(model: Model) -> None:
+    with pytest.raises(ValueError, match="--contexts must be at least 1, not 0"):
+        contexts(model, 2, threads=2, groups=0)
+
+
+@pytest.mark.slow
+def test_slots_spread_over_the_contexts_asked_for(model: Model) -> None:
+    made = contexts(model, 5, threads=2, groups=2)
     try:
         assert all(isinstance(slot, Slot) for slot in made)
         slots: list[Slot] = made  # type: ignore[assignment]
