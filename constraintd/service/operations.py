@@ -355,7 +355,7 @@ class Operations:
     ) -> pb.CreateSessionResponse:
         """Opens the planned session on its compiled constraint (and on its started matcher, if given)."""
         matcher = started if started is not None else self.start(plan, compiled)
-        session = self.store.adopt(compiled, matcher, ttl=plan.ttl)
+        session = self.store.adopt(compiled, matcher, ttl=plan.ttl, replayed=len(plan.replay))
         return pb.CreateSessionResponse(
             session_id=session.id,
             warnings=compiled.warnings,

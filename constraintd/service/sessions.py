@@ -129,7 +129,8 @@ class SessionStore:
             TokenError: a replayed token outside the vocabulary.
         """
         self._check_opening()
-        return self.adopt(compiled, self.start(compiled, prefill=prefill, replay=replay), ttl=ttl)
+        matcher = self.start(compiled, prefill=prefill, replay=replay)
+        return self.adopt(compiled, matcher, ttl=ttl, replayed=len(replay))
 
     def start(
         self,
@@ -157,14 +158,26 @@ class SessionStore:
                 raise InputError(f"the grammar rejects replayed token {token} at position {position}")
         return matcher
 
-    def adopt(self, compiled: CompiledConstraint, matcher: Matcher, *, ttl: float = 0.0) -> Session:
+    def adopt(
+        self, compiled: CompiledConstraint, matcher: Matcher, *, ttl: float = 0.0, replayed: int | None = None
+    ) -> Session:
         """Opens a session on a matcher from `start`.
+
+        Args:
+            compiled: the constraint `matcher` was started on.
+            matcher: a matcher from `start`.
+            ttl: as `open`.
+            replayed: the number of tokens `start` replayed, when the caller has them (the session's
+                position: the prefill is not a token); None counts them from the matcher's history, which
+                builds a tuple of them (a replay of a million tokens: 8 MB and about 50 ms on the caller's
+                thread, the event loop's in the server).
 
         Raises:
             UnavailableError, LimitError: as `open`.
         """
         self._check_opening()
-        return self._add(compiled, matcher, ttl, len(matcher.history))
+        position = len(matcher.history) if replayed is None else replayed
+        return self._add(compiled, matcher, ttl, position)
 
     def now(self) -> float:
         """The store's clock: pass it to `get` as `now` for many lookups at one moment (a Step batch)."""

@@ -139,6 +139,15 @@ def test_prefill_and_replay(compiled: CompiledConstraint) -> None:
         store.open(compiled, replay=[999])
 
 
+def test_adopt_counts_the_replayed_tokens_or_is_told_them(compiled: CompiledConstraint) -> None:
+    # the server tells the count (a million-token history counted on the event loop held it 50 ms)
+    store = store_with(Clock())
+    counted = store.adopt(compiled, store.start(compiled, prefill=b"a", replay=[B, B]))
+    told = store.adopt(compiled, store.start(compiled, prefill=b"a", replay=[B, B]), replayed=2)
+    assert counted.position == told.position == 2
+    assert told.matcher.history == (B, B)
+
+
 def past_one_at_the_second_reading() -> Callable[[], float]:
     """A clock that reads 0.0 once, then 2.0: a deadline of 1.0 passes at its second reading."""
     readings = iter((0.0,))
