@@ -10,14 +10,16 @@ from the session's mask), now and then a Mask, a new session every 64 tokens. On
 the attacks of the reliability suite in a loop, each drawn at random (seeded): a vocabulary of 2M pieces,
 a 48 MiB piece, an Allows of 1M ids (under the default limit: the work is done), a backtracking trigger
 pattern accepted 200 times, a megabyte session id, bytes that are no message, files that are no
-vocabulary, a replay of 1M tokens against a compile time limit of 1 s, and JSON nested 10,500 deep (a
-prefill of 10,000 arrays, then one array opened per Accept).
+vocabulary, a replay of 1M tokens against a compile time limit of 1 s (the session it opens when done in
+time is closed: open, it holds its million tokens' trail, about 20 MiB, for its idle time of 10 minutes),
+and JSON nested 10,500 deep (a prefill of 10,000 arrays, then one array opened per Accept).
 
 Printed: per window of `--window` seconds, the normal Accepts' count, p50, p99 and max, and the server's
 resident memory (min and max of one sample a second); the attacks run in the window; the normal Accepts'
 p50, p99 and max by the attack running when each began ("none": between attacks); the slowest normal
-Accepts with that attack; the server's full collections (from its metrics: each stops its event loop); then
-every status the normal and the hostile clients got, counted.
+Accepts with that attack; the server's full collections (from its metrics: each stops its event loop); its
+resident memory idle, once the normal clients are ready, and SETTLE_SECONDS after every client is done;
+then every status the normal and the hostile clients got, counted.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from tests.server.running import (  # noqa: E402
 )
 
 MIB = 1 << 20
+SETTLE_SECONDS = 10  # the server's memory is read this long once every client is done
 SLOW = 0.1  # an Accept slower than this is listed, with the attack running when it began
 SCHEMA = {
     "type": "object",
@@ -244,7 +247,13 @@ def _attacks(
     def replay() -> Call:
         replayed = [3] + [4] * 1_000_000
         request = pb.CreateSessionRequest(vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), replay=replayed)
-        return lambda: stub.CreateSession(request)
+
+        def call() -> None:
+            # a replay done in time opens a session: closed, as a client done with it would
+            session_id = stub.CreateSession(request).session_id
+            stub.Close(pb.CloseRequest(session_id=session_id))
+
+        return call
 
     raw = channel.unary_unary("/constraintd.v1.Constraintd/Accept")
     return {
@@ -308,6 +317,15 @@ def collector_pauses(port: int) -> tuple[int, float, dict[float, int]]:
     return count, total, over
 
 
+def settled_rss(server: CappedServer, seconds: float = SETTLE_SECONDS) -> list[int]:
+    """The server's resident size once the load is over, a sample a second for `seconds`."""
+    samples = []
+    for _ in range(int(seconds)):
+        time.sleep(1.0)
+        samples.append(server.rss())
+    return samples
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seconds", type=float, default=180.0, help="how long (default 180)")
@@ -351,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             for client in clients:
                 client.start()
             ready.wait(timeout=600)
+            ready_rss = server.rss()
             soak.started = start.value = time.monotonic()
             ready.wait(timeout=60)
             reports: Queue[list[Attack]] = spawn.Queue()
@@ -367,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
             done = reports.get(timeout=600)
             attacker.join(timeout=60)
             pauses = collector_pauses(metrics_port)
+            after = settled_rss(server)
         finally:
             server.kill()
     for attack in done:
@@ -409,6 +429,11 @@ def main(argv: list[str] | None = None) -> int:
     count, total, over = pauses
     print(f"  {count}, {total * 1000:.0f} ms in all; over 10 ms: {over[0.01]}, over 100 ms: {over[0.1]}, "
           f"over 1 s: {over[1.0]}")
+    print(
+        f"the server's RSS: {idle / MIB:.0f} MiB idle, {ready_rss / MIB:.0f} MiB once the normal clients "
+        f"were ready, {after[-1] / MIB:.0f} MiB {len(after)} s after the last client was done "
+        f"(in those seconds {min(after) / MIB:.0f}-{max(after) / MIB:.0f})"
+    )
     print("normal clients' answers:", dict(soak.normal_statuses))
     print("hostile client's answers:")
     for (name, status), count in sorted(Counter((a.name, a.status) for a in done).items()):
