@@ -26,13 +26,14 @@
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from constraintd.engine.chat.caps import detect_caps, quietly, touch
-from constraintd.engine.chat.chat_params import ChatGrammar, chat_params
+from constraintd.engine.chat.chat_params import TOOL_CHOICES, ChatGrammar, chat_params
 from constraintd.engine.chat.jinja_values import (
     llama_json,
     llama_repr,
@@ -40,6 +41,7 @@ from constraintd.engine.chat.jinja_values import (
     llama_values,
     output_text,
 )
+from constraintd.engine.chat.message_parser import ParsedMessage, parse_message
 from constraintd.engine.chat.prompt import CHATML_TEMPLATE, ChatPrompt, chat_prompt, template_source
 from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps, format_time
 
@@ -47,8 +49,8 @@ if TYPE_CHECKING:
     import jinja2
 
 __all__ = [
-    "CHATML_TEMPLATE", "Message", "chat_prompt_of", "chat_text", "prompt_tokens", "render_template",
-    "template_caps",
+    "CHATML_TEMPLATE", "Message", "ToolChat", "chat_prompt_of", "chat_text", "prompt_tokens", "regex_escape",
+    "render_template", "template_caps", "tool_chat",
 ]
 
 
@@ -73,6 +75,12 @@ class TemplateModel(Protocol):
     def tokenize(
         self, text: str | bytes, *, add_special: bool = True, parse_special: bool = True
     ) -> list[int]: ...
+
+
+class ToolModel(TemplateModel, Protocol):
+    """What a chat with tools needs from a model besides its template: the text of a token."""
+
+    def piece(self, token: int, *, special: bool = True) -> bytes: ...
 
 
 class TemplateError(ValueError):
@@ -378,8 +386,11 @@ def chat_text(
         add_bos=model.add_bos, add_eos=model.add_eos, now=now, caps=caps).prompt
 
 
-def prompt_tokens(model: TemplateModel, *, prompt: str | None = None, chat: str | None = None) -> list[int]:
+def prompt_tokens(model: TemplateModel, *, prompt: str | None = None, chat: str | None = None,
+                  template: str | None = None) -> list[int]:
     """The tokens llama-server evaluates for a raw prompt or a one-message chat.
+
+    `template`: a chat template that replaces the model's (llama-server's --chat-template-file).
 
     Raises:
         ValueError: not exactly one of prompt and chat.
@@ -387,20 +398,151 @@ def prompt_tokens(model: TemplateModel, *, prompt: str | None = None, chat: str 
     """
     if (prompt is None) == (chat is None):
         raise ValueError("give exactly one of prompt= and chat=")
-    text = prompt if prompt is not None else chat_text(model, [Message("user", chat or "")])
+    if prompt is not None:
+        text = prompt
+    else:
+        messages = [ChatMessage("user", chat or "")]
+        text = chat_prompt_of(
+            model.chat_template or "" if template is None else template, messages, bos_text=model.bos_text,
+            eos_text=model.eos_text, add_bos=model.add_bos, add_eos=model.add_eos).prompt
     return model.tokenize(text, add_special=True, parse_special=True)
+
+
+def regex_escape(word: str) -> str:
+    """A word as a regular expression that matches it (llama.cpp's regex_escape)."""
+    return re.sub(r"[.^$|()*+?\[\]{}\\]", lambda m: "\\" + m.group(0), word)
+
+
+def _single_token(model: TemplateModel, text: str) -> int | None:
+    ids = model.tokenize(text, add_special=False, parse_special=True)
+    return ids[0] if len(ids) == 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChat:
+    """A one-message chat with tools, prepared as llama-server prepares it.
+
+    Attributes:
+        prompt: the prompt's tokens.
+        generation_prompt: the text the template adds for the assistant's turn.
+        params: the chat params' grammar side (constraintd.engine.chat.chat_params).
+        session: the keyword arguments of `Client.session` (the grammar, its triggers or its prefill), or
+            None where the request gets no grammar.
+        stops: the template's additional stop strings.
+        preserved: the preserved tokens that are one token here (their text is written with the output).
+    """
+
+    prompt: list[int]
+    generation_prompt: str
+    params: ChatGrammar
+    tools: tuple[ChatTool, ...]
+    tool_choice: str
+    parallel_tool_calls: bool
+    supports_tool_calls: bool
+    session: dict[str, Any] | None
+    stops: tuple[str, ...]
+    preserved: frozenset[int]
+
+    def parse(self, text: str) -> ParsedMessage:
+        """The message llama-server's chat parser reads in the whole generated text.
+
+        Raises:
+            MessageParseError: the text does not match the format.
+            NotPorted: the format's parser is not ported.
+        """
+        return parse_message(
+            text, self.params, generation_prompt=self.generation_prompt,
+            tools=[tool.to_json() for tool in self.tools], tool_choice=self.tool_choice,
+            parallel_tool_calls=self.parallel_tool_calls, supports_tool_calls=self.supports_tool_calls)
+
+
+def _session_of(model: ToolModel, params: ChatGrammar, generation_prompt: str,
+                preserved: frozenset[int]) -> dict[str, Any] | None:
+    # what llama-server hands common_sampler_init (server-schema.cpp's grammar_triggers, sampling.cpp)
+    if not params.grammar:
+        return None
+    if not params.grammar_lazy:
+        # the grammar starts with the generation prompt: the sampler accepts its tokens first (prefill),
+        # skipping a first token some tokenizers give a space the text does not have
+        tokens = model.tokenize(generation_prompt, add_special=False, parse_special=True)
+        pieces = [model.piece(token, special=True) for token in tokens]
+        if pieces and pieces[0][:1].isspace() and not generation_prompt[:1].isspace():
+            pieces = pieces[1:]
+        return {"gbnf": params.grammar, "prefill": b"".join(pieces)}
+    patterns: list[str] = []
+    tokens = []
+    for trigger in params.grammar_triggers:
+        if trigger.kind == "word":
+            token = _single_token(model, trigger.value)
+            if token is None:
+                patterns.append(regex_escape(trigger.value))
+            elif token in preserved:
+                tokens.append(token)
+            else:
+                raise TemplateError(
+                    f"Grammar trigger word should be marked as preserved token: {trigger.value}")
+        elif trigger.kind == "pattern_full":
+            value = trigger.value
+            patterns.append("^$" if not value else ("" if value.startswith("^") else "^") + value
+                            + ("" if value.endswith("$") else "$"))
+        else:
+            patterns.append(trigger.value)
+    return {"gbnf": params.grammar, "trigger_patterns": patterns, "trigger_tokens": tokens}
+
+
+def tool_chat(
+    model: ToolModel, chat: str, tools: Sequence[ChatTool], *, tool_choice: str = "auto",
+    parallel_tool_calls: bool = False, template: str | None = None, now: float | None = None,
+) -> ToolChat:
+    """llama-server's preparation of a one-message chat with tools: the prompt rendered with the tools, the
+    chat params' grammar, lazy triggers (a word that is one preserved token triggers on that token, any other
+    word on its text) or the generation prompt's prefill, and the template's stops.
+
+    `tool_choice`: auto, required, none, or a tool's name (that tool alone, required).
+    `template`: a chat template that replaces the model's.
+
+    Raises:
+        ValueError: a tool_choice that names no tool.
+        TemplateError: the template does not render the request, or a trigger word is one token that is
+            not preserved (llama-server refuses it too).
+        NotPorted: the template's format, or its tool-call grammar, is not ported yet.
+    """
+    if tool_choice not in TOOL_CHOICES:
+        named = [tool for tool in tools if tool.name == tool_choice]
+        if not named:
+            raise ValueError(f"tool_choice {tool_choice!r} names none of the tools")
+        tools, tool_choice = named, "required"
+    now = time.time() if now is None else now
+    source = template_source(model.chat_template or "" if template is None else template)
+    caps = _known_caps(source)
+    messages = [ChatMessage("user", chat)]
+    made = chat_prompt_of(source, messages, tools=tools, bos_text=model.bos_text, eos_text=model.eos_text,
+                          add_bos=model.add_bos, add_eos=model.add_eos, now=now, caps=caps)
+    params = chat_grammar_of(source, messages, tools=tools, tool_choice=tool_choice, bos_text=model.bos_text,
+                             eos_text=model.eos_text, now=now, caps=caps,
+                             parallel_tool_calls=parallel_tool_calls,
+                             generation_prompt=made.generation_prompt)
+    preserved = frozenset(token for text in params.preserved_tokens or ()
+                          if (token := _single_token(model, text)) is not None)
+    return ToolChat(
+        prompt=model.tokenize(made.prompt, add_special=True, parse_special=True),
+        generation_prompt=made.generation_prompt, params=params, tools=tuple(tools), tool_choice=tool_choice,
+        parallel_tool_calls=parallel_tool_calls, supports_tool_calls=caps.supports_tool_calls,
+        session=_session_of(model, params, made.generation_prompt, preserved), stops=params.additional_stops,
+        preserved=preserved)
 
 
 def chat_grammar_of(
     source: str, messages: Sequence[ChatMessage], *, tools: Sequence[ChatTool] = (),
     tool_choice: str = "auto", json_schema: Any = None, reasoning_format: str = "auto", bos_text: str = "",
     eos_text: str = "", enable_thinking: bool = True, now: float | None = None,
-    caps: TemplateCaps | None = None,
+    caps: TemplateCaps | None = None, parallel_tool_calls: bool = False, generation_prompt: str | None = None,
 ) -> ChatGrammar:
     """The grammar side of llama.cpp's chat params for a chat request on the template `source` (see
     constraintd.engine.chat.chat_params), with the generation prompt `chat_prompt_of` makes.
 
     `json_schema`: the response schema, parsed (constraintd.engine.schema.json_text.parse_json).
+    `generation_prompt`: the request's, when the caller has rendered its prompt already (`chat_prompt_of`).
 
     Raises:
         TemplateError: the template does not render the request.
@@ -408,11 +550,13 @@ def chat_grammar_of(
         SchemaError: llama.cpp refuses the response schema.
     """
     now = time.time() if now is None else now
-    made = chat_prompt_of(source, messages, tools=tools, bos_text=bos_text, eos_text=eos_text,
-                          enable_thinking=enable_thinking, now=now, caps=caps)
+    if generation_prompt is None:
+        generation_prompt = chat_prompt_of(
+            source, messages, tools=tools, bos_text=bos_text, eos_text=eos_text,
+            enable_thinking=enable_thinking, now=now, caps=caps).generation_prompt
     source = template_source(source)
     return chat_params(
         source, _renderer(source, now), _known_caps(source) if caps is None else caps,
-        generation_prompt=made.generation_prompt, tools=[tool.to_json() for tool in tools],
-        tool_choice=tool_choice, json_schema=json_schema, reasoning_format=reasoning_format,
-        bos_token=bos_text, eos_token=eos_text)
+        generation_prompt=generation_prompt, tools=[tool.to_json() for tool in tools],
+        tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls, json_schema=json_schema,
+        reasoning_format=reasoning_format, bos_token=bos_text, eos_token=eos_text)

@@ -83,7 +83,8 @@ class ParamsComparison:
             for name in FIELDS if self.ours[name] != llama[name])
 
 
-def project_params(source: str, case: ParamsCase, *, now: int) -> ChatGrammar:
+def project_params(source: str, case: ParamsCase, *, now: int,
+                   parallel_tool_calls: bool = False) -> ChatGrammar:
     """The project's chat params for this case.
 
     Raises:
@@ -93,18 +94,24 @@ def project_params(source: str, case: ParamsCase, *, now: int) -> ChatGrammar:
         source, parse_messages(MESSAGE_SETS["system+user"]), tools=parse_tools(case.tool_list),
         tool_choice=case.llama_tool_choice, json_schema=RESPONSE_SCHEMA if case.schema else None,
         reasoning_format=case.reasoning_format, bos_text=BOS_TOKEN, eos_text=EOS_TOKEN,
-        enable_thinking=case.thinking, now=now)
+        enable_thinking=case.thinking, now=now, parallel_tool_calls=parallel_tool_calls)
 
 
-def compare_params(binary: Path, path: Path, *, now: int) -> list[ParamsComparison]:
-    """Every case of PARAMS_CASES on one template file, both sides at the same time `now` (Unix seconds)."""
+# tool_choice auto and required with parallel_tool_calls on (PARAMS_CASES leave it off, as llama-server does)
+PARALLEL_CASES = (ParamsCase("auto", True, False), ParamsCase("required", True, False))
+
+
+def compare_params(binary: Path, path: Path, *, now: int, parallel_tool_calls: bool = False
+                   ) -> list[ParamsComparison]:
+    """Every case of PARAMS_CASES (with `parallel_tool_calls`: PARALLEL_CASES, parallel calls on) on one
+    template file, both sides at the same time `now` (Unix seconds)."""
     source = path.read_text()
     comparisons = []
-    for case in PARAMS_CASES:
-        llama = run_harness(binary, case.request(source, now=now))
+    for case in PARALLEL_CASES if parallel_tool_calls else PARAMS_CASES:
+        llama = run_harness(binary, case.request(source, now=now, parallel_tool_calls=parallel_tool_calls))
         preserved: tuple[str, ...] | None = None
         try:
-            made = project_params(source, case, now=now)
+            made = project_params(source, case, now=now, parallel_tool_calls=parallel_tool_calls)
             ours: dict[str, Any] | None = _ours(made)
             not_ported, preserved = None, made.preserved_tokens
         except NotPorted as exc:

@@ -17,9 +17,12 @@
     json_tool_grammar  the lazy tool-call grammar of templates that write JSON calls
     chat_params  the grammar side of llama.cpp's chat params (grammar, lazy flag, triggers, preserved
               tokens, stops, thinking tags) for the auto-parser's templates, where ported
+    message_parser  the assistant's message (content, reasoning content, tool calls) from a whole generated
+              text, as llama.cpp's chat parser reads it on the auto-parser's templates, where ported
 
 Contract: the grammar a request resolves to is the one llama-server would sample with, and a chat
 template rendered by `chat_prompt` (with a renderer of llama.cpp's Jinja dialect) gives llama.cpp's prompt
 and generation prompt; `chat_params` gives llama.cpp's grammar, lazy flag, triggers, stops and thinking
-tags where it computes them, and says NotPorted where it does not.
+tags where it computes them, and `parse_message` its message from a generated text; both say NotPorted
+where they do not.
 """

@@ -12,8 +12,8 @@
 #   template has no syntax for, or auto where the format has no word to trigger on, without a schema, give
 #   no grammar; a schema (with or without tools, any tool_choice) gives the response-format grammar, never
 #   lazy, no triggers; on a template that writes JSON calls, tool_choice auto gives the lazy tool grammar
-#   (json_tool_grammar.py) and its word triggers, required the non-lazy one. NotPorted: the tag formats'
-#   tool grammars.
+#   (json_tool_grammar.py) and its word triggers, required the non-lazy one; parallel_tool_calls lets the
+#   calls repeat after commas, as standard_json_tools does. NotPorted: the tag formats' tool grammars.
 # - The preserved tokens are the analysis's (template_analysis.py): None where it has not analysed the
 #   template's tool-call markers (the tag formats).
 # - The response-format grammar is the auto-parser's: the generation prompt up to the reasoning start tag,
@@ -313,7 +313,8 @@ def _reasoning_parsers(reasoning: ReasoningAnalysis, *, extract: bool) -> int:
 
 
 def _json_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAnalysis, *, force: bool,
-                       generation_prompt: str = "", extract_reasoning: bool = False) -> str:
+                       generation_prompt: str = "", extract_reasoning: bool = False,
+                       parallel_tool_calls: bool = False) -> str:
     """The lazy grammar (trigger rules only), or with `force` the non-lazy one: the generation prompt, the
     reasoning, text up to the call (or the wrapped content), then the calls."""
     built = _GrammarText()
@@ -324,10 +325,11 @@ def _json_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAna
     block = _reasoning_block(built.add_rule, reasoning) if force and extract_reasoning else ""
     try:
         triggers = json_tool_rules(tools, analysis.tools, add_rule=built.add_rule,
-                                   add_schema=built.add_schema, literal=_literal, force=force)
+                                   add_schema=built.add_schema, literal=_literal, force=force,
+                                   parallel_tool_calls=parallel_tool_calls)
         # the arena before the last expression: the context's eps(), the reasoning, the parser's eps(), tools
         arena = 1 + _reasoning_parsers(reasoning, extract=extract_reasoning) + 1 + json_tool_parsers(
-            len(tools), analysis.tools, force=force)
+            len(tools), analysis.tools, force=force, parallel_tool_calls=parallel_tool_calls)
     except NotImplementedError as exc:
         raise NotPorted(str(exc)) from None
     for name, rule in _JSON_RULES.items():
@@ -359,6 +361,7 @@ def chat_params(
     generation_prompt: str,
     tools: Sequence[Mapping[str, Any]] = (),
     tool_choice: str = "auto",
+    parallel_tool_calls: bool = False,
     json_schema: JsonValue = None,
     reasoning_format: str = "auto",
     bos_token: str = "",
@@ -401,9 +404,11 @@ def chat_params(
         raise NotPorted("tool-call grammars of the tag formats")
     if tool_choice == "required":
         grammar = _json_tool_grammar(tools, analysis, force=True, generation_prompt=generation_prompt,
-                                     extract_reasoning=reasoning_format != "none")
+                                     extract_reasoning=reasoning_format != "none",
+                                     parallel_tool_calls=parallel_tool_calls)
         return ChatGrammar(grammar, **common)
     triggers = [GrammarTrigger("word", analysis.trigger_marker)]
     if analysis.tools.openai_wrapper_trigger:
         triggers.append(GrammarTrigger("word", '{"type": "function",'))
-    return ChatGrammar(_json_tool_grammar(tools, analysis, force=False), True, tuple(triggers), **common)
+    lazy = _json_tool_grammar(tools, analysis, force=False, parallel_tool_calls=parallel_tool_calls)
+    return ChatGrammar(lazy, True, tuple(triggers), **common)

@@ -225,6 +225,22 @@ def test_chat_params_are_llama_cpps(path: Path, chat_oracle: Path, oracle_report
 
 @pytest.mark.oracle
 @pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
+def test_parallel_tool_call_grammars_are_llama_cpps(
+    path: Path, chat_oracle: Path, oracle_report: OracleReport
+) -> None:
+    """With parallel_tool_calls on, tool_choice auto and required: identical wherever ported (the JSON-call
+    templates' tool grammars, and the templates with no tool grammar)."""
+    comparisons = compare_params(chat_oracle, path, now=int(time.time()), parallel_tool_calls=True)
+    ported = [c for c in comparisons if c.not_ported is None]
+    oracle_report.add("chat params: parallel tool calls", path.stem,
+                      identical=sum(c.identical for c in ported), total=len(comparisons))
+    assert [c for c in ported if not c.identical] == [], _describe([c for c in ported if not c.identical])
+    expected = {c.case for c in comparisons} & _expected_ported(path.stem)
+    assert {c.case for c in ported} == expected
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
 def test_template_analysis_is_llama_cpps(path: Path, chat_oracle: Path, oracle_report: OracleReport) -> None:
     """The auto-parser's analysis (reasoning, content, tool format's mode; the JSON format's markers and
     fields; the preserved tokens where known; stops) is llama.cpp's on every template, the specialised ones

@@ -1,0 +1,470 @@
+# The assistant's message from a generated text, as llama.cpp's chat layer parses a whole (non-streamed)
+# text on the templates its auto-parser handles: the PEG parser autoparser::build_parser builds
+# (chat-auto-parser-generator.cpp, standard_json_tools in chat-peg-parser.cpp) and common_chat_peg_mapper,
+# run on the generation prompt followed by the text (common_chat_peg_parse), written here as a direct scan.
+#
+# Contract:
+# - `parse_message` gives the content, the reasoning content and the tool calls (name, arguments as the JSON
+#   text the model wrote, id) llama.cpp's parser gives, for: a request without tools (or tool_choice none),
+#   and tools on a template that writes tool calls as JSON with flat fields or the name as the key.
+# - The parse is llama.cpp's: the generation prompt's text up to the thinking tag is matched, then (unless the
+#   template is pure content) whitespace; the optional thinking block; the content up to the first tool-call
+#   marker (or the wrapped content); the calls; the end of the text. Where llama.cpp's parser stops for more
+#   input at the end of the text (the content or the thinking reaching it), what was read is the message.
+# - A text that does not match raises MessageParseError with llama.cpp's words; what is not ported
+#   (the tag formats, a response schema, hand-written formats, partial texts) raises NotPorted.
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
+from constraintd.engine.chat.diff_split import trim_whitespace
+from constraintd.engine.chat.reasoning import ReasoningMode
+from constraintd.engine.chat.template_analysis import ContentMode, TemplateAnalysis, ToolFormat, ToolMode
+
+__all__ = ["MessageParseError", "ParsedMessage", "ParsedToolCall", "parse_message"]
+
+_SPACE = " \t\n\v\f\r"  # C's isspace
+
+
+class MessageParseError(ValueError):
+    """A generated text llama.cpp's parser does not match (it throws the same words)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedToolCall:
+    """One tool call: the function's name, its arguments as the JSON text written, and its id (or "")."""
+
+    name: str
+    arguments: str
+    id: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "arguments": self.arguments, "id": self.id}
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedMessage:
+    """The assistant's message: content, reasoning content and tool calls (common_chat_msg)."""
+
+    content: str = ""
+    reasoning_content: str = ""
+    tool_calls: tuple[ParsedToolCall, ...] = ()
+
+
+class _NeedMore(Exception):
+    # llama.cpp's parser reached the end of the text while reading (NEED_MORE_INPUT): what was read stands
+    pass
+
+
+class _Fail(Exception):
+    pass
+
+
+class _Scan:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: list[ParsedToolCall] = []
+        self.partial = ""  # the arguments read when the text ends inside them
+
+    def space(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos] in _SPACE:
+            self.pos += 1
+
+    def literal(self, word: str) -> None:
+        if self.text.startswith(word, self.pos):
+            self.pos += len(word)
+            return
+        rest = self.text[self.pos:]
+        if word.startswith(rest):
+            raise _NeedMore  # the text ends inside the literal
+        raise _Fail
+
+    def optspace(self, tag: str) -> None:
+        # common_chat_peg_builder::optspace: the tag's whitespace around its core optional, char by char
+        lead = len(tag) - len(tag.lstrip(_SPACE))
+        core_end = len(tag) if lead == len(tag) else len(tag.rstrip(_SPACE))
+        for c in tag[:lead]:
+            self.optional(lambda c=c: self.literal(c))
+        self.literal(tag[lead:core_end])
+        for c in tag[core_end:]:
+            self.optional(lambda c=c: self.literal(c))
+
+    def optional(self, parse: Any) -> None:
+        start = self.pos
+        marks = (len(self.content), len(self.reasoning), len(self.calls))
+        try:
+            parse()
+        except _Fail:
+            self.pos = start
+            del self.content[marks[0]:], self.reasoning[marks[1]:], self.calls[marks[2]:]
+
+    def until(self, delimiters: Sequence[str]) -> str:
+        # common_peg_until_parser: up to the first delimiter, or one begun at the end of the text
+        start = self.pos
+        for at in range(start, len(self.text)):
+            rest = self.text[at:]
+            if any(rest.startswith(d) or d.startswith(rest) for d in delimiters if d):
+                self.pos = at
+                return self.text[start:at]
+        self.pos = len(self.text)
+        raise _NeedMore  # lenient: more text might hold a delimiter
+
+    def end(self) -> None:
+        if self.pos != len(self.text):
+            raise _Fail
+
+    def json_value(self) -> str:
+        decoder = json.JSONDecoder(parse_constant=_no_constant)
+        try:
+            _, end = decoder.raw_decode(self.text, self.pos)
+        except json.JSONDecodeError as exc:
+            # a value the text ends inside: read so far, as llama.cpp's lenient JSON parser reads it
+            if exc.pos >= len(self.text.rstrip(_SPACE)) or exc.msg.startswith("Unterminated string"):
+                self.partial = self.text[self.pos:].rstrip(_SPACE)
+                self.pos = len(self.text)
+                raise _NeedMore from None
+            raise _Fail from None
+        except ValueError:
+            raise _Fail from None
+        value = self.text[self.pos:end]
+        self.pos = end
+        return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)  # NaN and Infinity are no JSON
+
+
+def _string_content(scan: _Scan) -> str:
+    # a JSON string's characters up to its closing quote (string_content('"'))
+    start = scan.pos
+    text = scan.text
+    while scan.pos < len(text):
+        c = text[scan.pos]
+        if c == '"':
+            return text[start:scan.pos]
+        scan.pos += 2 if c == "\\" else 1
+    raise _NeedMore
+
+
+def _comma(scan: _Scan) -> None:
+    scan.literal(",")
+    scan.space()
+
+
+def _number(scan: _Scan) -> str:
+    start = scan.pos
+    value = scan.json_value()
+    if not value or value[0] not in "-0123456789":
+        scan.pos = start
+        raise _Fail
+    return value
+
+
+def _call_id(scan: _Scan, key: str, *, numbers: bool) -> str:
+    scan.literal(f'"{key}"')
+    scan.space()
+    scan.literal(":")
+    scan.space()
+    if scan.text.startswith('"', scan.pos):
+        scan.literal('"')
+        value = _string_content(scan)
+        scan.literal('"')
+        return value
+    if not numbers:
+        raise _Fail
+    return _number(scan)
+
+
+def _flat_call(scan: _Scan, names: Sequence[str], tools: ToolFormat, name_key: str, args_key: str) -> None:
+    # build_json_tools_flat_keys: "{" [type] the fields in the template's order "}", one choice per tool
+    fields = [name_key, args_key]
+    if tools.id_field:
+        fields.append(tools.id_field)
+    if tools.gen_id_field:
+        fields.append(tools.gen_id_field)
+    order = tools.parameter_order
+    fields.sort(key=lambda key: order.index(key) if key in order else len(order))
+    for name in names:
+        start = scan.pos
+        try:
+            found = {"name": "", "arguments": "", "id": ""}
+            scan.literal("{")
+            scan.space()
+            if tools.openai_wrapper_trigger:
+                def wrapper() -> None:
+                    for part in ('"type"', ":", '"function"', ","):
+                        scan.literal(part)
+                        scan.space()
+                scan.optional(wrapper)
+            for at, key in enumerate(fields):
+                if key == name_key:
+                    scan.literal(f'"{name_key}"')
+                    scan.space()
+                    scan.literal(":")
+                    scan.space()
+                    scan.literal(f'"{name}"')
+                    found["name"] = name
+                elif key == args_key:
+                    scan.literal(f'"{args_key}"')
+                    scan.space()
+                    scan.literal(":")
+                    scan.space()
+                    found["arguments"] = scan.json_value().rstrip(_SPACE)
+                else:
+                    def read_id(key: str = key, found: dict[str, str] = found) -> None:
+                        found["id"] = _call_id(scan, key, numbers=True)
+                    scan.optional(read_id)
+                if at < len(fields) - 1:
+                    scan.space()
+                    scan.literal(",")
+                    scan.space()
+            scan.space()
+            scan.literal("}")
+        except _Fail:
+            scan.pos = start
+            continue
+        except _NeedMore:
+            if found["name"]:  # the mapper keeps a call once it has its name
+                scan.calls.append(ParsedToolCall(found["name"], found["arguments"] or scan.partial or "{",
+                                                 found["id"]))
+            raise
+        scan.calls.append(ParsedToolCall(found["name"], found["arguments"], found["id"]))
+        return
+    raise _Fail
+
+
+def _keyed_call(scan: _Scan, names: Sequence[str], tools: ToolFormat, args_key: str,
+                effective_args: str) -> None:
+    # build_json_tools_function_is_key: {"<name>": <arguments>} or {"<name>": {ids, "<args>": <arguments>}}
+    for name in names:
+        start = scan.pos
+        try:
+            found = {"arguments": "", "id": ""}
+            scan.literal("{")
+            scan.space()
+            scan.literal(f'"{name}"')
+            scan.space()
+            scan.literal(":")
+            scan.space()
+            inner = [key for key in (tools.id_field, tools.gen_id_field) if key]
+            if not args_key and not inner:
+                found["arguments"] = scan.json_value().rstrip(_SPACE)
+            else:
+                scan.literal("{")
+                scan.space()
+                for key, numbers in ((tools.id_field, False), (tools.gen_id_field, True)):
+                    if not key:
+                        continue
+
+                    def read_id(key: str = key, numbers: bool = numbers,
+                                found: dict[str, str] = found) -> None:
+                        found["id"] = _call_id(scan, key, numbers=numbers)
+                        scan.space()
+                        scan.optional(lambda: _comma(scan))
+                    scan.optional(read_id)
+                    scan.space()
+                if args_key:
+                    scan.literal(f'"{effective_args}"')
+                    scan.space()
+                    scan.literal(":")
+                    scan.space()
+                found["arguments"] = scan.json_value().rstrip(_SPACE)
+                scan.space()
+                scan.literal("}")
+            scan.space()
+            scan.literal("}")
+        except _Fail:
+            scan.pos = start
+            continue
+        except _NeedMore:
+            if scan.pos > start + 1 + len(name):  # past the name
+                arguments = found["arguments"] or scan.partial or "{"
+                scan.calls.append(ParsedToolCall(name, arguments, found["id"]))
+            raise
+        scan.calls.append(ParsedToolCall(name, found["arguments"], found["id"]))
+        return
+    raise _Fail
+
+
+def _tool_names(tools: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [str(tool["function"]["name"]) for tool in tools if isinstance(tool.get("function"), Mapping)]
+
+
+def _calls(scan: _Scan, names: Sequence[str], tools: ToolFormat, *, parallel: bool) -> None:
+    # standard_json_tools: the choice of tools, more after commas when parallel, in [ ] when wrapped
+    name_key, args_key = tools.name_field, tools.args_field
+    if tools.function_field and tools.function_field != "function" and "." not in name_key:
+        name_key, args_key = f"{tools.function_field}.{name_key}", f"{tools.function_field}.{args_key}"
+    effective_name, effective_args = name_key or "name", args_key or "arguments"
+    if not tools.fun_name_is_key and ("." in effective_name or "." in effective_args):
+        raise NotPorted("the parser of JSON tool calls nested under a function object")
+
+    def one() -> None:
+        if tools.fun_name_is_key:
+            _keyed_call(scan, names, tools, args_key, effective_args)
+        else:
+            _flat_call(scan, names, tools, effective_name, effective_args)
+
+    if tools.tools_array_wrapped:
+        scan.literal("[")
+        scan.space()
+    one()
+    while parallel:
+        start, count = scan.pos, len(scan.calls)
+        try:
+            scan.space()
+            scan.literal(",")
+            scan.space()
+            one()
+        except _Fail:
+            scan.pos = start
+            del scan.calls[count:]
+            break
+    if tools.tools_array_wrapped:
+        scan.space()
+        scan.literal("]")
+
+
+def _section(scan: _Scan, start: str, end: str, names: Sequence[str], tools: ToolFormat, *,
+             parallel: bool) -> None:
+    scan.literal(start)
+    scan.space()
+    _calls(scan, names, tools, parallel=parallel)
+    scan.space()
+    scan.literal(end)
+
+
+def _json_tools(scan: _Scan, analysis: TemplateAnalysis, names: Sequence[str], *, required: bool,
+                parallel: bool) -> None:
+    tools = analysis.tools
+    if not tools.section_start and tools.per_call_start:
+        # one_or_more(call + space)
+        def call() -> None:
+            _section(scan, tools.per_call_start, tools.per_call_end, names, tools, parallel=parallel)
+            scan.space()
+        call()
+        while True:
+            before = scan.pos
+            scan.optional(call)
+            if scan.pos == before:
+                break
+        return
+
+    def section() -> None:
+        _section(scan, tools.section_start, tools.section_end, names, tools, parallel=parallel)
+    if required:
+        section()
+    else:
+        scan.optional(section)
+
+
+def _reasoning(scan: _Scan, analysis: TemplateAnalysis, *, extracting: bool) -> None:
+    # analyze_reasoning::build_parser: optional(optspace(start) reasoning(until(end)) optspace(end))
+    reasoning = analysis.reasoning
+    if not extracting or reasoning.mode not in (ReasoningMode.TAG_BASED, ReasoningMode.TOOLS_ONLY) \
+            or not reasoning.end:
+        return
+
+    def block() -> None:
+        if reasoning.start:
+            scan.optspace(reasoning.start)
+        start = scan.pos
+        try:
+            text = scan.until([trim_whitespace(reasoning.end)])
+        except _NeedMore:
+            scan.reasoning.append(scan.text[start:])
+            raise
+        scan.reasoning.append(text)
+        scan.optspace(reasoning.end)
+    scan.optional(block)
+
+
+def _content_until(scan: _Scan, delimiters: Sequence[str]) -> None:
+    start = scan.pos
+    try:
+        scan.content.append(scan.until(delimiters))
+    except _NeedMore:
+        scan.content.append(scan.text[start:])
+        raise
+
+
+def parse_message(
+    text: str, grammar: ChatGrammar, *, generation_prompt: str, tools: Sequence[Mapping[str, Any]] = (),
+    tool_choice: str = "auto", parallel_tool_calls: bool = False, reasoning_format: str = "auto",
+    supports_tool_calls: bool = True, has_response_format: bool = False,
+) -> ParsedMessage:
+    """The message llama.cpp's chat parser reads in a whole generated `text` (see the module's contract).
+
+    `grammar` is the request's chat params (chat_params.chat_params), `generation_prompt` its generation
+    prompt; `supports_tool_calls` the template's capability (TemplateCaps).
+
+    Raises:
+        MessageParseError: the text does not match the format.
+        NotPorted: the format's parser is not ported.
+    """
+    analysis = grammar.analysis
+    if analysis is None:
+        raise NotPorted("the parser of a request without the auto-parser's analysis")
+    if has_response_format:
+        raise NotPorted("the parser of a response-format answer")
+    scan = _Scan(generation_prompt + text)
+    reasoning = analysis.reasoning
+    start_tag = trim_whitespace(reasoning.start)
+    prefix = generation_prompt[:generation_prompt.find(start_tag)] \
+        if start_tag and start_tag in generation_prompt else generation_prompt
+    extracting = reasoning_format != "none" and reasoning.mode is not ReasoningMode.NONE
+    wrapped = analysis.content_mode is ContentMode.ALWAYS_WRAPPED
+    with_tools = bool(tools) and tool_choice != "none" and supports_tool_calls
+    try:
+        scan.literal(prefix)
+        if with_tools:
+            if analysis.tools.mode is not ToolMode.JSON_NATIVE:
+                if analysis.tools.mode is ToolMode.NONE:
+                    raise NotPorted("the parser of a template whose tool-call format is not found")
+                raise NotPorted("the parser of the tag formats' tool calls")
+            scan.space()
+            _reasoning(scan, analysis, extracting=extracting)
+            if wrapped:
+                def wrapped_content() -> None:
+                    scan.literal(analysis.content_start)
+                    _content_until(scan, [analysis.content_end])
+                    scan.literal(analysis.content_end)
+                scan.optional(wrapped_content)
+            else:
+                tool_start = analysis.tools.section_start or analysis.tools.per_call_start or "{"
+                scan.optional(lambda: _content_until(scan, [tool_start]))
+            _json_tools(scan, analysis, _tool_names(tools), required=tool_choice == "required",
+                        parallel=parallel_tool_calls)
+        else:
+            if reasoning.mode is not ReasoningMode.NONE:
+                scan.space()
+            if wrapped:
+                if not extracting:
+                    _content_until(scan, [analysis.content_start])
+                else:
+                    _reasoning(scan, analysis, extracting=extracting)
+                scan.literal(analysis.content_start)
+                _content_until(scan, [analysis.content_end])
+                scan.literal(analysis.content_end)
+            else:
+                _reasoning(scan, analysis, extracting=extracting)
+                scan.content.append(scan.text[scan.pos:])
+                scan.pos = len(scan.text)
+        scan.end()
+    except _NeedMore:
+        pass
+    except _Fail:
+        raise MessageParseError(
+            "The model produced output that does not match the expected peg-native format") from None
+    reasoning_text = "".join(scan.reasoning)
+    if not reasoning_text.strip(" \n\r\t"):
+        reasoning_text = ""
+    return ParsedMessage("".join(scan.content), reasoning_text, tuple(scan.calls))

@@ -1,0 +1,75 @@
+"""constraintd.engine.chat.message_parser: the assistant's message from a whole generated text, as llama.cpp's
+chat parser reads it.
+
+The oracle test runs tests/chat_oracle/messages.py's texts on every auto-parser template through
+llama.cpp's common_chat_parse (the harness's "parse" mode) and through `parse_message`: content, reasoning
+content and tool calls identical, or both sides refusing; requests whose tool grammar is not ported (the tag
+formats) are counted apart.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
+from constraintd.engine.chat.message_parser import MessageParseError, ParsedToolCall, parse_message
+from constraintd.engine.chat.reasoning import ReasoningAnalysis
+from constraintd.engine.chat.template_analysis import TemplateAnalysis, ToolFormat, ToolMode
+from tests.chat_oracle.cases import template_paths
+from tests.chat_oracle.messages import compare_messages
+from tests.conftest import OracleReport
+from tests.engine.chat.test_chat_params import SPECIALISED
+
+TEMPLATES = [path for path in template_paths() if path.stem not in SPECIALISED]
+
+# A template that writes each call as <tool_call>{"name": ..., "arguments": ...}</tool_call> (Qwen 2.5)
+HERMES = ChatGrammar(analysis=TemplateAnalysis(ReasoningAnalysis(), tools=ToolFormat(
+    ToolMode.JSON_NATIVE, per_call_start="<tool_call>\n", per_call_end="</tool_call>",
+    parameter_order=["name", "arguments"])))
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+PROMPT = "<|im_start|>assistant\n"
+
+
+def test_a_call_after_content_is_read() -> None:
+    text = 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"} }\n</tool_call>'
+    message = parse_message(text, HERMES, generation_prompt=PROMPT, tools=TOOLS)
+    assert message.content == "Let me look.\n"
+    assert message.tool_calls == (ParsedToolCall("get_weather", '{"city": "Paris"}'),)
+
+
+def test_text_without_a_call_is_content() -> None:
+    message = parse_message("It is mild.", HERMES, generation_prompt=PROMPT, tools=TOOLS)
+    assert (message.content, message.tool_calls) == ("It is mild.", ())
+
+
+def test_a_call_cut_short_keeps_what_was_read() -> None:
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"ci'
+    message = parse_message(text, HERMES, generation_prompt=PROMPT, tools=TOOLS)
+    assert message.tool_calls == (ParsedToolCall("get_weather", '{"ci'),)
+
+
+def test_an_unknown_tool_does_not_match() -> None:
+    text = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+    with pytest.raises(MessageParseError, match="does not match the expected"):
+        parse_message(text, HERMES, generation_prompt=PROMPT, tools=TOOLS)
+
+
+def test_a_tag_format_is_not_ported() -> None:
+    analysis = TemplateAnalysis(ReasoningAnalysis(), tools=ToolFormat(ToolMode.TAG_WITH_JSON))
+    tags = ChatGrammar(analysis=analysis)
+    with pytest.raises(NotPorted, match="tag formats"):
+        parse_message("x", tags, generation_prompt=PROMPT, tools=TOOLS)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
+def test_messages_are_llama_cpps(path: Path, chat_oracle: Path, oracle_report: OracleReport) -> None:
+    """Every text the project parses gives llama.cpp's message."""
+    comparisons = compare_messages(chat_oracle, path, now=int(time.time()))
+    parsed = [c for c in comparisons if c.not_ported is None]
+    oracle_report.add("chat parser: content, reasoning, tool calls", path.stem,
+                      identical=sum(c.identical for c in parsed), total=len(comparisons))
+    assert [c.describe() for c in parsed if not c.identical] == []
