@@ -320,6 +320,30 @@ def test_a_replay_past_its_time_limit_stops(server: CappedServer) -> None:
     attacked(server, attack)
 
 
+def test_sessions_replayed_a_million_tokens_give_it_all_back_once_gone(server: CappedServer) -> None:
+    # A replay done in time opens a session that holds its trail (about 20 bytes a token) while open: the
+    # soak once left such sessions open for their idle time, and its memory looked kept. Closed, or expired
+    # past its idle time, a session gives all of it back (`attacked` checks the memory after).
+    def attack(stub: pb_grpc.ConstraintdStub) -> None:
+        vocab_id = tiny_vocab(stub)
+        before = server.rss()
+        request = pb.CreateSessionRequest(
+            vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), replay=[A] + [B] * 1_000_000
+        )
+        reply = stub.CreateSession(request, timeout=60)
+        assert reply.state.position == 1_000_001
+        held = server.rss() - before
+        assert held > 10 * MIB, f"a session of a million tokens held {held / MIB:.1f} MiB"
+        stub.Close(pb.CloseRequest(session_id=reply.session_id))
+        request.options.ttl_seconds = 1
+        session_id = stub.CreateSession(request, timeout=60).session_id
+        time.sleep(1.5)
+        expired = pb.AcceptRequest(session_id=session_id, token=B)
+        refused(lambda: stub.Accept(expired), grpc.StatusCode.NOT_FOUND)
+
+    attacked(server, attack)
+
+
 @pytest.mark.parametrize("server", [("--compile-timeout", "0.2")], indirect=True)
 def test_a_prefill_past_its_time_limit_stops(server: CappedServer) -> None:
     # a prefill taken in a worker thread once ran on to its end after its caller's DEADLINE_EXCEEDED
