@@ -13,6 +13,11 @@
 #   keeps its generator between calls, so llama-server's `common_sampler_sample` with
 #   `grammar_first = false` (draw; if the grammar rejects the token, mask and run the whole chain
 #   again) is `sample(logits)` then, on rejection, `sample(logits, allowed=mask)`.
+# - A masked draw whose chain begins with top-k reads only the allowed tokens when that gives the same
+#   candidates: top-k of the whole masked vocabulary is the k highest allowed logits in descending order,
+#   which is one list whatever the sort when those k are distinct, above every allowed logit left out, and
+#   finite (so above the -inf of every rejected token). Otherwise (fewer than k allowed, a tie, an allowed
+#   -inf) the whole vocabulary goes through the chain, as llama.cpp's does.
 # - `accept(token)` is `llama_sampler_accept` on the chain (the penalties remember the token); the
 #   caller accepts each generated token once, after the draw that chose it.
 
@@ -142,10 +147,12 @@ class SamplerChain:
         samplers: the samplers, in order; the last one selects.
     """
 
-    __slots__ = ("samplers",)
+    __slots__ = ("_first_top_k", "samplers")
 
     def __init__(self, samplers: Sequence[Sampler]) -> None:
         self.samplers = tuple(samplers)
+        first = self.samplers[0] if self.samplers else None
+        self._first_top_k = first.k if isinstance(first, TopK) and first.k > 0 else 0
 
     @classmethod
     def from_settings(cls, settings: SamplerSettings | None = None) -> SamplerChain:
@@ -202,15 +209,25 @@ class SamplerChain:
             ValueError: a logit is NaN or +inf (llama.cpp's result would be meaningless), or
                 nothing could be selected.
         """
-        cur = Candidates.from_logits(logits)
-        highest = cur.logits.max() if len(cur) else np.float32(0.0)
+        values = np.asarray(logits, dtype=np.float32).reshape(-1)
+        highest = values.max() if values.size else np.float32(0.0)
         if np.isnan(highest) or np.isposinf(highest):
             raise ValueError("logits must be finite or -inf")
-        if allowed is not None:
-            if allowed.shape != cur.logits.shape:
-                raise ValueError(f"mask has {allowed.size} entries for {cur.logits.size} logits")
+        if allowed is None:
+            cur = Candidates.from_logits(values)
+            self.apply(cur)
+            return cur.token
+        if allowed.shape != values.shape:
+            raise ValueError(f"mask has {allowed.size} entries for {values.size} logits")
+        top = _allowed_top_k(values, allowed, self._first_top_k) if self._first_top_k else None
+        if top is None:
+            cur = Candidates.from_logits(values)
             cur.logits[~allowed] = -np.inf
-        self.apply(cur)
+            self.apply(cur)
+        else:
+            cur = top
+            for sampler in self.samplers[1:]:
+                sampler.apply(cur)
         return cur.token
 
     def accept(self, token: int) -> None:
@@ -222,3 +239,26 @@ class SamplerChain:
         """Reset every sampler (a random seed is drawn again)."""
         for sampler in self.samplers:
             sampler.reset()
+
+
+def _allowed_top_k(
+    logits: npt.NDArray[np.float32], allowed: npt.NDArray[np.bool_], k: int
+) -> Candidates | None:
+    # What top-k leaves of the masked vocabulary, read from the allowed tokens alone; None where that
+    # list depends on how the sort breaks ties (see the module's contract), or fewer than k are allowed.
+    ids = np.flatnonzero(allowed)
+    if ids.size < k:
+        return None
+    values = logits[ids]
+    if ids.size > k:
+        kept = np.argpartition(-values, k)[: k + 1]  # the k highest, then the highest left out
+        order = kept[np.argsort(-values[kept], kind="stable")]
+        if not values[order[k - 1]] > values[order[k]]:
+            return None
+        order = order[:k]
+    else:
+        order = np.argsort(-values, kind="stable")
+    top = values[order]
+    if not np.isfinite(top[-1]) or np.any(top[1:] == top[:-1]):
+        return None
+    return Candidates(ids[order].astype(np.int32), top.copy(), is_sorted=True)

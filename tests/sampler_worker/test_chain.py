@@ -282,3 +282,55 @@ def test_masked_draw_only_picks_allowed_tokens() -> None:
         allowed = rng.random(500) < 0.05
         allowed[0] = True
         assert allowed[chain.sample(logits, allowed=allowed)]
+
+
+def full_masked_draw(
+    chain: SamplerChain, logits: npt.NDArray[np.float32], allowed: npt.NDArray[np.bool_]
+) -> int:
+    # The masked draw over the whole vocabulary, as llama.cpp makes it (no reading of the allowed alone).
+    cur = Candidates.from_logits(logits)
+    cur.logits[~allowed] = -np.inf
+    chain.apply(cur)
+    return cur.token
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=KINDS)
+@pytest.mark.parametrize("name", list(SETTINGS), ids=list(SETTINGS))
+def test_a_masked_draw_reading_the_allowed_alone_draws_as_over_all(name: str, kind: str) -> None:
+    # The masked draw reads only the allowed tokens when the chain begins with top-k and the result
+    # cannot depend on the sort's tie order; every kind of logits (ties, -inf, extremes) and masks from
+    # a handful of tokens to most of the vocabulary, against the draw over the whole masked vocabulary.
+    rng = np.random.default_rng(sum(map(ord, name + kind)))
+    settings = SETTINGS[name]
+    fast, full = SamplerChain.from_settings(settings), SamplerChain.from_settings(settings)
+    n = 3000
+    for step in range(60):
+        logits = synthetic_logits(kind, n, rng)
+        allowed = rng.random(n) < [0.002, 0.02, 0.3, 0.9][step % 4]
+        allowed[rng.integers(n)] = True
+        expected = full_masked_draw(full, logits, allowed)
+        assert fast.sample(logits, allowed=allowed) == expected
+        fast.accept(expected)
+        full.accept(expected)
+
+
+def test_top_k_read_from_the_allowed_tokens_is_top_k_of_the_masked_vocabulary() -> None:
+    from sampler_worker.chain import _allowed_top_k
+
+    rng = np.random.default_rng(5)
+    read = 0
+    for trial in range(400):
+        n, k = 2000, int(rng.choice([1, 5, 40, 200]))
+        logits = synthetic_logits(KINDS[trial % len(KINDS)], n, rng)
+        allowed = rng.random(n) < [0.01, 0.05, 0.5][trial % 3]
+        got = _allowed_top_k(logits, allowed, k)
+        if got is None:
+            continue
+        read += 1
+        whole = Candidates.from_logits(logits)
+        whole.logits[~allowed] = -np.inf
+        TopK(k).apply(whole)
+        assert got.ids.tolist() == whole.ids.tolist()
+        assert got.logits.tobytes() == whole.logits.tobytes()
+        assert got.is_sorted and whole.is_sorted
+    assert read > 100  # the fast path was taken, not only refused
