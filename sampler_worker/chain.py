@@ -13,11 +13,9 @@
 #   keeps its generator between calls, so llama-server's `common_sampler_sample` with
 #   `grammar_first = false` (draw; if the grammar rejects the token, mask and run the whole chain
 #   again) is `sample(logits)` then, on rejection, `sample(logits, allowed=mask)`.
-# - A masked draw whose chain begins with top-k reads only the allowed tokens when that gives the same
-#   candidates: top-k of the whole masked vocabulary is the k highest allowed logits in descending order,
-#   which is one list whatever the sort when those k are distinct, above every allowed logit left out, and
-#   finite (so above the -inf of every rejected token). Otherwise (fewer than k allowed, a tie, an allowed
-#   -inf) the whole vocabulary goes through the chain, as llama.cpp's does.
+# - A masked draw whose chain begins with top-k (k up to 128, llama.cpp's std::partial_sort) builds the
+#   candidates top-k leaves from the first k tokens and the allowed ones past them (`masked_top_k`): the
+#   same candidates, in the same order, without a pass over the whole vocabulary.
 # - `accept(token)` is `llama_sampler_accept` on the chain (the penalties remember the token); the
 #   caller accepts each generated token once, after the draw that chose it.
 
@@ -33,7 +31,7 @@ import numpy.typing as npt
 from sampler_worker.candidates import Candidates
 from sampler_worker.mt19937 import LLAMA_DEFAULT_SEED
 from sampler_worker.penalties import LogitBias, Penalties
-from sampler_worker.samplers import Dist, MinP, Sampler, Temperature, TopK, TopP, Typical
+from sampler_worker.samplers import Dist, MinP, Sampler, Temperature, TopK, TopP, Typical, masked_top_k
 
 __all__ = ["DEFAULT_ORDER", "SamplerChain", "SamplerSettings"]
 
@@ -219,7 +217,7 @@ class SamplerChain:
             return cur.token
         if allowed.shape != values.shape:
             raise ValueError(f"mask has {allowed.size} entries for {values.size} logits")
-        top = _allowed_top_k(values, allowed, self._first_top_k) if self._first_top_k else None
+        top = masked_top_k(values, allowed, self._first_top_k) if self._first_top_k else None
         if top is None:
             cur = Candidates.from_logits(values)
             cur.logits[~allowed] = -np.inf
@@ -240,25 +238,3 @@ class SamplerChain:
         for sampler in self.samplers:
             sampler.reset()
 
-
-def _allowed_top_k(
-    logits: npt.NDArray[np.float32], allowed: npt.NDArray[np.bool_], k: int
-) -> Candidates | None:
-    # What top-k leaves of the masked vocabulary, read from the allowed tokens alone; None where that
-    # list depends on how the sort breaks ties (see the module's contract), or fewer than k are allowed.
-    ids = np.flatnonzero(allowed)
-    if ids.size < k:
-        return None
-    values = logits[ids]
-    if ids.size > k:
-        kept = np.argpartition(-values, k)[: k + 1]  # the k highest, then the highest left out
-        order = kept[np.argsort(-values[kept], kind="stable")]
-        if not values[order[k - 1]] > values[order[k]]:
-            return None
-        order = order[:k]
-    else:
-        order = np.argsort(-values, kind="stable")
-    top = values[order]
-    if not np.isfinite(top[-1]) or np.any(top[1:] == top[:-1]):
-        return None
-    return Candidates(ids[order].astype(np.int32), top.copy(), is_sorted=True)

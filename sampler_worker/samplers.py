@@ -30,6 +30,7 @@ __all__ = [
     "TopK",
     "TopP",
     "Typical",
+    "masked_top_k",
     "partial_sort_inplace",
     "softmax",
 ]
@@ -99,6 +100,33 @@ class TopK(Sampler):
         if not cur.is_sorted:
             partial_sort_inplace(cur, k)
         cur.truncate(k)
+
+
+def masked_top_k(
+    logits: npt.NDArray[np.float32], allowed: npt.NDArray[np.bool_], k: int
+) -> Candidates | None:
+    """What `TopK(k)` leaves of fresh candidates whose rejected tokens were set to -inf; None for k > 128.
+
+    llama.cpp's top-k with k <= 128 is `std::partial_sort`, whose heap takes the first k elements and
+    then lets in only an element that compares above its top: a rejected token past the first k (-inf)
+    never enters, so the sort over the first k tokens and the allowed tokens past them, in vocabulary
+    order, leaves exactly what the sort over the whole masked vocabulary leaves, ties and -inf included.
+    (Larger k sorts by buckets, where this does not hold.)
+
+    Args:
+        logits: one logit per vocabulary token (not modified).
+        allowed: one bool per token.
+        k: top-k's k, 0 < k.
+    """
+    if k > _PARTIAL_SORT_HEAP_LIMIT:
+        return None
+    k = min(k, logits.size)
+    later = np.flatnonzero(allowed[k:]) + k
+    positions = np.concatenate((np.arange(k, dtype=np.intp), later))
+    values = logits[positions]
+    values[:k][~allowed[:k]] = -np.inf
+    order = partial_sort_order(-values, k)
+    return Candidates(positions[order].astype(np.int32), values[order], is_sorted=True)
 
 
 class TopP(Sampler):

@@ -26,7 +26,7 @@ from sampler_worker.candidates import Candidates
 from sampler_worker.chain import DEFAULT_ORDER, SamplerChain, SamplerSettings
 from sampler_worker.mt19937 import LLAMA_DEFAULT_SEED
 from sampler_worker.penalties import Penalties
-from sampler_worker.samplers import Dist, Greedy, Temperature, TopK, Typical
+from sampler_worker.samplers import Dist, Greedy, Temperature, TopK, Typical, masked_top_k
 from tests.conftest import OracleReport
 from tests.oracle import LlamaSamplerChain
 from tests.sampler_worker.llama_chain import llama_steps
@@ -297,9 +297,9 @@ def full_masked_draw(
 @pytest.mark.parametrize("kind", KINDS, ids=KINDS)
 @pytest.mark.parametrize("name", list(SETTINGS), ids=list(SETTINGS))
 def test_a_masked_draw_reading_the_allowed_alone_draws_as_over_all(name: str, kind: str) -> None:
-    # The masked draw reads only the allowed tokens when the chain begins with top-k and the result
-    # cannot depend on the sort's tie order; every kind of logits (ties, -inf, extremes) and masks from
-    # a handful of tokens to most of the vocabulary, against the draw over the whole masked vocabulary.
+    # A masked draw whose chain begins with top-k reads the first k tokens and the allowed ones past
+    # them; every kind of logits (ties, -inf, extremes) and masks from a handful of tokens to most of the
+    # vocabulary, against the draw over the whole masked vocabulary.
     rng = np.random.default_rng(sum(map(ord, name + kind)))
     settings = SETTINGS[name]
     fast, full = SamplerChain.from_settings(settings), SamplerChain.from_settings(settings)
@@ -314,23 +314,18 @@ def test_a_masked_draw_reading_the_allowed_alone_draws_as_over_all(name: str, ki
         full.accept(expected)
 
 
-def test_top_k_read_from_the_allowed_tokens_is_top_k_of_the_masked_vocabulary() -> None:
-    from sampler_worker.chain import _allowed_top_k
-
+def test_top_k_of_the_first_k_and_the_allowed_past_them_is_top_k_of_the_masked_vocabulary() -> None:
     rng = np.random.default_rng(5)
-    read = 0
     for trial in range(400):
-        n, k = 2000, int(rng.choice([1, 5, 40, 200]))
+        n, k = 2000, int(rng.choice([1, 5, 40, 128]))
         logits = synthetic_logits(KINDS[trial % len(KINDS)], n, rng)
-        allowed = rng.random(n) < [0.01, 0.05, 0.5][trial % 3]
-        got = _allowed_top_k(logits, allowed, k)
-        if got is None:
-            continue
-        read += 1
+        allowed = rng.random(n) < [0.001, 0.01, 0.05, 0.5, 0.99][trial % 5]
+        got = masked_top_k(logits, allowed, k)
+        assert got is not None
         whole = Candidates.from_logits(logits)
         whole.logits[~allowed] = -np.inf
         TopK(k).apply(whole)
         assert got.ids.tolist() == whole.ids.tolist()
         assert got.logits.tobytes() == whole.logits.tobytes()
         assert got.is_sorted and whole.is_sorted
-    assert read > 100  # the fast path was taken, not only refused
+    assert masked_top_k(np.zeros(300, dtype=np.float32), np.ones(300, dtype=bool), 129) is None  # buckets
