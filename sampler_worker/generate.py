@@ -323,6 +323,7 @@ def generate(
     overlap: Overlap = "off",
     counters: Counters | None = None,
     check: Callable[[], None] | None = None,
+    special: frozenset[int] = frozenset(),
 ) -> Generation:
     """Generate from `prompt` with llama-server's sampler chain, constrained by `session` if given.
 
@@ -340,6 +341,8 @@ def generate(
             when None. The generation's own are these.
         check: called before each evaluation of the model, each chunk of the prompt included; what it
             raises ends the generation (a cancelled request). The tokens are the same.
+        special: special tokens whose text is written into the text (llama-server's preserved tokens of a
+            chat with tools); every other special token adds nothing.
 
     Returns:
         The generation.
@@ -358,7 +361,8 @@ def generate(
     counters = counters if counters is not None else Counters()
     ahead = _Ahead(session, counters) if session is not None and overlap != "off" else None
     try:
-        return _run(model, prompt, chain, counters, session, ahead, overlap, max_tokens, stop, on_step, check)
+        return _run(model, prompt, chain, counters, session, ahead, overlap, max_tokens, stop, on_step, check,
+                    special)
     finally:
         if ahead is not None:
             ahead.close()
@@ -391,6 +395,7 @@ def _run(
     stop: Sequence[str],
     on_step: Callable[[Step], None] | None,
     check: Callable[[], None] | None,
+    special: frozenset[int],
 ) -> Generation:
     stream = TextStream(stop)
     tokens: list[int] = []
@@ -463,7 +468,7 @@ def _run(
             last = True
             delta = ""
         else:
-            delta = stream.push(model.piece(token, special=False))
+            delta = stream.push(model.piece(token, special=token in special))
             if stream.found is not None:
                 stop_reason = "stop"
                 last = True

@@ -17,6 +17,7 @@ from sampler_worker.cli import (
     constraint_from,
     main,
     settings_from,
+    tools_from,
 )
 
 
@@ -248,3 +249,142 @@ def test_bad_grammar_is_bad_input_with_its_place(
     ])
     assert status == 2
     assert "line 2" in capsys.readouterr().err
+
+
+WEATHER_TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {}}}]
+
+
+def test_tools_are_read_as_llama_cpp_reads_them(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(WEATHER_TOOLS))
+    read = tools_from(parse("--chat", "c", "--tools", str(tools)))
+    assert read is not None and [tool.name for tool in read] == ["get_weather", "get_time"]
+    assert tools_from(parse("--chat", "c")) is None
+    with pytest.raises(UsageError, match="--tools needs --chat"):
+        tools_from(parse("--prompt", "p", "--tools", str(tools)))
+    with pytest.raises(UsageError, match="give no --json"):
+        tools_from(parse("--chat", "c", "--tools", str(tools), "--json"))
+    tools.write_text('[{"type": "retrieval"}]')
+    with pytest.raises(UsageError, match="Unsupported tool type"):
+        tools_from(parse("--chat", "c", "--tools", str(tools)))
+
+
+def test_tools_without_chat_are_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(WEATHER_TOOLS))
+    status = main(["generate", "--model", str(tmp_path / "absent.gguf"), "--prompt", "x",
+                   "--tools", str(tools)])
+    assert status == 2
+    assert "--tools needs --chat" in capsys.readouterr().err
+
+
+class TextModel:
+    """A stand-in for the model in prompt preparation: one token per byte, and a few special tokens."""
+
+    SPECIAL = ("<tool_call>", "<bos>")
+
+    def __init__(self, template: str | None) -> None:
+        self.chat_template = template
+        self.bos_text, self.eos_text, self.add_bos, self.add_eos = "<bos>", "<eos>", True, False
+
+    def tokenize(
+        self, text: str | bytes, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
+        data = text.encode() if isinstance(text, str) else text
+        tokens = [1000] if add_special else []
+        while data:
+            special = next((s for s in self.SPECIAL if parse_special and data.startswith(s.encode())), None)
+            if special is not None:
+                tokens.append(1000 + self.SPECIAL.index(special))
+                data = data[len(special):]
+            else:
+                tokens.append(data[0])
+                data = data[1:]
+        return tokens
+
+    def piece(self, token: int, *, special: bool = True) -> bytes:
+        if token >= 1000:
+            return self.SPECIAL[token - 1000].encode() if special else b""
+        return bytes([token])
+
+
+def _template(name: str) -> str:
+    from tests.chat_oracle.cases import template_paths
+
+    return next(path for path in template_paths() if path.stem == name).read_text()
+
+
+def test_a_required_tool_call_prefills_the_generation_prompt() -> None:
+    from constraintd.engine.chat.template_inputs import parse_tools
+    from sampler_worker.prompt import tool_chat
+
+    chat = tool_chat(TextModel(_template("Qwen-Qwen2.5-7B-Instruct")), "Weather in Paris?",
+                     parse_tools(WEATHER_TOOLS), tool_choice="required", now=0)
+    assert chat.session is not None and set(chat.session) == {"gbnf", "prefill"}
+    assert chat.session["prefill"] == b"<|im_start|>assistant\n" == chat.generation_prompt.encode()
+    assert "tool-get-time ::=" in chat.session["gbnf"]  # both tools
+    assert b"get_weather" in bytes(t for t in chat.prompt if t < 256)  # the tools are in the prompt
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    message = chat.parse(text)
+    assert [(c.name, c.arguments) for c in message.tool_calls] == [("get_weather", '{"city": "Paris"}')]
+
+
+def test_auto_triggers_on_the_call_marker_and_a_name_calls_that_tool() -> None:
+    from constraintd.engine.chat.template_inputs import parse_tools
+    from sampler_worker.prompt import tool_chat
+
+    model = TextModel(_template("Qwen-Qwen2.5-7B-Instruct"))
+    auto = tool_chat(model, "Weather in Paris?", parse_tools(WEATHER_TOOLS), now=0)
+    assert auto.session is not None and auto.params.grammar_lazy
+    # the word is more than one token here: a pattern of its text, escaped (llama.cpp's regex_escape)
+    assert auto.session["trigger_patterns"] == ["<tool_call>\n"] and auto.session["trigger_tokens"] == []
+    assert auto.preserved == frozenset({1000})  # <tool_call> is one token: its text is written out
+    named = tool_chat(model, "Weather in Paris?", parse_tools(WEATHER_TOOLS), tool_choice="get_weather",
+                      now=0)
+    assert (named.tool_choice, [t.name for t in named.tools]) == ("required", ["get_weather"])
+    assert named.session is not None and "tool-get-time ::=" not in named.session["gbnf"]
+    with pytest.raises(ValueError, match="names none of the tools"):
+        tool_chat(model, "x", parse_tools(WEATHER_TOOLS), tool_choice="get_news", now=0)
+
+
+def test_a_template_without_tool_syntax_gets_no_grammar() -> None:
+    from constraintd.engine.chat.template_inputs import parse_tools
+    from sampler_worker.prompt import tool_chat
+
+    chat = tool_chat(TextModel(None), "Weather in Paris?", parse_tools(WEATHER_TOOLS), tool_choice="required",
+                     now=0)
+    assert chat.session is None  # ChatML writes no tool calls: llama.cpp constrains nothing either
+    assert chat.parse("It is mild.").content == "It is mild."
+
+
+def test_regex_escape_is_llama_cpps() -> None:
+    from sampler_worker.prompt import regex_escape
+
+    assert regex_escape('{"type": "function",') == '\\{"type": "function",'
+    assert regex_escape("a.b*c?[d](e)|^$\\") == "a\\.b\\*c\\?\\[d\\]\\(e\\)\\|\\^\\$\\\\"
+
+
+@pytest.mark.slow
+def test_a_tool_call_end_to_end(tmp_path: Path, gemma_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Gemma 3 270M with Llama 3.2's template (JSON calls after free text): tool_choice required gives a
+    call the parser reads, the text before it as content."""
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps(WEATHER_TOOLS[:1]))
+    template = tmp_path / "llama3.2.jinja"
+    template.write_text(_template("meta-llama-Llama-3.2-3B-Instruct"))
+    status = main([
+        "generate", "--model", str(gemma_path), "--chat", "What is the weather in Paris?",
+        "--tools", str(tools),
+        "--tool-choice", "required", "--chat-template", str(template), "--seed", "1", "--max-tokens", "80",
+        "--constraintd", "local", "--n-ctx", "512", "--threads", "1", "--output", "json",
+    ])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    report = json.loads(captured.out)
+    [call] = report["tool_calls"]
+    assert call["name"] == "get_weather" and "city" in json.loads(call["arguments"])
+    assert report["text"].startswith(report["content"]) and report["reasoning_content"] == ""
+    assert report["stop_reason"] == "eog"
