@@ -28,6 +28,8 @@ llama.cpp model of its own, end to end (40 tokens, warmer sampling with a repeti
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -127,6 +129,8 @@ class Constraint:
     session: dict[str, object]  # keyword arguments of Client.session
     gbnf: str  # the same grammar, for llama.cpp
     trigger_patterns: tuple[str, ...] = ()
+    trigger_tokens: tuple[int, ...] = ()
+    prefill: tuple[int, ...] = ()  # tokens the grammar accepts before the first step
 
 
 def _schema(name: str, schema: Mapping[str, object]) -> Constraint:
@@ -279,8 +283,11 @@ def reference(
     masks: MaskCache | None = None,
 ) -> tuple[list[int], list[int]]:
     """llama-server's tokens and rejection points; `logits_after(generated)` gives each step's logits."""
-    grammar = LlamaGrammar.create(vocab, constraint.gbnf, trigger_patterns=constraint.trigger_patterns)
+    grammar = LlamaGrammar.create(vocab, constraint.gbnf, trigger_patterns=constraint.trigger_patterns,
+                                  trigger_tokens=constraint.trigger_tokens)
     assert grammar is not None
+    for token in constraint.prefill:
+        grammar.accept(token)
     # common_sampler_init: the model's suppress tokens join the logit biases
     bans = tuple((token, float("-inf")) for token in suppressed)
     settings = replace(settings, logit_bias=settings.logit_bias + bans)
@@ -433,6 +440,137 @@ def test_generation_through_a_unix_socket_is_llama_servers(
     for overlap, ours in runs.items():
         record(oracle_report, f"gemma-3-270m unix, overlap {overlap}", ours.tokens, ours.rejected_at,
                expected, rejected)
+    for overlap, ours in runs.items():
+        assert list(ours.tokens) == expected, f"overlap {overlap}"
+        assert list(ours.rejected_at) == rejected, f"overlap {overlap}"
+
+
+# Tool calls: llama-server's own chat params (the chat oracle's "apply": tests/chat_oracle/harness.cpp) give
+# the reference its prompt, grammar, triggers and preserved tokens; server-schema.cpp turns a trigger word
+# into its token (one preserved token) or an escaped pattern, sampling.cpp prefills a non-lazy grammar with
+# the generation prompt's tokens. Ours: sampler_worker.prompt.tool_chat and a session made from it. Two
+# templates that write JSON calls, on Gemma 3 270M: Llama 3.2's (calls after free text, no marker: tool_choice
+# required; auto has no word to trigger on, so no grammar) and Qwen 2.5's (<tool_call> markers: auto is lazy,
+# required prefilled). The template's stop strings cut the text, not the tokens: neither side is given them.
+TOOL_TEMPLATES = {"llama3.2": "meta-llama-Llama-3.2-3B-Instruct", "qwen2.5": "Qwen-Qwen2.5-7B-Instruct"}
+TOOL_REQUESTS = (("llama3.2", "required"), ("qwen2.5", "auto"), ("qwen2.5", "required"))
+TOOL_CHATS = ("What is the weather in Paris?", "Is it raining in Lisbon right now?", "Tell me a joke.")
+TOOL_MAX_TOKENS = 48
+# The request's time, the same on both sides (templates print the date). Not a fixed time: llama.cpp's
+# strftime_now reads the clock (jinja/runtime.h), not the request's time.
+TOOL_NOW = int(time.time())
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+@dataclass(frozen=True)
+class ToolCase:
+    template: str
+    tool_choice: str
+    chat: int  # index in TOOL_CHATS
+    settings_name: str
+    settings: SamplerSettings
+
+    @property
+    def id(self) -> str:
+        return f"{self.template}-{self.tool_choice}-c{self.chat}-{self.settings_name}"
+
+
+TOOL_CASES = [
+    ToolCase(template, choice, chat, name, make(2000 + chat))
+    for chat in range(len(TOOL_CHATS))
+    for template, choice in TOOL_REQUESTS
+    for name, make in SETTINGS
+]
+
+
+def _llama_regex_escape(word: str) -> str:
+    # common.cpp's regex_escape
+    return re.sub(r"[.^$|()*+?\[\]{}\\]", lambda m: "\\" + m.group(0), word)
+
+
+def llama_tool_constraint(
+    binary: Path, model: Model, case: ToolCase, source: str
+) -> tuple[list[int], Constraint]:
+    """llama-server's prompt tokens and sampler grammar for the case, from llama.cpp's own chat params."""
+    from tests.chat_oracle.build import run_harness
+
+    answer = run_harness(binary, {
+        "mode": "apply", "template": source, "bos_token": model.bos_text, "eos_token": model.eos_text,
+        "messages": [{"role": "user", "content": TOOL_CHATS[case.chat]}], "tools": [WEATHER_TOOL],
+        "tool_choice": case.tool_choice, "reasoning_format": "auto", "now": TOOL_NOW,
+    })
+    assert "error" not in answer, answer
+    prompt = answer["prompt"]
+    if model.add_bos and prompt.startswith(model.bos_text):  # the tokenizer adds BOS itself
+        prompt = prompt[len(model.bos_text):]
+    tokens = model.tokenize(prompt, add_special=True, parse_special=True)
+
+    def one_token(text: str) -> int | None:
+        ids = model.tokenize(text, add_special=False, parse_special=True)
+        return ids[0] if len(ids) == 1 else None
+
+    preserved = {t for text in answer["preserved_tokens"] if (t := one_token(text)) is not None}
+    patterns: list[str] = []
+    trigger_tokens: list[int] = []
+    for trigger in answer["grammar_triggers"]:
+        assert trigger["type"] == "word", trigger  # the JSON-call formats trigger on words
+        token = one_token(trigger["value"])
+        if token is None:
+            patterns.append(_llama_regex_escape(trigger["value"]))
+        else:
+            assert token in preserved
+            trigger_tokens.append(token)
+    prefill: list[int] = []
+    if not answer["grammar_lazy"]:
+        prefill = model.tokenize(answer["generation_prompt"], add_special=False, parse_special=True)
+        first = model.piece(prefill[0]) if prefill else b""
+        if first[:1].isspace() and not answer["generation_prompt"][:1].isspace():
+            prefill = prefill[1:]
+    assert answer["grammar"]
+    name = f"tools-{case.template}-{case.tool_choice}-c{case.chat}"
+    return tokens, Constraint(name, {}, answer["grammar"], tuple(patterns), tuple(trigger_tokens),
+                              tuple(prefill))
+
+
+@pytest.fixture(scope="module")
+def chat_oracle_binary() -> Path:
+    from tests.chat_oracle.build import harness_binary
+
+    return harness_binary()
+
+
+@pytest.mark.oracle
+@pytest.mark.slow
+@pytest.mark.parametrize("case", TOOL_CASES, ids=[case.id for case in TOOL_CASES])
+def test_tool_call_generation_is_llama_servers(
+    case: ToolCase, gemma: Model, logits_cache: LogitsCache, mask_cache: MaskCache, llama_vocab: LlamaVocab,
+    local_client: tuple[Client, VocabHandle], chat_oracle_binary: Path, oracle_report: OracleReport,
+) -> None:
+    from constraintd.engine.chat.template_inputs import parse_tools
+    from sampler_worker.prompt import tool_chat
+    from tests.chat_oracle.cases import template_paths
+
+    source = next(p for p in template_paths() if p.stem == TOOL_TEMPLATES[case.template]).read_text()
+    chat = tool_chat(gemma, TOOL_CHATS[case.chat], parse_tools([WEATHER_TOOL]), tool_choice=case.tool_choice,
+                     template=source, now=TOOL_NOW)
+    tokens, constraint = llama_tool_constraint(chat_oracle_binary, gemma, case, source)
+    assert chat.prompt == tokens  # the prompt, with the tools, is llama-server's
+    assert chat.session is not None
+    client, handle = local_client
+    runs = {}
+    for overlap in OVERLAPS:
+        with client.session(handle, **chat.session) as session:  # type: ignore[arg-type]
+            runs[overlap] = generate(CachedModel(logits_cache), tokens, case.settings, session=session,
+                                     max_tokens=TOOL_MAX_TOKENS, overlap=overlap, special=chat.preserved)
+    expected, rejected = reference(
+        lambda generated: logits_cache.after(tokens, generated), llama_vocab, tokens, case.settings,
+        constraint, gemma.suppress_tokens, max_tokens=TOOL_MAX_TOKENS, masks=mask_cache,
+    )
+    for overlap, ours in runs.items():
+        record(oracle_report, f"gemma-3-270m tools {case.template} {case.tool_choice}, overlap {overlap}",
+               ours.tokens, ours.rejected_at, expected, rejected)
     for overlap, ours in runs.items():
         assert list(ours.tokens) == expected, f"overlap {overlap}"
         assert list(ours.rejected_at) == rejected, f"overlap {overlap}"
