@@ -23,6 +23,10 @@ accepted tokens) in a `MaskCache`: llama.cpp computes each once. That the model'
 `Llama` class with its default context) is tests/sampler_worker/test_model.py's
 `test_logits_are_llama_cpp_pythons`; the generation through a Unix socket below runs the reference on a
 llama.cpp model of its own, end to end (40 tokens, warmer sampling with a repetition penalty).
+
+Tool calls (`test_tool_call_generation_is_llama_servers`): 3 chats x 3 requests (Llama 3.2's template with
+tool_choice required, Qwen 2.5's with auto and required) x the 2 settings = 18 generations of at most 48
+tokens; the reference's prompt, grammar, triggers and prefill come from llama.cpp's own chat layer.
 """
 
 from __future__ import annotations
