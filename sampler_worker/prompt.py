@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from constraintd.engine.chat.caps import detect_caps, quietly, touch
-from constraintd.engine.chat.chat_params import TOOL_CHOICES, ChatGrammar, chat_params
+from constraintd.engine.chat.chat_params import TOOL_CHOICES, ChatGrammar, NotPorted, chat_params
 from constraintd.engine.chat.jinja_values import (
     llama_json,
     llama_repr,
@@ -505,7 +505,8 @@ def tool_chat(
         ValueError: a tool_choice that names no tool.
         TemplateError: the template does not render the request, or a trigger word is one token that is
             not preserved (llama-server refuses it too).
-        NotPorted: the template's format, or its tool-call grammar, is not ported yet.
+        NotPorted: the template's format, or its tool-call grammar, is not ported yet; or tool_choice auto
+            on a thinking template (the reasoning-budget sampler llama-server adds is not).
     """
     if tool_choice not in TOOL_CHOICES:
         named = [tool for tool in tools if tool.name == tool_choice]
@@ -522,6 +523,11 @@ def tool_chat(
                              eos_text=model.eos_text, now=now, caps=caps,
                              parallel_tool_calls=parallel_tool_calls,
                              generation_prompt=made.generation_prompt)
+    if params.grammar_lazy and params.thinking_end_tags:
+        # llama-server then runs a reasoning-budget sampler that keeps the thinking block from the lazy
+        # grammar (common/sampling.cpp grammar_should_apply): a trigger word inside it wakes nothing
+        raise NotPorted("a lazy tool grammar on a thinking template (llama-server's reasoning-budget sampler "
+                        "keeps the thinking block from it)")
     preserved = frozenset(token for text in params.preserved_tokens or ()
                           if (token := _single_token(model, text)) is not None)
     return ToolChat(

@@ -360,6 +360,19 @@ def test_a_template_without_tool_syntax_gets_no_grammar() -> None:
     assert chat.parse("It is mild.").content == "It is mild."
 
 
+def test_a_lazy_grammar_on_a_thinking_template_is_not_ported() -> None:
+    from constraintd.engine.chat.chat_params import NotPorted
+    from constraintd.engine.chat.template_inputs import parse_tools
+    from sampler_worker.prompt import tool_chat
+
+    model = TextModel(_template("Qwen-Qwen3-0.6B"))
+    with pytest.raises(NotPorted, match="reasoning-budget sampler"):
+        tool_chat(model, "Weather in Paris?", parse_tools(WEATHER_TOOLS), now=0)
+    required = tool_chat(model, "Weather in Paris?", parse_tools(WEATHER_TOOLS), tool_choice="required",
+                         now=0)
+    assert required.session is not None and "prefill" in required.session
+
+
 def test_regex_escape_is_llama_cpps() -> None:
     from sampler_worker.prompt import regex_escape
 
