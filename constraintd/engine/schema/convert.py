@@ -122,7 +122,8 @@ class _Converter:
         self.unsupported_patterns: dict[str, str] = {}  # node pointer -> the warning
         self.journal: list[str] | None = None  # rule names added while a pattern is being translated
         self.bad_utf8_pointer: str | None = None
-        self.other_key_rules: dict[tuple[str, ...], str | None] = {}  # the extended dialect's, by names
+        # the extended dialect's rule of other keys by the names they are not (None: none written)
+        self.other_key_rules: dict[tuple[str, ...], str | None] = {}
 
     def add_rule(self, name: str, rule: str) -> str:
         esc_name = INVALID_RULE_CHARS.sub("-", name)
@@ -156,10 +157,20 @@ class _Converter:
     def add_extended(self, name: str) -> str:
         """A rule of the extended dialect (schema/extended.py) and the rules it needs, once each."""
         rule = extended.RULES[name]
+        added = self.add_rule(name, rule.content)  # first: rules may refer to each other (x-value)
         for dep in rule.deps:
             if dep not in self.rules:
                 self.add_extended(dep)
-        return self.add_rule(name, rule.content)
+        return added
+
+    def any_value(self) -> str:
+        """The rule of any JSON value: llama.cpp's `value`, or the extended dialect's `x-value` (the same
+        values, numbers of any number of digits: a smaller grammar)."""
+        if not self.extended:
+            return self.add_primitive("value", PRIMITIVE_RULES["value"])
+        for kind in extended.ANY_VALUE_PRIMITIVES:
+            self.add_primitive(kind, PRIMITIVE_RULES[kind])
+        return self.add_extended("x-value")
 
     def visit_primitive(self, rule_name: str, kind: str) -> str:
         return self.add_primitive("root" if rule_name == "root" else kind, PRIMITIVE_RULES[kind])
@@ -238,7 +249,7 @@ class _Converter:
         if additional is not None:
             sub_name = prefix + "additional"
             value_rule = (self.visit(additional, sub_name + "-value") if not isinstance(additional, AnyNode)
-                          else self.add_primitive("value", PRIMITIVE_RULES["value"]))
+                          else self.any_value())
             names = [prop_name for prop_name, _ in properties]
             key_rule = self.other_keys(names, sub_name + "-k")
             kv_rule_names["*"] = self.add_rule(sub_name + "-kv", f'{key_rule} ":" space {value_rule}')
@@ -269,7 +280,7 @@ class _Converter:
         if additional is not None:
             sub_name = prefix + "additional"
             value_rule = (self.visit(additional, sub_name + "-value") if not isinstance(additional, AnyNode)
-                          else self.add_primitive("value", PRIMITIVE_RULES["value"]))
+                          else self.any_value())
             if key_rule is None:
                 # other keys are none of the declared names, nor a forbidden one (byte strings too)
                 key_rule = self.other_keys([*dict(properties), *forbidden], sub_name + "-k")
@@ -291,14 +302,16 @@ class _Converter:
         if not names:
             return self.add_primitive("string", PRIMITIVE_RULES["string"])
         if self.extended:
-            # the same names (an object reached through several $refs, allOf merges) write the same rule
+            # the same names (objects of the same declared properties, an object reached through several
+            # $refs, allOf merges) share one rule: the first one's name
             key = tuple(names)
             if key not in self.other_key_rules:
-                self.other_key_rules[key] = extended.other_keys_rule([from_utf8(name) for name in names])
-            rule = self.other_key_rules[key]
-            if rule is not None:
-                self.add_extended("x-key-tail")
-                return self.add_rule(name, rule)
+                self.add_extended("x-key-escaped")
+                rule = extended.other_keys_rule([from_utf8(name) for name in names], self.add_rule)
+                self.other_key_rules[key] = None if rule is None else self.add_rule(name, rule)
+            shared = self.other_key_rules[key]
+            if shared is not None:
+                return shared
         char_rule = self.add_primitive("char", PRIMITIVE_RULES["char"])
         return self.add_rule(name, not_strings(names, char_rule))
 
@@ -444,7 +457,7 @@ class _Converter:
                     prefix = name + "-" if name else ""
                     value_rule = (self.visit(additional, prefix + "other-value")
                                   if additional is not None and not isinstance(additional, AnyNode)
-                                  else self.add_primitive("value", PRIMITIVE_RULES["value"]))
+                                  else self.any_value())
                     other_pair = self.add_rule(prefix + "other-kv",
                                                f'{keys.complement} ":" space {value_rule}')
                 return self.add_rule(rule_name, self.unordered_object_rule(properties, required, name,
@@ -467,7 +480,7 @@ class _Converter:
                                                  lambda names: not any(map(self.rules.__contains__, names)),
                                                  INVALID_RULE_CHARS.sub("-", f"{prefix}key-{i}"))
             value_rule = (self.visit(value, f"{prefix}pattern-value-{i}") if not isinstance(value, AnyNode)
-                          else self.add_primitive("value", PRIMITIVE_RULES["value"]))
+                          else self.any_value())
             pairs.append(self.add_rule(f"{prefix}pattern-kv-{i}", f'{key_rule} ":" space {value_rule}'))
         other = self.add_rule(f"{prefix}pattern-kv", " | ".join(pairs)) if pairs else None
         return self.unordered_object_rule(properties, required, name, None, other_pair=other, counts=counts)
@@ -547,9 +560,7 @@ _VISITORS: Final[dict[type, _Visitor]] = {
     NumberNode: _Converter.visit_number,
     BooleanNode: lambda c, node, name, rule_name: c.visit_primitive(rule_name, "boolean"),
     NullNode: lambda c, node, name, rule_name: c.visit_primitive(rule_name, "null"),
-    AnyNode: lambda c, node, name, rule_name: c.add_rule(
-        rule_name, c.add_primitive("value", PRIMITIVE_RULES["value"])
-    ),
+    AnyNode: lambda c, node, name, rule_name: c.add_rule(rule_name, c.any_value()),
 }
 
 

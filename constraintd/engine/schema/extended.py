@@ -72,6 +72,7 @@ from constraintd.engine.schema.rules import BuiltinRule
 from constraintd.errors import SchemaError
 
 __all__ = [
+    "ANY_VALUE_PRIMITIVES",
     "DEFAULT_DIALECT",
     "DEFINED_FORMATS",
     "DIALECTS",
@@ -203,6 +204,7 @@ _KEY_RULES: Final[Mapping[str, BuiltinRule]] = {
     "x-key-escape": BuiltinRule(_KEY_ESCAPE),
     "x-key-char": BuiltinRule('[^"\\\\\\x7F\\x00-\\x1F] | x-key-escape', ("x-key-escape",)),
     "x-key-tail": BuiltinRule("x-key-char*", ("x-key-char",)),
+    "x-key-escaped": BuiltinRule("x-key-escape x-key-tail", ("x-key-escape", "x-key-tail")),
 }
 # each format's JSON string: its rule between quotes
 RULES: Final[Mapping[str, BuiltinRule]] = {
@@ -210,6 +212,14 @@ RULES: Final[Mapping[str, BuiltinRule]] = {
     **{f"x-{name}-string": BuiltinRule(f'"\\"" x-{name} "\\""', (f"x-{name}",)) for name in FORMATS},
     **_KEY_RULES,
     "x-any-char": BuiltinRule(ANY_JSON_CHAR),
+    # any JSON value, as llama.cpp's `value` but for numbers' digits, any number of them (its rules
+    # `integral-part` and `decimal-part` write up to 16 as a rule per digit); with ANY_VALUE_PRIMITIVES
+    "x-value": BuiltinRule("x-object | x-array | string | x-number | boolean | null",
+                           ("x-object", "x-array", "x-number")),
+    "x-object": BuiltinRule('"{" space ( string ":" space x-value ("," space string ":" space x-value)* )? '
+                            'space "}"', ("x-value",)),
+    "x-array": BuiltinRule('"[" space ( x-value ("," space x-value)* )? space "]"', ("x-value",)),
+    "x-number": BuiltinRule('"-"? ( [0] | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?'),
     # one character of a string whose length counts: a character outside the BMP only raw (as two `\u`
     # escapes it would be one character counted twice)
     "x-counted-char": BuiltinRule(
@@ -218,6 +228,8 @@ RULES: Final[Mapping[str, BuiltinRule]] = {
     ),
 }
 RESERVED_NAMES: Final = frozenset(RULES)
+# llama.cpp's rules `x-value` refers to (schema/rules.py's PRIMITIVE_RULES)
+ANY_VALUE_PRIMITIVES: Final = ("string", "boolean", "null")
 
 
 def exact_pattern(pattern: str, add_rule: AddRule | None = None, name: str = "pattern", *,
@@ -498,8 +510,12 @@ def exact_range(low: int | None, high: int | None) -> tuple[int, int] | None:
 _MAX_NAME_CHARS: Final = 256  # the rule nests one group per character
 
 
+# printable ASCII a character class takes as it is written (not `\\`, `]`, `-` or `^`: escaped)
+_RAW_IN_CLASS: Final = frozenset(map(chr, range(0x20, 0x7F))) - set("\\]-^[")
+
+
 def _class_char(char: str) -> str:
-    return char if char.isascii() and char.isalnum() else f"\\U{ord(char):08X}"
+    return char if char in _RAW_IN_CLASS else f"\\U{ord(char):08X}"
 
 
 def _needs_escape(char: str) -> bool:
@@ -519,9 +535,12 @@ def other_keys_held(names: Sequence[str]) -> bool:
     return not any(len(name) > _MAX_NAME_CHARS or any(map(_needs_escape, name)) for name in names)
 
 
-def other_keys_rule(names: Sequence[str]) -> str | None:
+def other_keys_rule(names: Sequence[str], add_rule: AddRule) -> str | None:
     """A GBNF expression for a JSON string (with its quotes) that is none of `names` (text), or None when a
-    name holds a character JSON must escape, or is too long for the rule's nesting."""
+    name holds a character JSON must escape, or is too long for the rule's nesting. The rules it needs
+    beside the `x-key-*` ones of `RULES` are added with `add_rule`: one per set of characters a place of the
+    names may hold (`x-key-not-...`: a key leaving the names there), shared by every place and every object
+    of the grammar with the same set."""
     if not other_keys_held(names):
         return None
     root = _Trie()
@@ -530,15 +549,22 @@ def other_keys_rule(names: Sequence[str]) -> str | None:
         for char in name:
             node = node.children.setdefault(char, _Trie())
         node.end = True
+    leaving: dict[str, str] = {}  # the characters of a place -> the rule of the keys that leave there
 
-    # one group per character of the names (a group is a rule to the parser), the tails a named rule
+    def leave(chars: str) -> str:
+        if chars not in leaving:
+            listed = "".join(_class_char(char) for char in chars)
+            leaving[chars] = add_rule("x-key-not-" + "-".join(f"{ord(char):x}" for char in chars),
+                                      f'[^"\\\\\\x7F\\x00-\\x1F{listed}] x-key-tail | x-key-escaped')
+        return leaving[chars]
+
+    # one group per character of the names (a group is a rule to the parser), the tails named rules
     def rest(node: _Trie) -> str:
         if not node.children:
             return "x-key-char x-key-tail" if node.end else "x-key-tail"
-        other = "".join(_class_char(char) for char in sorted(node.children))
         alternatives = [f"[{_class_char(char)}] {rest(child)}"
                         for char, child in sorted(node.children.items())]
-        alternatives.append(f'[^"\\\\\\x7F\\x00-\\x1F{other}] x-key-tail | x-key-escape x-key-tail')
+        alternatives.append(leave("".join(sorted(node.children))))
         if not node.end:  # the key may end here: an empty alternative (`?` would be one more rule)
             alternatives.insert(0, "")
         return "(" + " | ".join(alternatives) + ")"
