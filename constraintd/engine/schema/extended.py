@@ -43,10 +43,13 @@
 #   false (`undeclared_required`).
 # - minLength / maxLength on a plain string count characters: a character outside the BMP is taken raw
 #   only (llama.cpp's rule counts each of its two escapes).
-# - `other_keys_rule(names)`: the keys beside an object's declared properties, exactly the JSON strings that
-#   are none of the names (see the section below).
-# Invariants: every rule name written here starts with `x-`, and `RESERVED_NAMES` reserves them, so a
-# property's rule can never take one of their names.
+# - `other_keys_rule(names, add_rule)`: the keys beside an object's declared properties, exactly the JSON
+#   strings that are none of the names (see the section below).
+# - `x-value` (in `RULES`): any JSON value, as llama.cpp's `value` but numbers of any number of digits (its
+#   `integral-part` and `decimal-part` write a rule per digit), over llama.cpp's `ANY_VALUE_PRIMITIVES`.
+# Invariants: every rule name written here starts with `x-`. `RESERVED_NAMES` reserves those of `RULES`,
+# which refer to each other by name, so a property's rule can never take one of them; the rules
+# `other_keys_rule` adds (`x-key-not-...`) are referred to by the names `add_rule` gives them.
 from __future__ import annotations
 
 import math
