@@ -132,7 +132,19 @@ def default_threads(
     return max(1, min(bounds))
 
 
+# llama.cpp's CPU backend runs a decode's threads as an OpenMP team that meets at a barrier after every
+# operation. GNU OpenMP's default is to spin at a barrier (for about 300,000 turns) before sleeping: where
+# every core is the model's that is fastest, but where other work shares the cores (constraintd, the HTTP
+# server, the clients, the sampling of the last step) a descheduled team member leaves the others spinning
+# on the cores that work needs. One-off probe, a 4-sequence decode on two threads of a loaded two-core
+# machine: median 270-320 ms a step spinning (some steps over 3 s), 76-125 ms sleeping at once. So the
+# team sleeps unless the environment says otherwise; it is read when the OpenMP runtime loads, so it must
+# be set before llama.cpp's library is.
+OPENMP_WAIT_POLICY = "PASSIVE"
+
+
 def _llama() -> Any:
+    os.environ.setdefault("OMP_WAIT_POLICY", OPENMP_WAIT_POLICY)
     try:
         import llama_cpp
     except ImportError as exc:  # pragma: no cover - depends on the environment
