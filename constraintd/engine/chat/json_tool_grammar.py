@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from constraintd.engine.chat.template_analysis import ToolFormat
 
-__all__ = ["JSON_STRING_CONTENT", "json_tool_parsers", "json_tool_rules", "rule_name"]
+__all__ = ["JSON_STRING_CONTENT", "call_keys", "json_tool_parsers", "json_tool_rules", "rule_name"]
 
 AddRule = Callable[[str, str], str]
 AddSchema = Callable[[str, Any], str]
@@ -111,6 +111,20 @@ def _keyed_tool(literal: Literal, add_schema: AddSchema, name: str, params: Any,
                      *inner, "space", literal("}")])
 
 
+def call_keys(tools: ToolFormat) -> tuple[str, str, str] | None:
+    """The keys of a JSON call, as llama.cpp's builder reads the format: the arguments' key as the format
+    names it (dotted under the function field when that is not "function"), and the name's and the
+    arguments' keys with their defaults; None where they are nested under a function object (not ported),
+    which the grammar and the parser of calls both refuse."""
+    name_key, args_key = tools.name_field, tools.args_field
+    if tools.function_field and tools.function_field != "function" and "." not in name_key:
+        name_key, args_key = f"{tools.function_field}.{name_key}", f"{tools.function_field}.{args_key}"
+    effective_name, effective_args = name_key or "name", args_key or "arguments"
+    if not tools.fun_name_is_key and ("." in effective_name or "." in effective_args):
+        return None
+    return args_key, effective_name, effective_args
+
+
 def json_tool_rules(
     tool_defs: Sequence[Mapping[str, Any]], tools: ToolFormat, *, add_rule: AddRule, add_schema: AddSchema,
     literal: Literal, parallel_tool_calls: bool = False, force: bool = False,
@@ -124,12 +138,10 @@ def json_tool_rules(
     Raises:
         NotImplementedError: fields nested under a function object, or the name as the key (not ported).
     """
-    name_key, args_key = tools.name_field, tools.args_field
-    if tools.function_field and tools.function_field != "function" and "." not in name_key:
-        name_key, args_key = f"{tools.function_field}.{name_key}", f"{tools.function_field}.{args_key}"
-    effective_name, effective_args = name_key or "name", args_key or "arguments"
-    if not tools.fun_name_is_key and ("." in effective_name or "." in effective_args):
+    keys = call_keys(tools)
+    if keys is None:
         raise NotImplementedError("JSON tool calls nested under a function object")
+    args_key, effective_name, effective_args = keys
     choices = []
     for tool_def in tool_defs:
         function = tool_def.get("function")

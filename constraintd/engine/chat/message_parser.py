@@ -22,6 +22,7 @@ from typing import Any
 
 from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
 from constraintd.engine.chat.diff_split import trim_whitespace
+from constraintd.engine.chat.json_tool_grammar import call_keys
 from constraintd.engine.chat.reasoning import ReasoningMode
 from constraintd.engine.chat.template_analysis import ContentMode, TemplateAnalysis, ToolFormat, ToolMode
 
@@ -300,12 +301,10 @@ def _tool_names(tools: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def _calls(scan: _Scan, names: Sequence[str], tools: ToolFormat, *, parallel: bool) -> None:
     # standard_json_tools: the choice of tools, more after commas when parallel, in [ ] when wrapped
-    name_key, args_key = tools.name_field, tools.args_field
-    if tools.function_field and tools.function_field != "function" and "." not in name_key:
-        name_key, args_key = f"{tools.function_field}.{name_key}", f"{tools.function_field}.{args_key}"
-    effective_name, effective_args = name_key or "name", args_key or "arguments"
-    if not tools.fun_name_is_key and ("." in effective_name or "." in effective_args):
+    keys = call_keys(tools)
+    if keys is None:
         raise NotPorted("the parser of JSON tool calls nested under a function object")
+    args_key, effective_name, effective_args = keys
 
     def one() -> None:
         if tools.fun_name_is_key:
