@@ -34,12 +34,7 @@ from grpc_reflection.v1alpha import reflection
 from constraintd.errors import UnavailableError
 from constraintd.server.config import ServerConfig
 from constraintd.server.health import SERVICE_NAME, Health
-from constraintd.server.memory import (
-    CollectorPauses,
-    MemorySettler,
-    fix_mmap_threshold,
-    use_system_allocator,
-)
+from constraintd.server.memory import CollectorPauses, MemorySettler, fix_mmap_threshold
 from constraintd.server.metrics import Metrics, MetricsServer
 from constraintd.server.processes import ProcessPool
 from constraintd.server.security import BearerTokenInterceptor, server_credentials
@@ -334,10 +329,7 @@ async def _main(service: Service) -> None:
 def run(config: ServerConfig) -> int:
     """Runs a service until a signal stops it; the process's exit code (0 after a clean shutdown).
 
-    This is a process's entry point. Unless `settle_interval` is 0 or PYTHONMALLOC is set, it first
-    executes the process's command again with Python's objects on the system allocator (memory.py's
-    `use_system_allocator`: an object that outlives a burst of work then keeps a page, not an arena, of
-    the memory the burst took). It sets the process-wide GIL switch interval when configured, and
+    This is a process's entry point: it sets the process-wide GIL switch interval when configured, and
     moves what the imports made out of the garbage collector's sight (`gc.freeze`): those objects live as
     long as the process, and without them a full collection, which stops every thread, takes about a
     millisecond instead of 15 (measured on two cores with a 151k vocabulary and two large schemas
@@ -346,7 +338,6 @@ def run(config: ServerConfig) -> int:
     if config.switch_interval is not None:
         sys.setswitchinterval(config.switch_interval)
     if config.settle_interval > 0:
-        use_system_allocator()  # runs this command again, once, unless PYTHONMALLOC is set (memory.py)
         fix_mmap_threshold()
     gc.collect()  # what is garbage now is not frozen with the rest
     gc.freeze()

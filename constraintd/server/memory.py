@@ -26,14 +26,16 @@
 # of arenas with its states, and the few objects that outlive it (a state the grammar keeps, the next
 # call's future, a counter's new float) stay scattered among them: measured with the walk above over a
 # server process, 9 MiB kept after one walk and 22-24 MiB after four to six, though the live objects did
-# not grow. So `serve` runs Python's objects on glibc's malloc (PYTHONMALLOC=malloc, `use_system_allocator`:
-# the command is executed again, the same process, with the variable set): an object that outlives a
-# burst then keeps its page, not its arena, and malloc_trim gives back every free page, between live
-# blocks too. The same walks leave 2.7-3.0 MiB, round after round. The cost measured: the deepest point
-# of the walk takes about a sixth more memory (malloc's headers), the accepts and masks of normal sessions
-# no slower within the noise of a shared machine. `sys.getallocatedblocks` then reads 0: the settler counts
-# live objects as the bytes malloc has handed out instead (`live_blocks`, in blocks of AVERAGE_BLOCK
-# bytes), so a burst let go is still seen. An operator's PYTHONMALLOC, whatever it says, is kept.
+# not grow. With Python's objects on glibc's malloc (PYTHONMALLOC=malloc, set in the server's
+# environment) an object that outlives a burst keeps its page, not its arena, and malloc_trim gives back
+# every free page, between live blocks too: the same walks leave 2.7-3.0 MiB, round after round. It is not
+# the default, because it costs the masks of new grammars far more than the memory is worth to most
+# servers: with bench_masks (qwen2, 30 schemas, no peers) run twice on each allocator, the first-visit
+# masks of short documents took 1.49 and 1.76 ms at p50 on malloc against 0.36 and 0.41 ms, while
+# llama.cpp's own grammar, timed in the same runs, moved by at most 1.6x. A deep walk also takes about a
+# sixth more memory at its deepest (malloc's headers). On malloc `sys.getallocatedblocks` reads 0: the
+# settler counts live objects as the bytes malloc has handed out instead (`live_blocks`, in blocks of
+# AVERAGE_BLOCK bytes), so a burst let go is still seen.
 #
 # The collector's own pauses are recorded too (`CollectorPauses`): a full collection walks every object in
 # its sight and holds the GIL meanwhile, so it stops the event loop as long as it runs (415 ms of CPU over
@@ -63,7 +65,7 @@ from constraintd.service.log_events import fields
 
 __all__ = [
     "CollectorPauses", "MemorySettler", "Settling", "fix_mmap_threshold", "live_blocks", "malloc_trim",
-    "resident_bytes", "use_system_allocator",
+    "resident_bytes",
 ]
 
 log = logging.getLogger("constraintd.server")
@@ -145,21 +147,6 @@ def fix_mmap_threshold(size: int = MMAP_THRESHOLD) -> bool:
     if _LIBC is None:
         return False
     return bool(_LIBC.mallopt(M_MMAP_THRESHOLD, size))
-
-
-def use_system_allocator() -> None:
-    """Executes this process's command again with PYTHONMALLOC=malloc (see the comment at the top of the
-    module): the same process id, a fresh interpreter. Returns, doing nothing, when PYTHONMALLOC is set
-    already (this is the command run again, or an operator chose), when the C library is not glibc, or
-    when the command cannot be run again (no interpreter path, or exec fails)."""
-    if _LIBC is None or "PYTHONMALLOC" in os.environ or not sys.executable or not sys.orig_argv:
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execve(sys.executable, sys.orig_argv, dict(os.environ, PYTHONMALLOC="malloc"))
-    except OSError:
-        log.warning("could not run the command again on the system allocator; Python's own allocator is used")
 
 
 def malloc_trim() -> None:

@@ -7,13 +7,10 @@ import os
 import subprocess
 import sys
 import weakref
-from pathlib import Path
-
-import pytest
 
 from constraintd.server.memory import MIN_BLOCKS_FREED, MIN_THRESHOLD, CollectorPauses, MemorySettler
 from constraintd.server.metrics import Metrics
-from tests.server.running import ROOT, ServerProcess, socket_dir
+from tests.server.running import ROOT
 
 MIB = 1 << 20
 
@@ -152,34 +149,6 @@ def test_the_collectors_pauses_are_observed_by_generation_until_stopped() -> Non
     assert 'constraintd_gc_pause_seconds_count{generation="2"} 1' in lines
     assert 'constraintd_gc_pause_seconds_sum{generation="2"} 2' in lines  # its start and stop: one step apart
     assert 'constraintd_gc_pause_seconds_bucket{generation="2",le="1"} 0' in lines
-
-
-def _environ(pid: int) -> dict[str, str]:
-    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(pair.decode(errors="replace").partition("=")[::2] for pair in pairs if pair)
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc and /proc")
-@pytest.mark.parametrize(
-    ("given", "extra", "expected"),
-    [(None, (), "malloc"), (None, ("--settle-interval", "0"), None), ("pymalloc", (), "pymalloc")],
-    ids=["by-default", "settling-off", "operators-choice"],
-)
-def test_serve_runs_on_the_system_allocator_unless_told_otherwise(
-    monkeypatch: pytest.MonkeyPatch, given: str | None, extra: tuple[str, ...], expected: str | None
-) -> None:
-    # the command is run again in the same process (exec), with PYTHONMALLOC=malloc
-    if given is None:
-        monkeypatch.delenv("PYTHONMALLOC", raising=False)
-    else:
-        monkeypatch.setenv("PYTHONMALLOC", given)
-    with socket_dir() as directory:
-        server = ServerProcess(directory / "constraintd.sock", *extra).start()
-        try:
-            assert server.process is not None
-            assert _environ(server.process.pid).get("PYTHONMALLOC") == expected
-        finally:
-            server.kill()
 
 
 def test_live_blocks_are_counted_on_the_system_allocator_too() -> None:

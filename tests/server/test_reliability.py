@@ -276,11 +276,14 @@ def test_json_nested_ten_thousand_deep_then_refused_at_the_depth_limit(server: C
     attacked(server, attack)
 
 
-def test_deep_nesting_again_and_again_leaves_no_memory_behind(server: CappedServer) -> None:
+def test_deep_nesting_again_and_again_leaves_no_memory_behind_on_the_system_allocator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # A walk thousands of arrays deep, an Accept a level, fills scores of the small-object allocator's arenas,
-    # and the few objects that outlive it (the next call's, a counter's, a state the grammar keeps) pinned
-    # some of them: two walks 3,000 deep kept 9.6 and 11.5 MiB. The server's objects live on the system
-    # allocator now (server/memory.py): 1.7 and 1.8 MiB (`attacked` checks the memory after the last).
+    # and the few objects that outlive it (the next call's, a counter's, a state the grammar keeps) pin
+    # some of them: two walks 3,000 deep kept 9.6 and 11.5 MiB. With the server's objects on the system
+    # allocator (PYTHONMALLOC=malloc, an operator's choice: server/memory.py says what it costs), 1.7 and
+    # 1.8 MiB (`attacked` checks the memory after the last).
     def attack(stub: pb_grpc.ConstraintdStub) -> None:
         vocab_id = byte_vocab(stub)
         options = pb.SessionOptions(prefill=b'{"a":')
@@ -292,7 +295,15 @@ def test_deep_nesting_again_and_again_leaves_no_memory_behind(server: CappedServ
                 assert stub.Accept(pb.AcceptRequest(session_id=session_id, token=ord("["))).accepted
             stub.Close(pb.CloseRequest(session_id=session_id))
 
-    attacked(server, attack)
+    monkeypatch.setenv("PYTHONMALLOC", "malloc")
+    with socket_dir() as directory:
+        capped = CappedServer(directory / "constraintd.sock")
+        capped.launch()
+        try:
+            wait_serving(capped.target)
+            attacked(capped, attack)
+        finally:
+            capped.kill()
 
 
 def test_a_megabyte_session_id_and_bytes_that_are_no_message(server: CappedServer) -> None:
