@@ -277,7 +277,7 @@ class Registry:
         vocab = Vocab(pieces, eog_ids, token_texts=token_texts, token_attrs=token_attrs, tokenizer=tokenizer)
         return self._keep(vocab)
 
-    def register_gguf(self, path: str) -> Vocab:
+    def register_gguf(self, path: str | os.PathLike[str]) -> Vocab:
         """Registers the vocabulary of a GGUF file (read once per file version).
 
         Only a regular file is read, under one of the allowed directories once symbolic links and `..`
@@ -290,7 +290,7 @@ class Registry:
             LimitError: too many tokens or bytes, a piece longer than `max_piece_bytes`, or every
                 vocabulary slot held by open sessions.
         """
-        resolved, stat = self._gguf_file(path)
+        resolved, stat = self._gguf_file(os.fspath(path))
         key = (str(resolved), stat.st_size, stat.st_mtime_ns)
         known = self._gguf_hashes.get(key)
         if known is not None:

@@ -64,6 +64,7 @@ def test_a_gguf_file_is_read_once_and_addressed_by_content(tmp_path: Path) -> No
     copy = tmp_path / "copy.gguf"
     copy.write_bytes(source.read_bytes())
     assert registry.register_gguf(str(copy)) is vocab  # another file, the same content
+    assert registry.register_gguf(copy) is vocab  # a path object as well as a string
 
 
 def test_gguf_paths_are_confined_to_the_configured_directories(tmp_path: Path) -> None:
