@@ -160,6 +160,14 @@ def _comma(scan: _Scan) -> None:
     scan.space()
 
 
+def _key(scan: _Scan, key: str) -> None:
+    # `"key"` and its colon, with the spaces around the colon
+    scan.literal(f'"{key}"')
+    scan.space()
+    scan.literal(":")
+    scan.space()
+
+
 def _number(scan: _Scan) -> str:
     start = scan.pos
     value = scan.json_value()
@@ -170,10 +178,7 @@ def _number(scan: _Scan) -> str:
 
 
 def _call_id(scan: _Scan, key: str, *, numbers: bool) -> str:
-    scan.literal(f'"{key}"')
-    scan.space()
-    scan.literal(":")
-    scan.space()
+    _key(scan, key)
     if scan.text.startswith('"', scan.pos):
         scan.literal('"')
         value = _string_content(scan)
@@ -207,17 +212,11 @@ def _flat_call(scan: _Scan, names: Sequence[str], tools: ToolFormat, name_key: s
                 scan.optional(wrapper)
             for at, key in enumerate(fields):
                 if key == name_key:
-                    scan.literal(f'"{name_key}"')
-                    scan.space()
-                    scan.literal(":")
-                    scan.space()
+                    _key(scan, name_key)
                     scan.literal(f'"{name}"')
                     found["name"] = name
                 elif key == args_key:
-                    scan.literal(f'"{args_key}"')
-                    scan.space()
-                    scan.literal(":")
-                    scan.space()
+                    _key(scan, args_key)
                     found["arguments"] = scan.json_value().rstrip(_SPACE)
                 else:
                     def read_id(key: str = key, found: dict[str, str] = found) -> None:
@@ -251,10 +250,7 @@ def _keyed_call(scan: _Scan, names: Sequence[str], tools: ToolFormat, args_key: 
             found = {"arguments": "", "id": ""}
             scan.literal("{")
             scan.space()
-            scan.literal(f'"{name}"')
-            scan.space()
-            scan.literal(":")
-            scan.space()
+            _key(scan, name)
             inner = [key for key in (tools.id_field, tools.gen_id_field) if key]
             if not args_key and not inner:
                 found["arguments"] = scan.json_value().rstrip(_SPACE)
@@ -273,10 +269,7 @@ def _keyed_call(scan: _Scan, names: Sequence[str], tools: ToolFormat, args_key: 
                     scan.optional(read_id)
                     scan.space()
                 if args_key:
-                    scan.literal(f'"{effective_args}"')
-                    scan.space()
-                    scan.literal(":")
-                    scan.space()
+                    _key(scan, effective_args)
                 found["arguments"] = scan.json_value().rstrip(_SPACE)
                 scan.space()
                 scan.literal("}")
