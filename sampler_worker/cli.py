@@ -252,12 +252,9 @@ def _constraintd(target: str | None, say: TextIO) -> Iterator[Any]:
 
 def _message(chat: Any, text: str) -> dict[str, Any]:
     # the message llama-server's chat parser reads in a chat with tools (sampler_worker.prompt.ToolChat)
-    from constraintd.engine.chat.message_parser import MessageParseError
-
-    try:
-        message = chat.parse(text)
-    except MessageParseError as exc:
-        return {"content": text, "parse_error": str(exc)}
+    message, error = chat.read(text)
+    if error is not None:
+        return {"content": text, "parse_error": error}
     return {"content": message.content, "reasoning_content": message.reasoning_content,
             "tool_calls": [call.to_json() for call in message.tool_calls]}
 
@@ -300,7 +297,7 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
             chat = tool_chat(model, args.chat, tools, tool_choice=args.tool_choice,
                              parallel_tool_calls=args.parallel_tool_calls, template=template)
             tokens, constraint, special = chat.prompt, chat.session, chat.preserved
-            stop += [s for s in chat.stops if s not in stop]
+            stop = chat.stop_strings(stop)
         else:
             tokens = prompt_tokens(model, prompt=args.prompt, chat=args.chat, template=template)
         streaming = args.output == "text"

@@ -41,7 +41,7 @@ from constraintd.engine.chat.jinja_values import (
     llama_values,
     output_text,
 )
-from constraintd.engine.chat.message_parser import ParsedMessage, parse_message
+from constraintd.engine.chat.message_parser import MessageParseError, ParsedMessage, parse_message
 from constraintd.engine.chat.prompt import CHATML_TEMPLATE, ChatPrompt, chat_prompt, template_source
 from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps, format_time
 
@@ -371,19 +371,20 @@ def chat_prompt_of(
 
 def chat_text(
     model: TemplateModel, messages: Sequence[Message | ChatMessage], *, now: float | None = None,
-    caps: TemplateCaps | None = None,
+    caps: TemplateCaps | None = None, template: str | None = None,
 ) -> str:
     """The prompt text llama-server renders for these messages, ready to tokenize.
 
     `caps`: the template's capabilities, found in the template when not given (`template_caps`).
+    `template`: a chat template that replaces the model's (llama-server's --chat-template-file).
 
     Raises:
         TemplateError: the template does not render.
     """
     chat = [m if isinstance(m, ChatMessage) else ChatMessage(m.role, m.content) for m in messages]
     return chat_prompt_of(
-        model.chat_template or "", chat, bos_text=model.bos_text, eos_text=model.eos_text,
-        add_bos=model.add_bos, add_eos=model.add_eos, now=now, caps=caps).prompt
+        model.chat_template or "" if template is None else template, chat, bos_text=model.bos_text,
+        eos_text=model.eos_text, add_bos=model.add_bos, add_eos=model.add_eos, now=now, caps=caps).prompt
 
 
 def prompt_tokens(model: TemplateModel, *, prompt: str | None = None, chat: str | None = None,
@@ -420,7 +421,7 @@ def _single_token(model: TemplateModel, text: str) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class ToolChat:
-    """A one-message chat with tools, prepared as llama-server prepares it.
+    """A chat with tools, prepared as llama-server prepares it.
 
     Attributes:
         prompt: the prompt's tokens.
@@ -454,6 +455,22 @@ class ToolChat:
             text, self.params, generation_prompt=self.generation_prompt,
             tools=[tool.to_json() for tool in self.tools], tool_choice=self.tool_choice,
             parallel_tool_calls=self.parallel_tool_calls, supports_tool_calls=self.supports_tool_calls)
+
+    def read(self, text: str) -> tuple[ParsedMessage, str | None]:
+        """The message in the whole generated text, and None; or, where the parser refuses the text, the
+        text as content alone and the parser's words (what `generate --tools` reports, and `serve` answers).
+
+        Raises:
+            NotPorted: the format's parser is not ported.
+        """
+        try:
+            return self.parse(text), None
+        except MessageParseError as exc:
+            return ParsedMessage(text), str(exc)
+
+    def stop_strings(self, stop: Sequence[str]) -> list[str]:
+        """The request's stop strings followed by the template's that are not among them."""
+        return [*stop, *(s for s in self.stops if s not in stop)]
 
 
 def _session_of(model: ToolModel, params: ChatGrammar, generation_prompt: str,
@@ -491,13 +508,15 @@ def _session_of(model: ToolModel, params: ChatGrammar, generation_prompt: str,
 
 
 def tool_chat(
-    model: ToolModel, chat: str, tools: Sequence[ChatTool], *, tool_choice: str = "auto",
-    parallel_tool_calls: bool = False, template: str | None = None, now: float | None = None,
+    model: ToolModel, chat: str | Sequence[ChatMessage], tools: Sequence[ChatTool], *,
+    tool_choice: str = "auto", parallel_tool_calls: bool = False, template: str | None = None,
+    now: float | None = None,
 ) -> ToolChat:
-    """llama-server's preparation of a one-message chat with tools: the prompt rendered with the tools, the
-    chat params' grammar, lazy triggers (a word that is one preserved token triggers on that token, any other
+    """llama-server's preparation of a chat with tools: the prompt rendered with the tools, the chat
+    params' grammar, lazy triggers (a word that is one preserved token triggers on that token, any other
     word on its text) or the generation prompt's prefill, and the template's stops.
 
+    `chat`: one user message's text, or the messages (llama.cpp's, `template_inputs.parse_messages`).
     `tool_choice`: auto, required, none, or a tool's name (that tool alone, required).
     `template`: a chat template that replaces the model's.
 
@@ -516,7 +535,7 @@ def tool_chat(
     now = time.time() if now is None else now
     source = template_source(model.chat_template or "" if template is None else template)
     caps = _known_caps(source)
-    messages = [ChatMessage("user", chat)]
+    messages = [ChatMessage("user", chat)] if isinstance(chat, str) else list(chat)
     made = chat_prompt_of(source, messages, tools=tools, bos_text=model.bos_text, eos_text=model.eos_text,
                           add_bos=model.add_bos, add_eos=model.add_eos, now=now, caps=caps)
     params = chat_grammar_of(source, messages, tools=tools, tool_choice=tool_choice, bos_text=model.bos_text,
