@@ -9,6 +9,10 @@
 # - `finish_reason` is "stop" (an end-of-generation token or a stop string) or "length" (the token budget);
 #   `usage` counts the prompt's tokens and the generated ones (an end-of-generation token included, as
 #   llama-server counts it).
+# - A chat with tools answers llama-server's message (sampler_worker.serve.tool_messages): whole, its
+#   `tool_calls` and `reasoning_content`; streamed, the deltas of the text's successive readings. Its
+#   `finish_reason` is "tool_calls" when the message has calls and the generation stopped on its own (an
+#   end-of-generation token or a stop string), as llama-server's.
 # - With `return_tokens`, an answer carries the generated token ids (`tokens`); streamed, each chunk
 #   carries the ids of the steps since the previous chunk and the last chunk the rest.
 from __future__ import annotations
@@ -22,6 +26,8 @@ from typing import Any
 
 from constraintd.engine.chat.content import ContentStream, json_message
 from sampler_worker.generate import Generation
+from sampler_worker.prompt import ToolChat
+from sampler_worker.serve.tool_messages import ToolMessage
 
 __all__ = ["Answer", "Usage", "answer_for"]
 
@@ -51,6 +57,7 @@ class Answer:
         json_answer: the content rule applies (chat endpoints with a JSON constraint).
         return_tokens: answers carry the token ids.
         include_usage: a streamed OpenAI answer ends with a usage chunk.
+        chat: a chat with tools (OpenAI's chat endpoint): the answer is its message.
     """
 
     endpoint: str
@@ -58,15 +65,19 @@ class Answer:
     json_answer: bool
     return_tokens: bool = False
     include_usage: bool = False
+    chat: ToolChat | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
     _content: ContentStream | None = None
     _tokens: list[int] = field(default_factory=list)
     _started_ns: int = field(default_factory=time.perf_counter_ns)
+    _message: ToolMessage | None = None
 
     def __post_init__(self) -> None:
         if self.json_answer and self.endpoint in ("chat", "ollama_chat"):
             self._content = ContentStream()
+        if self.chat is not None and self.endpoint == "chat":
+            self._message = ToolMessage(self.chat)
 
     @property
     def streams_ndjson(self) -> bool:
@@ -92,6 +103,8 @@ class Answer:
         """The chunk for one step's text (none when the step adds no content)."""
         if token is not None:
             self._tokens.append(token)
+        if self._message is not None:
+            return self._tool_chunks(self._message.push(text))
         if self._content is not None:
             text = self._content.push(text)
         if not text:
@@ -103,7 +116,11 @@ class Answer:
         finish = FINISH_REASONS[generation.stop_reason]
         if self.streams_ndjson:
             return [self._encode(self._ollama("", finish, usage, done=True))]
-        chunks = [self._encode(self._delta("", finish, done=True))]
+        chunks = []
+        if self._message is not None:
+            chunks = self._tool_chunks(self._message.finish())
+            finish = self._finish_reason(generation, self._message.calls)
+        chunks.append(self._encode(self._delta("", finish, done=True)))
         if self.include_usage:
             chunk = self._envelope("chat.completion.chunk" if self.endpoint == "chat" else "text_completion")
             chunk.update(choices=[], usage=usage.openai())
@@ -124,14 +141,24 @@ class Answer:
         if self.streams_ndjson:
             return self._ollama(text, finish, usage, done=True)
         body = self._envelope("chat.completion" if self.endpoint == "chat" else "text_completion")
-        if self.endpoint == "chat":
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
+        if self._message is not None:
+            message = self._message.whole(generation.text)
+            choice: dict[str, Any] = {"index": 0, "message": message}
+            finish = self._finish_reason(generation, "tool_calls" in message)
+        elif self.endpoint == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}}
         else:
             choice = {"index": 0, "text": text}
         choice.update(finish_reason=finish, logprobs=None)
         body.update(choices=[choice], usage=usage.openai())
         self._take_tokens(body)
         return body
+
+    @staticmethod
+    def _finish_reason(generation: Generation, calls: bool) -> str:
+        # llama-server's: tool_calls when the generation ended on its own with calls made
+        finish = FINISH_REASONS[generation.stop_reason]
+        return "tool_calls" if calls and finish == "stop" else finish
 
     # Shapes.
 
@@ -143,6 +170,14 @@ class Answer:
         body = self._envelope("chat.completion.chunk")
         body["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]
         return body
+
+    def _tool_chunks(self, deltas: list[dict[str, Any]]) -> list[bytes]:
+        chunks = []
+        for delta in deltas:
+            body = self._chunk(delta, None)
+            self._take_tokens(body)
+            chunks.append(self._encode(body))
+        return chunks
 
     def _delta(self, text: str, finish: str | None, *, done: bool) -> dict[str, Any]:
         if self.streams_ndjson:
@@ -179,6 +214,6 @@ class Answer:
 
 
 def answer_for(endpoint: str, model: str, *, json_answer: bool, return_tokens: bool = False,
-               include_usage: bool = False) -> Answer:
-    """A new answer for one request to `endpoint`."""
-    return Answer(endpoint, model, json_answer, return_tokens, include_usage)
+               include_usage: bool = False, chat: ToolChat | None = None) -> Answer:
+    """A new answer for one request to `endpoint` (`chat`: a chat with tools, as it was prepared)."""
+    return Answer(endpoint, model, json_answer, return_tokens, include_usage, chat)

@@ -150,7 +150,7 @@ async def _generate(state: ServeState, endpoint: str, request: Request) -> Respo
         answer = answer_for(
             endpoint, state.model_name, json_answer=job.json_answer,
             return_tokens=bool(getattr(body, "return_tokens", False)),
-            include_usage=bool(options is not None and options.include_usage),
+            include_usage=bool(options is not None and options.include_usage), chat=first.chat,
         )
         if streaming:
             state.metrics.requests[endpoint, 200] += 1

@@ -12,16 +12,26 @@
 #   `max_completion_tokens`, else `max_tokens`, else `n_predict`); a field that is absent or null keeps
 #   llama-server's default (`SamplerSettings()`). Ollama's `options` carry the same names
 #   (`num_predict` for the token budget); its own defaults are not applied: llama-server's are.
-# - Not read: `n` > 1, `logprobs`, `tools`, `echo`, images; a request that asks for them is refused or
-#   the field ignored as noted on each model.
+# - A chat completion's `tools` (`tool_choice`: auto, required, none, or {"type": "function", "function":
+#   {"name": ...}}; `parallel_tool_calls`) make a `ToolRequest`: the messages as llama.cpp's chat layer
+#   reads them (an assistant's `tool_calls`, a tool's answer), the tools, the choice. The grammar is then the
+#   chat template's (sampler_worker.prompt.tool_chat, made where the prompt is), so tools beside a
+#   `response_format`, `json_schema` or `grammar` are refused (llama-server refuses a grammar with tools).
+#   `tools` on `/v1/completions` and on the Ollama endpoints is ignored.
+# - Not read: `n` > 1, `logprobs`, `echo`, images; a request that asks for them is refused or the field
+#   ignored as noted on each model.
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from constraintd.engine.chat.chat_params import TOOL_CHOICES
 from constraintd.engine.chat.requests import read_request
+from constraintd.engine.chat.template_inputs import ChatMessage as TemplateMessage
+from constraintd.engine.chat.template_inputs import ChatTool, parse_messages, parse_tools
 from sampler_worker.chain import SamplerSettings
 from sampler_worker.prompt import Message
 
@@ -32,6 +42,7 @@ __all__ = [
     "OllamaChatRequest",
     "OllamaGenerateRequest",
     "RequestError",
+    "ToolRequest",
     "job_from",
 ]
 
@@ -112,6 +123,10 @@ class ChatCompletionRequest(_OpenAIBody):
     """`POST /v1/chat/completions`."""
 
     messages: list[ChatMessage]
+    # read by `_tool_request` as llama.cpp's chat layer reads them
+    tools: Any = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
 
 
 class CompletionRequest(_OpenAIBody):
@@ -150,6 +165,23 @@ Dialect = Literal["openai", "ollama"]
 
 
 @dataclass(frozen=True, slots=True)
+class ToolRequest:
+    """A chat with tools, as llama-server reads its request.
+
+    Attributes:
+        messages: the messages as llama.cpp's chat layer holds them (tool calls and tool answers kept).
+        tools: the function tools offered.
+        tool_choice: auto, required, none, or a tool's name (that tool alone, required).
+        parallel_tool_calls: whether several calls may be made.
+    """
+
+    messages: tuple[TemplateMessage, ...]
+    tools: tuple[ChatTool, ...]
+    tool_choice: str
+    parallel_tool_calls: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """One generation to run, as the request asks for it.
 
@@ -161,6 +193,7 @@ class Job:
         stop: strings that end the generation.
         constraint: keyword arguments of `Client.session`, or None for free text.
         json_answer: whether the constraint asks for JSON (the content rule then shapes chat content).
+        tools: a chat with tools (its grammar is the chat template's), or None.
     """
 
     chat: tuple[Message, ...] | None
@@ -170,6 +203,7 @@ class Job:
     stop: tuple[str, ...]
     constraint: dict[str, Any] | None
     json_answer: bool
+    tools: ToolRequest | None = None
 
 
 _SETTING_FIELDS = {
@@ -237,6 +271,35 @@ def _messages(messages: list[ChatMessage]) -> tuple[Message, ...]:
     return tuple(Message(m.role, m.text()) for m in messages)
 
 
+def _tool_choice(choice: Any, tools: list[ChatTool]) -> str:
+    # OpenAI's forms: a word, or {"type": "function", "function": {"name": ...}} (that tool alone)
+    if choice is None:
+        return "auto"
+    if isinstance(choice, str) and choice in TOOL_CHOICES:
+        return choice
+    function = choice.get("function") if isinstance(choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(choice, dict) or choice.get("type") != "function" or not isinstance(name, str):
+        raise RequestError(f"Invalid tool_choice: {json.dumps(choice)}", param="tool_choice")
+    if name not in {tool.name for tool in tools}:
+        raise RequestError(f"tool_choice names {name!r}, which is none of the tools", param="tool_choice")
+    return name
+
+
+def _tool_request(body: ChatCompletionRequest, text: str) -> ToolRequest | None:
+    # ChatRequestError (llama.cpp's words for messages or tools it refuses) goes up as it is: a 400
+    tools = parse_tools(body.tools)
+    if not tools:
+        return None
+    if read_request(text).text is not None:
+        raise RequestError("tools with a response_format, json_schema or grammar are not supported: the "
+                           "grammar of a chat with tools is the chat template's", param="tools")
+    return ToolRequest(
+        messages=tuple(parse_messages(json.loads(text).get("messages"))), tools=tuple(tools),
+        tool_choice=_tool_choice(body.tool_choice, tools),
+        parallel_tool_calls=bool(body.parallel_tool_calls))
+
+
 def _job(
     text: str, dialect: Dialect, chat: tuple[Message, ...] | None, prompt: str, sampling: _Sampling | None,
     budget: int | None, stop: str | list[str] | None, honour_strict: bool,
@@ -264,7 +327,9 @@ def job_from(body: BaseModel, text: str, *, honour_strict: bool = False) -> Job:
             raise RequestError("only n = 1 is supported", param="n")
         budget = _budget(body.max_completion_tokens, body.max_tokens, body.n_predict)
         if isinstance(body, ChatCompletionRequest):
-            return _job(text, "openai", _messages(body.messages), "", body, budget, body.stop, honour_strict)
+            tools = _tool_request(body, text)
+            job = _job(text, "openai", _messages(body.messages), "", body, budget, body.stop, honour_strict)
+            return job if tools is None else replace(job, tools=tools)
         if isinstance(body, CompletionRequest):
             prompt = body.prompt
             if isinstance(prompt, list):

@@ -125,6 +125,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "pointer) a schema the grammar cannot enforce in full; without it the grammar is llama.cpp's and "
         "may accept more than the schema",
     )
+    serve.add_argument("--chat-template", type=Path, metavar="FILE",
+                       help="a Jinja chat template used instead of the model's, for every chat "
+                       "(llama-server's --chat-template-file)")
     serve.add_argument("--max-queue", type=int, default=8,
                        help="requests that may wait for a free slot; past it, 429 with Retry-After "
                        "(default 8)")
@@ -191,13 +194,15 @@ def serving(
     alias: str | None = None,
     overlap: Overlap = "auto",
     honour_strict: bool = False,
+    template: str | None = None,
     say: TextIO = sys.stderr,
 ) -> Iterator[Any]:
     """Startup and shutdown around the app: yields the FastAPI app, ready to serve.
 
     The model is loaded and its vocabulary checked against constraintd's reading of the same GGUF, then
     registered; leaving the block cancels every generation, joins the worker threads, and releases
-    constraintd and the model, in that order.
+    constraintd and the model, in that order. `template`: a chat template (Jinja source) used instead of
+    the model's.
 
     Raises:
         ModelError, SidecarError, ConstraintdError: the model, or constraintd, cannot be had.
@@ -229,7 +234,7 @@ def serving(
                     raise ModelError("constraintd read a different vocabulary from the GGUF than this worker")
                 metrics = Metrics()
                 generations = Generations(slots, client=client, vocab=handle, max_queue=max_queue,
-                                          metrics=metrics, overlap=overlap)
+                                          metrics=metrics, overlap=overlap, template=template)
                 state = ServeState(generations, metrics, alias or Path(path).name, timeout, honour_strict)
                 app = create_app(state)
                 app.state.serve = state
@@ -277,6 +282,12 @@ def run_serve(args: argparse.Namespace, say: TextIO = sys.stderr) -> int:
     # uvicorn catches SIGTERM while it serves and raises it again after its shutdown; a Python handler
     # turns that into an exception, so the startup's resources (a private constraintd, the model) are
     # released on the way out instead of the process dying with them.
+    template = None
+    if args.chat_template is not None:
+        try:
+            template = args.chat_template.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"{args.chat_template}: {exc.strerror}") from exc
     previous = signal.signal(signal.SIGTERM, _terminated)
     sock = bind(args.listen)
     try:
@@ -284,7 +295,7 @@ def run_serve(args: argparse.Namespace, say: TextIO = sys.stderr) -> int:
             model_path=args.model, constraintd=args.constraintd, parallel=args.parallel,
             max_queue=args.max_queue, timeout=args.timeout, n_ctx=args.n_ctx, threads=args.threads,
             groups=args.contexts, alias=args.alias, overlap=args.overlap, honour_strict=args.honour_strict,
-            say=say,
+            template=template, say=say,
         ) as app:
             server = uvicorn_server(app)
             say.write(f"listening on {address(sock)}\n")

@@ -159,6 +159,10 @@ class Slot:
         """The model's tokenizer (see `Model.tokenize`)."""
         return self.model.tokenize(text, add_special=add_special, parse_special=parse_special)
 
+    def piece(self, token: int, *, special: bool = True) -> bytes:
+        """The token's text (see `Model.piece`)."""
+        return self.model.piece(token, special=special)
+
 
 def contexts(model: Model, n: int, *, threads: int, groups: int = 1) -> list[Model] | list[Slot]:
     """The model itself for one slot; for n > 1, the n sequences of min(n, groups) batched contexts.

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from constraintd.engine.chat.chat_params import NotPorted
 from constraintd.errors import (
     ConstraintdError,
     DeadlineError,
@@ -41,6 +42,9 @@ _STATUSES: tuple[tuple[type[BaseException], int, str, str | None], ...] = (
     (SchemaError, 400, "invalid_request_error", "invalid_schema"),
     (InputError, 400, "invalid_request_error", None),
     (TemplateError, 400, "invalid_request_error", "invalid_template"),
+    # a chat template whose tool calls (or their grammar, or their parser) are not ported: the request's
+    # tools cannot be served on it, said before any work
+    (NotPorted, 400, "invalid_request_error", "not_supported"),
     (QueueFull, 429, "rate_limit_error", "rate_limit_exceeded"),
     (UnavailableError, 503, "service_unavailable", "constraintd_unavailable"),
     # The client waits for an unreachable constraintd until its call's deadline: to this server's client
@@ -113,6 +117,8 @@ def http_error(exc: BaseException) -> HttpError:
         message = "the request body is not UTF-8 text"
     elif status == 503:
         message = f"constraintd cannot serve the request now: {message}"
+    elif isinstance(exc, NotPorted):
+        message, param = f"not supported on this chat template: {message}", "tools"
     if isinstance(exc, SchemaError) and exc.pointer and exc.pointer not in message:
         message = f"{message} (at {exc.pointer})"
     retry = exc.retry_after if isinstance(exc, QueueFull) else _RETRY_SECONDS if status == 503 else None

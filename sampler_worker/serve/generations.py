@@ -21,6 +21,12 @@
 #   With n > 1 slots, the worker thread hands its generation to the batched context's `Lockstep`, which
 #   steps every running generation with one decode and one constraintd `Step` message, and waits for it
 #   (`sampler_worker.serve.lockstep`); the worker thread still opens and closes the constraintd session.
+# - A chat with tools (`job.tools`) is prepared on the worker thread as `sampler-worker generate --tools`
+#   prepares it (sampler_worker.prompt.tool_chat): the prompt rendered with the tools, the session made from
+#   the chat params (the grammar, its triggers or its prefill), the template's stops added, the preserved
+#   tokens written into the text. `Started` carries that `ToolChat`, whose parser reads the answer; a format
+#   not ported fails the run before `Started` (NotPorted).
+# - The chat template is the model's, or the server's `--chat-template` (`Generations(template=)`).
 # - Metrics are written on the loop only (a done callback), from a tally the worker thread filled; the
 #   gauge of open constraintd sessions moves when a session opens and when it closes (the worker thread
 #   schedules the change on the loop, before it ends: at `wait_idle()` the gauge counts no ended run).
@@ -41,7 +47,7 @@ import numpy.typing as npt
 
 from sampler_worker.generate import ConstraintSession, Counters, Generation, Overlap, Step, generate
 from sampler_worker.model import Model
-from sampler_worker.prompt import chat_text
+from sampler_worker.prompt import ToolChat, chat_text, tool_chat
 from sampler_worker.serve.bodies import Job, RequestError
 from sampler_worker.serve.contexts import Slot
 from sampler_worker.serve.lockstep import Lockstep, Mode
@@ -102,9 +108,11 @@ class Started:
 
     Attributes:
         prompt_tokens: the prompt's length in tokens.
+        chat: a chat with tools as it was prepared (its parser reads the answer), or None.
     """
 
     prompt_tokens: int
+    chat: ToolChat | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +207,7 @@ class Generations:
         max_queue: requests that may wait for a free context; one more is refused (`QueueFull`).
         metrics: where results are counted.
         overlap: how each generation meets constraintd (`sampler_worker.generate`'s modes).
+        template: a chat template that replaces the model's (llama-server's --chat-template-file).
     """
 
     def __init__(
@@ -210,6 +219,7 @@ class Generations:
         max_queue: int,
         metrics: Metrics,
         overlap: Overlap = "auto",
+        template: str | None = None,
     ) -> None:
         if not contexts:
             raise ValueError("at least one context is needed")
@@ -226,6 +236,7 @@ class Generations:
         self.max_queue = max_queue
         self.metrics = metrics
         self.overlap: Overlap = overlap
+        self.template = template
         self._runs: set[Run] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -333,28 +344,40 @@ class Generations:
 
     # The worker thread.
 
-    def _prompt(self, context: Model | Slot, job: Job) -> list[int]:
-        text = job.prompt if job.chat is None else chat_text(context, job.chat)
-        tokens = context.tokenize(text, add_special=True, parse_special=True)
+    def _prompt(self, context: Model | Slot, job: Job) -> tuple[list[int], ToolChat | None]:
+        chat = None
+        if job.tools is not None:
+            asked = job.tools
+            chat = tool_chat(context, asked.messages, asked.tools, tool_choice=asked.tool_choice,
+                             parallel_tool_calls=asked.parallel_tool_calls, template=self.template)
+            tokens = chat.prompt
+            # a parser not ported for the format says so on any text: before the generation, not after it
+            chat.read("")
+        else:
+            text = job.prompt if job.chat is None else chat_text(context, job.chat, template=self.template)
+            tokens = context.tokenize(text, add_special=True, parse_special=True)
         if not tokens:
             raise RequestError("the prompt has no tokens", param="prompt")
         if len(tokens) >= context.n_ctx:
             raise ContextLengthError(
                 f"the prompt has {len(tokens)} tokens; the context holds {context.n_ctx}", param="messages"
             )
-        return tokens
+        return tokens, chat
 
     def _work(self, context: Model | Slot, job: Job, run: Run) -> None:
         tally = run.tally
         try:
             run.check()
-            prompt = self._prompt(context, job)
+            prompt, chat = self._prompt(context, job)
             tally.prompt_tokens = len(prompt)
             room = context.n_ctx - len(prompt)
             budget = room if job.max_tokens is None else min(job.max_tokens, room)
-            with self._session(job, run) as session:
+            constraint, stop, special = job.constraint, list(job.stop), frozenset[int]()
+            if chat is not None:
+                constraint, stop, special = chat.session, chat.stop_strings(job.stop), chat.preserved
+            with self._session(constraint, run) as session:
                 run.check()
-                run.emit(Started(len(prompt)))
+                run.emit(Started(len(prompt), chat))
 
                 def on_step(step: Step) -> None:
                     if step.token is not None:
@@ -365,13 +388,14 @@ class Generations:
 
                 if isinstance(context, Slot):
                     generation = self._locksteps[id(context.batched)].generate(
-                        context, prompt, job.settings, session=session, max_tokens=budget, stop=job.stop,
-                        on_step=on_step, check=run.check, counters=tally.counters,
+                        context, prompt, job.settings, session=session, max_tokens=budget, stop=stop,
+                        on_step=on_step, check=run.check, counters=tally.counters, special=special,
                     )
                 else:
                     generation = generate(
-                        context, prompt, job.settings, session=session, max_tokens=budget, stop=job.stop,
+                        context, prompt, job.settings, session=session, max_tokens=budget, stop=stop,
                         on_step=on_step, overlap=self.overlap, counters=tally.counters, check=run.check,
+                        special=special,
                     )
             run.emit(Finished(generation))
         except _Stopped as exc:
@@ -384,13 +408,13 @@ class Generations:
             run.emit(Failed(exc))
 
     @contextlib.contextmanager
-    def _session(self, job: Job, run: Run) -> Iterator[ConstraintSession | None]:
-        if job.constraint is None:
+    def _session(self, constraint: dict[str, Any] | None, run: Run) -> Iterator[ConstraintSession | None]:
+        if constraint is None:
             yield None
             return
         tally = run.tally
         started = time.perf_counter()
-        session = self.client.session(self._vocab, **job.constraint)
+        session = self.client.session(self._vocab, **constraint)
         tally.constraint_seconds += time.perf_counter() - started
         run.on_loop(self._count_session, 1)
         try:

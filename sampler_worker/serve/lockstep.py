@@ -71,7 +71,7 @@ class _Lane:
     __slots__ = (
         "chain", "check", "counters", "done", "error", "mask", "max_tokens", "model", "n_ctx", "n_past",
         "needs_mask", "on_step", "overlap", "pending", "prompt_tokens", "prompting", "rejected_at", "result",
-        "sent", "seq", "session", "stop_reason", "stream", "tokens", "unsent",
+        "sent", "seq", "session", "special", "stop_reason", "stream", "tokens", "unsent",
     )
 
     def __init__(
@@ -87,8 +87,10 @@ class _Lane:
         check: Callable[[], None] | None,
         counters: Counters,
         overlap: Mode = "off",
+        special: frozenset[int] = frozenset(),
     ) -> None:
         self.seq = slot.seq
+        self.special = special
         self.n_ctx = slot.n_ctx
         self.model = slot.model
         self.chain = chain
@@ -130,7 +132,7 @@ class _Lane:
             last = True
             delta = ""
         else:
-            delta = self.stream.push(self.model.piece(token, special=False))
+            delta = self.stream.push(self.model.piece(token, special=token in self.special))
             if self.stream.found is not None:
                 self.stop_reason = "stop"
                 last = True
@@ -203,6 +205,7 @@ class Lockstep:
         on_step: Callable[[Step], None] | None = None,
         check: Callable[[], None] | None = None,
         counters: Counters | None = None,
+        special: frozenset[int] = frozenset(),
     ) -> Generation:
         """Generate on the slot's sequence with the other slots' generations; blocks until it has ended.
 
@@ -223,6 +226,7 @@ class Lockstep:
         lane = _Lane(
             slot, prompt, chain, session=session, max_tokens=max_tokens, stop=stop, on_step=on_step,
             check=check, counters=counters if counters is not None else Counters(), overlap=self.overlap,
+            special=special,
         )
         with self._cond:
             if self._closing:

@@ -128,3 +128,50 @@ def test_a_malformed_constraint_is_refused_with_its_pointer() -> None:
     with pytest.raises(SchemaError) as raised:
         job(ChatCompletionRequest, {"messages": USER, "response_format": "json"})
     assert raised.value.pointer == "#/response_format"
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
+         {"type": "function", "function": {"name": "get_time"}}]
+
+
+@pytest.mark.parametrize(("choice", "read"), [
+    (None, "auto"), ("auto", "auto"), ("required", "required"), ("none", "none"),
+    ({"type": "function", "function": {"name": "get_time"}}, "get_time"),
+], ids=["absent", "auto", "required", "none", "named"])
+def test_tools_and_their_choice_as_llama_server_reads_them(choice: Any, read: str) -> None:
+    body: dict[str, Any] = {"messages": USER, "tools": TOOLS, "parallel_tool_calls": True}
+    if choice is not None:
+        body["tool_choice"] = choice
+    got = job(ChatCompletionRequest, body)
+    assert got.tools is not None and got.constraint is None
+    assert [tool.name for tool in got.tools.tools] == ["get_weather", "get_time"]
+    assert (got.tools.tool_choice, got.tools.parallel_tool_calls) == (read, True)
+
+
+def test_a_chat_with_tools_keeps_its_tool_calls_and_answers() -> None:
+    messages = [*USER, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "noon"}]
+    got = job(ChatCompletionRequest, {"messages": messages, "tools": TOOLS})
+    assert got.tools is not None
+    [_, call, answer] = got.tools.messages
+    assert [(c.name, c.arguments, c.id) for c in call.tool_calls] == [("get_time", "{}", "c1")]
+    assert (answer.role, answer.content, answer.tool_call_id) == ("tool", "noon", "c1")
+
+
+@pytest.mark.parametrize(("fields", "param", "words"), [
+    ({"tool_choice": "sometimes"}, "tool_choice", "Invalid tool_choice"),
+    ({"tool_choice": {"type": "function", "function": {"name": "get_news"}}}, "tool_choice", "get_news"),
+    ({"grammar": 'root ::= "x"'}, "tools", "not supported"),
+    ({"response_format": {"type": "json_object"}}, "tools", "not supported"),
+], ids=["unknown-choice", "unknown-name", "grammar", "json"])
+def test_tools_a_request_cannot_have_are_refused(fields: dict[str, Any], param: str, words: str) -> None:
+    with pytest.raises(RequestError, match=words) as refused:
+        job(ChatCompletionRequest, {"messages": USER, "tools": TOOLS, **fields})
+    assert refused.value.param == param
+
+
+def test_no_tools_is_a_plain_chat_and_completions_ignore_tools() -> None:
+    assert job(ChatCompletionRequest, {"messages": USER, "tools": []}).tools is None
+    assert job(CompletionRequest, {"prompt": "p", "tools": TOOLS}).tools is None
+    assert job(OllamaChatRequest, {"messages": USER, "tools": TOOLS}).tools is None

@@ -1,0 +1,180 @@
+"""Tool calls through `sampler-worker serve`, driven by the `openai` client: Gemma 3 270M with Llama 3.2's
+chat template (JSON calls after free text) given as the server's `--chat-template`, as the generate
+command's own end-to-end test runs it. The answer whole and streamed, `tool_choice` required, none and
+named, the 400 of a template whose tool calls are not ported, and the tokens of `sampler-worker generate
+--tools` with the same settings."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from sampler_worker.cli import main
+from tests.sampler_worker.serve.conftest import LiveServer, live_server
+from tests.sampler_worker.test_cli import WEATHER_TOOLS, _template
+
+LLAMA_32 = "meta-llama-Llama-3.2-3B-Instruct"
+NOT_PORTED = "deepseek-ai-DeepSeek-V3.1"  # tag-format tool calls: their grammar is not ported
+QUESTION = "What is the weather in Paris?"
+MESSAGES: list[Any] = [{"role": "user", "content": QUESTION}]
+TOOLS: list[Any] = WEATHER_TOOLS  # get_weather(city), get_time()
+
+
+@pytest.fixture(scope="module")
+def tool_server(gemma_path: Path) -> Iterator[LiveServer]:
+    with live_server(gemma_path, parallel=1, max_queue=4, timeout=300, n_ctx=1024,
+                     template=_template(LLAMA_32)) as live:
+        yield live
+
+
+@pytest.fixture
+def client(tool_server: LiveServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{tool_server.url}/v1", api_key="unused", max_retries=0,
+                       timeout=300) as client:
+        yield client
+    tool_server.wait_idle()
+
+
+def _streamed(client: openai.OpenAI, **request: Any) -> dict[str, Any]:
+    """The deltas of a streamed answer put together, with the chunks' finish reason and the deltas' shapes."""
+    content, reasoning, finish = "", "", None
+    calls: dict[int, dict[str, Any]] = {}
+    firsts: list[dict[str, Any]] = []
+    with client.chat.completions.create(stream=True, **request) as stream:
+        for chunk in stream:
+            [choice] = chunk.choices
+            delta = choice.delta
+            content += delta.content or ""
+            reasoning += getattr(delta, "reasoning_content", None) or ""
+            for call in delta.tool_calls or ():
+                if call.index not in calls:
+                    firsts.append(call.model_dump(exclude_none=True))
+                    assert call.function is not None
+                    calls[call.index] = {"id": call.id, "name": call.function.name, "arguments": ""}
+                else:  # the id and the name come once, with the call's first delta
+                    assert call.id is None and (call.function is None or call.function.name is None)
+                assert call.function is not None
+                calls[call.index]["arguments"] += call.function.arguments or ""
+            finish = choice.finish_reason or finish
+    return {"content": content, "reasoning": reasoning, "finish": finish, "firsts": firsts,
+            "calls": [calls[index] for index in sorted(calls)]}
+
+
+def test_a_required_call_whole_and_streamed(client: openai.OpenAI) -> None:
+    request: dict[str, Any] = {"model": "gemma", "messages": MESSAGES, "tools": WEATHER_TOOLS[:1],
+                               "tool_choice": "required", "seed": 1, "max_tokens": 80}
+    whole = client.chat.completions.create(**request)
+    [choice] = whole.choices
+    assert choice.finish_reason == "tool_calls"
+    [call] = choice.message.tool_calls or []
+    assert call.type == "function" and call.function.name == "get_weather"
+    assert "city" in json.loads(call.function.arguments)
+    assert len(call.id) == 32 and call.id.isalnum()  # llama-server's random id
+    assert choice.message.content  # Gemma writes a sentence before the call
+
+    streamed = _streamed(client, **request)
+    assert streamed["finish"] == "tool_calls"
+    assert streamed["content"] == choice.message.content and streamed["reasoning"] == ""
+    assert [(c["name"], c["arguments"]) for c in streamed["calls"]] == \
+        [("get_weather", call.function.arguments)]
+    [first] = streamed["firsts"]
+    assert first["type"] == "function" and len(first["id"]) == 32
+
+
+def test_tool_choice_none_answers_text(client: openai.OpenAI) -> None:
+    whole = client.chat.completions.create(model="gemma", messages=MESSAGES, tools=TOOLS,
+                                           tool_choice="none", seed=1, max_tokens=24)
+    [choice] = whole.choices
+    assert choice.message.tool_calls is None and choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+
+
+def test_a_named_tool_choice_calls_that_tool(client: openai.OpenAI) -> None:
+    request: dict[str, Any] = {
+        "model": "gemma", "messages": [{"role": "user", "content": "What time is it?"}],
+        "tools": WEATHER_TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+        "seed": 1, "max_tokens": 80}
+    whole = client.chat.completions.create(**request)
+    [choice] = whole.choices
+    assert [call.function.name for call in choice.message.tool_calls or []] == ["get_time"]
+    streamed = _streamed(client, **request)
+    assert [c["name"] for c in streamed["calls"]] == ["get_time"]
+    assert streamed["calls"][0]["arguments"] == (choice.message.tool_calls or [])[0].function.arguments
+
+
+def test_a_tool_choice_that_names_no_tool_is_refused(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model="gemma", messages=MESSAGES, tools=TOOLS,
+            tool_choice={"type": "function", "function": {"name": "get_news"}})
+    assert refused.value.status_code == 400 and "get_news" in refused.value.message
+
+
+def test_a_template_whose_tool_calls_are_not_ported_is_a_400(gemma_path: Path) -> None:
+    with live_server(gemma_path, parallel=1, max_queue=0, timeout=60, n_ctx=1024,
+                     template=_template(NOT_PORTED)) as live, \
+            openai.OpenAI(base_url=f"{live.url}/v1", api_key="unused", max_retries=0) as client:
+        for stream in (False, True):
+            with pytest.raises(openai.BadRequestError) as refused:
+                client.chat.completions.create(model="gemma", messages=MESSAGES, tools=TOOLS,
+                                               tool_choice="required", stream=stream)
+            error = refused.value.body
+            assert isinstance(error, dict)
+            assert error["type"] == "invalid_request_error" and error["code"] == "not_supported"
+            assert "not supported" in error["message"] and "tag formats" in error["message"]
+        # the same server answers a chat without tools
+        answer = client.chat.completions.create(model="gemma", messages=MESSAGES, seed=1, max_tokens=4)
+        assert answer.choices[0].message.content is not None
+        live.wait_idle()
+
+
+@pytest.mark.slow  # the command loads the model again
+def test_a_tool_call_is_the_generate_commands_tokens(
+    tool_server: LiveServer, gemma_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    tools, template = tmp_path / "tools.json", tmp_path / "llama-3.2.jinja"
+    tools.write_text(json.dumps(WEATHER_TOOLS[:1]))
+    template.write_text(_template(LLAMA_32))
+    status = main([
+        "generate", "--model", str(gemma_path), "--chat", QUESTION, "--tools", str(tools),
+        "--tool-choice", "required", "--chat-template", str(template), "--seed", "1", "--max-tokens", "80",
+        "--n-ctx", "1024", "--constraintd", "local", "--output", "json",
+    ])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    report = json.loads(captured.out)
+
+    request = {"messages": MESSAGES, "tools": WEATHER_TOOLS[:1], "tool_choice": "required", "seed": 1,
+               "max_tokens": 80, "return_tokens": True}
+    with tool_server.http() as http:
+        whole = http.post("/v1/chat/completions", json=request).json()
+        with http.stream("POST", "/v1/chat/completions", json={**request, "stream": True}) as response:
+            chunks = [json.loads(line[6:]) for line in response.iter_lines()
+                      if line and line != "data: [DONE]"]
+    tool_server.wait_idle()
+    assert whole["tokens"] == report["tokens"]
+    assert [token for chunk in chunks for token in chunk.get("tokens", [])] == report["tokens"]
+    message = whole["choices"][0]["message"]
+    assert message["content"] == report["content"]
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]] == \
+        [(c["name"], c["arguments"]) for c in report["tool_calls"]]
+
+
+def test_tools_beside_a_grammar_are_refused(tool_server: LiveServer) -> None:
+    with tool_server.http() as http:
+        answer = http.post("/v1/chat/completions", json={
+            "messages": MESSAGES, "tools": WEATHER_TOOLS, "grammar": 'root ::= "x"'})
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "tools"
+
+
+def test_tools_on_completions_are_ignored(tool_server: LiveServer) -> None:
+    with tool_server.http() as http:
+        answer = http.post("/v1/completions", json={
+            "prompt": "The capital of France is", "tools": WEATHER_TOOLS, "seed": 1, "max_tokens": 4})
+    tool_server.wait_idle()
+    assert answer.status_code == 200 and "tool_calls" not in answer.json()["choices"][0]
