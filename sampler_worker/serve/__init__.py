@@ -8,13 +8,16 @@
     lockstep     the generations of one such context, stepped together by one thread: one decode and one
                  constraintd Step message per step for all of them
     answers      OpenAI's and Ollama's answer objects, whole and streamed, with the content rule
+    tool_messages  a chat with tools' message as llama-server answers it: tool calls whole, or the deltas
+                 of the text's successive readings, streamed
     errors       exceptions as HTTP answers (OpenAI's error object, Ollama's)
     metrics      the counters of /metrics, in Prometheus's text format
     app          the FastAPI application
     command      the command line, and the process's startup, serve and shutdown steps
 
 Contract: with one slot, a seeded request generates exactly the tokens of `sampler-worker generate` with
-the same prompt, settings and constraint (both run `sampler_worker.generate.generate`).
+the same prompt, settings and constraint (both run `sampler_worker.generate.generate`); a chat with tools
+is prepared as `sampler-worker generate --tools` prepares it (`sampler_worker.prompt.tool_chat`).
 """
 
 from sampler_worker.serve.app import ServeState, create_app
