@@ -69,3 +69,13 @@ def test_the_command_serves_until_sigterm(gemma_path: Path) -> None:
         finally:
             if process.poll() is None:
                 process.kill()
+
+
+def test_a_chat_template_that_cannot_be_read_is_refused_before_loading(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["serve", "--chat-template", str(tmp_path / "t.jinja")])
+    assert args.chat_template == tmp_path / "t.jinja"
+    done = subprocess.run([sys.executable, "-m", "sampler_worker", "serve", "--chat-template",
+                           str(tmp_path / "missing.jinja"), "--listen", "127.0.0.1:0"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "missing.jinja: No such file or directory" in done.stderr
