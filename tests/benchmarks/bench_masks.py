@@ -11,6 +11,9 @@ engine at once, on the same vocabulary and the same tokens: at every step a whol
 `accept` of the next token. Per engine it prints p50 / p90 / p99 / max of:
 - mask: one whole-vocabulary mask (every step but a grammar's first, which is counted in compile);
 - compile: from the grammar text to the first mask ready (one per grammar);
+- lookahead (constraintd's alone): after the compile, before the first document, `--lookahead` seconds of
+  CPU spent learning the verdicts the grammar's first states need (`Grammar.lookahead`), as a server
+  spends the time a new session's prompt is evaluated in; measured apart, and not counted in compile;
 - allows / accept: one token;
 with the ratio of each peer's time to constraintd's (above 1: constraintd is faster), and checks that
 constraintd's masks equal llama.cpp's, every one of them, in the same run. The same tables follow for the
@@ -59,6 +62,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from constraintd.engine import Vocab  # noqa: E402
+from constraintd.engine.masks.ahead import LOOKAHEAD_SECONDS  # noqa: E402
 from constraintd.engine.schema.convert import json_schema_to_gbnf  # noqa: E402
 from constraintd.errors import SchemaError  # noqa: E402
 from tests import reference  # noqa: E402
@@ -67,9 +71,15 @@ from tests.oracle import LlamaVocab  # noqa: E402
 
 WORKLOAD: Final = ROOT / "tests" / "vectors" / "maskbench-sample"
 VOCABS: Final = ("qwen2", "gemma")
-MASK, COMPILE, ALLOWS, ACCEPT = "mask", "compile", "allows", "accept"
+MASK, COMPILE, LOOKAHEAD, ALLOWS, ACCEPT = "mask", "compile", "lookahead", "allows", "accept"
 # metric -> (unit, nanoseconds per unit)
-UNITS: Final = {MASK: ("ms", 1e6), COMPILE: ("ms", 1e6), ALLOWS: ("µs", 1e3), ACCEPT: ("µs", 1e3)}
+UNITS: Final = {
+    MASK: ("ms", 1e6),
+    COMPILE: ("ms", 1e6),
+    LOOKAHEAD: ("ms", 1e6),
+    ALLOWS: ("µs", 1e3),
+    ACCEPT: ("µs", 1e3),
+}
 PERCENTILES: Final = (50, 90, 99, 100)
 SHORT_TOKENS: Final = 64  # documents shorter than this get tables of their own
 PEER_INPUTS: Final = {
@@ -158,8 +168,10 @@ class Run:
         clock: Clock,
         give_up_seconds: float,
         again: bool = False,
+        lookahead: float = 0.0,
     ) -> None:
         self.engines = list(engines)  # llama.cpp first: it decides which documents are kept
+        self.lookahead = lookahead  # CPU seconds of constraintd's lookahead after each compile
         self.clock = clock
         self.give_up_ns = int(give_up_seconds * 1e9)
         self.llama = llama
@@ -209,6 +221,14 @@ class Run:
                     raise  # it accepted this grammar a moment ago
                 continue
             cursors[engine.name], forms[engine.name] = cursor, form
+        lookahead_ns = None
+        mine = cursors.get(peers.CONSTRAINTD)
+        if self.lookahead > 0 and isinstance(mine, peers.ConstraintdCursor):
+            # the window a server's session has between its creation and its first mask (its prompt's
+            # evaluation), spent as a server spends it: measured apart from the compile
+            started = clock()
+            mine.grammar.lookahead(self.lookahead)
+            lookahead_ns = clock() - started
         kept = tokens = 0
         for index, document in enumerate(documents):
             if index:
@@ -226,6 +246,8 @@ class Run:
         if kept:
             for name, ns in compile_ns.items():
                 self.samples[name][COMPILE].append(ns)
+            if lookahead_ns is not None:
+                self.samples[peers.CONSTRAINTD][LOOKAHEAD].append(lookahead_ns)
                 tally.forms[name][forms[name]] += 1
             if peers.CONSTRAINTD in cursors:
                 cache_bytes, states, shared_bytes, shared_tops = peers.constraintd_cache(
@@ -370,6 +392,7 @@ def run_vocab(
     give_up: float,
     again: bool = False,
     worst: int = 0,
+    lookahead: float = 0.0,
 ) -> None:
     path = vocab_file(name)
     _progress(f"[{name}] loading the vocabulary and building each engine's tables")
@@ -384,7 +407,7 @@ def run_vocab(
     eog = sorted(vocab.eog_ids)
     others, missing = peers.load_peers(vocab.pieces, eog, lambda text: llama.tokenize(text), inputs=inputs)
     engines: list[peers.Engine] = [peers.LlamaEngine(llama), constraintd, *others]
-    run = Run(engines, llama, eog, clock=clock, give_up_seconds=give_up, again=again)
+    run = Run(engines, llama, eog, clock=clock, give_up_seconds=give_up, again=again, lookahead=lookahead)
     started = time.perf_counter()
     for number, schema in enumerate(schemas, 1):
         begun = time.perf_counter()
@@ -575,10 +598,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="walk each schema's documents a second time and report that pass apart",
     )
+    parser.add_argument(
+        "--lookahead",
+        type=float,
+        default=LOOKAHEAD_SECONDS,
+        metavar="SECONDS",
+        help="CPU seconds constraintd learns each new grammar's first verdicts for after its compile, as "
+        f"a server does while a new session's prompt is evaluated (default {LOOKAHEAD_SECONDS:g}, the "
+        "server's; 0: none, every state's first visit pays for it)",
+    )
     args = parser.parse_args(argv)
     schemas = read_workload(WORKLOAD, count=args.schemas, seed=args.seed)
     print(
         f"MaskBench sample: {len(schemas)} schemas, seed {args.seed}; {args.clock} time; "
+        f"constraintd's lookahead {args.lookahead:g} s a grammar; "
         f"Python {platform.python_version()}, {os.cpu_count()} cores; {_versions()}"
     )
     for name in VOCABS if args.vocab == "both" else (args.vocab,):
@@ -590,6 +623,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             give_up=args.give_up,
             again=args.again,
             worst=args.worst,
+            lookahead=args.lookahead,
         )
     return 0
 

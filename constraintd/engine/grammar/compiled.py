@@ -25,26 +25,31 @@
 #   own overhead. A test holds the estimate to what tracemalloc sees a compile allocate.
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import numpy as np
 
 from constraintd.engine.grammar.gbnf import ParsedGrammar, check_grammar, parse_gbnf
 from constraintd.engine.grammar.stack_sets import State, StateTable
-from constraintd.engine.grammar.stacks import Rules
+from constraintd.engine.grammar.stacks import Rules, Stack
 from constraintd.engine.grammar.triggers import Triggers
+from constraintd.engine.masks.ahead import AheadRun, Lookahead
 from constraintd.engine.masks.cache import MaskCache
 from constraintd.engine.vocab.decoded import DecodedVocab
 from constraintd.engine.vocab.vocab import Vocab
+from constraintd.errors import LimitError
 
 __all__ = ["Grammar"]
 
 # Stacks the initial state may hold while compiling; a matcher's own `max_stacks` applies on top.
 _COMPILE_STACK_LIMIT: Final = 1_000_000
+# Stacks a state met while learning ahead may hold (a matcher's default `max_stacks`).
+_AHEAD_STACK_LIMIT: Final = 10_000
 # A state learned while serving, as `nbytes` counts it: the State, its stack set of a few short stacks, its
 # by-top lists and memo tables with a few entries (a flat estimate, not a walk).
 STATE_BYTES: Final = 2048
@@ -70,6 +75,7 @@ class Grammar:
     """
 
     __slots__ = (
+        "_ahead",
         "_decoded",
         "_fixed_bytes",
         "_initial",
@@ -125,6 +131,7 @@ class Grammar:
         )
         self._decoded: DecodedVocab = vocab.decoded()
         self._masks = MaskCache(self._states, self._decoded)
+        self._ahead: Lookahead | None = None  # made on the first `lookahead`
         definition = source if source is not None else repr(parsed.rules)
         self.key: str = _key(definition, root, trigger_patterns, trigger_tokens, vocab.content_hash)
         self._fixed_bytes: int | None = None  # measured on the first `nbytes` (only caches of grammars ask)
@@ -163,6 +170,26 @@ class Grammar:
         """Tokens in the vocabulary."""
         return self._decoded.n_tokens
 
+    def lookahead(
+        self, seconds: float, *, pause: Callable[[], bool] | None = None, limit: int = _AHEAD_STACK_LIMIT
+    ) -> AheadRun:
+        """Learn, for up to `seconds` of this thread's CPU time, the verdicts the masks of this grammar's
+        first states will be composed from (masks/ahead.py: its reachable stacks breadth-first from the
+        start), stopping early when `pause()` turns true. Resumes where the last call stopped; changes no
+        answer. A top whose walk meets a stack set above `limit` is left to the mask that needs it."""
+        ahead = self._ahead
+        if ahead is None:
+            assert self._initial is not None
+            masks = self._masks
+
+            def learn(stack: Stack) -> None:
+                # a top past the limit is left to the session that meets it, under its own limit
+                with contextlib.suppress(LimitError):
+                    masks.learn(stack, limit)
+
+            ahead = self._ahead = Lookahead(self._rules, self._initial.stacks, learn)
+        return ahead.run(seconds, pause=pause)
+
     @property
     def nbytes(self) -> int:
         """An estimate of the bytes this grammar holds (not its vocabulary's): what was compiled, the masks
@@ -177,7 +204,8 @@ class Grammar:
                 + sys.getsizeof(self.root)
             )
         learned = max(len(self._states) - 1, 0)
-        return self._fixed_bytes + learned * STATE_BYTES + self._masks.nbytes
+        ahead = self._ahead.nbytes if self._ahead is not None else 0
+        return self._fixed_bytes + learned * STATE_BYTES + self._masks.nbytes + ahead
 
     def __repr__(self) -> str:
         lazy = " lazy" if self.lazy else ""

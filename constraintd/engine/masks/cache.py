@@ -169,13 +169,23 @@ class MaskCache:
         """The mask kept for `state` after `partial`, if one is (no walk, no change to the order kept)."""
         return self._masks.peek((state, partial))
 
+    def learn(self, stack: Stack, limit: int) -> None:
+        """Learn and keep the verdict of a char-topped stack's top, as a mask of a state holding it would
+        (masks/ahead.py's lookahead, before any state holding it is met). Changes no answer.
+
+        Raises:
+            LimitError: a state met on the way has more than `limit` stacks.
+        """
+        self._top(self._top_of(stack), limit, None)
+
+    def _top_of(self, stack: Stack) -> Stack:
+        # the top a stack's verdict is kept for: the stack itself when it is short, else its last
+        # CONTEXT_DEPTH positions under an escape mark
+        return stack if len(stack) <= CONTEXT_DEPTH else (self.states.rules.escape, *stack[-CONTEXT_DEPTH:])
+
     def _compose(self, state: State, limit: int, deadline: float | None) -> Words:
-        escape = self.states.rules.escape
-        tops = {
-            stack if len(stack) <= CONTEXT_DEPTH else (escape, *stack[-CONTEXT_DEPTH:])
-            for stacks in state.by_top.values()
-            for stack in stacks
-        }
+        top_of = self._top_of
+        tops = {top_of(stack) for stacks in state.by_top.values() for stack in stacks}
         if sum(top not in self._tops and top not in self._own for top in tops) > MAX_NEW_TOPS:
             return compute_mask(state, FRESH, self.vocab, limit, deadline=deadline)
         vocab = self.vocab
