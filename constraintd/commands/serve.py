@@ -120,6 +120,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mask-workers", type=int, default=2, help="threads that compute masks off the event loop"
     )
+    parser.add_argument(
+        "--lookahead-seconds",
+        type=float,
+        default=ServerConfig().lookahead_seconds,
+        help="CPU seconds spent on each new grammar while its first session's prompt is evaluated (and "
+        "nothing else is computed), learning what its first masks need; 0: off (default %(default)s)",
+    )
     parser.add_argument("--grace", type=float, default=10.0, help="seconds in-flight calls get at shutdown")
     parser.add_argument(
         "--no-uvloop", action="store_true", help="use asyncio's event loop even if uvloop is there"
@@ -198,6 +205,7 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
         compile_processes=args.compile_processes,
         compile_nice=args.compile_nice,
         mask_workers=args.mask_workers,
+        lookahead_seconds=args.lookahead_seconds,
         shutdown_grace=args.grace,
         use_uvloop=not args.no_uvloop,
         switch_interval=args.switch_interval,

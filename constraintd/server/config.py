@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from constraintd.engine.masks.ahead import LOOKAHEAD_SECONDS
 from constraintd.service.limits import Limits
 
 __all__ = ["LogFormat", "ServerConfig", "TlsFiles"]
@@ -59,6 +60,10 @@ class ServerConfig:
             same machine: a busy process at nice 10 triples Accept's p99, at 19 it leaves it within 10%;
             but a compile at 19 gets almost no CPU while the cores are saturated (see processes.py).
         mask_workers: threads that compute whole-vocabulary masks off the event loop.
+        lookahead_seconds: CPU seconds a thread spends on each new grammar, after the first session on it
+            is created and while nothing else is computed, learning the verdicts its first masks are
+            composed from (server/ahead.py): the time a session's prompt is evaluated in; 0: none, each
+            state's first mask pays for its own.
         shutdown_grace: seconds in-flight calls get to finish after a shutdown begins.
         reclaim_interval: seconds between sweeps of idle sessions.
         settle_interval: seconds between readings of the server's resident size, after which memory a
@@ -83,6 +88,7 @@ class ServerConfig:
     compile_processes: int = 1
     compile_nice: int = 19
     mask_workers: int = 2
+    lookahead_seconds: float = LOOKAHEAD_SECONDS
     shutdown_grace: float = 10.0
     reclaim_interval: float = 30.0
     settle_interval: float = 1.0

@@ -31,7 +31,9 @@ import grpc
 from grpc_health.v1.health import SERVICE_NAME as HEALTH_SERVICE_NAME
 from grpc_reflection.v1alpha import reflection
 
+from constraintd.engine.masks.ahead import AheadRun
 from constraintd.errors import UnavailableError
+from constraintd.server.ahead import AheadWorker
 from constraintd.server.config import ServerConfig
 from constraintd.server.health import SERVICE_NAME, Health
 from constraintd.server.memory import CollectorPauses, MemorySettler, fix_mmap_threshold
@@ -115,6 +117,7 @@ class Service:
         self._stop_requested = asyncio.Event()
         self._server: grpc.aio.Server | None = None
         self._workers: list[WorkerPool] = []
+        self._ahead: AheadWorker | None = None
         self._metrics_server: MetricsServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._settler: asyncio.Task[None] | None = None
@@ -136,6 +139,14 @@ class Service:
             config.mask_workers, time_limit=config.limits.mask_timeout, name="constraintd-mask"
         )
         self._workers = [compile_workers, mask_workers]
+        if config.lookahead_seconds > 0:
+            metrics = self.metrics
+
+            def counted(run: AheadRun) -> None:
+                metrics.lookahead_seconds.inc(by=run.seconds)
+                metrics.lookahead_tops.inc(by=run.tops)
+
+            self._ahead = AheadWorker(config.lookahead_seconds, on_run=counted)
         interceptors = (
             [BearerTokenInterceptor(config.bearer_token, metrics=self.metrics)] if config.bearer_token else []
         )
@@ -149,7 +160,11 @@ class Service:
             ],
         )
         servicer = ConstraintdServicer(
-            self.operations, compile_workers=compile_workers, mask_workers=mask_workers, metrics=self.metrics
+            self.operations,
+            compile_workers=compile_workers,
+            mask_workers=mask_workers,
+            metrics=self.metrics,
+            ahead=self._ahead,
         )
         add_to_server(servicer, server)
         self.health.add_to(server)
@@ -211,6 +226,8 @@ class Service:
         self._collector_pauses.stop()
         for pool in self._workers:
             pool.shutdown()
+        if self._ahead is not None:
+            self._ahead.shutdown()
         if self.compile_processes is not None:
             self.compile_processes.close()
         if self._metrics_server is not None:

@@ -170,6 +170,13 @@ class Metrics:
             ("generation",),
             buckets=COLLECTOR_BUCKETS,
         )
+        self.lookahead_seconds = Counter(
+            "constraintd_lookahead_seconds_total",
+            "CPU time spent learning new grammars' first verdicts before their masks ask (server/ahead.py)",
+        )
+        self.lookahead_tops = Counter(
+            "constraintd_lookahead_tops_total", "Stack tops whose verdicts the lookahead learnt"
+        )
         self._families: tuple[_Family, ...] = (
             self.rpcs,
             self.rpc_seconds,
@@ -178,6 +185,8 @@ class Metrics:
             self.sessions_reclaimed,
             self.compile_seconds,
             self.collector_seconds,
+            self.lookahead_seconds,
+            self.lookahead_tops,
             Gauge("constraintd_sessions_open", "Sessions open now", sessions_open),
             Gauge("constraintd_vocabularies", "Vocabularies registered", vocabs),
             Gauge("constraintd_grammars_cached", "Compiled grammars in the shared cache", grammars),

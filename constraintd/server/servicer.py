@@ -17,10 +17,14 @@
 # - A request of more than PARSE_ON_LOOP bytes is not parsed on the event loop (a 19 MB one held every
 #   other call 100-280 ms): the decoders hand it over as `Large`, and the method parses it in a worker
 #   thread, in slices (large.py), with the compile pool's time limit.
+# - A CreateSession hands its grammar to the lookahead worker (ahead.py), which learns its first masks'
+#   verdicts while the session's prompt is evaluated; every compile and mask job is held as `busy` around
+#   it, so the lookahead only runs while no caller waits for one.
 # - Every answer (and every Step message) is counted and timed in the metrics, by method and status, and
 #   every error a Step answers in an operation's place, by operation and status.
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -33,6 +37,7 @@ from google.rpc import code_pb2, status_pb2
 from grpc_status import rpc_status
 
 from constraintd.errors import ConstraintdError, InputError
+from constraintd.server.ahead import AheadWorker
 from constraintd.server.large import PARSE_ON_LOOP, Large
 from constraintd.server.metrics import Metrics
 from constraintd.server.workers import WorkerPool
@@ -159,11 +164,17 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
         compile_workers: WorkerPool,
         mask_workers: WorkerPool,
         metrics: Metrics,
+        ahead: AheadWorker | None = None,
     ) -> None:
         self.operations = operations
         self.compile_workers = compile_workers
         self.mask_workers = mask_workers
         self.metrics = metrics
+        # learns new grammars' first verdicts while no compile or mask job runs (None: off)
+        self.ahead = ahead
+        self._busy: Callable[[], contextlib.AbstractContextManager[None]] = (
+            ahead.busy if ahead is not None else contextlib.nullcontext
+        )
 
     def failed(self, method: str, error: Exception) -> grpc.Status:
         """The status a call ends with for `error` (counted; a bug is logged with its traceback)."""
@@ -185,13 +196,15 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
             except DecodeError:
                 return Undecodable(large.message_type.DESCRIPTOR.full_name)
 
-        return await self.compile_workers.run(parse, what="reading the request")
+        with self._busy():
+            return await self.compile_workers.run(parse, what="reading the request")
 
     async def _off_loop(self, work: Callable[[], T], what: str) -> T:
         started = time.perf_counter()
         outcome = "error"
         try:
-            result = await self.compile_workers.run(work, what=what)
+            with self._busy():
+                result = await self.compile_workers.run(work, what=what)
             outcome = "ok"
             return result
         finally:
@@ -223,7 +236,11 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
             started = await self._off_loop(
                 lambda: self.operations.start(plan, ready, deadline=deadline), "taking the prefill and replay"
             )
-        return self.operations.open_session(plan, compiled, started)
+        reply = self.operations.open_session(plan, compiled, started)
+        if self.ahead is not None:
+            # its prompt is evaluated now: time its grammar's first masks can be learnt in
+            self.ahead.submit(compiled.grammar)
+        return reply
 
     async def _pay(self, owed: list[Owed]) -> None:
         # masks the grammars keep and a few checks are paid here (a few at a time: the loop is not held for
@@ -235,7 +252,8 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
         else:
             # the work stops itself when its caller is answered DEADLINE_EXCEEDED
             deadline = time.monotonic() + self.mask_workers.time_limit
-            await self.mask_workers.run(lambda: pay(owed, deadline=deadline), what="computing the mask")
+            with self._busy():
+                await self.mask_workers.run(lambda: pay(owed, deadline=deadline), what="computing the mask")
 
     @_answered
     async def Accept(self, request: pb.AcceptRequest, context: Context) -> pb.AcceptResponse:

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from constraintd.errors import DeadlineError, UnavailableError
 
-__all__ = ["WorkerPool"]
+__all__ = ["WorkerPool", "lower_priority"]
 
 T = TypeVar("T")
 
@@ -113,7 +113,7 @@ class WorkerPool:
             del work, future
 
     def _work(self) -> None:
-        _lower_priority(self.nice)
+        lower_priority(self.nice)
         while True:
             job = self._jobs.get()
             if job is None:
@@ -127,7 +127,7 @@ def _forget(outcome: asyncio.Future[Any]) -> None:
         outcome.exception()
 
 
-def _lower_priority(nice: int) -> None:
+def lower_priority(nice: int) -> None:
     """Lowers the calling thread's scheduling priority by `nice` (Linux only: there a thread id is a
     scheduling entity of its own; elsewhere the call would name the whole process, or another one)."""
     if nice <= 0 or not sys.platform.startswith("linux"):

@@ -54,6 +54,8 @@ def test_the_service_metrics_render_every_family() -> None:
         "constraintd_sessions_reclaimed_total",
         "constraintd_compile_seconds",
         "constraintd_gc_pause_seconds",
+        "constraintd_lookahead_seconds_total",
+        "constraintd_lookahead_tops_total",
         "constraintd_sessions_open",
         "constraintd_vocabularies",
         "constraintd_grammars_cached",
