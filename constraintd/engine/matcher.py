@@ -7,6 +7,16 @@
 #   context (partial sequence, trigger wait, tokens buffered; one tuple object shared by consecutive
 #   steps while it does not change) and the token (an int32 array; -1 for `accept_bytes`). About 20 bytes
 #   a step, so an idle session of a few hundred tokens stays a few kilobytes.
+# - With a rollback window (`max_rollback` W, XGrammar's max_rollback_tokens) the matcher remembers its
+#   last W steps, as XGrammar's bounded history: a step pushes one in (the oldest out, past W), a rollback
+#   of n takes n out. `_floor` is the path's length below which no rollback reaches. The trail may hold a
+#   little more than the window (slack): past W + max(W / 4, ROLLBACK_SLACK) steps, its steps below the
+#   floor are dropped at once (amortized: a few entries moved a step, not a shift of W each step). What the
+#   window allows is exact whatever the slack holds: `rollback(n)` past it raises InputError, `history`
+#   lists the tokens inside it. The steps and tokens dropped are counted, so `position` is still every
+#   token accepted. Trigger scans older than the oldest step kept go too (only a rollback reads them); a
+#   waiting lazy grammar's buffer and buffered tokens stay whole (a trigger pattern's match may start
+#   anywhere in them).
 # - `allows(t)` is True exactly when llama_grammar_apply_impl leaves t finite; `mask()` packs `allows`
 #   over the vocabulary; neither changes anything. Where the answer is known already, `allows` reads it
 #   instead of walking the token: the bit of the last mask this matcher made (held until the next step),
@@ -28,6 +38,7 @@
 from __future__ import annotations
 
 import operator
+import sys
 import time
 from array import array
 from typing import Final
@@ -48,6 +59,8 @@ __all__ = ["Matcher"]
 _BYTES: Final = -1  # trail entry of an accept_bytes call
 MAX_MOVES: Final = 4096  # tokens whose moves one state remembers (a few hundred kilobytes at most)
 ACCEPT_BYTES_CHECK: Final = 64  # code points of a text taken between two readings of its deadline's clock
+# steps a windowed trail may hold past its window, at least, before it is trimmed back to the window
+ROLLBACK_SLACK: Final = 256
 _NO_WORDS: Final = np.zeros(0, dtype=np.int32).data
 _index: Final = operator.index
 # (partial, awaiting trigger, tokens buffered) before one step
@@ -61,34 +74,58 @@ class Matcher:
         "_awaiting",
         "_buffer",
         "_buffered",
+        "_dropped",
+        "_dropped_tokens",
+        "_floor",
         "_mask_state",
         "_mask_words",
         "_n_vocab",
         "_partial",
+        "_scan_base",
         "_scans",
         "_state",
         "_trail_contexts",
         "_trail_states",
         "_trail_tokens",
+        "_trim_at",
         "grammar",
+        "max_rollback",
         "max_stacks",
     )
 
-    def __init__(self, grammar: Grammar, *, max_stacks: int = 10_000) -> None:
+    def __init__(
+        self, grammar: Grammar, *, max_stacks: int = 10_000, max_rollback: int | None = None
+    ) -> None:
         """Start at the beginning of `grammar`.
+
+        Args:
+            grammar: the compiled grammar.
+            max_stacks: the most stacks the matcher may hold at once.
+            max_rollback: the rollback window: how many of its last steps the matcher remembers, so the
+                most `rollback` undoes (0: none); None remembers every step.
 
         Raises:
             LimitError: the grammar starts with more than `max_stacks` stacks.
+            ValueError: `max_rollback` is negative.
         """
+        if max_rollback is not None and max_rollback < 0:
+            raise ValueError(f"a rollback window of {max_rollback} steps")
         self.grammar = grammar
         self.max_stacks = max_stacks
+        self.max_rollback = max_rollback
+        # the trail's length past which it is trimmed back to the window
+        self._trim_at = (
+            sys.maxsize if max_rollback is None else max_rollback + max(max_rollback >> 2, ROLLBACK_SLACK)
+        )
         self._n_vocab = grammar.n_vocab
         self._trail_states: list[State] = []
         self._trail_contexts: list[_Context] = []
         self._trail_tokens = array("i")
         self._buffer = bytearray()
         self._buffered: list[BufferedToken] = []
-        # where the trigger patterns' search stands after each buffered token (the first: before any)
+        # where the trigger patterns' search stands after each buffered token (the first: before any);
+        # _scans[i] is the scan after _scan_base + i buffered tokens (those before are dropped with the
+        # steps that could roll back to them)
         self._scans: list[TriggerScan] = [grammar._triggers.start()]
         self._start()
 
@@ -99,6 +136,12 @@ class Matcher:
             raise LimitError(f"the grammar starts with {len(initial.stacks)} stacks, above {self.max_stacks}")
         self._state: State = initial
         self._partial: PartialUtf8 = FRESH
+        self._scan_base = 0
+        # steps dropped from the trail's front by the window, and the tokens among them; the path's length
+        # below which no rollback reaches (as of the last rollback or trim: `_reach` brings it up to date)
+        self._dropped = 0
+        self._dropped_tokens = 0
+        self._floor = 0
         self._awaiting: bool = self.grammar.lazy
         # the last mask made, as words, and the state it was made for (at a fresh UTF-8 start)
         self._mask_state: State | None = None
@@ -108,8 +151,16 @@ class Matcher:
 
     @property
     def history(self) -> tuple[int, ...]:
-        """The accepted tokens, in order (bytes given to `accept_bytes` are not tokens and not listed)."""
-        return tuple(token for token in self._trail_tokens if token != _BYTES)
+        """The accepted tokens, in order (bytes given to `accept_bytes` are not tokens and not listed); with
+        a rollback window, those of the steps it keeps (the last `max_rollback`)."""
+        return tuple(token for token in self._window_tokens() if token != _BYTES)
+
+    @property
+    def position(self) -> int:
+        """How many tokens were accepted (those rolled back not counted), whether or not the rollback
+        window still keeps them. Counts the steps kept: O(window)."""
+        tokens = self._trail_tokens
+        return self._dropped_tokens + len(tokens) - tokens.count(_BYTES)
 
     @property
     def stacks(self) -> StackSet:
@@ -276,6 +327,8 @@ class Matcher:
         contexts.append(context)
         self._trail_states.append(state)
         self._trail_tokens.append(token)
+        if len(contexts) > self._trim_at:
+            self._trim()
         self._mask_state, self._mask_words = None, _NO_WORDS
         self._state, self._partial = after, after_partial
         return True
@@ -365,6 +418,8 @@ class Matcher:
         twin = Matcher.__new__(Matcher)
         twin.grammar = self.grammar
         twin.max_stacks = self.max_stacks
+        twin.max_rollback, twin._trim_at = self.max_rollback, self._trim_at
+        twin._dropped, twin._dropped_tokens, twin._floor = self._dropped, self._dropped_tokens, self._floor
         twin._n_vocab = self._n_vocab
         twin._mask_state, twin._mask_words = self._mask_state, self._mask_words
         twin._state, twin._partial, twin._awaiting = self._state, self._partial, self._awaiting
@@ -373,26 +428,35 @@ class Matcher:
         twin._trail_tokens = array("i", self._trail_tokens)
         twin._buffer = bytearray(self._buffer)
         twin._buffered = list(self._buffered)
-        twin._scans = list(self._scans)
+        twin._scans, twin._scan_base = list(self._scans), self._scan_base
         return twin
 
     def rollback(self, n: int = 1) -> None:
         """Undo the last `n` (by default one) successful `accept` / `accept_bytes` calls.
 
         Raises:
-            InputError: `n` is negative or more than were made.
+            InputError: `n` is negative, more than were made, or more than the rollback window keeps
+                (`max_rollback`); nothing changes.
         """
         steps = len(self._trail_tokens)
-        if not 0 <= n <= steps:
-            raise InputError(f"cannot roll back {n} steps: {steps} were taken")
+        taken = self._dropped + steps
+        reach = self._reach()
+        if not 0 <= n <= reach:
+            if n < 0 or n > taken:
+                raise InputError(f"cannot roll back {n} steps: {taken} were taken")
+            raise InputError(
+                f"cannot roll back {n} steps: the rollback window (max_rollback) keeps the last "
+                f"{self.max_rollback} steps, and {reach} are left to undo"
+            )
         if n == 0:
             return
+        self._floor = taken - reach
         state = self._trail_states[-n]
         partial, awaiting, buffered = self._trail_contexts[-n]
         del self._trail_states[-n:], self._trail_contexts[-n:], self._trail_tokens[-n:]
         self._state, self._partial, self._awaiting = state, partial, awaiting
         del self._buffered[buffered:]
-        del self._scans[buffered + 1 :]
+        del self._scans[buffered + 1 - self._scan_base :]
         del self._buffer[self._buffered[-1][2] if self._buffered else 0 :]
 
     def reset(self) -> None:
@@ -402,8 +466,39 @@ class Matcher:
         del self._trail_tokens[:]
         self._buffer.clear()
         self._buffered.clear()
-        del self._scans[1:]
+        self._scans = [self.grammar._triggers.start()]
         self._start()
+
+    def _reach(self) -> int:
+        # how many steps a rollback may undo now
+        steps = len(self._trail_tokens)
+        if self.max_rollback is None:
+            return steps
+        taken = self._dropped + steps
+        return taken - max(self._floor, taken - self.max_rollback)
+
+    def _window_tokens(self) -> array[int]:
+        tokens = self._trail_tokens
+        reach = self._reach()
+        return tokens[len(tokens) - reach :] if reach < len(tokens) else tokens
+
+    def _trim(self) -> None:
+        # Drop the trail's steps below the floor (the window's oldest). The steps kept roll back no further
+        # than the oldest one's context, so the trigger scans before its buffered count go too.
+        tokens = self._trail_tokens
+        drop = len(tokens) - self._reach()
+        if drop <= 0:
+            return
+        contexts = self._trail_contexts
+        oldest_buffered = contexts[drop][2] if drop < len(contexts) else len(self._buffered)
+        self._dropped_tokens += drop - tokens[:drop].count(_BYTES)
+        self._dropped += drop
+        self._floor = self._dropped
+        del self._trail_states[:drop], contexts[:drop], tokens[:drop]
+        cut = oldest_buffered - self._scan_base
+        if cut > 0:
+            del self._scans[:cut]
+            self._scan_base = oldest_buffered
 
     def _push(self, token: int) -> None:
         context = (self._partial, self._awaiting, len(self._buffered))
@@ -413,6 +508,8 @@ class Matcher:
         contexts.append(context)
         self._trail_states.append(self._state)
         self._trail_tokens.append(token)
+        if len(contexts) > self._trim_at:
+            self._trim()
         self._mask_state, self._mask_words = None, _NO_WORDS  # not this state's: do not keep it alive
 
     def _outside(self, token: int) -> TokenError:
@@ -420,4 +517,5 @@ class Matcher:
 
     def __repr__(self) -> str:
         waiting = ", awaiting trigger" if self._awaiting else ""
-        return f"<Matcher {len(self._state.stacks)} stacks, {len(self._trail_tokens)} steps{waiting}>"
+        steps = len(self._trail_tokens) + self._dropped
+        return f"<Matcher {len(self._state.stacks)} stacks, {steps} steps{waiting}>"
