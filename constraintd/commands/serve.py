@@ -37,6 +37,7 @@ _LIMIT_OPTIONS: dict[str, tuple[str, type, str]] = {
     "--max-piece-bytes": ("max_piece_bytes", int, "length of one token's piece in a vocabulary"),
     "--max-tokens-per-call": ("max_tokens_per_call", int, "token ids in one call (Allows, replay, Step)"),
     "--max-stacks": ("max_stacks", int, "parse stacks one session may hold"),
+    "--max-rollback": ("max_rollback", int, "tokens a session keeps for Rollback (its rollback window)"),
     "--max-message-bytes": ("max_message_bytes", int, "size of one gRPC message"),
     "--max-step-ops": ("max_step_ops", int, "operations in one Step message"),
     "--max-grammars": ("max_grammars", int, "compiled grammars kept in the shared cache"),

@@ -49,6 +49,16 @@ class Limits:
         max_prefill_bytes: size of a session's prefill text.
         max_stacks: parse stacks one session may hold (llama.cpp's grammars can blow up; this keeps one
             session from taking the process down); an accept that would exceed it fails.
+        max_rollback: the rollback window: the steps (accepted tokens, and the prefill) a session remembers,
+            so the most one Rollback, or several in a row, may undo; past it Rollback fails with
+            INVALID_ARGUMENT and changes nothing. Without it a session held its whole trail, about 20
+            bytes a token: a million tokens accepted or replayed held 20 MiB while open, and any number
+            of sessions could. The window bounds that at about 20 bytes times 1.25 windows (the matcher
+            trims in chunks of a quarter window): about 400 KiB a session at 16,384, whatever it accepts.
+            Rollback's users need far less: speculative decoding undoes a draft's rejected tokens (a few
+            to a few dozen: llama.cpp drafts at most 16 by default), a sampler undoes a token or a few;
+            16,384 leaves a margin of hundreds of times that. A client that must go further back opens a
+            session again with `replay` (the tokens it keeps).
         max_message_bytes: a gRPC message, either way (a 262k-token vocabulary's pieces and texts are
             about 8 MiB). A larger request is refused by gRPC itself, before the server parses a byte of it.
         max_step_ops: operations in one Step message.
@@ -75,6 +85,7 @@ class Limits:
     max_tokens_per_call: int = 1 << 20
     max_prefill_bytes: int = 64 * 1024
     max_stacks: int = 10_000
+    max_rollback: int = 16_384
     max_message_bytes: int = 32 * MIB
     max_step_ops: int = 4096
     max_grammars: int = 256

@@ -41,7 +41,8 @@ class Session:
     """One generation's grammar state: a matcher, its compiled constraint, and its idle deadline.
 
     `position` counts the tokens the matcher accepted (the prefill is not a token); it is kept here
-    because `Matcher.history` builds a tuple, and the count is read on every call.
+    because `Matcher.position` counts the steps of its rollback window, and the count is read on every
+    call.
     """
 
     __slots__ = ("compiled", "expires_at", "id", "matcher", "position", "ttl")
@@ -72,13 +73,19 @@ class Session:
         """Undoes the last `count` accepted tokens.
 
         Raises:
-            InputError: more than were accepted.
+            InputError: more than were accepted, or more than the rollback window keeps (nothing changes).
         """
         if not 0 <= count <= self.position:
             raise InputError(
                 f"cannot roll back {count} tokens: session {self.id} has accepted {self.position}"
             )
-        self.matcher.rollback(count)
+        window = self.matcher.max_rollback
+        if window is not None and count > window:
+            raise InputError(
+                f"cannot roll back {count} tokens: session {self.id} keeps only its last {window} "
+                "(the rollback window, max_rollback)"
+            )
+        self.matcher.rollback(count)  # refuses a rollback past what earlier rollbacks left of the window
         self.position -= count
 
     def check_position(self, position: int | None) -> None:
@@ -148,7 +155,8 @@ class SessionStore:
             raise LimitError(
                 f"a prefill of {len(prefill)} bytes is over the limit of {self._limits.max_prefill_bytes}"
             )
-        matcher = Matcher(compiled.grammar, max_stacks=self._limits.max_stacks)
+        limits = self._limits
+        matcher = Matcher(compiled.grammar, max_stacks=limits.max_stacks, max_rollback=limits.max_rollback)
         if prefill and not matcher.accept_bytes(prefill, deadline=deadline):
             raise InputError(f"the grammar rejects the prefill {shown(prefill)}")
         for position, token in enumerate(replay):
@@ -168,15 +176,15 @@ class SessionStore:
             matcher: a matcher from `start`.
             ttl: as `open`.
             replayed: the number of tokens `start` replayed, when the caller has them (the session's
-                position: the prefill is not a token); None counts them from the matcher's history, which
-                builds a tuple of them (a replay of a million tokens: 8 MB and about 50 ms on the caller's
-                thread, the event loop's in the server).
+                position: the prefill is not a token); None asks the matcher (`Matcher.position`: every
+                token it accepted, also those its rollback window no longer keeps; it counts the steps
+                the window keeps).
 
         Raises:
             UnavailableError, LimitError: as `open`.
         """
         self._check_opening()
-        position = len(matcher.history) if replayed is None else replayed
+        position = matcher.position if replayed is None else replayed
         return self._add(compiled, matcher, ttl, position)
 
     def now(self) -> float:

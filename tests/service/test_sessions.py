@@ -146,6 +146,32 @@ def test_adopt_counts_the_replayed_tokens_or_is_told_them(compiled: CompiledCons
     told = store.adopt(compiled, store.start(compiled, prefill=b"a", replay=[B, B]), replayed=2)
     assert counted.position == told.position == 2
     assert told.matcher.history == (B, B)
+    # past the rollback window: the position is every token accepted, not the few the window keeps
+    store = store_with(Clock(), max_rollback=4)
+    replay = [A] + [B] * 999
+    counted = store.adopt(compiled, store.start(compiled, replay=replay))
+    told = store.adopt(compiled, store.start(compiled, replay=replay), replayed=1000)
+    assert counted.position == told.position == counted.matcher.position == 1000
+    assert counted.matcher.history == (B,) * 4
+
+
+def test_every_session_gets_the_rollback_window_of_the_limits(compiled: CompiledConstraint) -> None:
+    assert Limits().max_rollback == 16_384
+    store = store_with(Clock(), max_rollback=8)
+    session = store.open(compiled, prefill=b"a", replay=[B] * 100)
+    assert session.matcher.max_rollback == 8
+    assert store.fork(session.id).matcher.max_rollback == 8
+    with pytest.raises(InputError, match=r"keeps only its last 8 \(the rollback window, max_rollback\)"):
+        session.rollback(9)
+    assert session.position == 100  # refused: nothing changed
+    session.rollback(5)
+    assert session.position == 95 and session.matcher.history == (B,) * 3
+    # the window was partly used: what is left of it, not the whole of it, may be undone
+    with pytest.raises(InputError, match="rollback window"):
+        session.rollback(4)
+    assert session.accept(B) and session.position == 96
+    session.rollback(4)
+    assert session.position == 92 and session.matcher.is_complete()
 
 
 def past_one_at_the_second_reading() -> Callable[[], float]:
