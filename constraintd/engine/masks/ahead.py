@@ -15,9 +15,9 @@
 #   (the next `run` goes on from where the last one stopped), and stops between two tops as soon as the
 #   caller's `pause` says so: a top's walk, a few milliseconds at most, is the unit a mask asked for
 #   meanwhile may wait behind.
-# - Bounded memory: the stacks seen (at most `max_stacks`, each no deeper than `max_depth` positions:
-#   what a breadth-first budget of a fraction of a second can reach) and the frontier; both are dropped
-#   once the search ends, by exhaustion or by those bounds.
+# - Bounded memory: the stacks found (at most `max_stacks`, each no deeper than `max_depth` positions: what
+#   a breadth-first budget of a fraction of a second can reach; past the bound nothing new is found, and
+#   the search ends once those found are learnt) and the frontier; both are dropped when it ends.
 # - One run at a time per grammar: a second caller while one runs returns at once, having done nothing.
 from __future__ import annotations
 
@@ -37,8 +37,10 @@ _CHAR_KINDS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY))
 # CPU seconds a server spends on a new grammar's lookahead by default: about what a short document's first
 # visits cost on a 150k-token vocabulary, and less than a prompt's evaluation takes on most models.
 LOOKAHEAD_SECONDS: Final = 0.25
-# Stacks one grammar's search keeps at most (a few hundred kilobytes of tuples the grammar's states share).
-MAX_STACKS: Final = 16_384
+# Stacks one grammar's search finds at most, nearest the start first: more than a budget of a quarter second
+# learns on a vocabulary of 150k tokens (a few hundred tops), and on a tiny vocabulary, whose tops cost
+# microseconds, what keeps a grammar's lookahead within about a megabyte.
+MAX_STACKS: Final = 1024
 # A stack the search keeps, as `nbytes` counts it: a set entry and a tuple of a few positions.
 _STACK_BYTES: Final = 160
 # Deeper stacks are not followed: nesting that deep is rarely met in a first token's window.
@@ -115,11 +117,10 @@ class Lookahead:
             if kinds[stack[-1]] in _CHAR_KINDS:
                 learn(stack)
                 tops += 1
+            if len(seen) >= self.max_stacks:
+                continue  # nothing new past the bound: the stacks found so far are still learnt
             for after in pop(stack):
                 if after and after not in seen and stack_depth(after) <= self.max_depth:
-                    if len(seen) >= self.max_stacks:
-                        frontier.clear()
-                        break
                     seen.add(after)
                     frontier.append(after)
         spent = time.thread_time() - started
