@@ -22,6 +22,7 @@ import grpc
 import pytest
 
 from clients import Client, Policy
+from constraintd.service.limits import Limits
 from constraintd.v1 import constraintd_pb2 as pb
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
 from tests.server.running import AB_PLUS, TINY_EOG, TINY_PIECES, CappedServer, socket_dir, wait_serving
@@ -350,10 +351,12 @@ def test_a_replay_past_its_time_limit_stops(server: CappedServer) -> None:
     attacked(server, attack)
 
 
+@pytest.mark.parametrize("server", [("--max-rollback", "2000000")], indirect=True)
 def test_sessions_replayed_a_million_tokens_give_it_all_back_once_gone(server: CappedServer) -> None:
-    # A replay done in time opens a session that holds its trail (about 20 bytes a token) while open: the
-    # soak once left such sessions open for their idle time, and its memory looked kept. Closed, or expired
-    # past its idle time, a session gives all of it back (`attacked` checks the memory after).
+    # A replay done in time opens a session that holds its trail (about 20 bytes a token) while open, here
+    # all of it (a rollback window wider than the replay): the soak once left such sessions open for their
+    # idle time, and its memory looked kept. Closed, or expired past its idle time, a session gives all of
+    # it back (`attacked` checks the memory after).
     def attack(stub: pb_grpc.ConstraintdStub) -> None:
         vocab_id = tiny_vocab(stub)
         before = server.rss()
@@ -386,5 +389,72 @@ def test_a_prefill_past_its_time_limit_stops(server: CappedServer) -> None:
         )  # about 1.3 s of work on a quiet machine
         refused(lambda: stub.CreateSession(request), grpc.StatusCode.DEADLINE_EXCEEDED)
         assert cpu_soon_after(server, 0.1) < 0.5
+
+    attacked(server, attack)
+
+
+def settled_growth(server: CappedServer, before: int, bound: int) -> int:
+    """The server's growth in resident size since `before`, given MEMORY_SECONDS to come under `bound`
+    (what a call's buffers took is given back by server/memory.py's settling, not at once)."""
+    settled = time.monotonic() + MEMORY_SECONDS
+    growth = server.rss() - before
+    while growth >= bound and time.monotonic() < settled:
+        time.sleep(0.1)
+        growth = server.rss() - before
+    return growth
+
+
+def accept_in_steps(stub: pb_grpc.ConstraintdStub, session_id: str, token: int, count: int) -> int:
+    """Accepts `token` `count` times in one session, in Step messages of 4,096 (`max_step_ops`); how many
+    were accepted."""
+
+    def requests() -> Iterator[pb.StepRequest]:
+        left = count
+        while left:
+            items = min(4096, left)
+            left -= items
+            batch = pb.AcceptBatch(session_ids=[session_id] * items, tokens=[token] * items)
+            yield pb.StepRequest(accepts=batch)
+
+    return sum(sum(reply.accepts.accepted) for reply in stub.Step(requests(), timeout=120))
+
+
+# A session's trail is bounded by its rollback window, W steps (Limits.max_rollback: 16,384): the matcher
+# trims it back to W once it passes W + W / 4, and a step costs about 20 bytes of it (references to the
+# state before it and to its context, and the token as an int32), so at most 20,480 steps, 400 KiB,
+# whatever the session accepts. The bound below adds what a server may keep after any burst of work
+# (MEMORY_KEPT). A session that kept every step held about 20 MiB after a million tokens replayed (the
+# test above, whose window is wider than its replay, measures it) and 38 MiB after a million more accepted;
+# with the window, 2.9 MiB after both (allocator pages the calls left, mostly: the trail is 400 KiB).
+WINDOW = Limits().max_rollback
+WINDOW_TRAIL_BYTES = (WINDOW + WINDOW // 4) * 20
+
+
+def test_a_session_that_replays_and_accepts_a_million_tokens_holds_only_its_rollback_window(
+    server: CappedServer,
+) -> None:
+    bound = MEMORY_KEPT + WINDOW_TRAIL_BYTES
+
+    def attack(stub: pb_grpc.ConstraintdStub) -> None:
+        vocab_id = tiny_vocab(stub)
+        before = server.rss()
+        request = pb.CreateSessionRequest(
+            vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), replay=[A] + [B] * 1_000_000
+        )
+        reply = stub.CreateSession(request, timeout=60)
+        assert reply.state.position == 1_000_001
+        held = settled_growth(server, before, bound)
+        assert held < bound, f"a session replayed a million tokens held {held / MIB:.1f} MiB"
+        session_id = reply.session_id
+        assert accept_in_steps(stub, session_id, B, 1_000_000) == 1_000_000
+        held = settled_growth(server, before, bound)
+        assert held < bound, f"a session that accepted two million tokens held {held / MIB:.1f} MiB"
+        position = 2_000_001
+        too_far = pb.RollbackRequest(session_id=session_id, count=WINDOW + 1, position=position)
+        message = refused(lambda: stub.Rollback(too_far), grpc.StatusCode.INVALID_ARGUMENT)
+        assert f"keeps only its last {WINDOW} (the rollback window" in message
+        inside = pb.RollbackRequest(session_id=session_id, count=WINDOW, position=position)
+        assert stub.Rollback(inside).state.position == position - WINDOW
+        stub.Close(pb.CloseRequest(session_id=session_id))
 
     attacked(server, attack)
