@@ -120,7 +120,9 @@ class ConstraintdServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Rollback(self, request, context):
-        """Undoes the last `count` accepted tokens.
+        """Undoes the last `count` accepted tokens. A session remembers only its last steps (its rollback window:
+        `constraintd serve --max-rollback`, 16,384 by default; a rollback uses part of it up): a `count` past
+        what the window has left fails with INVALID_ARGUMENT and changes nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
