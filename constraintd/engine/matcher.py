@@ -16,7 +16,7 @@
 #   lists the tokens inside it. The steps and tokens dropped are counted, so `position` is still every
 #   token accepted. Trigger scans older than the oldest step kept go too (only a rollback reads them); a
 #   waiting lazy grammar's buffer and buffered tokens stay whole (a trigger pattern's match may start
-#   anywhere in them).
+#   anywhere in them), as two columns: a token waiting costs its piece's bytes and 12 bytes more.
 # - `allows(t)` is True exactly when llama_grammar_apply_impl leaves t finite; `mask()` packs `allows`
 #   over the vocabulary; neither changes anything. Where the answer is known already, `allows` reads it
 #   instead of walking the token: the bit of the last mask this matcher made (held until the next step),
@@ -41,6 +41,7 @@ import operator
 import sys
 import time
 from array import array
+from bisect import bisect_right
 from typing import Final
 
 import numpy as np
@@ -73,7 +74,8 @@ class Matcher:
     __slots__ = (
         "_awaiting",
         "_buffer",
-        "_buffered",
+        "_buffered_ends",
+        "_buffered_tokens",
         "_dropped",
         "_dropped_tokens",
         "_floor",
@@ -122,7 +124,10 @@ class Matcher:
         self._trail_contexts: list[_Context] = []
         self._trail_tokens = array("i")
         self._buffer = bytearray()
-        self._buffered: list[BufferedToken] = []
+        # the tokens buffered while a lazy grammar waits, and where each one's piece ends in the buffer
+        # (it begins where the one before ends): Triggers' (token, begin, end), as columns
+        self._buffered_tokens = array("i")
+        self._buffered_ends = array("q")
         # where the trigger patterns' search stands after each buffered token (the first: before any);
         # _scans[i] is the scan after _scan_base + i buffered tokens (those before are dropped with the
         # steps that could roll back to them)
@@ -320,7 +325,7 @@ class Matcher:
         if after is None:
             return False
         # _push, written out: this is the path every generated token takes
-        context = (partial, False, len(self._buffered))
+        context = (partial, False, len(self._buffered_tokens))
         contexts = self._trail_contexts
         if contexts and contexts[-1] == context:
             context = contexts[-1]
@@ -376,21 +381,25 @@ class Matcher:
     def _accept_awaiting(self, token: int) -> bool:
         piece = self.grammar.vocab.pieces[token]
         triggers = self.grammar._triggers
-        entry: BufferedToken | None = None
+        buffered = False
         scan: TriggerScan | None = None
         if token in triggers.tokens:
             replay: list[tuple[int, bytes]] | None = [(token, piece)]
         else:
             # the piece joins the buffer for the look, and leaves it again unless the token is accepted;
             # the patterns read only what it adds, not the buffer again (trigger_regex.py)
+            buffered = True
             begin = len(self._buffer)
-            entry = (token, begin, begin + len(piece))
             self._buffer += piece
-            self._buffered.append(entry)
             scan, start = triggers.advance(self._scans[-1], self._buffer)
-            replay = triggers.replayed(self._buffer, self._buffered, start) if start >= 0 else None
+            replay = None
+            if start >= 0:
+                self._buffered_tokens.append(token)
+                self._buffered_ends.append(len(self._buffer))
+                replay = triggers.replayed(self._buffer, self._buffered_from(start), start)
+                self._buffered_tokens.pop()
+                self._buffered_ends.pop()
             del self._buffer[begin:]
-            self._buffered.pop()
         state: State | None = self._state
         partial = self._partial
         for replayed, replayed_piece in replay or ():
@@ -401,15 +410,23 @@ class Matcher:
                 return False  # llama.cpp throws: the grammar refuses the text that triggered it
             partial = FRESH if partial == INVALID else partial
         self._push(token)
-        if entry is not None:
+        if buffered:
             assert scan is not None
-            self._buffered.append(entry)
             self._buffer += piece
+            self._buffered_tokens.append(token)
+            self._buffered_ends.append(len(self._buffer))
             self._scans.append(scan)
         if replay is not None:
             assert state is not None
             self._state, self._partial, self._awaiting = state, partial, False
         return True
+
+    def _buffered_from(self, start: int) -> list[BufferedToken]:
+        # the buffered tokens whose piece ends past `start`, as Triggers.replayed reads them (it finds the
+        # first again: here they are made only from it on, once, when the wait ends)
+        tokens, ends = self._buffered_tokens, self._buffered_ends
+        first = bisect_right(ends, start)
+        return [(tokens[i], ends[i - 1] if i else 0, ends[i]) for i in range(first, len(tokens))]
 
     # -- history --------------------------------------------------------------------------------
 
@@ -427,7 +444,8 @@ class Matcher:
         twin._trail_contexts = list(self._trail_contexts)
         twin._trail_tokens = array("i", self._trail_tokens)
         twin._buffer = bytearray(self._buffer)
-        twin._buffered = list(self._buffered)
+        twin._buffered_tokens = array("i", self._buffered_tokens)
+        twin._buffered_ends = array("q", self._buffered_ends)
         twin._scans, twin._scan_base = list(self._scans), self._scan_base
         return twin
 
@@ -455,9 +473,9 @@ class Matcher:
         partial, awaiting, buffered = self._trail_contexts[-n]
         del self._trail_states[-n:], self._trail_contexts[-n:], self._trail_tokens[-n:]
         self._state, self._partial, self._awaiting = state, partial, awaiting
-        del self._buffered[buffered:]
+        del self._buffered_tokens[buffered:], self._buffered_ends[buffered:]
         del self._scans[buffered + 1 - self._scan_base :]
-        del self._buffer[self._buffered[-1][2] if self._buffered else 0 :]
+        del self._buffer[self._buffered_ends[-1] if buffered else 0 :]
 
     def reset(self) -> None:
         """Back to the start of the grammar, with an empty history."""
@@ -465,7 +483,7 @@ class Matcher:
         self._trail_contexts.clear()
         del self._trail_tokens[:]
         self._buffer.clear()
-        self._buffered.clear()
+        del self._buffered_tokens[:], self._buffered_ends[:]
         self._scans = [self.grammar._triggers.start()]
         self._start()
 
@@ -490,7 +508,7 @@ class Matcher:
         if drop <= 0:
             return
         contexts = self._trail_contexts
-        oldest_buffered = contexts[drop][2] if drop < len(contexts) else len(self._buffered)
+        oldest_buffered = contexts[drop][2] if drop < len(contexts) else len(self._buffered_tokens)
         self._dropped_tokens += drop - tokens[:drop].count(_BYTES)
         self._dropped += drop
         self._floor = self._dropped
@@ -501,7 +519,7 @@ class Matcher:
             self._scan_base = oldest_buffered
 
     def _push(self, token: int) -> None:
-        context = (self._partial, self._awaiting, len(self._buffered))
+        context = (self._partial, self._awaiting, len(self._buffered_tokens))
         contexts = self._trail_contexts
         if contexts and contexts[-1] == context:
             context = contexts[-1]  # share the previous step's tuple: one reference, no new object

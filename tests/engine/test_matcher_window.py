@@ -3,7 +3,8 @@ past them refused; everything inside the window is exactly what an unlimited mat
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import tracemalloc
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -193,6 +194,37 @@ def test_a_pattern_matching_the_whole_buffer_replays_it_all_past_the_window() ->
     unlimited.rollback(1)
     unlimited.rollback(1)
     assert windowed.awaiting_trigger and state(windowed) == state(unlimited)
+
+
+def held_after(steps: int, make: Callable[[], Matcher], token: int) -> int:
+    """Bytes a matcher made by `make` holds after accepting `token` `steps` times (Python's allocations)."""
+    tracemalloc.start()
+    try:
+        matcher = make()
+        for _ in range(steps):
+            assert matcher.accept(token)
+        held: int = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert matcher.position == steps
+    return held
+
+
+def test_a_matcher_holds_its_window_whatever_it_accepts() -> None:
+    # a trail step is about 20 bytes: 100,000 steps held 2 MB; a window of 64 holds at most 320 steps
+    held = held_after(100_000, lambda: Matcher(LETTERS, max_rollback=64), ord("a"))
+    assert held < 64 * 1024, f"{held} bytes"
+
+
+def test_a_waiting_lazy_grammar_holds_its_buffer_and_12_bytes_a_token_past_its_window() -> None:
+    # The buffer is the text llama.cpp keeps too (a pattern may match from its first byte); each token
+    # waiting adds its piece and 12 bytes (its id and its piece's end), and a step of the window at most
+    # about 1 KiB (its context and the patterns' scan after it). It was about 490 bytes a token.
+    steps, window = 20_000, 64
+    held = held_after(steps, lambda: Matcher(LAZY, max_rollback=window), ord("a"))
+    per_token = 1 + 12
+    window_bound = (window + matcher_module.ROLLBACK_SLACK) * 1024
+    assert held < steps * per_token * 1.25 + window_bound, f"{held / steps:.1f} bytes a token"
 
 
 def test_reset_starts_again_with_the_whole_window() -> None:
