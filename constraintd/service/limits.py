@@ -98,3 +98,9 @@ class Limits:
     max_ttl: float = 24 * 3600.0
     compile_timeout: float = 60.0
     mask_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        # refused when the limits are made (`constraintd serve` exits with a usage error), not at the
+        # first session, where the matcher would refuse it
+        if self.max_rollback < 0:
+            raise ValueError(f"max_rollback is a number of steps, 0 or more, not {self.max_rollback}")

@@ -77,3 +77,9 @@ def test_the_client_gets_the_refusal_and_keeps_its_tokens(transport: LocalTransp
             session.rollback(WINDOW)
             assert session.history == (A,) + (B,) * (2 * WINDOW)
             assert session.accept(B) and session.is_complete()
+
+
+def test_a_negative_window_is_refused_with_the_limits() -> None:
+    with pytest.raises(ValueError, match="max_rollback is a number of steps, 0 or more, not -1"):
+        dataclasses.replace(Limits(), max_rollback=-1)
+    assert Limits(max_rollback=0).max_rollback == 0  # no rollback at all
