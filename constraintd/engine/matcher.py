@@ -157,7 +157,7 @@ class Matcher:
     @property
     def history(self) -> tuple[int, ...]:
         """The accepted tokens, in order (bytes given to `accept_bytes` are not tokens and not listed); with
-        a rollback window, those of the steps it keeps (the last `max_rollback`)."""
+        a rollback window, those of the steps it keeps: the ones a rollback may still undo."""
         return tuple(token for token in self._window_tokens() if token != _BYTES)
 
     @property
@@ -431,7 +431,7 @@ class Matcher:
     # -- history --------------------------------------------------------------------------------
 
     def fork(self) -> Matcher:
-        """An independent copy: the same grammar, state and history."""
+        """An independent copy: the same grammar, state, history and rollback window (what is left of it)."""
         twin = Matcher.__new__(Matcher)
         twin.grammar = self.grammar
         twin.max_stacks = self.max_stacks
