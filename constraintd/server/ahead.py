@@ -6,9 +6,9 @@
 #   session on, on `Grammar.lookahead` (engine/masks/ahead.py): up to `seconds` of its own CPU per grammar
 #   over the grammar's whole life, so a grammar many sessions share is searched once.
 # - It never holds up work a caller waits for: it runs only while no compile and no mask job is running
-#   (`busy()`, entered by the servicer around each), and stops between two stack tops as soon as one starts:
-#   a caller waits at most for the top in progress (a walk of the vocabulary: engine/masks/ahead.py says
-#   what one costs), and its thread runs at a lower scheduling priority, as the worker pools' do.
+#   (`busy()`, entered by the servicer around each), and stops as soon as one starts, inside a stack top's
+#   walk too (at its next column: engine/masks/ahead.py), and its thread runs at a lower scheduling
+#   priority, as the worker pools' do.
 # - One daemon thread, a queue of at most `max_queued` grammars (a grammar queued already, or whose
 #   lookahead is spent or finished, is not queued again; past the bound a grammar is left to its masks, as
 #   without lookahead). Shutdown stops it at the next top.

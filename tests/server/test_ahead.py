@@ -81,7 +81,7 @@ def test_it_waits_while_a_caller_waits_for_a_compile_or_a_mask() -> None:
         worker.shutdown()
 
 
-def test_a_busy_caller_pauses_a_run_between_two_tops_and_it_resumes_after() -> None:
+def test_a_busy_caller_pauses_a_run_and_it_resumes_after() -> None:
     started = threading.Event()
     release = threading.Event()
     worker = AheadWorker(60.0)

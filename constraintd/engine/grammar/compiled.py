@@ -175,17 +175,18 @@ class Grammar:
     ) -> AheadRun:
         """Learn, for up to `seconds` of this thread's CPU time, the verdicts the masks of this grammar's
         first states will be composed from (masks/ahead.py: its reachable stacks breadth-first from the
-        start), stopping early when `pause()` turns true. Resumes where the last call stopped; changes no
-        answer. A top whose walk meets a stack set above `limit` is left to the mask that needs it."""
+        start), stopping early when `pause()` turns true (asked inside a top's walk too, at each column).
+        Resumes where the last call stopped; changes no answer. A top whose walk meets a stack set above
+        `limit` is left to the mask that needs it."""
         ahead = self._ahead
         if ahead is None:
             assert self._initial is not None
             masks = self._masks
 
-            def learn(stack: Stack) -> None:
+            def learn(stack: Stack, deadline: float) -> None:
                 # a top past the limit is left to the session that meets it, under its own limit
                 with contextlib.suppress(LimitError):
-                    masks.learn(stack, limit)
+                    masks.learn(stack, limit, deadline=deadline)
 
             ahead = self._ahead = Lookahead(self._rules, self._initial.stacks, learn)
         return ahead.run(seconds, pause=pause)

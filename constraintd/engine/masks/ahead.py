@@ -12,10 +12,12 @@
 #   from verdicts already kept.
 # - Nothing here decides a token: `learn` fills the caches masks are composed from, which give the same
 #   masks warm or cold. Work is bounded by the caller's seconds of this thread's CPU (`run`), resumable
-#   (the next `run` goes on from where the last one stopped), and stops between two tops as soon as the
-#   caller's `pause` says so: a top's walk is the unit a mask asked for meanwhile may wait behind (on
-#   qwen2's 152k tokens, 0.3 ms at the median and about 2 ms at p90; tens of milliseconds for the rare top
-#   most space-led tokens pass, such as a `space` rule's `[ \t]`).
+#   (the next `run` goes on from where the last one stopped), and stops as soon as the caller's `pause`
+#   says so, inside a top's walk too: the walk asks at each column (masks/compute.py's `Interruption`), so
+#   a mask asked for meanwhile waits for one column's move, not for the whole top (on qwen2's 152k tokens
+#   a top costs 0.3 ms at the median, about 2 ms at p90, and tens of milliseconds for the rare top most
+#   space-led tokens pass, such as a `space` rule's `[ \t]`). A top stopped midway keeps what its walk
+#   learnt whole (the shorter tops it is built on) and is learnt on at the next run.
 # - Bounded memory: the stacks found (at most `max_stacks`, each no deeper than `max_depth` positions: what
 #   a breadth-first budget of a fraction of a second can reach; past the bound nothing new is found, and
 #   the search ends once those found are learnt) and the frontier; both are dropped when it ends.
@@ -31,6 +33,8 @@ from typing import Final
 
 from constraintd.engine.grammar.elements import CHAR, CHAR_ANY, CHAR_NOT
 from constraintd.engine.grammar.stacks import Rules, Stack, stack_depth
+from constraintd.engine.masks.compute import Interruption
+from constraintd.errors import DeadlineError
 
 __all__ = ["LOOKAHEAD_SECONDS", "AheadRun", "Lookahead"]
 
@@ -68,13 +72,15 @@ class Lookahead:
         self,
         rules: Rules,
         initial: frozenset[Stack],
-        learn: Callable[[Stack], object],
+        learn: Callable[[Stack, float], object],
         *,
         max_stacks: int = MAX_STACKS,
         max_depth: int = MAX_DEPTH,
     ) -> None:
         self.rules = rules
-        self.learn = learn  # learns the verdict of one stack's top (what a mask of a state holding it needs)
+        # learns the verdict of one stack's top (what a mask of a state holding it needs), stopping with
+        # DeadlineError once the deadline it is given passes (masks/compute.py's Interruption)
+        self.learn = learn
         self.max_stacks = max_stacks
         self.max_depth = max_depth
         self.spent = 0.0  # this grammar's CPU seconds of lookahead so far, over every run
@@ -91,8 +97,9 @@ class Lookahead:
 
     def run(self, seconds: float, *, pause: Callable[[], bool] | None = None) -> AheadRun:
         """Learn verdicts for up to `seconds` of this thread's CPU time, stopping early when `pause()` is
-        true (asked between two tops) or the search ends. With no time, or while another thread's run is
-        in progress, it returns at once, having done nothing (what it returns tells what is left).
+        true (asked before each top and at each column of its walk) or the search ends. With no time, or
+        while another thread's run is in progress, it returns at once, having done nothing (what it
+        returns tells what is left).
         """
         if seconds <= 0 or not self._lock.acquire(blocking=False):
             return AheadRun(0, 0, 0.0, self.spent, self.finished)
@@ -107,17 +114,25 @@ class Lookahead:
             return AheadRun(0, 0, 0.0, self.spent, True)
         started = time.thread_time()
         until = started + seconds
+
+        def stop() -> bool:
+            return time.thread_time() >= until or (pause is not None and pause())
+
+        # the same question inside a top's walk, at each of its columns: it stops there
+        interruption = Interruption(stop)
         frontier, rules, learn = self._frontier, self.rules, self.learn
         kinds, pop = rules.kinds, rules.pop_terminal
         tops = stacks = 0
-        while frontier:
-            if time.thread_time() >= until or (pause is not None and pause()):
-                break
-            stack = frontier.popleft()
-            stacks += 1
+        while frontier and not stop():
+            stack = frontier[0]
             if kinds[stack[-1]] in _CHAR_KINDS:
-                learn(stack)
+                try:
+                    learn(stack, interruption)
+                except DeadlineError:
+                    break  # left at the frontier's head: the next run learns it on from what was kept
                 tops += 1
+            frontier.popleft()
+            stacks += 1
             if len(seen) >= self.max_stacks:
                 continue  # nothing new past the bound: the stacks found so far are still learnt
             for after in pop(stack):

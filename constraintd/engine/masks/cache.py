@@ -169,14 +169,16 @@ class MaskCache:
         """The mask kept for `state` after `partial`, if one is (no walk, no change to the order kept)."""
         return self._masks.peek((state, partial))
 
-    def learn(self, stack: Stack, limit: int) -> None:
+    def learn(self, stack: Stack, limit: int, *, deadline: float | None = None) -> None:
         """Learn and keep the verdict of a char-topped stack's top, as a mask of a state holding it would
         (masks/ahead.py's lookahead, before any state holding it is met). Changes no answer.
 
         Raises:
             LimitError: a state met on the way has more than `limit` stacks.
+            DeadlineError: the work was still going at `deadline` (or an `Interruption` stopped it); what
+                it learnt whole is kept.
         """
-        self._top(self._top_of(stack), limit, None)
+        self._top(self._top_of(stack), limit, deadline)
 
     def _top_of(self, stack: Stack) -> Stack:
         # the top a stack's verdict is kept for: the stack itself when it is short, else its last

@@ -23,7 +23,9 @@
 #   walked on, from the state after it.
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable
 from typing import Final
 
 import numpy as np
@@ -46,6 +48,7 @@ from constraintd.errors import DeadlineError
 
 __all__ = [
     "ClassRuns",
+    "Interruption",
     "check_deadline",
     "compute_allowed",
     "compute_mask",
@@ -418,9 +421,32 @@ def rows_without(values: IntArray, dropped: IntArray, size: int) -> IntArray:
 
 
 def check_deadline(deadline: float | None) -> None:
-    """Raises DeadlineError once time.monotonic() is past `deadline` (None: no time limit)."""
+    """Raises DeadlineError once time.monotonic() is past `deadline` (None: no time limit), or once an
+    `Interruption` given as the deadline says stop."""
     if deadline is not None and time.monotonic() > deadline:
         raise DeadlineError("the mask ran past its time limit: its walk stopped there")
+
+
+class Interruption(float):
+    """A deadline that also passes as soon as `stop()` is true: given where a deadline goes (`walk`, a
+    cache's `mask` or `learn`), it stops the work at its next check of the clock, with DeadlineError, as
+    its time limit would. Its value is that time limit (time.monotonic(); infinity for none).
+
+    A float, compared by `check_deadline` as `time.monotonic() > deadline`: Python asks the subclass's
+    reflected `__lt__` first, which asks `stop()`.
+    """
+
+    __slots__ = ("stop",)
+
+    stop: Callable[[], bool]
+
+    def __new__(cls, stop: Callable[[], bool], at: float = math.inf) -> Interruption:
+        self = super().__new__(cls, at)
+        self.stop = stop
+        return self
+
+    def __lt__(self, now: float) -> bool:
+        return self.stop() or float(self) < now
 
 
 def _walk_singly(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 
 import numpy as np
 import pytest
@@ -12,8 +13,9 @@ from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, LimitError, Matcher, Vocab, json_object_grammar, unpack_mask
 from constraintd.engine.masks.ahead import AheadRun
-from constraintd.engine.masks.compute import compute_allowed
+from constraintd.engine.masks.compute import Interruption, check_deadline, compute_allowed
 from constraintd.engine.schema.convert import json_schema_to_gbnf
+from constraintd.errors import DeadlineError
 from tests.strategies import compile_or_skip, grammars, vocabs
 
 PIECES = [b"</s>", b"{", b"}", b'"', b'{"', b'":', b" ", b"a", b"ab", b"1", b"12", b",", b"e", b'"}', b"tr"]
@@ -78,17 +80,18 @@ def test_the_budget_bounds_a_run_and_the_next_run_resumes() -> None:
     nothing = grammar.lookahead(0.0)
     assert (nothing.tops, nothing.stacks, nothing.finished) == (0, 0, False)
     asked = 0
+    paused_at = {3, 10, 30, 100, 300, 1000}  # questions answered "pause": between tops and inside walks
 
-    def every_third() -> bool:
+    def now_and_then() -> bool:
         nonlocal asked
         asked += 1
-        return asked % 3 == 0
+        return asked in paused_at
 
     runs: list[AheadRun] = []
     while not runs or not runs[-1].finished:
-        runs.append(grammar.lookahead(60.0, pause=every_third))
-        assert len(runs) < 10_000
-    assert len(runs) > 1 and all(run.stacks <= 2 for run in runs)
+        runs.append(grammar.lookahead(60.0, pause=now_and_then))
+        assert len(runs) <= len(paused_at) + 1
+    assert len(runs) > 1
     assert sum(run.tops for run in runs) == whole.tops
     assert sum(run.stacks for run in runs) == whole.stacks
     assert grammar._ahead is not None and grammar._ahead.learnt == whole.tops
@@ -139,3 +142,32 @@ def test_masks_after_a_lookahead_are_the_literal_masks(
             allowed = np.flatnonzero(mask)
             if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
                 break
+
+
+def test_a_pause_stops_a_top_inside_its_walk_and_the_next_run_learns_it() -> None:
+    grammar = Grammar.from_gbnf(json_schema_to_gbnf(SCHEMA), Vocab(PIECES, eog_ids=[0]))
+    asked = 0
+
+    def second_question() -> bool:  # the first is asked before the first top, the next inside its walk
+        nonlocal asked
+        asked += 1
+        return asked == 2
+
+    stopped = grammar.lookahead(60.0, pause=second_question)
+    assert (stopped.tops, stopped.stacks, stopped.finished) == (0, 0, False)
+    questions: list[None] = []
+    rest = grammar.lookahead(60.0, pause=lambda: bool(questions.append(None)))
+    assert rest.finished and rest.tops > 0
+    assert len(questions) > rest.stacks + 1  # asked inside the walks too, not only between tops
+
+
+def test_an_interruption_is_a_deadline_that_also_passes_when_told() -> None:
+    told = [False]
+    interruption = Interruption(lambda: told[0])
+    check_deadline(interruption)  # no time limit, not told: goes on
+    told[0] = True
+    with pytest.raises(DeadlineError):
+        check_deadline(interruption)
+    with pytest.raises(DeadlineError):
+        check_deadline(Interruption(lambda: False, time.monotonic() - 1.0))  # its time limit passed
+    assert float(Interruption(lambda: False, 5.0)) == 5.0
