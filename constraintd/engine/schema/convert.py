@@ -141,6 +141,17 @@ class _Converter:
                 self.journal.append(key)
         return key
 
+    def add_recursive(self, name: str, rule_of: Callable[[str], str]) -> str:
+        """A rule that refers to itself: `rule_of(the name it gets)`, named as `add_rule` names (the first
+        of name, name0, name1, ... not taken by another rule)."""
+        esc_name = INVALID_RULE_CHARS.sub("-", name)
+        key = esc_name
+        i = 0
+        while key in self.rules and self.rules[key] != rule_of(key):
+            key = f"{esc_name}{i}"
+            i += 1
+        return self.add_rule(key, rule_of(key))
+
     def add_primitive(self, name: str, rule: BuiltinRule) -> str:
         result = self.add_rule(name, rule.content)
         for dep in rule.deps:
@@ -294,6 +305,7 @@ class _Converter:
         low_held, high_held = property_order.counts_held(len(kvs), sum(flags), other is not None, *counts)
         low, high = counts
         return property_order.object_rule(kvs, flags, other, self.add_rule, name,
+                                          add_recursive=self.add_recursive,
                                           min_pairs=low if low is not None and low_held else 0,
                                           max_pairs=high if high_held else None)
 

@@ -23,14 +23,20 @@
 #   `max_pairs`: at least one pair (a minimum of 1), and, for an object of other keys only (a map: no
 #   declared property), bounds up to MAX_PAIRS, as a counted repetition of pairs. A repeated name counts
 #   once per pair (JSON Schema leaves an object with a repeated name undefined).
-# Invariants: rule names come from `add_rule`, which shares a rule only with an identical one, so the
-#   names written here can never capture another rule.
+# - Other pairs before a declared one are one rule with the comma (`x-sep`: `( "," space other )* "," space`)
+#   and loops are right recursion: a `*` and its group are two rules more to the grammar's parser.
+# Invariants: rule names come from `add_rule`, which shares a rule only with an identical one, and
+#   `add_recursive`, which names a rule that refers to itself the same way, so the names written here can
+#   never capture another rule.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Final
 
-__all__ = ["ANY_ORDER_MAX", "MAX_PAIRS", "REQUIRED_MAX", "counts_held", "in_any_order", "object_rule"]
+__all__ = [
+    "ANY_ORDER_MAX", "MAX_PAIRS", "REQUIRED_MAX", "AddRecursive", "counts_held", "in_any_order",
+    "object_rule",
+]
 
 ANY_ORDER_MAX: Final = 3  # exact: 2^3 rules of at most 3 alternatives
 # past it, a few rules per set of required properties not yet written (2^10 sets at most)
@@ -38,6 +44,19 @@ REQUIRED_MAX: Final = 10
 MAX_PAIRS: Final = 256  # a map's counted pairs, at most
 
 AddRule = Callable[[str, str], str]
+# adds a rule that refers to itself: (name, the rule's text given the name it gets) -> that name
+AddRecursive = Callable[[str, Callable[[str], str]], str]
+
+
+def _loop(add_recursive: AddRecursive, name: str, pair: str) -> str:
+    # ( "," space pair )*, as right recursion: `*` and its group would be two rules more to the parser
+    return add_recursive(name, lambda me: f'| "," space {pair} {me}')
+
+
+def _sep(add_recursive: AddRecursive, name: str, pair: str) -> str:
+    # ( "," space pair )* "," space: what comes before a declared pair, one rule where each alternative
+    # wrote the loop and the comma
+    return add_recursive(name, lambda me: f'"," space | "," space {pair} {me}')
 
 
 def in_any_order(required: Sequence[bool]) -> bool:
@@ -68,19 +87,23 @@ def _counted(other: str, low: int, high: int | None) -> str:
 
 
 def object_rule(kvs: Sequence[str], required: Sequence[bool], other: str | None, add_rule: AddRule,
-                name: str, *, min_pairs: int = 0, max_pairs: int | None = None) -> str:
-    """The rule text of the object (from `"{"` to `"}"`); rules it needs are added with `add_rule`, named
-    after `name`. `min_pairs` / `max_pairs`: the counts `counts_held` says it holds (others are ignored)."""
+                name: str, *, add_recursive: AddRecursive, min_pairs: int = 0, max_pairs: int | None = None,
+                ) -> str:
+    """The rule text of the object (from `"{"` to `"}"`); rules it needs are added with `add_rule` (those
+    that refer to themselves with `add_recursive`), named after `name`. `min_pairs` / `max_pairs`: the
+    counts `counts_held` says it holds (others are ignored)."""
     if not kvs and other and (min_pairs > 0 or max_pairs is not None):
         return _counted(other, min_pairs, max_pairs)
     prefix = f"{name}-" if name else ""
     if len(kvs) > ANY_ORDER_MAX and in_any_order(required):
-        first = _required_tracked(kvs, required, other, add_rule, prefix)
+        first = _required_tracked(kvs, required, other, add_rule, add_recursive, prefix)
     else:
-        # other pairs, any number of them: one rule, which every state's rule refers to
-        others = add_rule(f"{prefix}x-others", f'( "," space {other} )*') if other else ""
+        # other pairs, any number of them (`others`), and any number of them then the comma before a
+        # declared pair (`sep`): one rule each, which every state's rule refers to
+        others = _loop(add_recursive, f"{prefix}x-others", other) if other else ""
+        sep = _sep(add_recursive, f"{prefix}x-sep", other) if other else '"," space'
         write = _any_order if len(kvs) <= ANY_ORDER_MAX else _schema_order
-        first = write(kvs, required, other, others, add_rule, prefix)
+        first = write(kvs, required, other, others, sep, add_rule, prefix)
     if not first:
         return '"{" space "}"'
     body = f"( {' | '.join(first)} )"
@@ -91,7 +114,7 @@ def _join(*parts: str) -> str:
     return " ".join(part for part in parts if part)
 
 
-def _any_order(kvs: Sequence[str], required: Sequence[bool], other: str | None, others: str,
+def _any_order(kvs: Sequence[str], required: Sequence[bool], other: str | None, others: str, sep: str,
                add_rule: AddRule, prefix: str) -> list[str]:
     # rest[mask]: what may follow a written pair when the properties of `mask` are not written yet ("" for
     # nothing); masks in increasing order, so every smaller set's rule exists first. Rules are flat
@@ -104,7 +127,7 @@ def _any_order(kvs: Sequence[str], required: Sequence[bool], other: str | None, 
     for mask in range(1 << count):
         if mask == full and not other:
             break  # only an other key is followed by every property
-        pairs = [_join(others, '"," space', kvs[i], rest[mask & ~(1 << i)])
+        pairs = [_join(sep, kvs[i], rest[mask & ~(1 << i)])
                  for i in range(count) if mask >> i & 1]
         if not pairs:
             rest.append(others)  # all written: other pairs only, or nothing
@@ -118,11 +141,12 @@ def _any_order(kvs: Sequence[str], required: Sequence[bool], other: str | None, 
 
 
 def _required_tracked(kvs: Sequence[str], required: Sequence[bool], other: str | None, add_rule: AddRule,
-                      prefix: str) -> list[str]:
+                      add_recursive: AddRecursive, prefix: str) -> list[str]:
     # any order, a property may repeat: only the required ones not yet written are tracked. Each value of a
     # repeated key is its property's, so whichever one a reader keeps, the document is valid.
     # free[mask]: the pairs that leave `mask` (the required properties not yet written) as it is: optional
-    # properties, other keys, required ones already written; loop[mask]: any number of them
+    # properties, other keys, required ones already written; any number of them then the comma before a
+    # required one (x-sep), or, once all are written, any number of them (x-loop)
     count = len(kvs)
     needed = [i for i in range(count) if required[i]]
     full = (1 << len(needed)) - 1
@@ -137,17 +161,20 @@ def _required_tracked(kvs: Sequence[str], required: Sequence[bool], other: str |
                     add_rule(f"{prefix}x-free-{mask}", " | ".join(pairs)) if pairs else "")
         if mask == full and not free[mask]:
             break  # only a free pair is followed by every required property
-        loop = add_rule(f"{prefix}x-loop-{mask}", f'( "," space {free[mask]} )*') if free[mask] else ""
-        progress = [_join(loop, '"," space', kvs[needed[bit]], rest[mask & ~(1 << bit)])
+        if not mask:
+            rest.append(_loop(add_recursive, f"{prefix}x-loop-{mask}", free[mask]) if free[mask] else "")
+            continue
+        sep = _sep(add_recursive, f"{prefix}x-sep-{mask}", free[mask]) if free[mask] else '"," space'
+        progress = [_join(sep, kvs[needed[bit]], rest[mask & ~(1 << bit)])
                     for bit in range(len(needed)) if mask >> bit & 1]
-        rest.append(add_rule(f"{prefix}x-props-{mask}", " | ".join(progress)) if progress else loop)
+        rest.append(add_rule(f"{prefix}x-props-{mask}", " | ".join(progress)))
     first = [_join(kvs[needed[bit]], rest[full & ~(1 << bit)]) for bit in range(len(needed))]
     if free[full]:
         first.append(_join(free[full], rest[full]))
     return first
 
 
-def _schema_order(kvs: Sequence[str], required: Sequence[bool], other: str | None, others: str,
+def _schema_order(kvs: Sequence[str], required: Sequence[bool], other: str | None, others: str, sep: str,
                   add_rule: AddRule, prefix: str) -> list[str]:
     # after[i]: what may follow a written pair when properties i.. remain; starts[i]: the alternatives of
     # the first pair when properties i.. remain (none is written yet)
@@ -155,7 +182,7 @@ def _schema_order(kvs: Sequence[str], required: Sequence[bool], other: str | Non
     after = [""] * (count + 1)
     after[count] = others
     for i in range(count - 1, -1, -1):
-        written = _join(others, f'"," space {kvs[i]}', after[i + 1])
+        written = _join(sep, kvs[i], after[i + 1])
         if required[i]:
             text = written
         elif after[i + 1]:

@@ -80,6 +80,32 @@ def test_a_wrong_value_is_refused_in_any_place() -> None:
     assert not takes(grammar, '{"p2":1,"p0":1}')
 
 
+@pytest.mark.parametrize("count", [1, 4], ids=["any-order", "required-tracked"])
+def test_loops_of_two_objects_whose_rule_names_collide_keep_their_own_pairs(count: int) -> None:
+    # "a-b" and "a"'s "b" both name their rules a-b-...: the loops of other pairs (x-others, x-sep, x-loop),
+    # which refer to themselves, must each refer to its own rule, not the other object's
+    def inner(name: str) -> dict[str, Any]:
+        return {"type": "object", "properties": {f"{name}{i}": {"type": "integer"} for i in range(count)},
+                "required": [f"{name}0"]}
+
+    schema = {"type": "object", "properties": {"a-b": inner("p"), "a": {"type": "object",
+                                                                      "properties": {"b": inner("q")}}}}
+    gbnf = json_schema_to_gbnf(json.dumps(schema), strict=True, dialect="extended")
+    assert "a-b-x-others0 ::=" in gbnf or "a-b-x-loop-00 ::=" in gbnf  # the names did collide
+    grammar = Grammar.from_gbnf(gbnf, BYTES)
+    # other pairs after the required one: each loop's second pair and on comes from its own rule
+    documents: list[Any] = [
+        {"a-b": {"p0": 1, "z": 1, "w": 2, "q0": "x", "q1": "x"}},
+        {"a-b": {"p0": 1, "z": 1, "p1": "x"}},
+        {"a-b": {"p0": 1, "z": 1, "w": 2, "p2": None}},
+        {"a": {"b": {"q0": 2, "z": 1, "w": 3, "p0": "x", "p1": [4]}}},
+        {"a": {"b": {"q0": 2, "z": 1, "q1": "x"}}},
+        {"a": {"b": {"q0": 2, "z": 1, "w": 3, "q2": None}}},
+    ]
+    for document in documents:
+        assert takes(grammar, json.dumps(document)) == valid(schema, document), document
+
+
 @pytest.mark.parametrize(("count", "required"), [(12, 2), (20, 4)])
 def test_past_the_exact_bound_few_required_properties_are_tracked(count: int, required: int) -> None:
     schema = object_schema(count, required, additionalProperties=False)
