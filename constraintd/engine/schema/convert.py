@@ -167,6 +167,8 @@ class _Converter:
 
     def add_extended(self, name: str) -> str:
         """A rule of the extended dialect (schema/extended.py) and the rules it needs, once each."""
+        if name in self.rules:  # with the rules it needs: a name of RULES is reserved, and added once
+            return name
         rule = extended.RULES[name]
         added = self.add_rule(name, rule.content)  # first: rules may refer to each other (x-value)
         for dep in rule.deps:
@@ -179,6 +181,8 @@ class _Converter:
         values, numbers of any number of digits: a smaller grammar)."""
         if not self.extended:
             return self.add_primitive("value", PRIMITIVE_RULES["value"])
+        if "x-value" in self.rules:  # added before, with the primitives it needs
+            return "x-value"
         for kind in extended.ANY_VALUE_PRIMITIVES:
             self.add_primitive(kind, PRIMITIVE_RULES[kind])
         return self.add_extended("x-value")
@@ -318,7 +322,7 @@ class _Converter:
             # $refs, allOf merges) share one rule: the first one's name
             key = tuple(names)
             if key not in self.other_key_rules:
-                self.add_extended("x-key-escaped")
+                self.add_extended("x-key-end")
                 rule = extended.other_keys_rule([from_utf8(name) for name in names], self.add_rule)
                 self.other_key_rules[key] = None if rule is None else self.add_rule(name, rule)
             shared = self.other_key_rules[key]

@@ -47,9 +47,13 @@
 #   strings that are none of the names (see the section below).
 # - `x-value` (in `RULES`): any JSON value, as llama.cpp's `value` but numbers of any number of digits (its
 #   `integral-part` and `decimal-part` write a rule per digit), over llama.cpp's `ANY_VALUE_PRIMITIVES`.
+# - Rules are written for the parser's cost (it reads a grammar in time linear in its elements, and each
+#   group, `*`, `+` or `?` is one rule more): repetitions as right recursion, an empty alternative shared in
+#   a named rule where many places would each write one, the same language as the plainer spelling.
 # Invariants: every rule name written here starts with `x-`. `RESERVED_NAMES` reserves those of `RULES`,
 # which refer to each other by name, so a property's rule can never take one of them; the rules
-# `other_keys_rule` adds (`x-key-not-...`) are referred to by the names `add_rule` gives them.
+# `other_keys_rule` adds (`x-key-not-...`, `x-key-more-not-...`) are referred to by the names `add_rule`
+# gives them.
 from __future__ import annotations
 
 import math
@@ -203,11 +207,16 @@ DEFINED_FORMATS: Final = frozenset({
     "relative-json-pointer", "regex",
 })
 _KEY_ESCAPE: Final = '[\\\\] (["\\\\bfnrt] | "u00" ([01] [0-9a-fA-F] | "22" | "5" [cC] | "7" [fF]))'
+# a key's characters past a place of the names: x-key-more one or more, x-key-tail any number (the loops
+# written as right recursion: `*` would add two rules more), x-key-escaped from an escape on, x-key-end
+# that or none (the empty alternative and the escape every x-key-not-... rule would write)
 _KEY_RULES: Final[Mapping[str, BuiltinRule]] = {
     "x-key-escape": BuiltinRule(_KEY_ESCAPE),
-    "x-key-char": BuiltinRule('[^"\\\\\\x7F\\x00-\\x1F] | x-key-escape', ("x-key-escape",)),
-    "x-key-tail": BuiltinRule("x-key-char*", ("x-key-char",)),
+    "x-key-more": BuiltinRule('[^"\\\\\\x7F\\x00-\\x1F] x-key-tail | x-key-escaped',
+                              ("x-key-tail", "x-key-escaped")),
+    "x-key-tail": BuiltinRule("| x-key-more", ("x-key-more",)),
     "x-key-escaped": BuiltinRule("x-key-escape x-key-tail", ("x-key-escape", "x-key-tail")),
+    "x-key-end": BuiltinRule("| x-key-escaped", ("x-key-escaped",)),
 }
 # each format's JSON string: its rule between quotes
 RULES: Final[Mapping[str, BuiltinRule]] = {
@@ -219,10 +228,22 @@ RULES: Final[Mapping[str, BuiltinRule]] = {
     # `integral-part` and `decimal-part` write up to 16 as a rule per digit); with ANY_VALUE_PRIMITIVES
     "x-value": BuiltinRule("x-object | x-array | string | x-number | boolean | null",
                            ("x-object", "x-array", "x-number")),
-    "x-object": BuiltinRule('"{" space ( string ":" space x-value ("," space string ":" space x-value)* )? '
-                            'space "}"', ("x-value",)),
-    "x-array": BuiltinRule('"[" space ( x-value ("," space x-value)* )? space "]"', ("x-value",)),
-    "x-number": BuiltinRule('"-"? ( [0] | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?'),
+    # llama.cpp's object and array with x-value, their repetitions written as right recursion (a `*` or `?`
+    # is one rule more to the parser, a group one more again)
+    "x-object": BuiltinRule('"{" space x-object-pairs space "}"', ("x-object-pairs",)),
+    "x-object-pairs": BuiltinRule('| string ":" space x-value x-object-more', ("x-value", "x-object-more")),
+    "x-object-more": BuiltinRule('| "," space string ":" space x-value x-object-more', ("x-value",)),
+    "x-array": BuiltinRule('"[" space x-array-items space "]"', ("x-array-items",)),
+    "x-array-items": BuiltinRule("| x-value x-array-more", ("x-value", "x-array-more")),
+    "x-array-more": BuiltinRule('| "," space x-value x-array-more', ("x-value",)),
+    # -? (0 | [1-9] [0-9]*) (. [0-9]+)? ([eE] [-+]? [0-9]+)?, a rule per part
+    "x-number": BuiltinRule('x-number-abs | "-" x-number-abs', ("x-number-abs",)),
+    "x-number-abs": BuiltinRule("[0] x-number-frac | [1-9] x-digits x-number-frac",
+                                ("x-digits", "x-number-frac")),
+    "x-number-frac": BuiltinRule('x-number-exp | "." [0-9] x-digits x-number-exp',
+                                 ("x-digits", "x-number-exp")),
+    "x-number-exp": BuiltinRule("| [eE] [-+]? [0-9] x-digits", ("x-digits",)),
+    "x-digits": BuiltinRule("| [0-9] x-digits"),
     # one character of a string whose length counts: a character outside the BMP only raw (as two `\u`
     # escapes it would be one character counted twice)
     "x-counted-char": BuiltinRule(
@@ -521,8 +542,8 @@ def _class_char(char: str) -> str:
     return char if char in _RAW_IN_CLASS else f"\\U{ord(char):08X}"
 
 
-def _needs_escape(char: str) -> bool:
-    return char in '"\\\x7f' or ord(char) < 0x20
+# a character JSON must escape in a string (DEL too, as llama.cpp's `char` has it)
+_NEEDS_ESCAPE: Final = re.compile(r'[\x00-\x1f"\\\x7f]')
 
 
 class _Trie:
@@ -535,15 +556,16 @@ class _Trie:
 
 def other_keys_held(names: Sequence[str]) -> bool:
     """Whether `other_keys_rule(names)` writes a rule (without writing it)."""
-    return not any(len(name) > _MAX_NAME_CHARS or any(map(_needs_escape, name)) for name in names)
+    return not any(len(name) > _MAX_NAME_CHARS or _NEEDS_ESCAPE.search(name) for name in names)
 
 
 def other_keys_rule(names: Sequence[str], add_rule: AddRule) -> str | None:
     """A GBNF expression for a JSON string (with its quotes) that is none of `names` (text), or None when a
     name holds a character JSON must escape, or is too long for the rule's nesting. The rules it needs
     beside the `x-key-*` ones of `RULES` are added with `add_rule`: one per set of characters a place of the
-    names may hold (`x-key-not-...`: a key leaving the names there), shared by every place and every object
-    of the grammar with the same set."""
+    names may hold (`x-key-not-...`: a key leaving the names there, or ending there; `x-key-more-not-...`
+    where a name ends there, so the key may not), shared by every place and every object of the grammar
+    with the same set."""
     if not other_keys_held(names):
         return None
     root = _Trie()
@@ -552,24 +574,35 @@ def other_keys_rule(names: Sequence[str], add_rule: AddRule) -> str | None:
         for char in name:
             node = node.children.setdefault(char, _Trie())
         node.end = True
-    leaving: dict[str, str] = {}  # the characters of a place -> the rule of the keys that leave there
+    leaving: dict[tuple[str, bool], str] = {}  # (characters of a place, a name ends there) -> its rule
 
-    def leave(chars: str) -> str:
-        if chars not in leaving:
+    def leave(chars: str, end: bool) -> str:
+        # the rest of a key that leaves the names at a place of these characters: a character none of them
+        # (or an escape) and any tail; where no name ends at the place, the key may end there too (the rule
+        # may be empty: shared, where each place would write its own empty alternative)
+        if (chars, end) not in leaving:
             listed = "".join(_class_char(char) for char in chars)
-            leaving[chars] = add_rule("x-key-not-" + "-".join(f"{ord(char):x}" for char in chars),
-                                      f'[^"\\\\\\x7F\\x00-\\x1F{listed}] x-key-tail | x-key-escaped')
-        return leaving[chars]
+            hexes = "-".join(f"{ord(char):x}" for char in chars)
+            leaving[chars, end] = add_rule(("x-key-more-not-" if end else "x-key-not-") + hexes,
+                                           f'[^"\\\\\\x7F\\x00-\\x1F{listed}] x-key-tail | '
+                                           + ("x-key-escaped" if end else "x-key-end"))
+        return leaving[chars, end]
 
-    # one group per character of the names (a group is a rule to the parser), the tails named rules
+    # one group per place of the names (a group is a rule to the parser): its characters, each followed by
+    # the places after it, or a key that leaves the names there
     def rest(node: _Trie) -> str:
         if not node.children:
-            return "x-key-char x-key-tail" if node.end else "x-key-tail"
-        alternatives = [f"[{_class_char(char)}] {rest(child)}"
-                        for char, child in sorted(node.children.items())]
-        alternatives.append(leave("".join(sorted(node.children))))
-        if not node.end:  # the key may end here: an empty alternative (`?` would be one more rule)
-            alternatives.insert(0, "")
+            return "x-key-more" if node.end else "x-key-tail"
+        alternatives: list[str] = []
+        for char, child in sorted(node.children.items()):
+            if len(child.children) == 1 and not child.end:
+                # a place of one character where no name ends: written in this group (one rule less)
+                (after, grandchild), = child.children.items()
+                alternatives += [f"[{_class_char(char)}] [{_class_char(after)}] {rest(grandchild)}",
+                                 f"[{_class_char(char)}] {leave(after, False)}"]
+            else:
+                alternatives.append(f"[{_class_char(char)}] {rest(child)}")
+        alternatives.append(leave("".join(sorted(node.children)), node.end))
         return "(" + " | ".join(alternatives) + ")"
 
     return f'"\\"" {rest(root)} "\\""'
