@@ -351,6 +351,19 @@ def test_a_replay_past_its_time_limit_stops(server: CappedServer) -> None:
     attacked(server, attack)
 
 
+def replayed_a_million(
+    stub: pb_grpc.ConstraintdStub,
+) -> tuple[pb.CreateSessionRequest, pb.CreateSessionResponse]:
+    """A session of the tiny vocabulary's `a b+` that replayed a million and one tokens at its creation:
+    the request (to send again) and the reply."""
+    request = pb.CreateSessionRequest(
+        vocab_id=tiny_vocab(stub), gbnf=pb.Gbnf(text=AB_PLUS), replay=[A] + [B] * 1_000_000
+    )
+    reply = stub.CreateSession(request, timeout=60)
+    assert reply.state.position == 1_000_001
+    return request, reply
+
+
 @pytest.mark.parametrize("server", [("--max-rollback", "2000000")], indirect=True)
 def test_sessions_replayed_a_million_tokens_give_it_all_back_once_gone(server: CappedServer) -> None:
     # A replay done in time opens a session that holds its trail (about 20 bytes a token) while open, here
@@ -358,13 +371,8 @@ def test_sessions_replayed_a_million_tokens_give_it_all_back_once_gone(server: C
     # idle time, and its memory looked kept. Closed, or expired past its idle time, a session gives all of
     # it back (`attacked` checks the memory after).
     def attack(stub: pb_grpc.ConstraintdStub) -> None:
-        vocab_id = tiny_vocab(stub)
         before = server.rss()
-        request = pb.CreateSessionRequest(
-            vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), replay=[A] + [B] * 1_000_000
-        )
-        reply = stub.CreateSession(request, timeout=60)
-        assert reply.state.position == 1_000_001
+        request, reply = replayed_a_million(stub)
         held = server.rss() - before
         assert held > 10 * MIB, f"a session of a million tokens held {held / MIB:.1f} MiB"
         stub.Close(pb.CloseRequest(session_id=reply.session_id))
@@ -436,13 +444,8 @@ def test_a_session_that_replays_and_accepts_a_million_tokens_holds_only_its_roll
     bound = MEMORY_KEPT + WINDOW_TRAIL_BYTES
 
     def attack(stub: pb_grpc.ConstraintdStub) -> None:
-        vocab_id = tiny_vocab(stub)
         before = server.rss()
-        request = pb.CreateSessionRequest(
-            vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), replay=[A] + [B] * 1_000_000
-        )
-        reply = stub.CreateSession(request, timeout=60)
-        assert reply.state.position == 1_000_001
+        _, reply = replayed_a_million(stub)
         held = settled_growth(server, before, bound)
         assert held < bound, f"a session replayed a million tokens held {held / MIB:.1f} MiB"
         session_id = reply.session_id
