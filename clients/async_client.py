@@ -286,6 +286,7 @@ class AsyncSession:
 
         Raises:
             ValueError: more tokens than were accepted.
+            InputError: more than the server's rollback window keeps (its `max_rollback` last steps).
         """
         await self.client.drive(flows.rollback(self.client.policy, self.record, count))
 

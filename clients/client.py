@@ -281,6 +281,7 @@ class Session:
 
         Raises:
             ValueError: more tokens than were accepted.
+            InputError: more than the server's rollback window keeps (its `max_rollback` last steps).
         """
         self.client.drive(flows.rollback(self.client.policy, self.record, count))
 
