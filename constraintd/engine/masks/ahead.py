@@ -24,7 +24,6 @@
 # - One run at a time per grammar: a second caller while one runs returns at once, having done nothing.
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -66,7 +65,7 @@ class AheadRun:
 class Lookahead:
     """The breadth-first search of one grammar's reachable stacks, learning each one's top verdict."""
 
-    __slots__ = ("_frontier", "_lock", "_seen", "_tops", "learn", "max_depth", "max_stacks", "rules", "spent")
+    __slots__ = ("_frontier", "_seen", "_tops", "_turn", "learn", "max_depth", "max_stacks", "rules", "spent")
 
     def __init__(
         self,
@@ -88,7 +87,9 @@ class Lookahead:
         self._seen: set[Stack] | None = set(start)
         self._frontier: deque[Stack] = deque(start)
         self._tops = 0
-        self._lock = threading.Lock()
+        # one run at a time, without a lock (the engine takes no threading): taking the deque's one item
+        # is atomic, and a second caller finds it empty
+        self._turn: deque[None] = deque((None,))
 
     @property
     def finished(self) -> bool:
@@ -101,12 +102,16 @@ class Lookahead:
         while another thread's run is in progress, it returns at once, having done nothing (what it
         returns tells what is left).
         """
-        if seconds <= 0 or not self._lock.acquire(blocking=False):
+        if seconds <= 0:
+            return AheadRun(0, 0, 0.0, self.spent, self.finished)
+        try:
+            self._turn.pop()
+        except IndexError:  # another run holds the turn
             return AheadRun(0, 0, 0.0, self.spent, self.finished)
         try:
             return self._run(seconds, pause)
         finally:
-            self._lock.release()
+            self._turn.append(None)
 
     def _run(self, seconds: float, pause: Callable[[], bool] | None) -> AheadRun:
         seen = self._seen
