@@ -394,11 +394,8 @@ class Matcher:
             scan, start = triggers.advance(self._scans[-1], self._buffer)
             replay = None
             if start >= 0:
-                self._buffered_tokens.append(token)
-                self._buffered_ends.append(len(self._buffer))
-                replay = triggers.replayed(self._buffer, self._buffered_from(start), start)
-                self._buffered_tokens.pop()
-                self._buffered_ends.pop()
+                this = (token, begin, len(self._buffer))
+                replay = triggers.replayed(self._buffer, [*self._buffered_from(start), this], start)
             del self._buffer[begin:]
         state: State | None = self._state
         partial = self._partial
@@ -423,7 +420,8 @@ class Matcher:
 
     def _buffered_from(self, start: int) -> list[BufferedToken]:
         # the buffered tokens whose piece ends past `start`, as Triggers.replayed reads them (it finds the
-        # first again: here they are made only from it on, once, when the wait ends)
+        # first again, and drops a token that ends before: here they are made only from the first on,
+        # once, when the wait ends)
         tokens, ends = self._buffered_tokens, self._buffered_ends
         first = bisect_right(ends, start)
         return [(tokens[i], ends[i - 1] if i else 0, ends[i]) for i in range(first, len(tokens))]
