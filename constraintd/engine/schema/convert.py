@@ -125,13 +125,19 @@ class _Converter:
         # the extended dialect's rule of other keys by the names they are not (None: none written)
         self.other_key_rules: dict[tuple[str, ...], str | None] = {}
 
-    def add_rule(self, name: str, rule: str) -> str:
+    def _name_for(self, name: str, rule_of: Callable[[str], str]) -> str:
+        # the first of name, name0, name1, ... (made a rule name) not held by another rule than the one
+        # it would name, `rule_of(it)`
         esc_name = INVALID_RULE_CHARS.sub("-", name)
         key = esc_name
         i = 0
-        while key in self.rules and self.rules[key] != rule:
+        while key in self.rules and self.rules[key] != rule_of(key):
             key = f"{esc_name}{i}"
             i += 1
+        return key
+
+    def add_rule(self, name: str, rule: str) -> str:
+        key = self._name_for(name, lambda _: rule)
         if key not in self.rules:
             self.chars += len(key) + len(rule)
             if self.chars > self.max_chars:
@@ -144,12 +150,7 @@ class _Converter:
     def add_recursive(self, name: str, rule_of: Callable[[str], str]) -> str:
         """A rule that refers to itself: `rule_of(the name it gets)`, named as `add_rule` names (the first
         of name, name0, name1, ... not taken by another rule)."""
-        esc_name = INVALID_RULE_CHARS.sub("-", name)
-        key = esc_name
-        i = 0
-        while key in self.rules and self.rules[key] != rule_of(key):
-            key = f"{esc_name}{i}"
-            i += 1
+        key = self._name_for(name, rule_of)
         return self.add_rule(key, rule_of(key))
 
     def add_primitive(self, name: str, rule: BuiltinRule) -> str:
