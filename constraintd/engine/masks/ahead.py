@@ -138,9 +138,9 @@ class Lookahead:
                 tops += 1
             frontier.popleft()
             stacks += 1
-            if len(seen) >= self.max_stacks:
-                continue  # nothing new past the bound: the stacks found so far are still learnt
             for after in pop(stack):
+                if len(seen) >= self.max_stacks:
+                    break  # nothing new past the bound: the stacks found so far are still learnt
                 if after and after not in seen and stack_depth(after) <= self.max_depth:
                     seen.add(after)
                     frontier.append(after)
