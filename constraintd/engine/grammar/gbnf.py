@@ -84,8 +84,10 @@ _UINT32_MAX: Final = (1 << 32) - 1
 _UINT64_MAX: Final = (1 << 64) - 1
 
 # llama.cpp's parse_space (with and without newlines), is_word_char, is_digit_char; ASCII only.
-_SPACE_NL: Final = re.compile(r"(?:[ \t\r\n]++|#[^\r\n\0]*+)*+")
-_SPACE: Final = re.compile(r"(?:[ \t]++|#[^\r\n\0]*+)*+")
+_BLANKS_NL: Final = r"(?:[ \t\r\n]++|#[^\r\n\0]*+)*+"
+_BLANKS: Final = r"(?:[ \t]++|#[^\r\n\0]*+)*+"
+_SPACE_NL: Final = re.compile(_BLANKS_NL)
+_SPACE: Final = re.compile(_BLANKS)
 _NAME: Final = re.compile(r"[a-zA-Z0-9-]+")
 _INT: Final = re.compile(r"[0-9]+")
 _PLAIN: Final = re.compile(r'[^"\\\0]+')  # literal chars that stand for themselves
@@ -93,9 +95,31 @@ _PLAIN: Final = re.compile(r'[^"\\\0]+')  # literal chars that stand for themsel
 # `*`, `+`, `?` as {min,max} (None: no maximum).
 _OPERATORS: Final[Mapping[str, tuple[int, int | None]]] = {"*": (0, None), "+": (1, None), "?": (0, 1)}
 
+# The kinds as names of this module: reading a member off the enum class costs ten times a global's look-up,
+# and the parser makes one element per character. The elements hold the members themselves.
+_RULE_REF: Final = GreType.RULE_REF
+_CHAR: Final = GreType.CHAR
+_CHAR_NOT: Final = GreType.CHAR_NOT
+_CHAR_ALT: Final = GreType.CHAR_ALT
+_CHAR_RNG_UPPER: Final = GreType.CHAR_RNG_UPPER
 _END: Final = (GreType.END, 0)
 _ALT: Final = (GreType.ALT, 0)
 _ANY: Final = (GreType.CHAR_ANY, 0)
+
+# The items most sequences are made of, each read with the blanks after it in one match (the blanks as
+# parse_space reads them, without and with newlines): a rule reference, a literal without escapes, and a
+# rule's head (its name and `::=`). Where they do not match, the text is read piece by piece.
+_NAME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
+_REFERENCE: Final = re.compile(r"([a-zA-Z0-9-]+)" + _BLANKS)
+_REFERENCE_NL: Final = re.compile(r"([a-zA-Z0-9-]+)" + _BLANKS_NL)
+_LITERAL: Final = re.compile(r'"([^"\\\0]*)"' + _BLANKS)
+_LITERAL_NL: Final = re.compile(r'"([^"\\\0]*)"' + _BLANKS_NL)
+_HEAD: Final = re.compile(r"([a-zA-Z0-9-]+)" + _BLANKS + "::=" + _BLANKS_NL)
+# A char class whose escapes are all well formed, then its items one by one (a char or an escape).
+_CLASS_ITEM: Final = r'[^\]\\\0]|\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[trn\\"\[\]-])'
+_CLASS: Final = re.compile(r"\[(\^?)((?:" + _CLASS_ITEM + r")*)\]" + _BLANKS)
+_CLASS_NL: Final = re.compile(r"\[(\^?)((?:" + _CLASS_ITEM + r")*)\]" + _BLANKS_NL)
+_CLASS_ITEMS: Final = re.compile(_CLASS_ITEM)
 
 
 def parse_gbnf(text: str, *, token_id: Callable[[str], int | None] | None = None) -> ParsedGrammar:
@@ -115,6 +139,15 @@ def parse_gbnf(text: str, *, token_id: Callable[[str], int | None] | None = None
             llama.cpp would never return (`{m,n}` with n < m, too deep nesting, too large repetitions).
     """
     return _Parser(text, token_id).parse()
+
+
+def _code_point(item: str) -> int:
+    # one item of `_CLASS_ITEMS`: a char, or a well-formed escape (parse_char's reading of it)
+    if len(item) == 1:
+        return ord(item)
+    if item[1] in HEX_ESCAPES:
+        return int(item[2:], 16)
+    return CHAR_ESCAPES[item[1]]
 
 
 class _Frame:
@@ -174,6 +207,11 @@ class _Parser:
     def check_defined(self) -> None:
         # llama.cpp's validation at the end of parse(): every rule slot filled, every reference defined.
         rules = self.rules
+        # Every reference is to a name of the text (`first_ref` has them all) or to a rule the parser
+        # generated and defined; so with every slot filled and every name's id among them, all is defined.
+        # Otherwise the walk below finds the first undefined one, as llama.cpp does.
+        if None not in rules and (not self.first_ref or max(self.first_ref) < len(rules)):
+            return
         for rule_id, rule in enumerate(rules):
             if rule is None:  # a name referenced only by a rule defined again without it
                 raise self.error("undefined", self.first_ref.get(rule_id, -1))
@@ -184,15 +222,14 @@ class _Parser:
 
     def parse_rule(self, start: int) -> int:
         src = self.src
-        name = _NAME.match(src, start)
-        if name is None:
-            raise self.error("name", start)
-        pos = self.space(name.end(), False)
-        rule_id = self.get_symbol_id(name.group())
-        if src[pos : pos + 3] != "::=":
-            raise self.error("assign", pos)
-        pos = self.space(pos + 3, True)
-        pos = self.parse_alternates(pos, name.group(), rule_id)
+        head = _HEAD.match(src, start)  # the name, `::=` and the blanks after each
+        if head is None:
+            name = _NAME.match(src, start)
+            if name is None:
+                raise self.error("name", start)
+            raise self.error("assign", self.space(name.end(), False))
+        rule_name = head.group(1)
+        pos = self.parse_alternates(head.end(), rule_name, self.get_symbol_id(rule_name))
         if src[pos] == "\r":
             pos += 2 if src[pos + 1] == "\n" else 1
         elif src[pos] == "\n":
@@ -216,12 +253,6 @@ class _Parser:
                 sub_rule_id = self.generate_symbol_id(frame.rule_name)
                 frames.append(_Frame(frame.rule_name, sub_rule_id, nested=True, before=before))
                 continue
-            if src[pos] == "|":
-                frame.rule.append(_ALT)
-                pos = self.space(pos + 1, True)
-                frame.last = len(frame.rule)
-                frame.n_prev = 1
-                continue
             frame.rule.append(_END)
             self.add_rule(frame.rule_id, frame.rule)
             frames.pop()
@@ -230,7 +261,7 @@ class _Parser:
             outer = frames[-1]
             outer.n_prev = max(1, len(self.symbol_ids) - frame.before)
             outer.last = len(outer.rule)
-            outer.rule.append((GreType.RULE_REF, frame.rule_id))
+            outer.rule.append((_RULE_REF, frame.rule_id))
             if src[pos] != ")":
                 raise self.error("group_close", pos)
             pos = self.space(pos + 1, outer.nested)
@@ -242,44 +273,79 @@ class _Parser:
         return spaces.end()
 
     def parse_sequence(self, pos: int, frame: _Frame) -> int:
-        # Returns at the first char that does not continue the sequence; `(` is left to parse_alternates.
+        # Reads a sequence and the alternates after it (`|`); returns at a `(` (for parse_alternates) or at
+        # the first char that continues neither.
         src = self.src
         rule = frame.rule
         nested = frame.nested
+        reference = (_REFERENCE_NL if nested else _REFERENCE).match
+        literal = (_LITERAL_NL if nested else _LITERAL).match
+        char_class = (_CLASS_NL if nested else _CLASS).match
+        symbol_ids = self.symbol_ids
+        first_ref = self.first_ref
         while True:
             c = src[pos]
-            if c == '"':  # literal string
-                pos += 1
+            if c in _NAME_CHARS:  # rule reference
+                name = reference(src, pos)
+                assert name is not None  # it starts with a name char
+                ref_rule_id = symbol_ids.setdefault(name.group(1), len(symbol_ids))
+                if ref_rule_id not in first_ref:
+                    first_ref[ref_rule_id] = pos
                 frame.last = len(rule)
                 frame.n_prev = 1
+                rule.append((_RULE_REF, ref_rule_id))
+                pos = name.end()
+            elif c == '"':  # literal string
+                frame.last = len(rule)
+                frame.n_prev = 1
+                if (plain := literal(src, pos)) is not None:  # no escapes: at once
+                    rule.extend([(_CHAR, ord(char)) for char in plain.group(1)])
+                    pos = plain.end()
+                    continue
+                pos += 1
                 while src[pos] != '"':
-                    if (plain := _PLAIN.match(src, pos)) is not None:  # a run without escapes, at once
-                        rule.extend([(GreType.CHAR, ord(char)) for char in plain.group()])
-                        pos = plain.end()
+                    if (run := _PLAIN.match(src, pos)) is not None:  # a run without escapes, at once
+                        rule.extend([(_CHAR, ord(char)) for char in run.group()])
+                        pos = run.end()
                         continue
                     if src[pos] == "\0":
                         raise self.error("end", pos)
                     char, pos = self.parse_char(pos)
-                    rule.append((GreType.CHAR, char))
+                    rule.append((_CHAR, char))
                 pos = self.space(pos + 1, nested)
-            elif c == "[":  # char class
-                pos += 1
-                start_type = GreType.CHAR
-                if src[pos] == "^":
-                    pos += 1
-                    start_type = GreType.CHAR_NOT
+            elif c == "|":  # another alternate (parse_alternates' step, taken here: no return and call)
+                rule.append(_ALT)
+                pos = self.space(pos + 1, True)
                 frame.last = len(rule)
                 frame.n_prev = 1
-                while src[pos] != "]":
-                    if src[pos] == "\0":
+            elif c == "[":  # char class
+                if (whole := char_class(src, pos)) is not None:  # well-formed escapes: items at once
+                    frame.last = len(rule)
+                    frame.n_prev = 1
+                    self.add_class(rule, _CHAR_NOT if whole.group(1) else _CHAR, whole.group(2))
+                    pos = whole.end()
+                    continue
+                pos += 1
+                start_type = _CHAR
+                if src[pos] == "^":
+                    pos += 1
+                    start_type = _CHAR_NOT
+                frame.last = last = len(rule)
+                frame.n_prev = 1
+                while (c := src[pos]) != "]":
+                    if c == "\\":
+                        char, pos = self.parse_char(pos)
+                    elif c == "\0":
                         raise self.error("end", pos)
-                    char, pos = self.parse_char(pos)
-                    rule.append((GreType.CHAR_ALT if frame.last < len(rule) else start_type, char))
+                    else:
+                        char = ord(c)
+                        pos += 1
+                    rule.append((_CHAR_ALT if last < len(rule) else start_type, char))
                     if src[pos] == "-" and src[pos + 1] != "]":
                         if src[pos + 1] == "\0":
                             raise self.error("end", pos + 1)
                         char, pos = self.parse_char(pos + 1)
-                        rule.append((GreType.CHAR_RNG_UPPER, char))
+                        rule.append((_CHAR_RNG_UPPER, char))
                 pos = self.space(pos + 1, nested)
             elif c in "<!":  # token
                 kind = GreType.TOKEN
@@ -304,15 +370,25 @@ class _Parser:
                 at = pos
                 pos, min_times, max_times = self.parse_braces(pos, nested)
                 self.repeat(frame, min_times, max_times, at=at)
-            elif (name := _NAME.match(src, pos)) is not None:  # rule reference
-                ref_rule_id = self.get_symbol_id(name.group())
-                self.first_ref.setdefault(ref_rule_id, pos)
-                pos = self.space(name.end(), nested)
-                frame.last = len(rule)
-                frame.n_prev = 1
-                rule.append((GreType.RULE_REF, ref_rule_id))
             else:  # `(` (handled by the caller), or the end of the sequence
                 return pos
+
+    @staticmethod
+    def add_class(rule: list[Element], start_type: GreType, body: str) -> None:
+        # The elements of a char class's items (each a char or a well-formed escape), as the char by char
+        # loop makes them: a raw `-` between two items makes a range, an escaped one is a char.
+        items = _CLASS_ITEMS.findall(body)
+        count = len(items)
+        kind = start_type
+        i = 0
+        while i < count:
+            rule.append((kind, _code_point(items[i])))
+            kind = _CHAR_ALT
+            if i + 2 < count and items[i + 1] == "-":
+                rule.append((_CHAR_RNG_UPPER, _code_point(items[i + 2])))
+                i += 3
+            else:
+                i += 1
 
     def parse_braces(self, start: int, nested: bool) -> tuple[int, int, int | None]:
         # `{m}`, `{m,}`, `{m,n}`: returns the position after it, m, and n (None: no maximum).
@@ -384,12 +460,12 @@ class _Parser:
             rec_rule_id = self.generate_symbol_id(frame.rule_name)
             if i > 0 or max_times is None:
                 ref = rec_rule_id if max_times is None else last_rec_rule_id
-                rec_rule.append((GreType.RULE_REF, ref))
+                rec_rule.append((_RULE_REF, ref))
             rec_rule += (_ALT, _END)
             self.add_rule(rec_rule_id, rec_rule)
             last_rec_rule_id = rec_rule_id
         if n_opt > 0:
-            rule.append((GreType.RULE_REF, last_rec_rule_id))
+            rule.append((_RULE_REF, last_rec_rule_id))
         frame.n_prev *= total_rules
 
     def parse_char(self, pos: int) -> tuple[int, int]:
