@@ -120,6 +120,12 @@ _CLASS_ITEM: Final = r'[^\]\\\0]|\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-
 _CLASS: Final = re.compile(r"\[(\^?)((?:" + _CLASS_ITEM + r")*)\]" + _BLANKS)
 _CLASS_NL: Final = re.compile(r"\[(\^?)((?:" + _CLASS_ITEM + r")*)\]" + _BLANKS_NL)
 _CLASS_ITEMS: Final = re.compile(_CLASS_ITEM)
+_Match = Callable[[str, int], "re.Match[str] | None"]
+# by `nested` (newlines are blanks inside a group): the matchers of a reference, a literal, a char class
+_MATCHERS: Final[Mapping[bool, tuple[_Match, _Match, _Match]]] = {
+    False: (_REFERENCE.match, _LITERAL.match, _CLASS.match),
+    True: (_REFERENCE_NL.match, _LITERAL_NL.match, _CLASS_NL.match),
+}
 
 
 def parse_gbnf(text: str, *, token_id: Callable[[str], int | None] | None = None) -> ParsedGrammar:
@@ -239,50 +245,17 @@ class _Parser:
         return self.space(pos, True)
 
     def parse_alternates(self, pos: int, rule_name: str, rule_id: int) -> int:
-        # llama.cpp's parse_alternates / parse_sequence recursion, run on an explicit stack of frames.
+        # llama.cpp's parse_alternates / parse_sequence recursion, run on an explicit stack of frames, in one
+        # loop: a group opens a frame and its end closes it, without a call. Returns at the first char that
+        # continues no sequence once the rule's own frame is closed.
         src = self.src
-        frames = [_Frame(rule_name, rule_id, nested=False, before=0)]
-        while True:
-            frame = frames[-1]
-            pos = self.parse_sequence(pos, frame)
-            if src[pos] == "(":
-                if len(frames) > MAX_NESTING:
-                    raise self.error("nesting", pos)
-                pos = self.space(pos + 1, True)
-                before = len(self.symbol_ids)
-                sub_rule_id = self.generate_symbol_id(frame.rule_name)
-                frames.append(_Frame(frame.rule_name, sub_rule_id, nested=True, before=before))
-                continue
-            frame.rule.append(_END)
-            self.add_rule(frame.rule_id, frame.rule)
-            frames.pop()
-            if not frames:
-                return pos
-            outer = frames[-1]
-            outer.n_prev = max(1, len(self.symbol_ids) - frame.before)
-            outer.last = len(outer.rule)
-            outer.rule.append((_RULE_REF, frame.rule_id))
-            if src[pos] != ")":
-                raise self.error("group_close", pos)
-            pos = self.space(pos + 1, outer.nested)
-
-    def space(self, pos: int, newline_ok: bool) -> int:
-        # llama.cpp's parse_space: blanks and comments, and newlines where newline_ok.
-        spaces = (_SPACE_NL if newline_ok else _SPACE).match(self.src, pos)
-        assert spaces is not None  # the patterns match the empty string
-        return spaces.end()
-
-    def parse_sequence(self, pos: int, frame: _Frame) -> int:
-        # Reads a sequence and the alternates after it (`|`); returns at a `(` (for parse_alternates) or at
-        # the first char that continues neither.
-        src = self.src
-        rule = frame.rule
-        nested = frame.nested
-        reference = (_REFERENCE_NL if nested else _REFERENCE).match
-        literal = (_LITERAL_NL if nested else _LITERAL).match
-        char_class = (_CLASS_NL if nested else _CLASS).match
         symbol_ids = self.symbol_ids
         first_ref = self.first_ref
+        frame = _Frame(rule_name, rule_id, nested=False, before=0)
+        frames = [frame]
+        rule = frame.rule
+        nested = False
+        reference, literal, char_class = _MATCHERS[nested]
         while True:
             c = src[pos]
             if c in _NAME_CHARS:  # rule reference
@@ -313,7 +286,7 @@ class _Parser:
                     char, pos = self.parse_char(pos)
                     rule.append((_CHAR, char))
                 pos = self.space(pos + 1, nested)
-            elif c == "|":  # another alternate (parse_alternates' step, taken here: no return and call)
+            elif c == "|":  # another alternate
                 rule.append(_ALT)
                 pos = self.space(pos + 1, True)
                 frame.last = len(rule)
@@ -370,8 +343,40 @@ class _Parser:
                 at = pos
                 pos, min_times, max_times = self.parse_braces(pos, nested)
                 self.repeat(frame, min_times, max_times, at=at)
-            else:  # `(` (handled by the caller), or the end of the sequence
-                return pos
+            elif c == "(":  # a group: a generated rule, its frame open until its `)`
+                if len(frames) > MAX_NESTING:
+                    raise self.error("nesting", pos)
+                pos = self.space(pos + 1, True)
+                before = len(symbol_ids)
+                frame = _Frame(frame.rule_name, self.generate_symbol_id(frame.rule_name), nested=True,
+                               before=before)
+                frames.append(frame)
+                rule = frame.rule
+                nested = True
+                reference, literal, char_class = _MATCHERS[nested]
+            else:  # the end of this frame's alternates
+                rule.append(_END)
+                self.add_rule(frame.rule_id, rule)
+                frames.pop()
+                if not frames:
+                    return pos
+                group = frame
+                frame = frames[-1]
+                rule = frame.rule
+                nested = frame.nested
+                reference, literal, char_class = _MATCHERS[nested]
+                frame.n_prev = max(1, len(symbol_ids) - group.before)
+                frame.last = len(rule)
+                rule.append((_RULE_REF, group.rule_id))
+                if src[pos] != ")":
+                    raise self.error("group_close", pos)
+                pos = self.space(pos + 1, nested)
+
+    def space(self, pos: int, newline_ok: bool) -> int:
+        # llama.cpp's parse_space: blanks and comments, and newlines where newline_ok.
+        spaces = (_SPACE_NL if newline_ok else _SPACE).match(self.src, pos)
+        assert spaces is not None  # the patterns match the empty string
+        return spaces.end()
 
     @staticmethod
     def add_class(rule: list[Element], start_type: GreType, body: str) -> None:
