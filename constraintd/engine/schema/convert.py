@@ -122,8 +122,10 @@ class _Converter:
         self.unsupported_patterns: dict[str, str] = {}  # node pointer -> the warning
         self.journal: list[str] | None = None  # rule names added while a pattern is being translated
         self.bad_utf8_pointer: str | None = None
-        # the extended dialect's rule of other keys by the names they are not (None: none written)
+        # the extended dialect's rule of other keys by the names they are not (None: none written), and the
+        # rules those write for a key leaving the names, by their characters (shared by every object)
         self.other_key_rules: dict[tuple[str, ...], str | None] = {}
+        self.key_leaves: dict[tuple[str, bool], str] = {}
 
     def _name_for(self, name: str, rule_of: Callable[[str], str]) -> str:
         # the first of name, name0, name1, ... (made a rule name) not held by another rule than the one
@@ -137,6 +139,8 @@ class _Converter:
         return key
 
     def add_rule(self, name: str, rule: str) -> str:
+        if self.rules.get(name) == rule:  # held already under this name (a rule's name needs no escape)
+            return name
         key = self._name_for(name, lambda _: rule)
         if key not in self.rules:
             self.chars += len(key) + len(rule)
@@ -324,7 +328,8 @@ class _Converter:
             key = tuple(names)
             if key not in self.other_key_rules:
                 self.add_extended("x-key-end")
-                rule = extended.other_keys_rule([from_utf8(name) for name in names], self.add_rule)
+                rule = extended.other_keys_rule([from_utf8(name) for name in names], self.add_rule,
+                                                leaving=self.key_leaves)
                 self.other_key_rules[key] = None if rule is None else self.add_rule(name, rule)
             shared = self.other_key_rules[key]
             if shared is not None:

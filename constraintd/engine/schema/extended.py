@@ -559,34 +559,36 @@ def other_keys_held(names: Sequence[str]) -> bool:
     return not any(len(name) > _MAX_NAME_CHARS or _NEEDS_ESCAPE.search(name) for name in names)
 
 
-def other_keys_rule(names: Sequence[str], add_rule: AddRule) -> str | None:
+def other_keys_rule(names: Sequence[str], add_rule: AddRule,
+                    leaving: dict[tuple[str, bool], str] | None = None) -> str | None:
     """A GBNF expression for a JSON string (with its quotes) that is none of `names` (text), or None when a
     name holds a character JSON must escape, or is too long for the rule's nesting. The rules it needs
     beside the `x-key-*` ones of `RULES` are added with `add_rule`: one per set of characters a place of the
     names may hold (`x-key-not-...`: a key leaving the names there, or ending there; `x-key-more-not-...`
     where a name ends there, so the key may not), shared by every place and every object of the grammar
-    with the same set."""
+    with the same set. `leaving` keeps those rules' names by (characters, a name ends there) between calls
+    with the same `add_rule` (one grammar), so each is written once."""
     if not other_keys_held(names):
         return None
+    leaves: dict[tuple[str, bool], str] = {} if leaving is None else leaving
     root = _Trie()
     for name in names:
         node = root
         for char in name:
             node = node.children.setdefault(char, _Trie())
         node.end = True
-    leaving: dict[tuple[str, bool], str] = {}  # (characters of a place, a name ends there) -> its rule
 
     def leave(chars: str, end: bool) -> str:
         # the rest of a key that leaves the names at a place of these characters: a character none of them
         # (or an escape) and any tail; where no name ends at the place, the key may end there too (the rule
         # may be empty: shared, where each place would write its own empty alternative)
-        if (chars, end) not in leaving:
+        if (chars, end) not in leaves:
             listed = "".join(_class_char(char) for char in chars)
             hexes = "-".join(f"{ord(char):x}" for char in chars)
-            leaving[chars, end] = add_rule(("x-key-more-not-" if end else "x-key-not-") + hexes,
-                                           f'[^"\\\\\\x7F\\x00-\\x1F{listed}] x-key-tail | '
-                                           + ("x-key-escaped" if end else "x-key-end"))
-        return leaving[chars, end]
+            leaves[chars, end] = add_rule(("x-key-more-not-" if end else "x-key-not-") + hexes,
+                                          f'[^"\\\\\\x7F\\x00-\\x1F{listed}] x-key-tail | '
+                                          + ("x-key-escaped" if end else "x-key-end"))
+        return leaves[chars, end]
 
     # one group per place of the names (a group is a rule to the parser): its characters, each followed by
     # the places after it, or a key that leaves the names there
