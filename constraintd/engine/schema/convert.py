@@ -126,6 +126,7 @@ class _Converter:
         # rules those write for a key leaving the names, by their characters (shared by every object)
         self.other_key_rules: dict[tuple[str, ...], str | None] = {}
         self.key_leaves: dict[tuple[str, bool], str] = {}
+        self.readings = extended.Readings()  # shared with the report (it asks the same of patterns)
 
     def _name_for(self, name: str, rule_of: Callable[[str], str]) -> str:
         # the first of name, name0, name1, ... (made a rule name) not held by another rule than the one
@@ -203,10 +204,13 @@ class _Converter:
         if self.extended:
             # with its lengths where it can, else alone (the lengths are then reported)
             max_length = None if node.max_length < 0 else node.max_length
-            rule = extended.exact_pattern(node.pattern, self.add_rule, name, min_length=node.min_length,
-                                          max_length=max_length)
+            rule = self.readings.noted(
+                node.pattern, extended.exact_pattern(node.pattern, self.add_rule, name,
+                                                     min_length=node.min_length, max_length=max_length),
+                min_length=node.min_length, max_length=max_length)
             if rule is None:
-                rule = extended.exact_pattern(node.pattern, self.add_rule, name)
+                rule = self.readings.noted(node.pattern, extended.exact_pattern(node.pattern, self.add_rule,
+                                                                                name))
             if rule is not None:
                 self.add_extended("x-any-char")
                 return self.add_rule(name, rule)
@@ -460,8 +464,7 @@ class _Converter:
             if extended.opens_object(schema):
                 additional = AnyNode(node.pointer)  # JSON Schema's objects are open; llama.cpp closes them
             names = [from_utf8(prop_name) for prop_name, _ in properties]
-            keys = extended.pattern_keys(schema, node, names)
-            split = extended.pattern_split(schema, node, names, extras) if keys is None else None
+            keys, split = self.readings.object_keys(schema, node, names, extras)
             if split is not None:
                 return self.add_rule(rule_name,
                                      self.split_object_rule(split, properties, required, name, counts))
@@ -642,7 +645,8 @@ def convert_schema_value(
         grammar = converter.format_grammar().encode("latin-1").decode("utf-8")
     except UnicodeDecodeError:
         raise SchemaError(f"{FAILED}{_BAD_UTF8}", pointer=converter.bad_utf8_pointer or "#") from None
-    unenforced = unenforced_keywords(document, converter.unsupported_patterns, dialect=dialect)
+    unenforced = unenforced_keywords(document, converter.unsupported_patterns, dialect=dialect,
+                                     readings=converter.readings)
     if strict and unenforced:
         raise _refuse_unenforced(unenforced[0])
     return SchemaConversion(grammar, tuple(converter.warnings), unenforced)

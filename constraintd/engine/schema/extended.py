@@ -92,6 +92,7 @@ __all__ = [
     "RULES",
     "PatternKeys",
     "PatternSplit",
+    "Readings",
     "check_dialect",
     "exact_pattern",
     "exact_range",
@@ -409,6 +410,49 @@ def pattern_split(schema: Mapping[str, JsonValue], node: ObjectNode, names: Sequ
                 return None  # a declared property's schema and the pattern's: both would hold
             matched[name] = found
     return PatternSplit(automaton, values, matched)
+
+
+class Readings:
+    """The dialect's readings of one schema document's patterns and patternProperties, made once for its
+    conversion and its report, which ask the same questions: a pattern read again is translated again, and
+    an object's patternProperties split again builds its key automaton again (up to about 100 ms). Keeps
+    answers for one document only (an object by its pointer)."""
+
+    __slots__ = ("_keys", "_patterns")
+
+    def __init__(self) -> None:
+        self._patterns: dict[tuple[str, int, int | None], bool] = {}
+        self._keys: dict[tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]],
+                         tuple[PatternKeys | None, PatternSplit | None]] = {}
+
+    def noted(self, pattern: str, rule: str | None, *, min_length: int = 0,
+              max_length: int | None = None) -> str | None:
+        """`rule`, `exact_pattern(pattern, ..., min_length=, max_length=)`'s answer, noted for `held`."""
+        self._patterns[pattern, min_length, max_length] = rule is not None
+        return rule
+
+    def held(self, pattern: str, *, min_length: int = 0, max_length: int | None = None) -> bool:
+        """Whether `exact_pattern(pattern, min_length=, max_length=)` writes a rule."""
+        key = (pattern, min_length, max_length)
+        found = self._patterns.get(key)
+        if found is None:
+            found = self._patterns[key] = exact_pattern(pattern, min_length=min_length,
+                                                        max_length=max_length) is not None
+        return found
+
+    def object_keys(self, schema: Mapping[str, JsonValue], node: ObjectNode, names: Sequence[str],
+                    extras: Sequence[str]) -> tuple[PatternKeys | None, PatternSplit | None]:
+        """`pattern_keys(schema, node, names)`, and where it is None, `pattern_split(schema, node, names,
+        extras)`."""
+        if not node.patterns:
+            return None, None  # neither reads anything then
+        key = (node.pointer, tuple(names), tuple(extras), tuple(pattern for pattern, _ in node.patterns))
+        found = self._keys.get(key)
+        if found is None:
+            keys = pattern_keys(schema, node, names)
+            found = self._keys[key] = keys, (pattern_split(schema, node, names, extras) if keys is None
+                                             else None)
+        return found
 
 
 def format_rule_name(name: str) -> str:

@@ -166,14 +166,15 @@ def _extended_integer_findings(reader: TreeReader, source: SchemaSource) -> _Fin
 
 
 def _string_findings(reader: TreeReader, source: SchemaSource, exact_formats: frozenset[str] = frozenset(),
-                     exact_patterns: bool = False) -> _Findings:
+                     readings: extended.Readings | None = None) -> _Findings:
+    # readings: the extended dialect's reading of patterns (None: the default dialect's)
     schema, node = source.schema, source.node
     assert isinstance(node, StringNode)
-    if node.pattern and exact_patterns and extended.exact_pattern(node.pattern) is not None:
+    if node.pattern and readings is not None and readings.held(node.pattern):
         if "format" in schema:
             yield "format", "ignored beside a pattern"
         max_length = None if node.max_length < 0 else node.max_length
-        if extended.exact_pattern(node.pattern, min_length=node.min_length, max_length=max_length) is None:
+        if not readings.held(node.pattern, min_length=node.min_length, max_length=max_length):
             for key in ("minLength", "maxLength"):
                 if key in schema:
                     yield key, "ignored beside this pattern"
@@ -238,10 +239,11 @@ def _array_findings(reader: TreeReader, source: SchemaSource) -> _Findings:
     yield from _beside(schema, frozenset({"array"}), _ARRAY_READS, "")
 
 
-def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bool = False,
+def _object_findings(reader: TreeReader, source: SchemaSource, *, readings: extended.Readings | None = None,
                      merged: frozenset[str] = frozenset()) -> _Findings:
-    # exact_keys: the extended dialect's reading (the other keys exactly, required names added), but for
-    # the objects an allOf merges (pointers in `merged`): the merge reads their properties alone
+    # readings: the extended dialect's (the other keys exactly, required names added), but for the objects
+    # an allOf merges (pointers in `merged`): the merge reads their properties alone
+    exact_keys = readings is not None
     schema, node = source.schema, source.node
     assert isinstance(node, ObjectNode)
     declared = {prop.name for prop in node.properties}
@@ -260,10 +262,8 @@ def _object_findings(reader: TreeReader, source: SchemaSource, *, exact_keys: bo
     # and reads some patternProperties (schema/extended.py)
     patterns = None
     split = None
-    if exact_keys and node.pointer not in merged:
-        patterns = extended.pattern_keys(schema, node, names)
-        if patterns is None:
-            split = extended.pattern_split(schema, node, names, extra_names)
+    if readings is not None and node.pointer not in merged:
+        patterns, split = readings.object_keys(schema, node, names, extra_names)
     closed = node.additional is None and not (exact_keys and extended.opens_object(schema)) and not patterns
     if split is not None:
         closed = not split.values  # the keys of no label are allowed
@@ -566,7 +566,6 @@ _KINDS: Final[Mapping[type, Callable[[TreeReader, SchemaSource], _Findings]]] = 
 _EXTENDED_KINDS: Final[Mapping[type, Callable[[TreeReader, SchemaSource], _Findings]]] = {
     **_KINDS,
     IntegerNode: _extended_integer_findings,
-    StringNode: functools.partial(_string_findings, exact_formats=extended.FORMATS, exact_patterns=True),
     NumberNode: _extended_number_findings,
     ConstNode: _extended_values_findings,
     EnumNode: _extended_values_findings,
@@ -574,21 +573,27 @@ _EXTENDED_KINDS: Final[Mapping[type, Callable[[TreeReader, SchemaSource], _Findi
 
 
 def unenforced_keywords(document: SchemaDocument, unsupported_patterns: Mapping[str, str], *,
-                        dialect: str = extended.DEFAULT_DIALECT) -> tuple[Unenforced, ...]:
+                        dialect: str = extended.DEFAULT_DIALECT,
+                        readings: extended.Readings | None = None) -> tuple[Unenforced, ...]:
     """Every keyword of the document's schema objects that the converted grammar does not enforce.
 
     Args:
         document: the built schema tree, with its sources.
         unsupported_patterns: node pointer -> llama.cpp's warning, for the patterns it could not translate.
         dialect: the dialect the grammar was written in (schema/extended.py).
+        readings: the extended dialect's readings of this document's patterns, as its conversion made them
+            (read here where absent).
     """
     reader = TreeReader(document)
     kinds = _KINDS
     if dialect == extended.EXTENDED:
         merged = frozenset(target.pointer for source in document.sources if isinstance(source.node, AllOfNode)
                            for _, target, _ in reader.parts(source.node) if isinstance(target, ObjectNode))
-        kinds = {**_EXTENDED_KINDS, ObjectNode: functools.partial(_object_findings, exact_keys=True,
-                                                                  merged=merged)}
+        readings = extended.Readings() if readings is None else readings
+        kinds = {**_EXTENDED_KINDS,
+                 StringNode: functools.partial(_string_findings, exact_formats=extended.FORMATS,
+                                               readings=readings),
+                 ObjectNode: functools.partial(_object_findings, readings=readings, merged=merged)}
     items: dict[tuple[str, str], Unenforced] = {}
 
     def add(item: Unenforced) -> None:

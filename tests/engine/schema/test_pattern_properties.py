@@ -107,3 +107,34 @@ SPLIT: Final = [
 def test_several_patterns_and_complements_split_the_keys(schema: dict[str, Any], text: str) -> None:
     assert convert_json_schema(json.dumps(schema), dialect="extended").unenforced == ()
     assert takes(schema, text) == valid(schema, text), text
+
+
+PATTERN_AND_LENGTH: Final = {"type": "object",
+                              "properties": {"a": {"type": "string", "pattern": "^x+$", "maxLength": 3}}}
+
+
+@pytest.mark.parametrize("schema", [*SPLIT, CLOSED, BESIDE, NARROW_BESIDE, PATTERN_AND_LENGTH],
+                         ids=["complement", "complement beside names", "two patterns", "closed", "beside",
+                              "narrow beside", "pattern and length"])
+def test_the_report_reads_what_the_conversion_read(schema: dict[str, Any],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # the report takes the conversion's readings of patterns and patternProperties (extended.Readings):
+    # the same findings as reading them afresh, and each object's key automaton built once
+    from constraintd.engine.schema import key_automata
+    from constraintd.engine.schema.json_text import parse_json
+    from constraintd.engine.schema.nodes import WorkLimit, schema_from_json
+    from constraintd.engine.schema.report import unenforced_keywords
+
+    built: list[tuple[str, ...]] = []
+    original = key_automata.KeyAutomaton.__init__
+
+    def counted(self: key_automata.KeyAutomaton, patterns: Any, names: Any) -> None:
+        built.append(tuple(patterns))
+        original(self, patterns, names)
+
+    monkeypatch.setattr(key_automata.KeyAutomaton, "__init__", counted)
+    conversion = convert_json_schema(json.dumps(schema), dialect="extended")
+    assert len(built) == len(set(built))  # one object each here: none built twice
+    document = schema_from_json(parse_json(json.dumps(schema)), WorkLimit(max_depth=128, deadline=1e18),
+                                patterns=True)
+    assert unenforced_keywords(document, {}, dialect="extended") == conversion.unenforced
