@@ -14,9 +14,14 @@
 #   floor are dropped at once (amortized: a few entries moved a step, not a shift of W each step). What the
 #   window allows is exact whatever the slack holds: `rollback(n)` past it raises InputError, `history`
 #   lists the tokens inside it. The steps and tokens dropped are counted, so `position` is still every
-#   token accepted. Trigger scans older than the oldest step kept go too (only a rollback reads them); a
-#   waiting lazy grammar's buffer and buffered tokens stay whole (a trigger pattern's match may start
-#   anywhere in them), as two columns: a token waiting costs its piece's bytes and 12 bytes more.
+#   token accepted. A waiting lazy grammar's buffer and buffered
+#   tokens stay whole (a trigger pattern's match may start anywhere in them), as two columns: a token
+#   waiting costs its piece's bytes and 12 bytes more. Where the trigger patterns' search stands is kept
+#   after every SCAN_EVERY-th buffered token only, and the latest: a rollback takes the search from the
+#   last kept one over the buffer cut back (a search's state is a function of the bytes it read, and none
+#   of those read while waiting matched). A scan kept after every token cost 350 bytes to a kilobyte
+#   and objects the garbage collector walks (a million tokens waited through took tens of full
+#   collections); those older than the oldest step kept go too (only a rollback reads them).
 # - `allows(t)` is True exactly when llama_grammar_apply_impl leaves t finite; `mask()` packs `allows`
 #   over the vocabulary; neither changes anything. Where the answer is known already, `allows` reads it
 #   instead of walking the token: the bit of the last mask this matcher made (held until the next step),
@@ -62,6 +67,8 @@ MAX_MOVES: Final = 4096  # tokens whose moves one state remembers (a few hundred
 ACCEPT_BYTES_CHECK: Final = 64  # code points of a text taken between two readings of its deadline's clock
 # steps a windowed trail may hold past its window, at least, before it is trimmed back to the window
 ROLLBACK_SLACK: Final = 256
+# a waiting lazy grammar keeps its trigger patterns' search after every this many buffered tokens
+SCAN_EVERY: Final = 64
 _NO_WORDS: Final = np.zeros(0, dtype=np.int32).data
 _index: Final = operator.index
 # (partial, awaiting trigger, tokens buffered) before one step
@@ -83,6 +90,7 @@ class Matcher:
         "_mask_words",
         "_n_vocab",
         "_partial",
+        "_scan",
         "_scan_base",
         "_scans",
         "_state",
@@ -128,10 +136,11 @@ class Matcher:
         # (it begins where the one before ends): Triggers' (token, begin, end), as columns
         self._buffered_tokens = array("i")
         self._buffered_ends = array("q")
-        # where the trigger patterns' search stands after each buffered token (the first: before any);
-        # _scans[i] is the scan after _scan_base + i buffered tokens (those before are dropped with the
-        # steps that could roll back to them)
-        self._scans: list[TriggerScan] = [grammar._triggers.start()]
+        # where the trigger patterns' search stands: after every buffered token (`_scan`), and kept after
+        # every SCAN_EVERY-th: _scans[i] is the scan after _scan_base + i * SCAN_EVERY buffered tokens
+        # (those before are dropped with the steps that could roll back to them)
+        self._scan: TriggerScan = grammar._triggers.start()
+        self._scans: list[TriggerScan] = [self._scan]
         self._start()
 
     def _start(self) -> None:
@@ -391,7 +400,7 @@ class Matcher:
             buffered = True
             begin = len(self._buffer)
             self._buffer += piece
-            scan, start = triggers.advance(self._scans[-1], self._buffer)
+            scan, start = triggers.advance(self._scan, self._buffer)
             replay = None
             if start >= 0:
                 this = (token, begin, len(self._buffer))
@@ -412,7 +421,9 @@ class Matcher:
             self._buffer += piece
             self._buffered_tokens.append(token)
             self._buffered_ends.append(len(self._buffer))
-            self._scans.append(scan)
+            self._scan = scan
+            if not len(self._buffered_tokens) % SCAN_EVERY:
+                self._scans.append(scan)
         if replay is not None:
             assert state is not None
             self._state, self._partial, self._awaiting = state, partial, False
@@ -444,7 +455,7 @@ class Matcher:
         twin._buffer = bytearray(self._buffer)
         twin._buffered_tokens = array("i", self._buffered_tokens)
         twin._buffered_ends = array("q", self._buffered_ends)
-        twin._scans, twin._scan_base = list(self._scans), self._scan_base
+        twin._scan, twin._scans, twin._scan_base = self._scan, list(self._scans), self._scan_base
         return twin
 
     def rollback(self, n: int = 1) -> None:
@@ -472,8 +483,14 @@ class Matcher:
         del self._trail_states[-n:], self._trail_contexts[-n:], self._trail_tokens[-n:]
         self._state, self._partial, self._awaiting = state, partial, awaiting
         del self._buffered_tokens[buffered:], self._buffered_ends[buffered:]
-        del self._scans[buffered + 1 - self._scan_base :]
+        del self._scans[(buffered - self._scan_base) // SCAN_EVERY + 1 :]
         del self._buffer[self._buffered_ends[-1] if buffered else 0 :]
+        self._scan = self._scans[-1]
+        if awaiting and buffered % SCAN_EVERY:
+            # the search from the last scan kept, over the buffer cut back: where it stood then (no scan
+            # is read once the wait is over)
+            self._scan, start = self.grammar._triggers.advance(self._scan, self._buffer)
+            assert start < 0, "a text read while waiting matched a trigger pattern"
 
     def reset(self) -> None:
         """Back to the start of the grammar, with an empty history."""
@@ -482,7 +499,8 @@ class Matcher:
         del self._trail_tokens[:]
         self._buffer.clear()
         del self._buffered_tokens[:], self._buffered_ends[:]
-        self._scans = [self.grammar._triggers.start()]
+        self._scan = self.grammar._triggers.start()
+        self._scans = [self._scan]
         self._start()
 
     def _reach(self) -> int:
@@ -511,10 +529,10 @@ class Matcher:
         self._dropped += drop
         self._floor = self._dropped
         del self._trail_states[:drop], contexts[:drop], tokens[:drop]
-        cut = oldest_buffered - self._scan_base
+        cut = (oldest_buffered - self._scan_base) // SCAN_EVERY
         if cut > 0:
             del self._scans[:cut]
-            self._scan_base = oldest_buffered
+            self._scan_base += cut * SCAN_EVERY
 
     def _push(self, token: int) -> None:
         context = (self._partial, self._awaiting, len(self._buffered_tokens))

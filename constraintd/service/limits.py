@@ -55,8 +55,9 @@ class Limits:
             bytes a token: a million tokens accepted or replayed held 20 MiB while open, and any number
             of sessions could. The window bounds that at about 20 bytes times 1.25 windows (the matcher
             trims in chunks of a quarter window): about 400 KiB a session at 16,384, whatever it accepts.
-            A lazy grammar's steps while it waits for its trigger cost more (each keeps the patterns'
-            scan after it: about 7 MiB for a full window, with one short pattern), and its buffer is not
+            A lazy grammar's steps while it waits for its trigger cost more (each keeps its own context,
+            and the patterns' scan is kept every 64 tokens: under 3 MiB for a full window; a scan after
+            every step made it 7 MiB with one short pattern), and its buffer is not
             the trail: it keeps each waiting token's piece and 12 bytes until the trigger (llama.cpp
             keeps the text too).
             Rollback's users need far less: speculative decoding undoes a draft's rejected tokens (a few

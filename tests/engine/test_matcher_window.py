@@ -42,8 +42,10 @@ def state(matcher: Matcher) -> tuple[object, ...]:
 
 @pytest.fixture
 def small_slack(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    # trims every few steps, so a short test crosses many of them
+    # trims every few steps, and keeps a waiting grammar's scan every few tokens, so a short test crosses
+    # many of both
     monkeypatch.setattr(matcher_module, "ROLLBACK_SLACK", 2)
+    monkeypatch.setattr(matcher_module, "SCAN_EVERY", 2)
     yield
 
 
@@ -163,7 +165,7 @@ def test_a_trigger_inside_the_window_rolls_back_to_the_wait(small_slack: None) -
     for token in tokens(">3"):  # the trigger again, from the scans the window kept
         assert windowed.accept(token) and unlimited.accept(token)
     assert not windowed.awaiting_trigger and state(windowed) == state(unlimited)
-    assert len(windowed._scans) <= 8 + 2 + 1 < len(unlimited._scans)
+    assert len(windowed._scans) <= (8 + 2 + 1) // 2 + 2 < len(unlimited._scans)
     windowed.rollback(5)  # to before "<": the pattern's search goes back to where it stood then
     unlimited.rollback(5)
     for token in tokens("t>"):
@@ -218,12 +220,13 @@ def test_a_matcher_holds_its_window_whatever_it_accepts() -> None:
 
 def test_a_waiting_lazy_grammar_holds_its_buffer_and_12_bytes_a_token_past_its_window() -> None:
     # The buffer is the text llama.cpp keeps too (a pattern may match from its first byte); each token
-    # waiting adds its piece and 12 bytes (its id and its piece's end), and a step of the window at most
-    # about 1 KiB (its context and the patterns' scan after it). It was about 490 bytes a token.
+    # waiting adds its piece and 12 bytes (its id and its piece's end), and a step of the window its
+    # context, about 100 bytes (the patterns' scan, up to a kilobyte, is kept every SCAN_EVERY tokens
+    # only: kept after each, it made 350 bytes to a kilobyte a step). It was about 490 bytes a token.
     steps, window = 20_000, 64
     held = held_after(steps, lambda: Matcher(LAZY, max_rollback=window), ord("a"))
     per_token = 1 + 12
-    window_bound = (window + matcher_module.ROLLBACK_SLACK) * 1024
+    window_bound = (window + matcher_module.ROLLBACK_SLACK) * 128
     assert held < steps * per_token * 1.25 + window_bound, f"{held / steps:.1f} bytes a token"
 
 
@@ -254,14 +257,23 @@ OPERATIONS = st.one_of(
     st.sampled_from([LETTERS, LAZY, WHOLE]),
     st.integers(0, 6),
     st.lists(OPERATIONS, max_size=60),
+    st.sampled_from([1, 2, 3, 64]),
 )
 def test_inside_the_window_a_matcher_is_an_unlimited_one(
-    grammar: Grammar, window: int, operations: list[tuple[str, object]]
+    grammar: Grammar, window: int, operations: list[tuple[str, object]], scan_every: int
 ) -> None:
     # the model of the window: how many steps a rollback may undo (a bounded history's length)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(matcher_module, "ROLLBACK_SLACK", 1)
         windowed, unlimited = Matcher(grammar, max_rollback=window), Matcher(grammar)
+        # a waiting grammar's scan kept every `scan_every` tokens: the rest are taken again at a rollback
+        patch.setattr(matcher_module, "SCAN_EVERY", scan_every)
+        check_operations(grammar, window, windowed, unlimited, operations)
+
+
+def check_operations(
+    grammar: Grammar, window: int, windowed: Matcher, unlimited: Matcher, operations: list[tuple[str, object]]
+) -> None:
     reach = 0
     for name, argument in operations:
         if name == "accept":
@@ -289,3 +301,7 @@ def test_inside_the_window_a_matcher_is_an_unlimited_one(
         steps = unlimited._trail_tokens
         assert windowed.history == tuple(token for token in steps[len(steps) - reach :] if token != -1)
         assert len(windowed._trail_tokens) <= window + max(window // 4, 1)
+        for matcher in (windowed, unlimited):
+            if matcher.awaiting_trigger:  # its scan is where a search over its whole buffer stands
+                triggers = grammar._triggers
+                assert matcher._scan == triggers.advance(triggers.start(), matcher._buffer)[0]
