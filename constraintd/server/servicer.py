@@ -14,6 +14,10 @@
 # - A request whose bytes do not decode as its message is answered INVALID_ARGUMENT by the method it was
 #   sent to, like any other bad input (grpc itself would answer UNKNOWN, uncounted): `add_to_server`
 #   registers the methods with decoders that hand such a request over as `Undecodable`.
+# - A Step message is done a slice of its operations at a time (Operations.step_slices), and once it has
+#   held the event loop STEP_HOLD seconds it lets every other call waiting run before its next slice: its
+#   4,096 operations may each cost a lazy grammar's scan (a message of them held every other session's
+#   Accept for most of a second). Its operations stay on the loop, where every session is touched.
 # - A request of more than PARSE_ON_LOOP bytes is not parsed on the event loop (a 19 MB one held every
 #   other call 100-280 ms): the decoders hand it over as `Large`, and the method parses it in a worker
 #   thread, in slices (large.py), with the compile pool's time limit.
@@ -24,6 +28,7 @@
 #   every error a Step answers in an operation's place, by operation and status.
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -61,6 +66,9 @@ Method = Callable[[Any, Request, Context], Awaitable[Reply]]
 # and so does a session started past a prefill of more bytes than this (as much a code point).
 REPLAY_ON_LOOP = 32
 PREFILL_ON_LOOP = 256
+# The event loop's time a Step message takes before it lets the calls waiting run (the normal Accept's
+# round trip is about half a millisecond)
+STEP_HOLD = 0.001
 
 
 # What a bug answers: no message of its own (its text may hold anything) and no details.
@@ -293,6 +301,19 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
         for item in reply.accepts.errors:
             count("accept", code_pb2.Code.Name(item.error.code))
 
+    async def _step(self, request: pb.StepRequest) -> tuple[pb.StepResponse, list[Owed]]:
+        slices = self.operations.step_slices(request)
+        held = time.perf_counter()
+        while True:
+            try:
+                next(slices)
+            except StopIteration as done:
+                answer: tuple[pb.StepResponse, list[Owed]] = done.value
+                return answer
+            if time.perf_counter() - held > STEP_HOLD:
+                await asyncio.sleep(0)  # the calls waiting run now
+                held = time.perf_counter()
+
     async def Step(
         self, requests: AsyncIterator[pb.StepRequest], context: Context
     ) -> AsyncIterator[pb.StepResponse]:
@@ -308,7 +329,7 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
                 batched = len(request.accepts.session_ids)
                 if batched:
                     self.metrics.step_ops.inc("accept", by=batched)
-                reply, owed = self.operations.step_owing(request)
+                reply, owed = await self._step(request)
                 self._count_step_errors(request, reply)
                 await self._pay(owed)
                 self.metrics.rpcs.inc("Step", "OK")

@@ -16,12 +16,17 @@
 #   `*_owing` forms answer everything else at once and return the masks they owe as `OwedMask`es: a fork
 #   of the matcher taken at that moment (so later accepts cannot change what the mask is of) and the reply
 #   field to fill. The server pays them in a worker thread; the plain forms pay them inline.
+# - A Step message's operations are many small units of work (up to `max_step_ops`; an accept can cost
+#   tens to hundreds of microseconds, a lazy grammar's while it waits), so `step_slices` does them as a
+#   generator that stops after every STEP_SLICE of them: the server takes a slice at a time and lets other
+#   calls run between two (a message of 4,096 accepts of a waiting lazy grammar held the event loop for
+#   most of a second). `step_owing` runs it through at once.
 # - A mask goes on the wire as the engine makes it: little-endian 32-bit words, token j = bit j % 32 of
 #   word j // 32.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +46,8 @@ from constraintd.service.status import status_for
 from constraintd.service.wire import merge_packed_bools
 from constraintd.v1 import constraintd_pb2 as pb
 
-__all__ = ["INLINE_COST", "Operations", "Owed", "OwedChecks", "OwedMask", "SessionPlan", "WireMasks",
-           "encode_mask", "pay"]
+__all__ = ["INLINE_COST", "STEP_SLICE", "Operations", "Owed", "OwedChecks", "OwedMask", "SessionPlan",
+           "WireMasks", "encode_mask", "pay"]
 
 
 def encode_mask(words: npt.NDArray[np.int32], vocab_size: int, *, compact: bool = False) -> pb.Mask:
@@ -57,6 +62,8 @@ def encode_mask(words: npt.NDArray[np.int32], vocab_size: int, *, compact: bool 
 # The most a reply's owed work may cost (`cost()`, in mask lookups of about 15 µs) to be paid on the event
 # loop; more goes to a worker thread: at most about 4 ms of the loop's time for one reply.
 INLINE_COST = 256.0
+# Step operations (or accepts of its batch) done between two points where its caller may let other calls run
+STEP_SLICE = 16
 # Allows checks between two looks at the clock (a check is microseconds: the clock is read every few ms).
 CHECKS_BETWEEN_CLOCKS = 1024
 # An Allows of more tokens than this checks each distinct token once (`OwedChecks`); ids given as a list
@@ -426,6 +433,20 @@ class Operations:
 
     def step_owing(self, request: pb.StepRequest) -> tuple[pb.StepResponse, list[Owed]]:
         """One Step message: every operation in order, each failure answered in its place."""
+        slices = self.step_slices(request)
+        while True:
+            try:
+                next(slices)
+            except StopIteration as done:
+                answer: tuple[pb.StepResponse, list[Owed]] = done.value
+                return answer
+
+    def step_slices(
+        self, request: pb.StepRequest
+    ) -> Generator[None, None, tuple[pb.StepResponse, list[Owed]]]:
+        """`step_owing` as a generator that stops after every STEP_SLICE operations (and accepts of the
+        batch), returning what `step_owing` returns. A caller may run other operations between two slices:
+        each operation is done whole, in order, as if the message came in parts."""
         batch = request.accepts
         count = len(request.ops) + len(batch.session_ids)
         if count > self._limits.max_step_ops:
@@ -439,7 +460,9 @@ class Operations:
         )
         reply = pb.StepResponse()
         owed: list[Owed] = []
-        for op in request.ops:
+        for done, op in enumerate(request.ops, 1):
+            if not done % STEP_SLICE:
+                yield
             result = reply.results.add()
             kind = op.WhichOneof("op")
             try:
@@ -453,7 +476,7 @@ class Operations:
             except ConstraintdError as error:
                 result.error.CopyFrom(status_for(error))
         if batch.session_ids:
-            self._accept_batch(batch, reply.accepts, owed)
+            yield from self._accept_batch(batch, reply.accepts, owed)
         return reply, owed
 
     def _check_tokens(self, count: int, what: str) -> None:
@@ -465,9 +488,10 @@ class Operations:
 
     def _accept_batch(
         self, batch: pb.AcceptBatch, into: pb.AcceptBatchResponse, owed: list[Owed]
-    ) -> None:
+    ) -> Generator[None, None, None]:
         """A Step's accept batch, column in, column out: the hot path of a worker decoding many sequences,
-        so it makes no message per item (only per error and per owed mask)."""
+        so it makes no message per item (only per error and per owed mask). Stops after every STEP_SLICE
+        accepts, as `step_slices`."""
         count = len(batch.session_ids)
         # the columns' lengths are checked before they are copied: `count` is bounded by max_step_ops
         if len(batch.tokens) != count or len(batch.positions) not in (0, count):
@@ -485,6 +509,8 @@ class Operations:
         mask_after = batch.mask_after
         owe_rejected = batch.mask_on_reject and not mask_after
         for index in range(count):
+            if index and not index % STEP_SLICE:
+                yield
             try:
                 session = get(ids[index], position=positions[index], now=now)
                 taken = session.accept(tokens[index])

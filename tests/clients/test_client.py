@@ -387,7 +387,7 @@ def test_an_accept_past_its_deadline_is_a_deadline_error_and_the_next_one_works(
 ) -> None:
     """The server stops answering Step messages (its loop blocked) for longer than the call's deadline."""
     release = threading.Event()
-    answer = served.operations.step_owing
+    answer = served.operations.step_slices
 
     def stalled(request: Any) -> Any:
         release.wait(30.0)
@@ -396,7 +396,7 @@ def test_an_accept_past_its_deadline_is_a_deadline_error_and_the_next_one_works(
     with Client(served.addresses[0], policy=dataclasses.replace(POLICY, timeout=0.2)) as client:
         session = client.session(client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG), gbnf=AB_PLUS)
         assert session.accept(A)
-        monkeypatch.setattr(served.operations, "step_owing", stalled)
+        monkeypatch.setattr(served.operations, "step_slices", stalled)
         with pytest.raises(DeadlineError, match=r"no Step reply within 0\.2 s"):
             session.accept(B)
         monkeypatch.undo()

@@ -461,3 +461,32 @@ def test_a_session_that_replays_and_accepts_a_million_tokens_holds_only_its_roll
         stub.Close(pb.CloseRequest(session_id=session_id))
 
     attacked(server, attack)
+
+
+# A lazy grammar waits for its trigger through every token it accepts, and each costs the patterns' scan
+# (26 µs here, with a pattern that backtracks in std::regex). A Step message of 4,096 of them held every
+# other call about 0.1 s (the event loop took the whole message at once), and each step kept the scan after
+# it: 350 bytes to a kilobyte, and objects the garbage collector walks (in the soak, 1M tokens waited
+# through set off tens of full collections of 0.1-0.4 s each). A Step now lets other calls run every
+# millisecond, and the scan is kept every 64 tokens: the session holds its buffer (each piece and 12 bytes
+# a token, the text llama.cpp keeps too) and its window's contexts (about 100 bytes a step).
+LAZY_TOKENS = 1 << 17
+LAZY_BOUND = MEMORY_KEPT + LAZY_TOKENS * (1 + 12) + (WINDOW + WINDOW // 4) * 128
+
+
+def test_a_lazy_grammar_waiting_through_many_tokens_holds_neither_the_loop_nor_its_scans(
+    server: CappedServer,
+) -> None:
+    def attack(stub: pb_grpc.ConstraintdStub) -> None:
+        before = server.rss()
+        options = pb.SessionOptions(trigger_patterns=["(a+a+)+y"])
+        request = pb.CreateSessionRequest(
+            vocab_id=tiny_vocab(stub), gbnf=pb.Gbnf(text=AB_PLUS), options=options
+        )
+        session_id = stub.CreateSession(request).session_id
+        assert accept_in_steps(stub, session_id, A, LAZY_TOKENS) == LAZY_TOKENS
+        held = settled_growth(server, before, LAZY_BOUND)
+        assert held < LAZY_BOUND, f"waiting through {LAZY_TOKENS} tokens held {held / MIB:.1f} MiB"
+        stub.Close(pb.CloseRequest(session_id=session_id))
+
+    attacked(server, attack)

@@ -815,7 +815,7 @@ async def test_a_bug_is_internal_with_no_details_and_logged_with_its_traceback(
         raise KeyError("a bug")
 
     monkeypatch.setattr(service.operations, "mask_owing", broken)
-    monkeypatch.setattr(service.operations, "step_owing", broken)
+    monkeypatch.setattr(service.operations, "step_slices", broken)
     async with grpc.aio.insecure_channel(service.addresses[0]) as channel:
         stub = pb_grpc.ConstraintdStub(channel)
         with caplog.at_level(logging.ERROR, logger="constraintd.server"):
