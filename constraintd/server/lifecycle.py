@@ -108,6 +108,7 @@ class Service:
             sessions_open=lambda: len(self.store),
             vocabs=lambda: self.registry.vocab_count,
             grammars=lambda: self.registry.grammar_count,
+            cache_bytes=lambda: self.registry.cache_bytes,
         )
         self._collector_pauses = CollectorPauses(self.metrics.collector_seconds.observe)
         self.health = Health()

@@ -139,6 +139,7 @@ class Metrics:
         sessions_open: Callable[[], float],
         vocabs: Callable[[], float],
         grammars: Callable[[], float],
+        cache_bytes: Callable[[], float],
     ) -> None:
         self.rpcs = Counter(
             "constraintd_rpcs_total", "RPCs answered, by method and status code", ("method", "code")
@@ -190,6 +191,13 @@ class Metrics:
             Gauge("constraintd_sessions_open", "Sessions open now", sessions_open),
             Gauge("constraintd_vocabularies", "Vocabularies registered", vocabs),
             Gauge("constraintd_grammars_cached", "Compiled grammars in the shared cache", grammars),
+            # what the cache's bound (--max-grammar-cache-bytes) is measured against: memory a caller's
+            # grammars may keep in the server once their sessions are gone, until the cache evicts them
+            Gauge(
+                "constraintd_grammar_cache_bytes",
+                "Bytes the caches of compiled grammars and refused constraints hold, as they measure them",
+                cache_bytes,
+            ),
         )
 
     def render(self) -> str:

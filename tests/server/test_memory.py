@@ -129,7 +129,7 @@ def test_a_settling_runs_the_collector_for_real() -> None:
 
 
 def test_the_collectors_pauses_are_observed_by_generation_until_stopped() -> None:
-    metrics = Metrics(sessions_open=lambda: 0, vocabs=lambda: 0, grammars=lambda: 0)
+    metrics = Metrics(sessions_open=lambda: 0, vocabs=lambda: 0, grammars=lambda: 0, cache_bytes=lambda: 0)
     ticks = iter(range(0, 1000, 2))  # each reading of the clock 2 s after the one before
     pauses = CollectorPauses(metrics.collector_seconds.observe, clock=lambda: float(next(ticks)))
     automatic = gc.isenabled()

@@ -42,7 +42,7 @@ def test_a_gauge_reads_its_value_when_rendered() -> None:
 
 
 def test_the_service_metrics_render_every_family() -> None:
-    metrics = Metrics(sessions_open=lambda: 2, vocabs=lambda: 1, grammars=lambda: 0)
+    metrics = Metrics(sessions_open=lambda: 2, vocabs=lambda: 1, grammars=lambda: 0, cache_bytes=lambda: 5)
     text = metrics.render()
     assert text.endswith("\n")
     types = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
@@ -59,5 +59,7 @@ def test_the_service_metrics_render_every_family() -> None:
         "constraintd_sessions_open",
         "constraintd_vocabularies",
         "constraintd_grammars_cached",
+        "constraintd_grammar_cache_bytes",
     ]
     assert "constraintd_sessions_open 2" in text.splitlines()
+    assert "constraintd_grammar_cache_bytes 5" in text.splitlines()
