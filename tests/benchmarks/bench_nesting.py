@@ -2,15 +2,18 @@
 
     .venv/bin/python -m tests.benchmarks.bench_nesting                 # 10,000 deep
     .venv/bin/python -m tests.benchmarks.bench_nesting --depth 2000    # a quick run
+    .venv/bin/python -m tests.benchmarks.bench_nesting --engine "constraintd, Unix socket"
 
 Each engine walks the same tokens of qwen2's vocabulary (llama.cpp's vocabulary-only GGUF): `{"a":`, then
 `[` one token at a time until `--depth` arrays are open, then `1`, and every array closed again. Each runs
-alone in a fresh process, so its memory is its own: the resident memory it gained at the deepest point
-(above what it held once its grammar was ready), and what it still held when the walk was over and the
+alone in a fresh process, so its memory is its own: what it held once its grammar was ready, the resident
+memory it gained at the deepest point above that, and what it still held when the walk was over and the
 matcher dropped. Per-token times are p50 / p99 / max over the way down and over the way up.
 
 Engines: constraintd in process (`Matcher.accept`); constraintd over a Unix socket (a `constraintd serve`
-process, its memory measured from outside, each Accept one round trip of the blocking client);
+process, its memory measured from outside, each Accept one round trip of the blocking client; the server
+is a warm one: the JSON grammar compiled by a session before, and the server idle again, its lookahead over
+that grammar done);
 llama.cpp's grammar sampler (llama-cpp-python, `llama_sampler_accept`, the same GBNF as constraintd's);
 XGrammar and llguidance from the schema `{"type": "object"}`, where installed. Numbers depend on the
 machine and on what else runs on it: compare the rows of one run.
@@ -37,6 +40,8 @@ from constraintd.server.memory import resident_bytes as rss  # noqa: E402
 from tests import reference  # noqa: E402
 
 MIB = 1 << 20
+# llama.cpp's, XGrammar's and llguidance's names as tests/benchmarks/peers.py gives them
+ENGINES = ("constraintd, in process", "constraintd, Unix socket", "llama.cpp", "XGrammar", "llguidance")
 OPEN_SCHEMA = json.dumps({"type": "object"})
 
 
@@ -134,6 +139,9 @@ def _over_socket(tokens: list[int], down: int) -> dict[str, Any]:
                 client.session(vocab, json_object=True).close()  # the grammar compiled, as a warm server
                 assert server.process is not None
                 pid = server.process.pid
+                # and the server idle again: a new grammar's lookahead (--lookahead-seconds of CPU, in a
+                # thread) runs beside the first sessions' calls and learns verdicts the grammar keeps
+                _until_idle(server)
                 with client.session(vocab, json_object=True) as session:
                     row = walk(session.accept, tokens, down, lambda: rss(pid))
                 # the Close is answered before its session's memory is let go, and the server gives back what
@@ -145,6 +153,16 @@ def _over_socket(tokens: list[int], down: int) -> dict[str, Any]:
             server.kill()
 
 
+def _until_idle(server: Any, *, most: float = 30.0) -> None:
+    """Waits until the server spends less than a tenth of a core (over half a second), or `most` seconds."""
+    until = time.monotonic() + most
+    while time.monotonic() < until:
+        cpu = server.cpu_seconds()
+        time.sleep(0.5)
+        if server.cpu_seconds() - cpu < 0.05:
+            return
+
+
 def _times(seconds: list[float]) -> str:
     ordered = sorted(seconds)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
@@ -154,16 +172,10 @@ def _times(seconds: list[float]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--depth", type=int, default=10_000, help="arrays opened (default 10,000)")
+    parser.add_argument("--engine", action="append", default=[], choices=ENGINES,
+                        help="walk only this engine (repeatable; default: all of them)")
     args = parser.parse_args(argv)
-    from tests.benchmarks import peers
-
-    names = [
-        "constraintd, in process",
-        "constraintd, Unix socket",
-        peers.LLAMA_CPP,
-        peers.XGRAMMAR,
-        peers.LLGUIDANCE,
-    ]
+    names = args.engine or list(ENGINES)
     context = multiprocessing.get_context("spawn")
     rows: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -175,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         process.join(timeout=60)
         rows[got] = row
     print(f"JSON mode, {args.depth:,} arrays deep, one token at a time (qwen2's tokens)")
-    header = ("engine", "MiB deepest", "MiB after", "down: µs p50 / p99 / max", "up: µs p50 / p99 / max")
-    widths = (26, 12, 10, 28, 28)
+    header = ("engine", "MiB at start", "MiB deepest", "MiB after", "down: µs p50 / p99 / max",
+              "up: µs p50 / p99 / max")
+    widths = (26, 12, 12, 10, 28, 28)
     print("  ".join(f"{h:<{w}}" for h, w in zip(header, widths, strict=True)))
     for name, row in rows.items():
         if "error" in row:
@@ -184,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         cells = (
             name,
+            f"{row['base'] / MIB:,.1f}",
             f"{row['deepest'] / MIB:,.1f}",
             f"{row['after'] / MIB:,.1f}",
             _times(row["down"]),
