@@ -7,35 +7,57 @@ A `constraintd serve` process on a Unix socket, its address space capped (3 GiB)
 of their own, `--clients`, 2 by default) generate as a sampler does, over llama.cpp's llama-spm
 vocabulary (32,000 tokens) and a JSON schema: accept a token the grammar allows (one drawn at random
 from the session's mask), now and then a Mask, a new session every 64 tokens. One hostile client runs
-the attacks of the reliability suite in a loop, each drawn at random (seeded): a vocabulary of 2M pieces,
-a 48 MiB piece, an Allows of 1M ids (under the default limit: the work is done), a backtracking trigger
-pattern accepted 200 times, a megabyte session id, bytes that are no message, files that are no
-vocabulary, a replay of 1M tokens against a compile time limit of 1 s (the session it opens when done in
-time is closed: open, it holds its million tokens' trail, about 20 MiB, for its idle time of 10 minutes),
-and JSON nested 10,500 deep (a prefill of 10,000 arrays, then one array opened per Accept).
+the attacks of the hardening issue in a loop, each drawn at random (seeded), with `--pause` seconds between
+two (its item in brackets):
+- JSON nested 10,500 deep (a prefill of 10,000 arrays, then one array opened per Accept) and a nesting
+  prefill of 6 KB [1];
+- grammars of 70,000 and 90,000 alternatives and a schema enum of 60,000 strings over qwen2, each new at
+  every run so that each is compiled (the cache must bound them by bytes) [2];
+- a backtracking trigger pattern accepted 200 times; a lazy grammar that waits through 1M tokens for a
+  trigger that never comes (what a waiting session holds, given back once it is closed); Allows of 1M ids
+  (under the default limit: the work is done) and of 30M (refused); a 48 MiB piece [3];
+- six first masks of new 1,000-alternative grammars over qwen2 at once, each past a 50 ms deadline; a
+  40 MiB trigger pattern; a replay of 1M tokens against a compile time limit of 1 s (the session it opens
+  when done in time is closed: open, it holds its trail for its idle time) and one of 10M [4];
+- files that are no vocabulary: /dev/zero, a FIFO in an allowed directory, /etc/shadow,
+  /proc/self/environ [5];
+- vocabularies of 2M and 10M pieces [6];
+- a megabyte session id, bytes that are no message [7];
+- a compile storm: the 8 largest objects of the MaskBench sample over qwen2, compiled at once, each new at
+  every run.
+The hostile client registers its vocabularies (qwen2 among them, when an attack needs it) before the soak
+begins, as the normal clients do.
 
 Printed: per window of `--window` seconds, the normal Accepts' count, p50, p99 and max, and the server's
-resident memory (min and max of one sample a second); the attacks run in the window; the normal Accepts'
-p50, p99 and max by the attack running when each began ("none": between attacks); the slowest normal
-Accepts with that attack; the server's full collections (from its metrics: each stops its event loop); its
-resident memory idle, once the normal clients are ready, and SETTLE_SECONDS after every client is done;
-then every status the normal and the hostile clients got, counted.
+resident memory (min and max of a sample every half second); the attacks run in the window; the normal
+Accepts' p50, p99 and max and the normal Masks' p99 by the attack running when each began ("none":
+between attacks), with the server's resident memory the attack added while it ran (its largest) and kept
+once the pause after it was over (the median of its runs); the slowest normal Accepts with that attack;
+the server's full collections (from its metrics: each stops its event loop); its resident memory idle,
+once every client is ready, and SETTLE_SECONDS after every client is done, beside what its grammar caches
+hold then (`constraintd_grammar_cache_bytes`); then every status the normal and the hostile clients got,
+counted. `--serve ARG` passes an argument more to the server (e.g. a smaller cache bound).
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import itertools
 import json
 import multiprocessing
+import os
 import random
 import socket
+import statistics
 import sys
 import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from multiprocessing import Queue
 from pathlib import Path
 from typing import Any
@@ -50,6 +72,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from clients import Client, Policy  # noqa: E402
 from clients.masks import allowed_tokens  # noqa: E402
 from constraintd.errors import ConstraintdError  # noqa: E402
+from constraintd.server.memory import resident_bytes  # noqa: E402
 from constraintd.v1 import constraintd_pb2 as pb  # noqa: E402
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc  # noqa: E402
 from tests import reference  # noqa: E402
@@ -76,12 +99,20 @@ SCHEMA = {
 }
 
 
+SAMPLE = ROOT / "tests" / "vectors" / "maskbench-sample"
+STORM = 8  # compiles at once in the compile storm
+LAZY_TOKENS = 1 << 20  # tokens a lazy grammar waits through (in Step messages of 4,096)
+MASK_DEADLINE = 0.05  # seconds: the first masks of a 1,000-alternative grammar over qwen2 take longer
+
+
 @dataclass(frozen=True)
 class Attack:
     name: str
     started: float  # time.monotonic()
     ended: float
     status: str
+    rss_before: int  # the server's resident bytes as it began
+    rss_after: int  # and once the pause after it was over
 
 
 @dataclass
@@ -94,13 +125,15 @@ class Window:
 class Soak:
     def __init__(self, server: CappedServer, seconds: float, window: float) -> None:
         self.server = server
-        self.started = time.monotonic()  # set again once the normal clients are ready
+        self.started = time.monotonic()  # set again once the clients are ready
         self.seconds = seconds
         self.window = window
         self.windows = [Window() for _ in range(int(seconds // window) + 1)]
         self.normal_statuses: Counter[str] = Counter()
         self.slowest: list[tuple[float, float]] = []  # (seconds, when it began) of the slow Accepts
         self.began: list[tuple[float, float]] = []  # (when it began, seconds) of every normal Accept
+        self.masks: list[tuple[float, float]] = []  # the same of every normal Mask
+        self.rss: list[tuple[float, int]] = []  # (when, resident bytes) of every sample
 
     def at(self, moment: float) -> Window:
         """The window of a moment (time.monotonic(), one clock for every process of the machine)."""
@@ -110,23 +143,30 @@ class Soak:
         return time.monotonic() - self.started < self.seconds
 
     def add_normal(self, report: NormalReport) -> None:
-        accepts, statuses = report
+        accepts, masks, statuses = report
         for started, elapsed in accepts:
             self.at(started).accepts.append(elapsed)
             self.began.append((started, elapsed))
             if elapsed > SLOW:
                 self.slowest.append((elapsed, started))
+        self.masks.extend(masks)
         self.normal_statuses.update(statuses)
 
     def sample_memory(self) -> None:
         while self.running():
-            rss = self.server.rss()
-            self.at(time.monotonic()).rss.append(rss)
-            time.sleep(1.0)
+            rss, now = self.server.rss(), time.monotonic()
+            self.at(now).rss.append(rss)
+            self.rss.append((now, rss))
+            time.sleep(0.5)
+
+    def peak_growth(self, attack: Attack) -> int:
+        """The most the server's resident size stood above its size at the attack's start, while it ran."""
+        during = [rss for at, rss in self.rss if attack.started <= at <= attack.ended]
+        return max([attack.rss_before, *during]) - attack.rss_before
 
 
-# A normal client's Accepts, (when each began, seconds), and its answers counted by status.
-NormalReport = tuple[list[tuple[float, float]], dict[str, int]]
+# A normal client's Accepts and Masks, (when each began, seconds), and its answers counted by status.
+NormalReport = tuple[list[tuple[float, float]], list[tuple[float, float]], dict[str, int]]
 
 
 def normal(
@@ -145,18 +185,26 @@ def normal(
     rng = random.Random(seed)
     gguf = reference.require(reference.vocab_path("llama-spm"))
     accepts: list[tuple[float, float]] = []
+    masks: list[tuple[float, float]] = []
     statuses: Counter[str] = Counter()
+
+    def mask(session: Any) -> Any:
+        started = time.monotonic()
+        answer = session.mask()
+        masks.append((started, time.monotonic() - started))
+        return answer
+
     with Client(target, policy=Policy(timeout=60.0)) as client:
         vocab = client.register_vocab(gguf=gguf)
         client.session(vocab, json_schema=json.dumps(SCHEMA)).close()
-        ready.wait(timeout=600)
+        ready.wait(timeout=900)
         ready.wait(timeout=60)  # the second time: `start` is set
         until = start.value + seconds
         while time.monotonic() < until:
             try:
                 with client.session(vocab, json_schema=json.dumps(SCHEMA)) as session:
                     for step in range(64):
-                        allowed = allowed_tokens(session.mask(), vocab.size)
+                        allowed = allowed_tokens(mask(session), vocab.size)
                         if not len(allowed) or time.monotonic() >= until:
                             break
                         token = int(allowed[rng.randrange(len(allowed))])
@@ -165,53 +213,105 @@ def normal(
                         accepts.append((started, time.monotonic() - started))
                         statuses["OK" if taken else "refused (a bug)"] += 1
                         if step % 8 == 7:
-                            session.mask()
+                            mask(session)
                         if forward:
                             time.sleep(forward)
             except ConstraintdError as error:
                 statuses[type(error).__name__] += 1
-    out.put((accepts, dict(statuses)))
+    out.put((accepts, masks, dict(statuses)))
 
 
-def hostile(target: str, seed: int, until: float, only: list[str], out: Queue[list[Attack]]) -> None:
+def hostile(
+    target: str,
+    pid: int,
+    fifo: Path,
+    seed: int,
+    seconds: float,
+    pause: float,
+    only: list[str],
+    ready: Any,
+    start: Any,
+    out: Queue[list[Attack]],
+) -> None:
     """The hostile client, in a process of its own (building its requests would otherwise hold the normal
-    clients' GIL): runs attacks until `until` (time.monotonic()) and reports each."""
+    clients' GIL): gets its vocabularies ready, waits at `ready`, then runs attacks from `start.value` for
+    `seconds`, `pause` seconds apart, and reports each with the server's (`pid`) resident size before it and
+    once the pause after it is over."""
     rng = random.Random(seed)
     done: list[Attack] = []
     options = [("grpc.max_send_message_length", 256 * MIB)]
     with grpc.insecure_channel(target, options=options) as channel:
         stub = pb_grpc.ConstraintdStub(channel)  # type: ignore[no-untyped-call]
-        vocab_id = stub.RegisterVocab(
-            pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=TINY_PIECES, eog=TINY_EOG))
-        ).vocab_id
-        attacks = _attacks(stub, channel, vocab_id)
-        if only:
-            attacks = {name: attacks[name] for name in only}
+        attacks = _attacks(stub, channel, fifo, set(only or ATTACKS))
+        ready.wait(timeout=900)
+        ready.wait(timeout=60)
+        until = start.value + seconds
         while time.monotonic() < until:
             name = rng.choice(sorted(attacks))
-            prepare = attacks[name]
-            call = prepare()  # the request is built before the clock starts
-            started = time.monotonic()
+            call = attacks[name]()  # the request is built before the clock starts
+            before, started = resident_bytes(pid), time.monotonic()
             try:
-                call()
-                status = "OK"
+                answered = call()
+                status = answered if isinstance(answered, str) else "OK"
             except grpc.RpcError as error:
-                status = error.code().name  # type: ignore[attr-defined]
-            done.append(Attack(name, started, time.monotonic(), status))
-            time.sleep(0.2)
+                status = error.code().name
+            ended = time.monotonic()
+            time.sleep(pause)
+            done.append(Attack(name, started, ended, status, before, resident_bytes(pid)))
     out.put(done)
 
 
 Call = Callable[[], object]
 
 
-def _attacks(
-    stub: pb_grpc.ConstraintdStub, channel: grpc.Channel, vocab_id: str
-) -> dict[str, Callable[[], Call]]:
-    """Each attack by name: a function that builds its requests and returns the call that sends them."""
+def counted(calls: list[Call]) -> str:
+    """Runs the calls at once, each on a thread of its own; their statuses counted, as one status."""
 
-    def session(**fields: object) -> str:
-        request = pb.CreateSessionRequest(vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), **fields)
+    def status(call: Call) -> str:
+        try:
+            call()
+            return "OK"
+        except grpc.RpcError as error:
+            return str(error.code().name)
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        statuses = Counter(pool.map(status, calls))
+    return ", ".join(f"{name} x{count}" for name, count in sorted(statuses.items()))
+
+
+def largest_objects(count: int) -> list[dict[str, Any]]:
+    """The `count` largest schemas of the MaskBench sample whose root lists properties (a property can be
+    added to them, so that each compile is a new grammar)."""
+    schemas = [json.loads(path.read_text())["schema"] for path in SAMPLE.glob("*.json")]
+    objects = [schema for schema in schemas if isinstance(schema.get("properties"), dict)]
+    return sorted(objects, key=lambda schema: len(json.dumps(schema)), reverse=True)[:count]
+
+
+def _attacks(
+    stub: pb_grpc.ConstraintdStub, channel: grpc.Channel, fifo: Path, wanted: set[str]
+) -> dict[str, Callable[[], Call]]:
+    """Each attack by name: a function that builds its requests and returns the call that sends them. The
+    vocabularies they need are registered here, before the soak; `fifo` is a FIFO in a directory the
+    server may read vocabularies from."""
+    fresh = itertools.count()  # makes each grammar of the cache attacks new
+
+    def register(pieces: list[bytes], eog: list[int]) -> str:
+        request = pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=pieces, eog=eog))
+        return str(stub.RegisterVocab(request, timeout=600).vocab_id)
+
+    vocab_id = register(list(TINY_PIECES), list(TINY_EOG))
+    json_vocab = register([b"</s>", *(bytes((b,)) for b in range(1, 256))], [0])
+    qwen2_attacks = {
+        "70,000 alternatives", "90,000 alternatives", "60,000-string enum", "first masks past deadline",
+        "compile storm",
+    }
+    qwen2 = ""
+    if wanted & qwen2_attacks:
+        request = pb.RegisterVocabRequest(gguf_path=str(reference.require(reference.vocab_path("qwen2"))))
+        qwen2 = str(stub.RegisterVocab(request, timeout=600).vocab_id)
+
+    def session(options: pb.SessionOptions | None = None) -> str:
+        request = pb.CreateSessionRequest(vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), options=options)
         return str(stub.CreateSession(request).session_id)
 
     def backtracking() -> None:
@@ -220,11 +320,16 @@ def _attacks(
             stub.Accept(pb.AcceptRequest(session_id=session_id, token=3))
         stub.Close(pb.CloseRequest(session_id=session_id))
 
-    json_vocab = stub.RegisterVocab(
-        pb.RegisterVocabRequest(
-            pieces=pb.PieceList(pieces=[b"</s>", *(bytes((b,)) for b in range(1, 256))], eog=[0])
-        )
-    ).vocab_id
+    def lazy_waiting() -> None:
+        # a lazy grammar whose trigger never comes keeps every token it waits through (as llama.cpp keeps
+        # their text) and, inside the rollback window, the patterns' scan after each
+        options = pb.SessionOptions(trigger_patterns=["(a+a+)+y"])
+        session_id = session(options=options)
+        batch = pb.AcceptBatch(session_ids=[session_id] * 4096, tokens=[3] * 4096)
+        steps = (pb.StepRequest(accepts=batch) for _ in range(LAZY_TOKENS // 4096))
+        for _ in stub.Step(steps):
+            pass
+        stub.Close(pb.CloseRequest(session_id=session_id))
 
     def deep_nesting() -> None:
         # 10,000 arrays deep through a prefill, then 500 more one Accept at a time
@@ -236,16 +341,41 @@ def _attacks(
             stub.Accept(pb.AcceptRequest(session_id=reply.session_id, token=ord("[")))
         stub.Close(pb.CloseRequest(session_id=reply.session_id))
 
+    def nesting_prefill() -> None:
+        options = pb.SessionOptions(prefill=b'{"a":' + b"[" * 6_000)
+        reply = stub.CreateSession(
+            pb.CreateSessionRequest(vocab_id=json_vocab, json_object=pb.JsonObject(), options=options)
+        )
+        stub.Close(pb.CloseRequest(session_id=reply.session_id))
+
     def vocabulary(pieces: list[bytes]) -> Call:
         request = pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=pieces))
         return lambda: stub.RegisterVocab(request)
 
-    def allows() -> Call:
-        request = pb.AllowsRequest(session_id=session(), tokens=[3] * 1_000_000)  # under the default limit
+    # 10M pieces make a message of about 100 MB: made once, sent as bytes
+    register_raw = channel.unary_unary("/constraintd.v1.Constraintd/RegisterVocab")
+    ten_million: list[bytes] = []
+
+    def ten_million_pieces() -> Call:
+        if not ten_million:
+            ten_million.append(
+                pb.RegisterVocabRequest(
+                    pieces=pb.PieceList(pieces=[b"p%d" % i for i in range(10_000_000)])
+                ).SerializeToString()
+            )
+        return lambda: register_raw(ten_million[0])
+
+    def huge_pattern() -> Call:
+        options = pb.SessionOptions(trigger_patterns=["x" * (40 * MIB)])
+        request = pb.CreateSessionRequest(vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), options=options)
+        return lambda: stub.CreateSession(request)
+
+    def allows(count: int) -> Call:
+        request = pb.AllowsRequest(session_id=session(), tokens=[3] * count)
         return lambda: stub.Allows(request)
 
-    def replay() -> Call:
-        replayed = [3] + [4] * 1_000_000
+    def replay(count: int) -> Call:
+        replayed = [3] + [4] * count
         request = pb.CreateSessionRequest(vocab_id=vocab_id, gbnf=pb.Gbnf(text=AB_PLUS), replay=replayed)
 
         def call() -> None:
@@ -255,26 +385,79 @@ def _attacks(
 
         return call
 
+    def alternatives(count: int) -> Call:
+        nonce = next(fresh)
+        text = "root ::= " + " | ".join(f'"w{nonce}x{i}"' for i in range(count))
+        request = pb.CreateSessionRequest(vocab_id=qwen2, gbnf=pb.Gbnf(text=text))
+        return lambda: stub.CreateSession(request)
+
+    def enum() -> Call:
+        nonce = next(fresh)
+        schema = json.dumps({"enum": [f"v{nonce}x{i}" for i in range(60_000)]})
+        request = pb.CreateSessionRequest(vocab_id=qwen2, json_schema=schema)
+        return lambda: stub.CreateSession(request)
+
+    def first_masks() -> Call:
+        def one() -> None:
+            nonce = next(fresh)
+            text = "root ::= " + " | ".join(f'"m{nonce}x{i}"' for i in range(1_000))
+            reply = stub.CreateSession(pb.CreateSessionRequest(vocab_id=qwen2, gbnf=pb.Gbnf(text=text)))
+            try:
+                stub.Mask(pb.MaskRequest(session_id=reply.session_id), timeout=MASK_DEADLINE)
+            finally:
+                stub.Close(pb.CloseRequest(session_id=reply.session_id))
+
+        return lambda: counted([one] * 6)
+
+    storm_schemas = largest_objects(STORM) if "compile storm" in wanted else []
+
+    def storm() -> Call:
+        nonce = next(fresh)
+        requests = [
+            pb.CreateSessionRequest(
+                vocab_id=qwen2,
+                json_schema=json.dumps({**schema, "properties": {**schema["properties"], f"n{nonce}": {}}}),
+            )
+            for schema in storm_schemas
+        ]
+        return lambda: counted([partial(stub.CreateSession, request) for request in requests])
+
+    def read(path: str) -> Call:
+        return lambda: stub.RegisterVocab(pb.RegisterVocabRequest(gguf_path=path))
+
+    not_vocabularies = [read(path) for path in ("/dev/zero", str(fifo), "/etc/shadow", "/proc/self/environ")]
     raw = channel.unary_unary("/constraintd.v1.Constraintd/Accept")
-    return {
-        "2M-piece vocabulary": lambda: vocabulary([b"p%d" % i for i in range(2_000_000)]),
-        "48 MiB piece": lambda: vocabulary([*TINY_PIECES, b"x" * (48 * MIB)]),
-        "Allows of 1M ids": allows,
+    attacks: dict[str, Callable[[], Call]] = {
+        "JSON nested 10,500 deep": lambda: deep_nesting,
+        "6 KB nesting prefill": lambda: nesting_prefill,
+        "70,000 alternatives": lambda: alternatives(70_000),
+        "90,000 alternatives": lambda: alternatives(90_000),
+        "60,000-string enum": enum,
         "backtracking trigger": lambda: backtracking,
+        "lazy grammar waiting 1M tokens": lambda: lazy_waiting,
+        "Allows of 1M ids": lambda: allows(1_000_000),  # under the default limit
+        "Allows of 30M ids": lambda: allows(30_000_000),
+        "48 MiB piece": lambda: vocabulary([*TINY_PIECES, b"x" * (48 * MIB)]),
+        "first masks past deadline": first_masks,
+        "40 MiB trigger pattern": huge_pattern,
+        "replay of 1M tokens": lambda: replay(1_000_000),
+        "replay of 10M tokens": lambda: replay(10_000_000),
+        "files that are no vocabulary": lambda: lambda: counted(not_vocabularies),
+        "2M-piece vocabulary": lambda: vocabulary([b"p%d" % i for i in range(2_000_000)]),
+        "10M-piece vocabulary": ten_million_pieces,
         "megabyte session id": lambda: lambda: stub.Accept(pb.AcceptRequest(session_id="x" * MIB, token=3)),
         "bytes that are no message": lambda: lambda: raw(b"\xff" * 1000),
-        "/dev/zero as a vocabulary": lambda: lambda: stub.RegisterVocab(
-            pb.RegisterVocabRequest(gguf_path="/dev/zero")
-        ),
-        "replay of 1M tokens": replay,
-        "JSON nested 10,500 deep": lambda: deep_nesting,
+        "compile storm": storm,
     }
+    return {name: attack for name, attack in attacks.items() if name in wanted}
 
 
 ATTACKS = (
-    "2M-piece vocabulary", "48 MiB piece", "Allows of 1M ids", "backtracking trigger", "megabyte session id",
-    "bytes that are no message", "/dev/zero as a vocabulary", "replay of 1M tokens",
-    "JSON nested 10,500 deep",
+    "JSON nested 10,500 deep", "6 KB nesting prefill", "70,000 alternatives", "90,000 alternatives",
+    "60,000-string enum", "backtracking trigger", "lazy grammar waiting 1M tokens", "Allows of 1M ids",
+    "Allows of 30M ids", "48 MiB piece", "first masks past deadline", "40 MiB trigger pattern",
+    "replay of 1M tokens", "replay of 10M tokens", "files that are no vocabulary", "2M-piece vocabulary",
+    "10M-piece vocabulary", "megabyte session id", "bytes that are no message", "compile storm",
 )
 
 
@@ -283,7 +466,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def by_attack(began: list[tuple[float, float]], done: list[Attack]) -> dict[str, list[float]]:
-    """The normal Accepts' milliseconds by the attack running when each began ("none" between attacks:
+    """The normal calls' milliseconds by the attack running when each began ("none" between attacks:
     the hostile client runs one at a time)."""
     spans = sorted((a.started, a.ended, a.name) for a in done)
     starts = [span[0] for span in spans]
@@ -301,12 +484,16 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def collector_pauses(port: int) -> tuple[int, float, dict[float, int]]:
-    """The server's full collections from its metrics: how many, their seconds in all, and how many lasted
-    longer than each of 0.01, 0.1 and 1 s."""
+def read_metrics(port: int) -> dict[str, str]:
+    """The server's metrics, sample by sample ("name{labels}" -> value)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
         lines = answer.read().decode().splitlines()
-    values = dict(line.rsplit(" ", 1) for line in lines if line.startswith("constraintd_gc_pause_seconds_"))
+    return dict(line.rsplit(" ", 1) for line in lines if line and not line.startswith("#"))
+
+
+def collector_pauses(values: dict[str, str]) -> tuple[int, float, dict[float, int]]:
+    """The server's full collections from its metrics: how many, their seconds in all, and how many lasted
+    longer than each of 0.01, 0.1 and 1 s."""
     name = "constraintd_gc_pause_seconds"
     count = int(float(values.get(f'{name}_count{{generation="2"}}', "0")))
     total = float(values.get(f'{name}_sum{{generation="2"}}', "0"))
@@ -334,26 +521,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--forward-ms", type=float, default=0.0,
                         help="ms a normal client waits after each token, as a sampler waits for its forward "
                         "pass (default 0: the clients take every core they can)")
+    parser.add_argument("--pause", type=float, default=0.2,
+                        help="seconds between two attacks, after which the memory an attack kept is read "
+                        "(default 0.2; the server gives memory back once a second)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--serve", action="append", default=[], metavar="ARG",
+                        help="an argument more for `constraintd serve`, e.g. --serve=--lookahead-seconds=0 "
+                        "(repeatable)")
     parser.add_argument("--attack", action="append", default=[], choices=ATTACKS,
                         help="run only this attack (repeatable; default: all of them)")
     args = parser.parse_args(argv)
     reference.require(reference.vocab_path("llama-spm"))
     with socket_dir() as directory:
         metrics_port = _free_port()
+        (directory / "vocabularies").mkdir()
+        fifo = directory / "vocabularies" / "fifo.gguf"
+        os.mkfifo(fifo)
         server = CappedServer(
             directory / "constraintd.sock", "--compile-timeout", "1",
-            "--metrics", f"127.0.0.1:{metrics_port}",
+            "--metrics", f"127.0.0.1:{metrics_port}", "--gguf-dir", str(fifo.parent), *args.serve,
         )
         server.launch()
         try:
             wait_serving(server.target)
+            assert server.process is not None
             idle = server.rss()
             soak = Soak(server, args.seconds, args.window)
             spawn = multiprocessing.get_context("spawn")
-            # the normal clients have their vocabulary and their schema compiled, then the soak begins:
-            # attacks never delay a client's set-up, as in a service already running
-            ready = spawn.Barrier(args.clients + 1)
+            # every client has its vocabularies (and the normal ones their schema) ready, then the soak
+            # begins: attacks never delay a client's set-up, as in a service already running
+            ready = spawn.Barrier(args.clients + 2)
             start = spawn.Value("d", 0.0)
             normals: Queue[NormalReport] = spawn.Queue()
             clients = [
@@ -366,18 +563,20 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for i in range(args.clients)
             ]
-            for client in clients:
-                client.start()
-            ready.wait(timeout=600)
-            ready_rss = server.rss()
-            soak.started = start.value = time.monotonic()
-            ready.wait(timeout=60)
             reports: Queue[list[Attack]] = spawn.Queue()
             attacker = spawn.Process(
                 target=hostile,
-                args=(server.target, args.seed + 1000, soak.started + args.seconds, args.attack, reports),
+                args=(
+                    server.target, server.process.pid, fifo, args.seed + 1000, args.seconds, args.pause,
+                    args.attack, ready, start, reports,
+                ),
             )
-            attacker.start()
+            for process in (*clients, attacker):
+                process.start()
+            ready.wait(timeout=900)
+            ready_rss = server.rss()
+            soak.started = start.value = time.monotonic()
+            ready.wait(timeout=60)
             soak.sample_memory()
             for _ in clients:
                 soak.add_normal(normals.get(timeout=600))
@@ -385,8 +584,8 @@ def main(argv: list[str] | None = None) -> int:
                 client.join(timeout=60)
             done = reports.get(timeout=600)
             attacker.join(timeout=60)
-            pauses = collector_pauses(metrics_port)
             after = settled_rss(server)
+            metrics = read_metrics(metrics_port)
         finally:
             server.kill()
     for attack in done:
@@ -395,6 +594,7 @@ def main(argv: list[str] | None = None) -> int:
         f"soak: {args.seconds:g} s, {args.clients} normal clients (llama-spm, a JSON schema, "
         f"{args.forward_ms:g} ms forward passes) and one "
         f"hostile; server idle RSS {idle / MIB:.0f} MiB, address space capped at 3 GiB"
+        + (f"; serve {' '.join(args.serve)}" if args.serve else "")
     )
     names = ("window", "accepts", "p50 ms", "p99 ms", "max ms", "RSS MiB")
     header = zip(names, (10, 8, 7, 7, 7, 13), strict=True)
@@ -415,24 +615,35 @@ def main(argv: list[str] | None = None) -> int:
         f"{'all':>10}  {len(everything):>8}  {percentile(everything, 50):>7.2f}  "
         f"{percentile(everything, 99):>7.2f}  {max(everything, default=float('nan')):>7.1f}"
     )
-    print(f"{'normal Accepts by the attack running when each began':<44}  {'accepts':>8}  {'p50 ms':>7}  "
-          f"{'p99 ms':>7}  {'max ms':>7}")
-    for name, values in sorted(by_attack(soak.began, done).items()):
+    print(f"normal calls by the attack running when each began; the server's RSS the attack added at most "
+          f"while it ran, and kept {args.pause:g} s after it (median of its runs), MiB")
+    print(f"  {'attack':<30}  {'runs':>4}  {'accepts':>7}  {'p50 ms':>7}  {'p99 ms':>7}  {'max ms':>7}  "
+          f"{'masks':>5}  {'mask p99':>8}  {'RSS added':>9}  {'kept':>6}")
+    accepts, masks = by_attack(soak.began, done), by_attack(soak.masks, done)
+    for name in sorted(set(accepts) | {a.name for a in done}):
+        values, ran = accepts.get(name, []), [a for a in done if a.name == name]
         p50, p99 = percentile(values, 50), percentile(values, 99)
-        print(f"  {name:<42}  {len(values):>8}  {p50:>7.2f}  {p99:>7.2f}  {max(values):>7.1f}")
+        mask_values = masks.get(name, [])
+        added = max((soak.peak_growth(a) for a in ran), default=0) / MIB
+        kept = statistics.median([a.rss_after - a.rss_before for a in ran]) / MIB if ran else float("nan")
+        print(f"  {name:<30}  {len(ran) or '-':>4}  {len(values):>7}  {p50:>7.2f}  {p99:>7.2f}  "
+              f"{max(values, default=float('nan')):>7.1f}  {len(mask_values):>5}  "
+              f"{percentile(mask_values, 99):>8.2f}  {added:>9.1f}  {kept:>6.1f}")
     print(f"normal Accepts over {SLOW * 1000:g} ms: {len(soak.slowest)}; the slowest, with the attack "
           "running when each began:")
     for seconds, at in sorted(soak.slowest, reverse=True)[:10]:
         running = [a.name for a in done if a.started <= at <= a.ended] or ["-"]
         print(f"  {seconds * 1000:7.1f} ms at {at - soak.started:6.1f} s  {', '.join(running)}")
     print("the server's full collections (its cyclic collector's generation 2; each stops the event loop):")
-    count, total, over = pauses
+    count, total, over = collector_pauses(metrics)
     print(f"  {count}, {total * 1000:.0f} ms in all; over 10 ms: {over[0.01]}, over 100 ms: {over[0.1]}, "
           f"over 1 s: {over[1.0]}")
+    cached = float(metrics.get("constraintd_grammar_cache_bytes", "nan")) / MIB
     print(
-        f"the server's RSS: {idle / MIB:.0f} MiB idle, {ready_rss / MIB:.0f} MiB once the normal clients "
-        f"were ready, {after[-1] / MIB:.0f} MiB {len(after)} s after the last client was done "
-        f"(in those seconds {min(after) / MIB:.0f}-{max(after) / MIB:.0f})"
+        f"the server's RSS: {idle / MIB:.0f} MiB idle, {ready_rss / MIB:.0f} MiB once every client "
+        f"was ready, {after[-1] / MIB:.0f} MiB {len(after)} s after the last client was done "
+        f"(in those seconds {min(after) / MIB:.0f}-{max(after) / MIB:.0f}); its grammar caches then held "
+        f"{cached:.0f} MiB"
     )
     print("normal clients' answers:", dict(soak.normal_statuses))
     print("hostile client's answers:")
