@@ -251,16 +251,29 @@ class Operations:
         }
 
     def record_bounds(self) -> dict[str, tuple[int, Callable[[], Exception]]]:
-        """The most records a request may hold of some fields, by the field's full name, each with the
-        error past it: what a reader of a large request (server/large.py) checks as it goes, so a vocabulary
-        of ten million pieces is refused after a million, not read whole first."""
+        """The most records (values, of a packed number) a request may hold of some fields, by the field's
+        full name, each with the error past it: what a reader of a large request (server/large.py) checks as
+        it goes, so a vocabulary of ten million pieces is refused after a million, not read whole first,
+        and ten million token ids before one is decoded."""
         most = self._limits.max_vocab_size
 
         def too_many() -> Exception:
             return LimitError(f"a vocabulary of more than {most} tokens is over the limit of {most}")
 
         pieces = pb.PieceList.DESCRIPTOR.fields_by_name
-        return {pieces[name].full_name: (most, too_many) for name in ("pieces", "token_texts")}
+        bounds = {pieces[name].full_name: (most, too_many) for name in ("pieces", "token_texts")}
+        tokens = self._limits.max_tokens_per_call
+
+        def too_many_tokens() -> Exception:
+            return LimitError(f"more than {tokens} token ids are over the limit of {tokens} token ids a call")
+
+        for field in (
+            pb.AllowsRequest.DESCRIPTOR.fields_by_name["tokens"],  # an Allows, and Step's together
+            pb.CreateSessionRequest.DESCRIPTOR.fields_by_name["replay"],
+            pb.SessionOptions.DESCRIPTOR.fields_by_name["trigger_tokens"],
+        ):
+            bounds[field.full_name] = (tokens, too_many_tokens)
+        return bounds
 
     def register_vocab(self, request: pb.RegisterVocabRequest) -> pb.RegisterVocabResponse:
         """RegisterVocab; slow for a large vocabulary (the server runs it in a worker thread)."""

@@ -100,6 +100,32 @@ def test_a_field_with_more_records_than_allowed_stops_the_walk_there() -> None:
     assert len(full.pieces.pieces) == 10_000
 
 
+@pytest.mark.parametrize("slice_bytes", [3, 64, 1 << 18])
+def test_the_values_of_a_packed_field_are_counted_before_any_is_decoded(
+    monkeypatch: pytest.MonkeyPatch, slice_bytes: int
+) -> None:
+    # ids of 1 to 5 bytes each: 30M ids in one packed record once took 470 MiB to decode into the message
+    # before they were refused
+    rng = random.Random(slice_bytes)
+    ids = [rng.choice((1, 300, 70_000, 1 << 22, 1 << 30)) for _ in range(1001)]
+    name = pb.AllowsRequest.DESCRIPTOR.fields_by_name["tokens"].full_name
+    decoded: list[object] = []
+
+    def too_many() -> Exception:
+        return LimitError("too many ids")
+
+    for request in (pb.AllowsRequest(session_id="s", tokens=t) for t in (ids[:1], ids)):
+        data = request.SerializeToString()
+        with monkeypatch.context() as patch:
+            patch.setattr("constraintd.server.large.np.flatnonzero", lambda *a: decoded.append(a))
+            with pytest.raises(LimitError, match="too many ids"):
+                most = {name: (len(request.tokens) - 1, too_many)}
+                parse_in_slices(pb.AllowsRequest, data, slice_bytes=slice_bytes, most=most)
+        assert decoded == []  # refused before a packed record was cut into values
+        most = {name: (len(request.tokens), too_many)}
+        assert parse_in_slices(pb.AllowsRequest, data, slice_bytes=slice_bytes, most=most) == request
+
+
 @pytest_asyncio.fixture
 async def channel() -> AsyncIterator[grpc.aio.Channel]:
     options = [("grpc.max_send_message_length", 64 << 20)]
