@@ -23,8 +23,10 @@
 #   `max_pairs`: at least one pair (a minimum of 1), and, for an object of other keys only (a map: no
 #   declared property), bounds up to MAX_PAIRS, as a counted repetition of pairs. A repeated name counts
 #   once per pair (JSON Schema leaves an object with a repeated name undefined).
-# - Other pairs before a declared one are one rule with the comma (`x-sep`: `( "," space other )* "," space`)
-#   and loops are right recursion: a `*` and its group are two rules more to the grammar's parser.
+# - Other pairs before a declared one are one rule with the comma (`x-sep`: `( "," space other )* "," space`;
+#   before the first pair of an object with a required property, `x-before`: `( other "," space )*`), and
+#   loops are right recursion: a `*` and its group are two rules more to the grammar's parser; an object of
+#   one alternative is written without a group.
 # Invariants: rule names come from `add_rule`, which shares a rule only with an identical one, and
 #   `add_recursive`, which names a rule that refers to itself the same way, so the names written here can
 #   never capture another rule.
@@ -95,39 +97,54 @@ def object_rule(kvs: Sequence[str], required: Sequence[bool], other: str | None,
     if not kvs and other and (min_pairs > 0 or max_pairs is not None):
         return _counted(other, min_pairs, max_pairs)
     prefix = f"{name}-" if name else ""
+    lead = ""  # what comes before the first alternative's pair
     if len(kvs) > ANY_ORDER_MAX and in_any_order(required):
         first = _required_tracked(kvs, required, other, add_rule, add_recursive, prefix)
     else:
         # other pairs, any number of them (`others`), and any number of them then the comma before a
-        # declared pair (`sep`): one rule each, which every state's rule refers to
+        # declared pair (`sep`, written where a state's rule refers to it): one rule each
         others = _loop(add_recursive, f"{prefix}x-others", other) if other else ""
-        sep = _sep(add_recursive, f"{prefix}x-sep", other) if other else '"," space'
-        write = _any_order if len(kvs) <= ANY_ORDER_MAX else _schema_order
-        first = write(kvs, required, other, others, sep, add_rule, prefix)
+        written: list[str] = []
+
+        def sep() -> str:
+            if not written:
+                written.append(_sep(add_recursive, f"{prefix}x-sep", other) if other else '"," space')
+            return written[0]
+
+        if len(kvs) <= ANY_ORDER_MAX:
+            if other and any(required):
+                # a declared pair comes: the other pairs before it, each with its comma, in one rule
+                lead = add_recursive(f"{prefix}x-before", lambda me: f'| {other} "," space {me}') + " "
+            first = _any_order(kvs, required, other, others, sep, add_rule, prefix, lead=bool(lead))
+        else:
+            first = _schema_order(kvs, required, other, others, sep(), add_rule, prefix)
     if not first:
         return '"{" space "}"'
+    if len(first) == 1 and (any(required) or min_pairs > 0):
+        return f'"{{" space {lead}{first[0]} space "}}"'  # one alternative: no group (a rule less)
     body = f"( {' | '.join(first)} )"
-    return '"{" space ' + (body if any(required) or min_pairs > 0 else body + "?") + ' space "}"'
+    return '"{" space ' + lead + (body if any(required) or min_pairs > 0 else body + "?") + ' space "}"'
 
 
 def _join(*parts: str) -> str:
     return " ".join(part for part in parts if part)
 
 
-def _any_order(kvs: Sequence[str], required: Sequence[bool], other: str | None, others: str, sep: str,
-               add_rule: AddRule, prefix: str) -> list[str]:
+def _any_order(kvs: Sequence[str], required: Sequence[bool], other: str | None, others: str,
+               sep: Callable[[], str], add_rule: AddRule, prefix: str, *, lead: bool) -> list[str]:
     # rest[mask]: what may follow a written pair when the properties of `mask` are not written yet ("" for
     # nothing); masks in increasing order, so every smaller set's rule exists first. Rules are flat
     # alternatives (no groups: a group is one more rule to the parser), an empty one first where nothing
-    # more is needed.
+    # more is needed. `lead`: the other pairs before the first declared one are the caller's (a declared
+    # one is required), so no alternative starts with an other pair.
     count = len(kvs)
     needed = sum(1 << i for i in range(count) if required[i])
     full = (1 << count) - 1
     rest: list[str] = []
     for mask in range(1 << count):
-        if mask == full and not other:
-            break  # only an other key is followed by every property
-        pairs = [_join(sep, kvs[i], rest[mask & ~(1 << i)])
+        if mask == full and (not other or lead):
+            break  # only an alternative that starts with an other key is followed by every property
+        pairs = [_join(sep(), kvs[i], rest[mask & ~(1 << i)])
                  for i in range(count) if mask >> i & 1]
         if not pairs:
             rest.append(others)  # all written: other pairs only, or nothing
@@ -135,7 +152,7 @@ def _any_order(kvs: Sequence[str], required: Sequence[bool], other: str | None, 
         nullable = [] if mask & needed else [others]
         rest.append(add_rule(f"{prefix}x-props-{mask}", " | ".join(nullable + pairs)))
     first = [_join(kvs[i], rest[full & ~(1 << i)]) for i in range(count)]
-    if other:
+    if other and not lead:
         first.append(_join(other, rest[full]))
     return first
 
