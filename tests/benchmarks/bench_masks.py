@@ -33,7 +33,11 @@ the masks, allows and accepts of that pass get tables of their own: a grammar th
 documents before, as a server's grammar for a schema its sessions keep asking for (constraintd keeps what
 it learnt on the first pass; the peers keep what they keep).
 
-All engines run on one thread in one process, in turn at each step, so they see the same machine.
+All engines run on one thread in one process, in turn at each step, so they see the same machine. What
+lives through the run (the imports, the vocabulary and every engine's tables) is frozen out of the garbage
+collector's sight (`gc.freeze`, as `constraintd serve` freezes its imports), and the collector runs between
+schemas; it stays on during a walk, which pays for the collections its own allocations cause. The report
+counts the full collections inside the walks and their longest pause.
 Numbers depend on the machine and on what else runs on it: compare the rows of one run.
 Progress goes to stderr; the tables to stdout. See README.md for the peers' one-time setup.
 """
@@ -408,10 +412,16 @@ def run_vocab(
     others, missing = peers.load_peers(vocab.pieces, eog, lambda text: llama.tokenize(text), inputs=inputs)
     engines: list[peers.Engine] = [peers.LlamaEngine(llama), constraintd, *others]
     run = Run(engines, llama, eog, clock=clock, give_up_seconds=give_up, again=again, lookahead=lookahead)
+    gc.collect()
+    gc.freeze()  # the imports, the vocabulary and the engines' tables live through the run
+    pauses = _FullCollections()
+    gc.callbacks.append(pauses)
     started = time.perf_counter()
     for number, schema in enumerate(schemas, 1):
         begun = time.perf_counter()
+        pauses.counting = True
         kept, tokens = run.schema(schema)
+        pauses.counting = False
         gc.collect()
         now = time.perf_counter()
         _progress(
@@ -428,7 +438,32 @@ def run_vocab(
         give_up=give_up,
         worst=worst,
     )
+    print(
+        f"full collections inside the walks: {pauses.count}, longest {pauses.longest * 1e3:.1f} ms\n",
+        flush=True,
+    )
+    gc.callbacks.remove(pauses)
+    gc.unfreeze()
     llama.close()
+
+
+class _FullCollections:
+    """A `gc.callbacks` entry: counts the full collections while `counting`, and the longest (elapsed)."""
+
+    def __init__(self) -> None:
+        self.counting = False
+        self.count = 0
+        self.longest = 0.0
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if not self.counting or info["generation"] != 2:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.count += 1
+            self.longest = max(self.longest, time.perf_counter() - self._began)
 
 
 def _stats(values: Sequence[int], scale: float) -> list[float]:
