@@ -12,8 +12,10 @@
 #   token is allowed from a stack set when some stack allows it (llama_grammar_reject_candidates), so
 #   the mask of a new state is the OR of its stack tops' allowed tokens, its token-topped stacks' tokens,
 #   the end-of-generation tokens if it may end, and the uncertain tokens that a walk from the whole
-#   state, over those tokens only, allows. A state with more than MAX_NEW_TOPS tops not seen before is
-#   walked whole instead, without learning them.
+#   state, over those tokens only, allows. A state with more than MAX_NEW_TOPS tops not seen before whose
+#   class starts more than 1/FEW_SHARE of the rows (wide ones: each costs about what a walk of the whole
+#   state does), or more than MAX_NEW_NARROW_TOPS new tops in all, is walked whole instead, without
+#   learning them.
 # - Verdicts are built a level at a time: the top (escape, p3, p2, p1) starts from the verdict of its
 #   shorter top (escape, p2, p1): what that one allows or rejects whatever is below stays so, and only its
 #   uncertain tokens are walked again, from the longer top. A stack no deeper than CONTEXT_DEPTH is its
@@ -80,6 +82,7 @@ __all__ = [
     "FEW_SHARE",
     "LOOP_SHARE",
     "MAX_MASK_BYTES",
+    "MAX_NEW_NARROW_TOPS",
     "MAX_NEW_TOPS",
     "MAX_OWN_BYTES",
     "MaskCache",
@@ -87,8 +90,9 @@ __all__ = [
 
 # Positions a stack top keeps (the stack's own positions when it is no deeper).
 CONTEXT_DEPTH: Final = 4
-# Tops not seen before that one mask may learn; above, the state is walked whole.
+# Tops not seen before that one mask may learn: wide ones, and in all; above, the state is walked whole.
 MAX_NEW_TOPS: Final = 16
+MAX_NEW_NARROW_TOPS: Final = 64
 # A top borrows its loop's verdict when at most 1/LOOP_SHARE of the vocabulary is left to walk.
 LOOP_SHARE: Final = 16
 # A longer top is walked from its shorter one's uncertain rows, without a structural key, when they are at
@@ -188,7 +192,8 @@ class MaskCache:
     def _compose(self, state: State, limit: int, deadline: float | None) -> Words:
         top_of = self._top_of
         tops = {top_of(stack) for stacks in state.by_top.values() for stack in stacks}
-        if sum(top not in self._tops and top not in self._own for top in tops) > MAX_NEW_TOPS:
+        new = [top for top in tops if top not in self._tops and top not in self._own]
+        if len(new) > MAX_NEW_TOPS and (len(new) > MAX_NEW_NARROW_TOPS or self._wide(new) > MAX_NEW_TOPS):
             return compute_mask(state, FRESH, self.vocab, limit, deadline=deadline)
         vocab = self.vocab
         table = vocab.fresh_table()
@@ -260,6 +265,14 @@ class MaskCache:
                 verdict = self._keyed_top(top, limit, deadline)
                 self._tops.put(top, verdict, 1)
         return verdict
+
+    def _wide(self, tops: list[Stack]) -> int:
+        # how many of `tops` have a class that starts more than 1/FEW_SHARE of the rows (counted from the
+        # rows' groups by first code point: no walk)
+        runs = self._class_runs()
+        rows = runs.table.ids.size
+        classes = self.states.rules.classes
+        return sum(runs.count_starting(classes[top[-1]]) * FEW_SHARE > rows for top in tops)
 
     def _narrow(self, top: Stack, limit: int) -> bool:
         # whether a whole walk from the shortest top (escape, p) moves at most 1/FEW_SHARE of the rows past

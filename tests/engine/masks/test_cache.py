@@ -113,6 +113,7 @@ def test_any_context_depth_gives_the_walked_mask(
     with (
         mock.patch.object(mask_cache, "CONTEXT_DEPTH", depth),
         mock.patch.object(mask_cache, "MAX_NEW_TOPS", max_new_tops),
+        mock.patch.object(mask_cache, "MAX_NEW_NARROW_TOPS", max_new_tops * 4),
         contextlib.suppress(LimitError),
     ):
         for choice in [*choices, None]:
