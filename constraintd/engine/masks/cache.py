@@ -31,6 +31,12 @@
 #   for the grammar alone (`max_own_bytes`, counted in `nbytes`): the structural ids of positions in a
 #   grammar's schema-specific rules cost more than such walks, for verdicts no other grammar would
 #   likely share.
+# - The shortest top (escape, q) of a char terminal q is decided from the stack q leaves once it matched,
+#   keyed by that stack's structure (masks/verdicts.py's `ShiftedVerdict`): a token whose first code
+#   point q's class matches goes on from there with the rest of its code points, so two classes that leave
+#   the same stack decide alike the tokens starting with a code point both match. The keys outside an
+#   object's known set (llama.cpp's trie: `[^"a] char*`, `[^"b] char*`, ...) cost one walk per vocabulary,
+#   and each class after it walks only the rows starting with a code point no class before it matched.
 # - First visits inside bounded repetitions (`x{0,n}`, unrolled by the parser into a chain of rules,
 #   each position a structure of its own within the horizon) borrow from the loop `x*`: the top is also
 #   keyed with its chains made loops (masks/structural_ids.py, `loops`), and every token that looks at no
@@ -67,6 +73,7 @@ from constraintd.engine.masks.bitmask import allow_tokens, mask_words, pack_mask
 from constraintd.engine.masks.compute import (
     ClassRuns,
     check_deadline,
+    class_members,
     compute_mask,
     rows_past_first,
     rows_without,
@@ -74,7 +81,13 @@ from constraintd.engine.masks.compute import (
     walk,
 )
 from constraintd.engine.masks.structural_ids import Structure
-from constraintd.engine.masks.verdicts import LOOP_MARK, SharedVerdicts, TopVerdict
+from constraintd.engine.masks.verdicts import (
+    LOOP_MARK,
+    SHIFT_MARK,
+    SharedVerdicts,
+    ShiftedVerdict,
+    TopVerdict,
+)
 from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab
 
 __all__ = [
@@ -363,8 +376,7 @@ class MaskCache:
         assert start is not None
         marked = top[0] == escape
         if marked and len(top) == 2:
-            allowed_rows, uncertain = walk(table, table.columns, start, limit, deadline=deadline)
-            return self._verdict(None, table.ids[allowed_rows], uncertain)
+            return self._shifted(top, limit, deadline)
         # built on (escape, p2, p1) for (escape, p3, p2, p1), and on (escape, p3, p2, p1) for the whole
         # stack (p3, p2, p1)
         shorter = self._top((escape, *top[2:]) if marked else (escape, *top), limit, deadline)
@@ -376,6 +388,64 @@ class MaskCache:
             allowed_rows, uncertain = walk(table, table.columns, start, limit, deadline=deadline)
             return self._verdict(None, table.ids[allowed_rows], uncertain)
         return self._walk_uncertain(top, shorter, limit, deadline)
+
+    def _shifted(self, top: Stack, limit: int, deadline: float | None) -> TopVerdict:
+        # The shortest top (escape, q), q a char terminal of class C: a row whose first code point c is in
+        # C goes on from the stack q leaves, (escape, after q), with the rest of its code points; any
+        # other row with a code point dies there. So the rows starting with a code point that C and a
+        # class met before with the same stack after it both match are decided as they were then (the
+        # shifted verdict keyed by that stack's ids); the others, and the rows of a bare unfinished
+        # sequence (judged against C itself), are walked, and what they teach is kept for the next class.
+        rules = self.states.rules
+        table = self.vocab.fresh_table()
+        start = self.states.intern([top], limit)
+        assert start is not None and self.structure is not None
+        follow = rules.after[top[1]]
+        key = (SHIFT_MARK, *self.structure.stack((top[0],) if follow < 0 else (top[0], follow)))
+        shared = self.shared.shifted
+        known = shared.get(key)
+        n_first = table.count_from[0] if table.count_from else 0
+        in_class = class_members(rules.classes[top[1]], table.first_code_points)
+        if known is None:
+            allowed_rows, uncertain = walk(table, table.columns, start, limit, deadline=deadline)
+            firsts = in_class
+            allowed = np.zeros(n_first, dtype=np.bool_)
+            kept_uncertain = np.zeros(n_first, dtype=np.bool_)
+            verdict = self._verdict(None, table.ids[allowed_rows], uncertain)
+        else:
+            need = in_class & ~known.firsts
+            rows = np.flatnonzero(need[table.first_index])
+            bare = np.arange(n_first, table.ids.size, dtype=np.int64)
+            allowed_rows, uncertain = walk(
+                table,
+                table.columns,
+                start,
+                limit,
+                rows=np.concatenate((rows, bare)) if bare.size else rows,
+                runs=self._class_runs(),
+                deadline=deadline,
+            )
+            have = (in_class & known.firsts)[table.first_index]
+            found = np.flatnonzero(known.allowed & have)
+            left = np.flatnonzero(known.uncertain & have)
+            verdict = self._verdict(
+                None,
+                table.ids[np.concatenate((found, allowed_rows))],
+                union_rows([left, uncertain], table.ids.size),
+            )
+            if not need.any():
+                return verdict
+            firsts = known.firsts | in_class
+            allowed = known.allowed.copy()
+            kept_uncertain = known.uncertain.copy()
+            shared.pop(key)
+        allowed[allowed_rows[allowed_rows < n_first]] = True
+        kept_uncertain[uncertain[uncertain < n_first]] = True
+        for array in (firsts, allowed, kept_uncertain):
+            array.flags.writeable = False
+        learned = ShiftedVerdict(firsts, allowed, kept_uncertain)
+        shared.put(key, learned, learned.nbytes)
+        return verdict
 
     def _walk_uncertain(
         self, top: Stack, shorter: TopVerdict, limit: int, deadline: float | None

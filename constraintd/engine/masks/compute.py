@@ -50,6 +50,7 @@ __all__ = [
     "ClassRuns",
     "Interruption",
     "check_deadline",
+    "class_members",
     "compute_allowed",
     "compute_mask",
     "rows_past_first",
@@ -162,6 +163,11 @@ class ClassRuns:
             inside += int(starts[last] - starts[first])
             covered = high
         return inside if char_class[0] else int(starts[-1]) - inside
+
+
+def class_members(char_class: CharClass, values: IntArray) -> BoolArray:
+    """Per code point of `values`, whether `char_class` matches it (llama_grammar_match_char)."""
+    return _in_class(char_class, values)
 
 
 def _in_class(char_class: CharClass, values: IntArray) -> BoolArray:

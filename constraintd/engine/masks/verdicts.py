@@ -7,6 +7,10 @@
 #   bytes (and, under (LOOP_MARK, *ids), by the ids of the top with its chains made loops, each holding
 #   below its `reach`), and holds the `FormTable` that numbers those ids: ids and the verdicts they key
 #   live and die together, so an id is never looked up in a store that another table numbered.
+# - Under (SHIFT_MARK, *ids), keyed by the ids of the stack a char terminal leaves once it matched, a
+#   `ShiftedVerdict`: what that stack decides of each token's rest after its first code point. Every top
+#   whose terminal leaves a stack with those ids decides alike the tokens whose first code point both
+#   classes match (masks/cache.py): a key trie's `[^"a] char*`, `[^"b] char*`, ... are one walk.
 # - One store per vocabulary, owned by its `DecodedVocab` (`DecodedVocab.verdicts()`): it lives as long as
 #   the vocabulary is held, and every grammar compiled over that vocabulary shares it.
 from __future__ import annotations
@@ -20,16 +24,28 @@ import numpy.typing as npt
 from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.structural_ids import UNBOUNDED, FormTable
 
-__all__ = ["LOOP_MARK", "MAX_VERDICT_BYTES", "SharedVerdicts", "TopVerdict"]
+__all__ = [
+    "LOOP_MARK",
+    "MAX_SHIFTED_BYTES",
+    "MAX_VERDICT_BYTES",
+    "SHIFT_MARK",
+    "SharedVerdicts",
+    "ShiftedVerdict",
+    "TopVerdict",
+]
 
 # The first id of a key under which a verdict of a stack with its chains made loops is kept, below its
 # reach (structural ids are never negative but the escape mark's, -1).
 LOOP_MARK: Final = -3
-# Default bound of one vocabulary's verdicts (shared by all its grammars).
+# The first id of a key under which a `ShiftedVerdict` is kept.
+SHIFT_MARK: Final = -4
+# Default bound of one vocabulary's verdicts (shared by all its grammars), and of its shifted verdicts.
 MAX_VERDICT_BYTES: Final = 192 << 20
+MAX_SHIFTED_BYTES: Final = 16 << 20
 
 Words = npt.NDArray[np.int32]
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,20 +70,46 @@ class TopVerdict:
     reach: int = UNBOUNDED
 
 
+@dataclass(frozen=True, slots=True)
+class ShiftedVerdict:
+    """What the stack a char terminal leaves decides of the tokens' rest after their first code point.
+
+    Attributes:
+        firsts: per distinct first code point of the fresh table (`ColumnTable.first_code_points`),
+            whether the rows starting with it are decided here.
+        allowed: per row of the fresh table that has a code point, whether its rest is allowed (False
+            outside `firsts`).
+        uncertain: per such row, whether its rest reaches the stacks below (False outside `firsts`).
+    """
+
+    firsts: BoolArray
+    allowed: BoolArray
+    uncertain: BoolArray
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays."""
+        return self.firsts.nbytes + self.allowed.nbytes + self.uncertain.nbytes
+
+
 class SharedVerdicts(LruCache[tuple[int, ...], TopVerdict]):
     """One vocabulary's top verdicts, keyed by structure (see the module comment), sized in bytes.
 
     Attributes:
         forms: the table that numbers the structural ids keying these verdicts.
+        shifted: the shifted verdicts, by (SHIFT_MARK, *ids), sized in bytes.
     """
 
-    __slots__ = ("forms",)
+    __slots__ = ("forms", "shifted")
 
-    def __init__(self, *, max_bytes: int = MAX_VERDICT_BYTES) -> None:
+    def __init__(
+        self, *, max_bytes: int = MAX_VERDICT_BYTES, max_shifted_bytes: int = MAX_SHIFTED_BYTES
+    ) -> None:
         super().__init__(max_bytes)
         self.forms = FormTable()
+        self.shifted: LruCache[tuple[int, ...], ShiftedVerdict] = LruCache(max_shifted_bytes)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the verdicts' own arrays."""
-        return self.size
+        """Bytes of the verdicts' own arrays, shifted ones included."""
+        return self.size + self.shifted.size

@@ -17,6 +17,7 @@ from constraintd.engine import Grammar, LimitError, Matcher, Vocab, unpack_mask
 from constraintd.engine.masks import cache as mask_cache
 from constraintd.engine.masks.cache import MaskCache, SharedVerdicts
 from constraintd.engine.masks.compute import compute_mask
+from constraintd.engine.masks.verdicts import SHIFT_MARK
 from constraintd.errors import DeadlineError
 from tests.strategies import compile_or_skip, grammars, vocabs
 
@@ -318,3 +319,62 @@ def test_a_mask_past_its_deadline_stops_and_leaves_no_half_made_mask() -> None:
         assert np.array_equal(matcher.mask(deadline=time.monotonic() + 60.0), expected_mask(matcher))
         assert matcher.mask_known()
     assert tried
+
+
+# Keys outside a known set (llama.cpp's converter writes them as a trie: `[^"a] char*`, `[^"b] char*`, ...):
+# every class leaves the same stack after it, so each top after the first is decided from what the
+# tokens' rest did there, and only the rows starting with a code point not met before are walked.
+TRIE_PIECES = [
+    b"</s>",
+    b'"',
+    b"a",
+    b"b",
+    b"c",
+    b"ab",
+    b"ba",
+    b'b"',
+    b'c":',
+    b"abc",
+    b'"a',
+    b":",
+    b"\xc3",
+    b"c\xc3",
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "b", "c", "ab", "bc", "abc"]), min_size=2, max_size=4, unique=True),
+    st.lists(st.integers(0, 10**6), max_size=8),
+)
+def test_classes_leaving_one_stack_share_what_the_rest_of_a_token_does(
+    excluded: list[str], choices: list[int]
+) -> None:
+    vocab = Vocab(TRIE_PIECES, eog_ids=[0])  # its own verdicts: nothing learned by other tests
+    shifted = vocab.decoded().verdicts().shifted
+    for chars in excluded:
+        grammar = Grammar.from_gbnf(f'root ::= "\\"" ([^"{chars}] [abc]*)? "\\"" ":"\n', vocab)
+        matcher = Matcher(grammar)
+        assert matcher.mask().tolist() == expected_mask(matcher).tolist()
+        assert matcher.accept(TRIE_PIECES.index(b'"'))
+        for choice in [*choices, None]:
+            mask = matcher.mask()
+            assert mask.tolist() == expected_mask(matcher).tolist()
+            allowed = np.flatnonzero(unpack_mask(mask, len(vocab)))
+            if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
+                break
+    # the stack each `[^"...]` leaves has one key (so has the one `[abc]` leaves in its loop): its entry
+    # covers the first code points of every such class met
+    rules = grammar._states.rules
+    (excluding,) = [pos for pos, char_class in rules.classes.items() if not char_class[0]]
+    assert grammar._masks.structure is not None
+    key = (SHIFT_MARK, *grammar._masks.structure.stack((rules.escape, rules.after[excluding])))
+    learned = shifted.peek(key)
+    assert learned is not None
+    table = vocab.decoded().fresh_table()
+    met = {
+        value
+        for value in table.first_code_points.tolist()
+        if any(chr(value) not in f'"{c}' for c in excluded)
+    }
+    assert met <= set(table.first_code_points[learned.firsts].tolist()) <= met | {ord(c) for c in "abc"}
