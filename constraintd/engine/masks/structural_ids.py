@@ -54,10 +54,18 @@
 #   stack's reach, the stack's verdict is the verdict of the stack with every chain made a loop, and two
 #   stacks with the same ids in this mode share it below the smaller reach; only the longer tokens need
 #   a walk of their own (masks/cache.py).
+# - The copies a bounded repetition must take come first, inline, before its chain (`x{m,n}` is x ... x,
+#   m times, then the chain of n - m links): a position with j copies of x left before a link over the
+#   same x is written, in this mode, as the loop over x with no way out (x x x ... forever), and what
+#   came before it. Its paths and the loop's agree until they have taken j copies of x, at least j * L
+#   terminals after `used`: the reach of that position is at most used + j * L. So every position of the
+#   copies (`char{22,4096}`: 22 of them) has one form, and each borrows the verdicts its neighbours
+#   learned, below its own reach, as a chain's links do.
 # - A form this mode cannot write finitely, or too large to write, gets a unique id and reach 0: no
 #   sharing, never a wrong one.
 from __future__ import annotations
 
+import bisect
 import itertools
 from typing import Final
 
@@ -81,6 +89,7 @@ ESCAPE_ID: Final = -1
 MAX_WORK: Final = 1_000  # elements written for one position's form
 MAX_FORMS: Final = 500_000  # forms numbered before the table starts afresh
 _BEYOND: Final = -2  # the mark where a form is cut off at the horizon
+_ENDLESS: Final = -3  # the mark of a loop written with no way out (loops only: a run of x before a chain)
 _TERMINAL_STARTS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY, TOKEN, TOKEN_NOT))
 _CONTINUATIONS: Final = frozenset((CHAR_ALT, CHAR_RNG_UPPER))
 _ENDS: Final = frozenset((END, ALT))
@@ -137,6 +146,7 @@ class Structure:
         "_ids",
         "_links",
         "_loop_ids",
+        "_loops_of",
         "_reaches",
         "_rule_ids",
         "_work",
@@ -157,6 +167,7 @@ class Structure:
         self._rule_ids: dict[tuple[int, int], tuple[int, int]] = {}
         self._loop_ids: dict[tuple[tuple[int, ...], int], tuple[int, int]] = {}
         self._links: dict[int, _Link | None] = {}
+        self._loops_of: dict[int, _Link | None] = {}
         self._busy: set[tuple[int, int]] = set()
         # per rule: the fewest and the most terminals it matches (bounds; -1 until measured)
         n_rules = len(rules.rule_starts)
@@ -219,8 +230,12 @@ class Structure:
         reach = _UNBOUNDED
         at = start
         work = self._work
+        # loops only: per element begun, what was written before it (a run of copies is written over)
+        begun: dict[int, tuple[int, int, int]] | None = {} if self.loops else None
         while True:
             kind = kinds[at]
+            if begun is not None and kind not in _CONTINUATIONS:
+                begun[at] = (len(form), used, reach)
             if kind in _CONTINUATIONS:  # the rest of a char class: part of the terminal begun
                 form += (kind, values[at])
             elif used >= budget:
@@ -238,6 +253,21 @@ class Structure:
                 rule = values[at]
                 self._work = work
                 link = self._link(rule) if self.loops else None
+                copies, first = 0, at
+                if begun is not None:
+                    over = link if link is not None else self._loop_of(rule)
+                    if over is not None and not self._inside(at, over):
+                        copies, first = self._copies_before(at, start, over)
+                if copies:  # j copies of x before a chain or a loop over x: the loop with no way out
+                    assert begun is not None and over is not None
+                    written, used, reach = begun[first]
+                    del form[written:]
+                    found, inner = self._loop(over, budget - used)
+                    work = self._work
+                    form += (_ENDLESS, found)
+                    reach = min(reach, used + min(inner, copies * over[4]))
+                    used += copies * over[4]
+                    break
                 if link is None:
                     found, inner = self._rule(rule, budget - used)  # measures the rule
                     fewest = least[rule]
@@ -260,6 +290,48 @@ class Structure:
             at += 1
         self._work = work
         return form, reach, used
+
+    def _loop_of(self, rule: int) -> _Link | None:
+        # `rule` as a link over its x when it is a loop S ::= x S | (x matching at least one terminal):
+        # `x{m,}` is m copies of x, then such a loop
+        loops_of = self._loops_of
+        if rule in loops_of:
+            return loops_of[rule]
+        kinds, values = self.rules.kinds, self.rules.values
+        alternates = self.rules.alternates[rule]
+        found: _Link | None = None
+        if len(alternates) == 2 and alternates[0] >= 0 and alternates[1] < 0:
+            start = end = alternates[0]
+            while kinds[end] not in _ENDS:
+                end += 1
+            if end - 1 > start and kinds[end - 1] == RULE_REF and values[end - 1] == rule:
+                fewest = self._fewest(start, end - 1)
+                if fewest >= 1:
+                    x = tuple(v for at in range(start, end - 1) for v in (kinds[at], values[at]))
+                    found = (x, start, end - 1, 1, fewest)
+        loops_of[rule] = found
+        return found
+
+    def _inside(self, at: int, over: _Link) -> bool:
+        # whether `at` lies in a link or a loop over the same x as `over` (its x is the loop's own body,
+        # not copies before it)
+        rule = bisect.bisect_right(self.rules.rule_starts, at) - 1
+        own = self._link(rule) or self._loop_of(rule)
+        return own is not None and own[0] == over[0]
+
+    def _copies_before(self, at: int, start: int, link: _Link) -> tuple[int, int]:
+        # how many copies of the link's x come right before `at` (none before `start`), and where the
+        # first of them begins
+        kinds, values = self.rules.kinds, self.rules.values
+        x = link[0]
+        size = len(x) // 2
+        copies = 0
+        while at - size >= start and all(
+            kinds[at - size + i] == x[2 * i] and values[at - size + i] == x[2 * i + 1] for i in range(size)
+        ):
+            copies += 1
+            at -= size
+        return copies, at
 
     def _rule(self, rule: int, budget: int) -> tuple[int, int]:
         # a rule that matches at most m terminals is cut nowhere by a budget above m: one form for all

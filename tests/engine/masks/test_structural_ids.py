@@ -146,6 +146,20 @@ def test_chain_positions_are_their_loop_below_the_repetitions_left() -> None:
     assert chain_reaches('root ::= "q" [a-z]{0,30} "!"\n')[5][0] == loop_id
 
 
+def test_copies_before_a_chain_or_a_loop_are_the_loop_with_no_way_out() -> None:
+    # [a-z]{4,30} is four copies of [a-z], then a chain of 26 links; [a-z]{4,} four copies, then a loop.
+    # The j-th copy from the end and the loop over [a-z] with no way out are alike for j terminals.
+    bounded = chain_reaches('root ::= "q" [a-z]{4,30} "."\n')[:4]
+    unbounded = chain_reaches('root ::= "q" [a-z]{4,} "!"\n')[:4]
+    assert [reach for _, reach in bounded] == [reach for _, reach in unbounded] == [4, 3, 2, 1]
+    assert len({found for found, _ in bounded + unbounded}) == 1
+    # not the loop itself, which may end at once
+    assert bounded[0][0] != chain_reaches('root ::= "q" [a-z]* "."\n')[0][0]
+    # the loop's own x is no copy before it: it keeps its loop's form, whole
+    loop_id, loop_reach = chain_reaches('root ::= "q" [a-z]{4,} "!"\n')[4]
+    assert (loop_id, loop_reach) == chain_reaches('root ::= "q" [a-z]* "!"\n')[0]
+
+
 def test_the_reach_of_a_stack_counts_from_its_top() -> None:
     # the class inside `c` has one terminal before the chain's reference below it
     rules = Rules(parse_gbnf('root ::= "q" c{0,6} "."\nc ::= [a-z] | "-"\n'))
