@@ -406,15 +406,14 @@ class MaskCache:
         known = shared.get(key)
         n_first = table.count_from[0] if table.count_from else 0
         in_class = class_members(rules.classes[top[1]], table.first_code_points)
-        if known is None:
+        rows = None if known is None else np.flatnonzero((in_class & ~known.firsts)[table.first_index])
+        if rows is None or rows.size * 2 > table.ids.size:
+            # a whole walk moves column 0 by first code point, not row by row: it costs less when most
+            # rows are left to walk (and decides the known ones again, alike)
             allowed_rows, uncertain = walk(table, table.columns, start, limit, deadline=deadline)
-            firsts = in_class
-            allowed = np.zeros(n_first, dtype=np.bool_)
-            kept_uncertain = np.zeros(n_first, dtype=np.bool_)
             verdict = self._verdict(None, table.ids[allowed_rows], uncertain)
         else:
-            need = in_class & ~known.firsts
-            rows = np.flatnonzero(need[table.first_index])
+            assert known is not None
             bare = np.arange(n_first, table.ids.size, dtype=np.int64)
             allowed_rows, uncertain = walk(
                 table,
@@ -433,8 +432,13 @@ class MaskCache:
                 table.ids[np.concatenate((found, allowed_rows))],
                 union_rows([left, uncertain], table.ids.size),
             )
-            if not need.any():
-                return verdict
+        if not (in_class.any() if rows is None else rows.size):
+            return verdict  # nothing new to keep
+        if known is None:
+            firsts = in_class
+            allowed = np.zeros(n_first, dtype=np.bool_)
+            kept_uncertain = np.zeros(n_first, dtype=np.bool_)
+        else:
             firsts = known.firsts | in_class
             allowed = known.allowed.copy()
             kept_uncertain = known.uncertain.copy()
