@@ -63,6 +63,17 @@ def expected_mask(matcher: Matcher) -> np.ndarray:
     return compute_mask(state, matcher.partial_utf8, matcher.grammar._decoded, 10**6)
 
 
+def follow_choices(matcher: Matcher, n_tokens: int, choices: list[int]) -> None:
+    """Takes the allowed tokens `choices` pick (an index modulo the tokens allowed) one after another,
+    checking every mask met, the last one's too, against the walked mask."""
+    for choice in [*choices, None]:
+        mask = matcher.mask()
+        assert mask.tolist() == expected_mask(matcher).tolist()
+        allowed = np.flatnonzero(unpack_mask(mask, n_tokens))
+        if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
+            break
+
+
 def test_masks_from_the_caches_are_the_walked_masks() -> None:
     grammar = Grammar.from_gbnf(GRAMMAR, VOCAB)
     for text in TEXTS:
@@ -117,12 +128,7 @@ def test_any_context_depth_gives_the_walked_mask(
         mock.patch.object(mask_cache, "MAX_NEW_NARROW_TOPS", max_new_tops * 4),
         contextlib.suppress(LimitError),
     ):
-        for choice in [*choices, None]:
-            mask = matcher.mask()
-            assert mask.tolist() == expected_mask(matcher).tolist()
-            allowed = np.flatnonzero(unpack_mask(mask, len(vocab)))
-            if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
-                break
+        follow_choices(matcher, len(vocab), choices)
 
 
 def test_size_is_reported_and_forgetting_masks_changes_no_answer() -> None:
@@ -216,16 +222,7 @@ def test_chains_sharing_their_loops_give_the_walked_masks(
         for bound in bounds:
             grammar = Grammar.from_gbnf(f'root ::= "\\"" [ab]{bound} {after}\n', CHAIN_VOCAB)
             matcher = Matcher(grammar)
-            for choice in [*choices, None]:
-                mask = matcher.mask()
-                assert mask.tolist() == expected_mask(matcher).tolist()
-                allowed = np.flatnonzero(unpack_mask(mask, len(CHAIN_VOCAB)))
-                if (
-                    choice is None
-                    or allowed.size == 0
-                    or not matcher.accept(int(allowed[choice % allowed.size]))
-                ):
-                    break
+            follow_choices(matcher, len(CHAIN_VOCAB), choices)
 
 
 # JSON's string character (llama.cpp's converter), bounded around qwen2's longest piece (128 code points)
@@ -298,12 +295,7 @@ def test_tops_walked_without_a_key_give_the_walked_mask(
         mock.patch.object(mask_cache, "FEW_SHARE", 1),
         contextlib.suppress(LimitError),
     ):
-        for choice in [*choices, None]:
-            mask = matcher.mask()
-            assert mask.tolist() == expected_mask(matcher).tolist()
-            allowed = np.flatnonzero(unpack_mask(mask, len(vocab)))
-            if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
-                break
+        follow_choices(matcher, len(vocab), choices)
 
 
 def test_verdicts_kept_for_one_grammar_are_counted_in_its_size() -> None:
@@ -373,12 +365,7 @@ def test_classes_leaving_one_stack_share_what_the_rest_of_a_token_does(
         matcher = Matcher(grammar)
         assert matcher.mask().tolist() == expected_mask(matcher).tolist()
         assert matcher.accept(TRIE_PIECES.index(b'"'))
-        for choice in [*choices, None]:
-            mask = matcher.mask()
-            assert mask.tolist() == expected_mask(matcher).tolist()
-            allowed = np.flatnonzero(unpack_mask(mask, len(vocab)))
-            if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
-                break
+        follow_choices(matcher, len(vocab), choices)
     # the stack each `[^"...]` leaves has one key (so has the one `[abc]` leaves in its loop): its entry
     # covers the first code points of every such class met
     rules = grammar._states.rules
