@@ -63,7 +63,7 @@ def encode_mask(words: npt.NDArray[np.int32], vocab_size: int, *, compact: bool 
 # loop; more goes to a worker thread: at most about 4 ms of the loop's time for one reply.
 INLINE_COST = 256.0
 # Step operations (or accepts of its batch) done between two points where its caller may let other calls run
-STEP_SLICE = 16
+STEP_SLICE = 8
 # Allows checks between two looks at the clock (a check is microseconds: the clock is read every few ms).
 CHECKS_BETWEEN_CLOCKS = 1024
 # An Allows of more tokens than this checks each distinct token once (`OwedChecks`); ids given as a list
