@@ -37,7 +37,9 @@ All engines run on one thread in one process, in turn at each step, so they see 
 lives through the run (the imports, the vocabulary and every engine's tables) is frozen out of the garbage
 collector's sight (`gc.freeze`, as `constraintd serve` freezes its imports), and the collector runs between
 schemas; it stays on during a walk, which pays for the collections its own allocations cause. The report
-counts the full collections inside the walks and their longest pause.
+counts the full collections inside the walks and their longest pause. `--keep-grammars` holds every
+compiled grammar of constraintd through the run, as a server's cache of compiled grammars does, and does not
+collect between schemas: the collector's own full collections then walk them all, inside the walks.
 Numbers depend on the machine and on what else runs on it: compare the rows of one run.
 Progress goes to stderr; the tables to stdout. See README.md for the peers' one-time setup.
 """
@@ -173,9 +175,13 @@ class Run:
         give_up_seconds: float,
         again: bool = False,
         lookahead: float = 0.0,
+        keep_grammars: bool = False,
     ) -> None:
         self.engines = list(engines)  # llama.cpp first: it decides which documents are kept
         self.lookahead = lookahead  # CPU seconds of constraintd's lookahead after each compile
+        # constraintd's compiled grammars, each held through the run (--keep-grammars), as a server's
+        # cache of compiled grammars holds them
+        self.kept_grammars: list[object] | None = [] if keep_grammars else None
         self.clock = clock
         self.give_up_ns = int(give_up_seconds * 1e9)
         self.llama = llama
@@ -233,6 +239,8 @@ class Run:
             started = clock()
             mine.grammar.lookahead(self.lookahead)
             lookahead_ns = clock() - started
+        if self.kept_grammars is not None and isinstance(mine, peers.ConstraintdCursor):
+            self.kept_grammars.append(mine.grammar)
         kept = tokens = 0
         for index, document in enumerate(documents):
             if index:
@@ -397,6 +405,7 @@ def run_vocab(
     again: bool = False,
     worst: int = 0,
     lookahead: float = 0.0,
+    keep_grammars: bool = False,
 ) -> None:
     path = vocab_file(name)
     _progress(f"[{name}] loading the vocabulary and building each engine's tables")
@@ -411,7 +420,16 @@ def run_vocab(
     eog = sorted(vocab.eog_ids)
     others, missing = peers.load_peers(vocab.pieces, eog, lambda text: llama.tokenize(text), inputs=inputs)
     engines: list[peers.Engine] = [peers.LlamaEngine(llama), constraintd, *others]
-    run = Run(engines, llama, eog, clock=clock, give_up_seconds=give_up, again=again, lookahead=lookahead)
+    run = Run(
+        engines,
+        llama,
+        eog,
+        clock=clock,
+        give_up_seconds=give_up,
+        again=again,
+        lookahead=lookahead,
+        keep_grammars=keep_grammars,
+    )
     gc.collect()
     gc.freeze()  # the imports, the vocabulary and the engines' tables live through the run
     pauses = _FullCollections()
@@ -422,7 +440,8 @@ def run_vocab(
         pauses.counting = True
         kept, tokens = run.schema(schema)
         pauses.counting = False
-        gc.collect()
+        if not keep_grammars:
+            gc.collect()  # a server holding its grammars has no such pause between them
         now = time.perf_counter()
         _progress(
             f"[{name} {number}/{len(schemas)}] {schema.name}: {kept} of {len(schema.documents)} documents, "
@@ -438,8 +457,9 @@ def run_vocab(
         give_up=give_up,
         worst=worst,
     )
+    kept = "" if run.kept_grammars is None else f" ({len(run.kept_grammars)} compiled grammars held)"
     print(
-        f"full collections inside the walks: {pauses.count}, longest {pauses.longest * 1e3:.1f} ms\n",
+        f"full collections inside the walks{kept}: {pauses.count}, longest {pauses.longest * 1e3:.1f} ms\n",
         flush=True,
     )
     gc.callbacks.remove(pauses)
@@ -642,6 +662,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"a server does while a new session's prompt is evaluated (default {LOOKAHEAD_SECONDS:g}, the "
         "server's; 0: none, every state's first visit pays for it)",
     )
+    parser.add_argument(
+        "--keep-grammars",
+        action="store_true",
+        help="hold every compiled grammar of constraintd through the run, as a server's cache of compiled "
+        "grammars does, with no collection between schemas: the collector's own full collections walk them",
+    )
     args = parser.parse_args(argv)
     schemas = read_workload(WORKLOAD, count=args.schemas, seed=args.seed)
     print(
@@ -659,6 +685,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             again=args.again,
             worst=args.worst,
             lookahead=args.lookahead,
+            keep_grammars=args.keep_grammars,
         )
     return 0
 
