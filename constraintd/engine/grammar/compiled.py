@@ -29,6 +29,7 @@ import contextlib
 import hashlib
 import json
 import sys
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -75,6 +76,7 @@ class Grammar:
     """
 
     __slots__ = (
+        "__weakref__",
         "_ahead",
         "_decoded",
         "_fixed_bytes",
@@ -126,6 +128,10 @@ class Grammar:
         self.lazy: bool = bool(trigger_patterns or trigger_tokens)
         self._rules = rules if rules is not None else Rules(parsed)
         self._states = StateTable(self._rules)
+        # the states' memos lead from one to another (loops in the grammar are cycles between states):
+        # when the grammar goes, they are dropped, so its states go with it, not at the next full
+        # collection of the cyclic garbage collector, which would walk them all meanwhile
+        weakref.finalize(self, self._states.release)
         self._initial: State | None = self._states.intern(
             self._rules.initial_stacks(self._root_id), _COMPILE_STACK_LIMIT
         )

@@ -99,6 +99,15 @@ class StateTable:
             state = self._states.setdefault(key, State(self, key))
         return state
 
+    def release(self) -> None:
+        """Drops every state's memoized transitions and the table itself: what is left of the states is
+        held by whoever holds them, without the cycles between them (a state's memo and the states it
+        leads to), so the states no one holds are freed at once, not by the cyclic garbage collector.
+        States handed out keep working (as after a reset)."""
+        for state in self._states.values():
+            state.forget()
+        self._states = {}
+
     def known(self, stacks: StackSet) -> State | None:
         """The state of a non-empty stack set if the table holds one already (no new state, no check)."""
         return self._states.get(stacks)

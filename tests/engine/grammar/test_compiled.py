@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from constraintd.engine import Grammar, GrammarError, Matcher, Vocab
@@ -73,3 +75,28 @@ def test_matchers_share_the_grammar_and_do_not_disturb_each_other() -> None:
     assert first.accept(1) and second.accept(2)
     assert first.allows(2) and not first.allows(1)
     assert second.allows(1) and not second.allows(2)
+
+
+def test_a_dropped_grammar_frees_its_states_without_the_cyclic_collector() -> None:
+    # a loop in the grammar is a cycle between its states' memos; the grammar breaks them when it goes
+    from constraintd.engine.grammar.stack_sets import State
+
+    def states() -> int:
+        return sum(type(found) is State for found in gc.get_objects())
+
+    gc.collect()
+    before = states()
+    gc.disable()
+    try:
+        grammar = Grammar.from_gbnf('root ::= ("a" | "b" | "ab")* "b"\n', VOCAB)
+        matcher = Matcher(grammar)
+        for token in [1, 2, 3, 1, 1, 3]:
+            matcher.mask()
+            assert matcher.accept(token)
+        kept = grammar._states
+        assert len(kept) > 1 and states() > before
+        del grammar, matcher
+        assert states() == before
+        assert len(kept) == 0  # what is left of the table holds nothing
+    finally:
+        gc.enable()
