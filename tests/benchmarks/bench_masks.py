@@ -258,9 +258,9 @@ class Run:
         if kept:
             for name, ns in compile_ns.items():
                 self.samples[name][COMPILE].append(ns)
+                tally.forms[name][forms[name]] += 1
             if lookahead_ns is not None:
                 self.samples[peers.CONSTRAINTD][LOOKAHEAD].append(lookahead_ns)
-                tally.forms[name][forms[name]] += 1
             if peers.CONSTRAINTD in cursors:
                 cache_bytes, states, shared_bytes, shared_tops = peers.constraintd_cache(
                     cursors[peers.CONSTRAINTD]
