@@ -1,8 +1,8 @@
 """Tool calls through `sampler-worker serve`, driven by the `openai` client: Gemma 3 270M with Llama 3.2's
 chat template (JSON calls after free text) given as the server's `--chat-template`, as the generate
 command's own end-to-end test runs it. The answer whole and streamed, `tool_choice` required, none and
-named, the 400 of a template whose tool calls are not ported, and the tokens of `sampler-worker generate
---tools` with the same settings."""
+named, the 400 of a template whose tool calls are not ported, the tokens of `sampler-worker generate
+--tools` with the same settings, and two tool chats at once in two slots (`--parallel 2`)."""
 
 from __future__ import annotations
 
@@ -178,3 +178,46 @@ def test_tools_on_completions_are_ignored(tool_server: LiveServer) -> None:
             "prompt": "The capital of France is", "tools": WEATHER_TOOLS, "seed": 1, "max_tokens": 4})
     tool_server.wait_idle()
     assert answer.status_code == 200 and "tool_calls" not in answer.json()["choices"][0]
+
+
+def _calls_of(lines: Iterator[str]) -> tuple[list[tuple[str, str]], str | None]:
+    """The tool calls (name, arguments) a streamed answer's deltas put together, and its finish reason."""
+    calls: dict[int, list[str]] = {}
+    finish = None
+    for line in lines:
+        if not line or line == "data: [DONE]":
+            continue
+        [choice] = json.loads(line.removeprefix("data: "))["choices"]
+        for call in choice["delta"].get("tool_calls") or ():
+            function = call.get("function") or {}
+            found = calls.setdefault(call["index"], ["", ""])
+            found[0] += function.get("name") or ""
+            found[1] += function.get("arguments") or ""
+        finish = choice.get("finish_reason") or finish
+    return [(name, arguments) for name, arguments in (calls[i] for i in sorted(calls))], finish
+
+
+def test_tool_calls_in_two_slots_at_once(gemma_path: Path) -> None:
+    # --parallel 2: two tool chats decoded in one batch, each under its own grammar and preserved tokens
+    # (batching changes llama.cpp's floats, so the tokens need not be those of --parallel 1; the calls are
+    # the ones each request asks for, with arguments that are JSON objects)
+    weather = {"messages": MESSAGES, "tools": WEATHER_TOOLS[:1], "tool_choice": "required", "seed": 1,
+               "max_tokens": 120, "stream": True}
+    time_of_day = {"messages": [{"role": "user", "content": "What time is it?"}], "tools": WEATHER_TOOLS,
+                   "tool_choice": {"type": "function", "function": {"name": "get_time"}}, "seed": 1,
+                   "max_tokens": 120, "stream": True}
+    with live_server(gemma_path, parallel=2, max_queue=0, timeout=300, n_ctx=1024,
+                     template=_template(LLAMA_32)) as live, live.http() as http:
+        with http.stream("POST", "/v1/chat/completions", json=weather) as first, \
+                http.stream("POST", "/v1/chat/completions", json=time_of_day) as second:
+            a, b = first.iter_lines(), second.iter_lines()
+            heads = next(a), next(b)  # both started: each holds a slot (no queue: a third would be a 429)
+            answers = [_calls_of(iter([heads[0], *a])), _calls_of(iter([heads[1], *b]))]
+        live.wait_idle()
+        assert live.open_sessions() == 0
+    (weather_calls, weather_finish), (time_calls, time_finish) = answers
+    assert weather_finish == time_finish == "tool_calls", answers
+    assert [name for name, _ in weather_calls] == ["get_weather"]
+    assert [name for name, _ in time_calls] == ["get_time"]
+    for _, arguments in weather_calls + time_calls:
+        assert isinstance(json.loads(arguments), dict)
