@@ -414,7 +414,7 @@ class MaskCache:
             verdict = self._verdict(None, table.ids[allowed_rows], uncertain)
         else:
             assert known is not None
-            bare = np.arange(n_first, table.ids.size, dtype=np.int64)
+            bare = table.row_groups().bare_rows  # a bare unfinished sequence, judged against C itself
             allowed_rows, uncertain = walk(
                 table,
                 table.columns,

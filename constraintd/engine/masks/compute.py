@@ -124,7 +124,7 @@ class ClassRuns:
         counts = np.zeros(table.ids.size, dtype=np.uint16)
         count_from = table.count_from
         indexes = table.dense_columns()[1]
-        inside = _in_class(char_class, table.dense_columns()[0])
+        inside = class_members(char_class, table.dense_columns()[0])
         live = self.starting(char_class)  # rows with one code point in the class so far, ascending
         top = min(len(count_from), np.iinfo(np.uint16).max)
         j = 1
@@ -145,7 +145,7 @@ class ClassRuns:
     def starting(self, char_class: CharClass) -> IntArray:
         """The rows (ascending) whose first code point is in `char_class`."""
         table = self.table
-        return np.flatnonzero(_in_class(char_class, table.first_code_points)[table.first_index])
+        return np.flatnonzero(class_members(char_class, table.first_code_points)[table.first_index])
 
     def count_starting(self, char_class: CharClass) -> int:
         """How many rows `starting` gives, counted from the rows' groups by first code point."""
@@ -166,12 +166,8 @@ class ClassRuns:
 
 
 def class_members(char_class: CharClass, values: IntArray) -> BoolArray:
-    """Per code point of `values`, whether `char_class` matches it (llama_grammar_match_char)."""
-    return _in_class(char_class, values)
-
-
-def _in_class(char_class: CharClass, values: IntArray) -> BoolArray:
-    # llama_grammar_match_char over many code points: in one of the ranges, for a positive class
+    """Per code point of `values`, whether `char_class` matches it (llama_grammar_match_char: in one of
+    the ranges, for a positive class)."""
     positive, ranges = char_class
     hit = np.zeros(values.size, dtype=np.bool_)
     for low, high in ranges:
