@@ -2,6 +2,7 @@
 
     constraintd.errors, constraintd.v1     the error tree and the wire messages: the floor
     constraintd.engine                     decides (standard library and numpy: tests/engine/test_imports.py)
+    constraintd.chat_templates             the engine's chat layer's renderer: llama.cpp's Jinja on Jinja2
     constraintd.service                    sessions over the engine: no grpc, no asyncio
     constraintd.server                     the gRPC shell: the only place grpc is imported on the server side
     constraintd.commands, constraintd.cli  the command line
@@ -30,8 +31,9 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "constraintd.errors": (),
     "constraintd.v1": ("constraintd.v1",),
     "constraintd.engine": ("constraintd.engine", "constraintd.errors"),
-    "constraintd.service": ("constraintd.service", "constraintd.engine", "constraintd.errors",
-                            "constraintd.v1.constraintd_pb2"),
+    "constraintd.chat_templates": ("constraintd.engine", "constraintd.errors"),
+    "constraintd.service": ("constraintd.service", "constraintd.chat_templates", "constraintd.engine",
+                            "constraintd.errors", "constraintd.v1.constraintd_pb2"),
     "constraintd.server": ("constraintd.server", "constraintd.service", "constraintd.engine",
                            "constraintd.errors", "constraintd.v1"),
     "constraintd.commands": ("constraintd",),
@@ -42,7 +44,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
                                  "constraintd.v1.constraintd_pb2"),
     "clients.transports.grpc": ("clients", "constraintd.engine", "constraintd.errors", "constraintd.v1"),
     "clients": ("clients", "constraintd.engine", "constraintd.errors", "constraintd.v1.constraintd_pb2"),
-    "sampler_worker": ("sampler_worker", "clients", "constraintd.engine", "constraintd.errors"),
+    "sampler_worker": ("sampler_worker", "clients", "constraintd.chat_templates", "constraintd.engine",
+                       "constraintd.errors"),
 }
 # Third-party modules only some parts may import.
 RESTRICTED = {
@@ -57,6 +60,7 @@ RESTRICTED = {
     "google": ("constraintd.v1", "constraintd.service", "constraintd.server", "clients"),
     "asyncio": ("constraintd.server", "constraintd.commands", "clients", "sampler_worker"),
     "llama_cpp": ("sampler_worker",),
+    "jinja2": ("constraintd.chat_templates",),
 }
 PROJECT = ("constraintd", "clients", "sampler_worker")
 
@@ -155,6 +159,10 @@ def test_imports_only_look_down(path: Path) -> None:
         ("clients.transports.grpc", "grpc", True),
         ("sampler_worker.cli", "constraintd.server.lifecycle", False),
         ("sampler_worker.cli", "constraintd.engine.chat.content.json_message", True),
+        ("sampler_worker.prompt", "constraintd.chat_templates.render_template", True),
+        ("sampler_worker.prompt", "jinja2", False),
+        ("constraintd.service.chat", "constraintd.chat_templates.chat_prompt_of", True),
+        ("constraintd.chat_templates", "constraintd.service.registry", False),
     ],
     ids=lambda v: str(v),
 )
