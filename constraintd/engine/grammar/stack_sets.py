@@ -144,10 +144,11 @@ class State:
     """One non-empty stack set of a grammar, with its transitions memoized."""
 
     __slots__ = (
+        "_after",
+        "_bounds",
         "_by_match",
         "_char_only",
         "_partial_ok",
-        "_segments",
         "_steps",
         "by_top",
         "char_tops",
@@ -197,7 +198,10 @@ class State:
         self._steps: dict[int, State | None] = {}
         self._by_match: dict[tuple[int, ...], State | None] = {}
         self._partial_ok: dict[PartialUtf8, bool] = {}
-        self._segments: tuple[npt.NDArray[np.int64], tuple[State | None, ...]] | None = None
+        # `segments`, as two attributes: a pair of them would be one more object per state in the cyclic
+        # collector's sight for as long as the grammar is held
+        self._bounds: npt.NDArray[np.int64] | None = None
+        self._after: tuple[State | None, ...] | None = None
         self._char_only: State | None = None
         # token -> its Move from a fresh UTF-8 start (filled by matcher.py's accept)
         self.moves: dict[int, Move] = {}
@@ -410,8 +414,9 @@ class State:
             `bounds` (sorted) and `after`: a code point c falls in interval `searchsorted(bounds, c,
             "right")`, and `after[i]` is the state interval i leads to.
         """
-        segments = self._segments  # read once: another thread's table reset may clear the attribute
-        if segments is None:
+        # each read once: another thread's table reset may clear them
+        bounds, after = self._bounds, self._after
+        if bounds is None or after is None:
             classes = self.table.rules.classes
             cuts: set[int] = set()
             for pos in self.char_tops:
@@ -426,12 +431,12 @@ class State:
                 self._after_match(tuple(pos for pos in self.char_tops if match(pos, start)), limit)
                 for start in starts
             )
-            segments = (bounds, after)
             if all(map(self.keeps, after)):
-                self._segments = segments
-        for state in segments[1]:
+                self._after = after
+                self._bounds = bounds
+        for state in after:
             if state is not None and len(state.stacks) > limit:
                 raise LimitError(
                     f"the grammar reached {len(state.stacks)} stacks, above the limit of {limit}"
                 )
-        return segments
+        return bounds, after
