@@ -321,12 +321,11 @@ class Matcher:
         if partial[1]:
             move = self._move(state, token, partial)
         else:  # the common case: a token from a fresh UTF-8 start, memoized on the state
-            moves = state.moves
-            found = moves.get(token)
+            found = state.known_move(token)
             if found is None:
                 found = self._move(state, token, FRESH)
-                if len(moves) < MAX_MOVES and state.keeps(found[1]):
-                    moves[token] = found
+                if len(state.moves) < MAX_MOVES:
+                    state.keep_move(token, found)
             move = found
         _, after, after_partial, peak = move
         if peak > self.max_stacks:

@@ -24,10 +24,18 @@
 #   False), held only by whoever asked for it (a session's matcher and its trail, other private states'
 #   memos), and freed with them. A shared state never memoizes a transition to a private one, so nothing
 #   the grammar keeps leads to one: one session's deep nesting is not the grammar's to keep.
+# - A memo holds the number of the state it leads to (`State.id`, in the table's `by_id`), not the state:
+#   a dict or tuple of plain ints is out of the cyclic collector's sight, one holding states is walked by
+#   every full collection for as long as the grammar is held (about three such objects a state, 60,000
+#   with 20 schemas' grammars over qwen2). So a state memoizes only transitions to states numbered in
+#   the same table: shared ones of its own table (after a reset, an old state memoizes nothing more).
 # - Thread-safety without locks: memo tables are dicts written with single assignments; two threads may
-#   compute the same entry, never a wrong one.
+#   compute the same entry, never a wrong one. Numbers are drawn from a counter and never reused, and a
+#   reset hands the table a new `by_id` while the old states keep the old one, so a number read from a
+#   memo is always found where its state looks it up.
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from typing import Final
 
@@ -39,7 +47,7 @@ from constraintd.engine.grammar.stacks import ESCAPE, CharClass, Rules, Stack, S
 from constraintd.engine.grammar.utf8 import PartialUtf8
 from constraintd.errors import LimitError
 
-__all__ = ["MAX_STACK_DEPTH", "SHARED_DEPTH", "ClassRun", "Move", "State", "StateTable"]
+__all__ = ["MAX_STACK_DEPTH", "SHARED_DEPTH", "ClassRun", "KeptMove", "Move", "State", "StateTable"]
 
 _CHAR_KINDS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY))
 # The deepest stack a state may hold: JSON nested about 16,000 deep. Memory grows linearly with the depth
@@ -50,12 +58,14 @@ MAX_STACK_DEPTH: Final = 32_768
 SHARED_DEPTH: Final = 512
 _NO_CODE_POINT: Final = -1
 _TOP_CODE_POINT: Final = 1 << 32  # above every value llama.cpp's decoder can produce
-_UNKNOWN: Final = object()  # a step not memoized yet (None is memoized: no stack takes the code point)
+_DEAD: Final = -1  # the number memoized for no stack (no state takes the code point or the token)
 
 # A token taken from a state: whether llama.cpp's apply allows it, the state and unfinished UTF-8 sequence
 # accepting it leaves (None where llama.cpp's accept would leave no stack, or the token is not allowed), and
 # the most stacks met on the way (for a caller whose limit is lower than the one it was found under).
 Move = tuple[bool, "State | None", PartialUtf8, int]
+# A Move as a state memoizes it (`State.moves`): the state after as its number (`State.id`, or _DEAD).
+KeptMove = tuple[bool, int, PartialUtf8, int]
 # A run of states that each take one char class and nothing else (`State.class_run`): the class, how many
 # states in a row, and the state after them (None: no stack is left).
 ClassRun = tuple[CharClass, int, "State | None"]
@@ -64,12 +74,15 @@ ClassRun = tuple[CharClass, int, "State | None"]
 class StateTable:
     """The interned states of one compiled grammar."""
 
-    __slots__ = ("_states", "max_states", "rules")
+    __slots__ = ("_numbers", "_states", "by_id", "max_states", "rules")
 
     def __init__(self, rules: Rules, *, max_states: int = 200_000) -> None:
         self.rules = rules
         self.max_states = max_states
         self._states: dict[StackSet, State] = {}
+        # the shared states by number (the module comment): a dict, as two threads may add at once
+        self.by_id: dict[int, State] = {}
+        self._numbers = itertools.count()
 
     def intern(self, stacks: Iterable[Stack], limit: int) -> State | None:
         """The state of a stack set (None when it is empty).
@@ -96,7 +109,12 @@ class StateTable:
                 for old in self._states.values():
                     old.forget()
                 self._states = {}
-            state = self._states.setdefault(key, State(self, key))
+                self.by_id = {}
+            new = State(self, key)
+            state = self._states.setdefault(key, new)
+            if state is new:
+                new.id = next(self._numbers)
+                new.peers[new.id] = new
         return state
 
     def release(self) -> None:
@@ -107,6 +125,8 @@ class StateTable:
         for state in self._states.values():
             state.forget()
         self._states = {}
+        peers, self.by_id = self.by_id, {}
+        peers.clear()
 
     def known(self, stacks: StackSet) -> State | None:
         """The state of a non-empty stack set if the table holds one already (no new state, no check)."""
@@ -154,7 +174,9 @@ class State:
         "char_tops",
         "has_empty",
         "has_escape",
+        "id",
         "moves",
+        "peers",
         "shared",
         "stacks",
         "table",
@@ -167,6 +189,10 @@ class State:
         self.stacks = stacks
         # kept in the table (False: deeper than SHARED_DEPTH, the holder's alone)
         self.shared = shared
+        # its number in `peers` (set by the table once it keeps it; _DEAD for a private state), and the
+        # table's numbering it was made in, where the numbers its memos hold are found
+        self.id = _DEAD
+        self.peers = table.by_id
         self.has_empty = () in stacks
         by_top: dict[int, list[Stack]] = {}
         tokens: list[tuple[int, int, Stack]] = []
@@ -195,16 +221,17 @@ class State:
 
     def forget(self) -> None:
         """Drop the memoized transitions (the table was reset)."""
-        self._steps: dict[int, State | None] = {}
-        self._by_match: dict[tuple[int, ...], State | None] = {}
+        # code point -> the number of the state after (_DEAD: none)
+        self._steps: dict[int, int] = {}
+        self._by_match: dict[tuple[int, ...], int] = {}
         self._partial_ok: dict[PartialUtf8, bool] = {}
         # `segments`, as two attributes: a pair of them would be one more object per state in the cyclic
         # collector's sight for as long as the grammar is held
         self._bounds: npt.NDArray[np.int64] | None = None
-        self._after: tuple[State | None, ...] | None = None
+        self._after: tuple[int, ...] | None = None
         self._char_only: State | None = None
-        # token -> its Move from a fresh UTF-8 start (filled by matcher.py's accept)
-        self.moves: dict[int, Move] = {}
+        # token -> its Move from a fresh UTF-8 start (filled by matcher.py's accept, `keep_move`)
+        self.moves: dict[int, KeptMove] = {}
 
     def __len__(self) -> int:
         return len(self.stacks)
@@ -214,23 +241,23 @@ class State:
 
     def step(self, code_point: int, limit: int) -> State | None:
         """The state after one code point (llama_grammar_accept), or None when no stack takes it."""
-        try:
-            after = self._steps[code_point]
-        except KeyError:
+        number = self._steps.get(code_point)
+        if number is not None:
+            after = None if number == _DEAD else self.peers[number]
+        else:
             match = self.table.rules.match_char
             matched = tuple(pos for pos in self.char_tops if match(pos, code_point))
             after = self._after_match(matched, limit)
             if self.keeps(after):
-                self._steps[code_point] = after
+                self._steps[code_point] = _DEAD if after is None else after.id
         if after is not None and len(after.stacks) > limit:
             raise LimitError(f"the grammar reached {len(after.stacks)} stacks, above the limit of {limit}")
         return after
 
     def _after_match(self, matched: tuple[int, ...], limit: int) -> State | None:
-        try:
-            return self._by_match[matched]
-        except KeyError:
-            pass
+        number = self._by_match.get(matched)
+        if number is not None:
+            return None if number == _DEAD else self.peers[number]
         found: set[Stack] = set()
         pop = self.table.rules.pop_terminal
         for pos in matched:
@@ -238,13 +265,28 @@ class State:
                 found.update(pop(stack))
         after = self.table.intern(found, limit)
         if self.keeps(after):
-            self._by_match[matched] = after
+            self._by_match[matched] = _DEAD if after is None else after.id
         return after
 
     def keeps(self, after: State | None) -> bool:
-        """Whether this state may memoize a transition to `after` (a shared one never leads to a private
-        one: see the module comment)."""
-        return after is None or after.shared or not self.shared
+        """Whether this state may memoize a transition to `after`: to no stack, or to a state numbered in
+        this state's own numbering (so never to a private one, and nothing new once the table was reset:
+        see the module comment)."""
+        return after is None or (after.peers is self.peers and after.id != _DEAD)
+
+    def known_move(self, token: int) -> Move | None:
+        """The Move memoized for `token` from a fresh UTF-8 start (`keep_move`), or None."""
+        kept = self.moves.get(token)
+        if kept is None:
+            return None
+        allowed, number, partial, peak = kept
+        return allowed, None if number == _DEAD else self.peers[number], partial, peak
+
+    def keep_move(self, token: int, move: Move) -> None:
+        """Memoizes `move`, the Move of `token` from a fresh UTF-8 start, where `keeps` allows."""
+        allowed, after, partial, peak = move
+        if self.keeps(after):
+            self.moves[token] = (allowed, _DEAD if after is None else after.id, partial, peak)
 
     def after_token(self, token: int) -> list[Stack]:
         """Where its token-topped stacks go when they take `token` (llama_grammar_match_token)."""
@@ -361,11 +403,11 @@ class State:
             if state is not None:
                 if state.token_tops and not allowed:
                     allowed = state.token_matches(token)
-                after = state._steps.get(code_point, _UNKNOWN)
-                if after is not _UNKNOWN:
-                    if after is None:
+                number = state._steps.get(code_point)
+                if number is not None:
+                    if number == _DEAD:
                         return allowed, None, peak
-                    assert isinstance(after, State)
+                    after = state.peers[number]
                     size = len(after.stacks)
                     if size > limit:
                         raise LimitError(f"the grammar reached {size} stacks, above the limit of {limit}")
@@ -378,7 +420,7 @@ class State:
             found = _step_stacks(table.rules, stacks, code_point)
             if not found:
                 if state is not None:
-                    state._steps[code_point] = None
+                    state._steps[code_point] = _DEAD
                 return allowed, None, peak
             size = len(found)
             if size > limit:
@@ -387,8 +429,8 @@ class State:
                 peak = size
             stacks = frozenset(found)
             known = table.known(stacks)
-            if state is not None and known is not None:
-                state._steps[code_point] = known
+            if state is not None and known is not None and state.keeps(known):
+                state._steps[code_point] = known.id
             state = known
         if state is None:
             state = table.intern(stacks, limit)
@@ -415,8 +457,11 @@ class State:
             "right")`, and `after[i]` is the state interval i leads to.
         """
         # each read once: another thread's table reset may clear them
-        bounds, after = self._bounds, self._after
-        if bounds is None or after is None:
+        bounds, numbers = self._bounds, self._after
+        if bounds is not None and numbers is not None:
+            peers = self.peers
+            after = tuple(None if number == _DEAD else peers[number] for number in numbers)
+        else:
             classes = self.table.rules.classes
             cuts: set[int] = set()
             for pos in self.char_tops:
@@ -432,7 +477,7 @@ class State:
                 for start in starts
             )
             if all(map(self.keeps, after)):
-                self._after = after
+                self._after = tuple(_DEAD if state is None else state.id for state in after)
                 self._bounds = bounds
         for state in after:
             if state is not None and len(state.stacks) > limit:

@@ -113,6 +113,68 @@ def test_segments_cut_code_points_where_the_classes_change() -> None:
         assert after[index] is start.step(code_point, 100)
 
 
+@settings(max_examples=60, deadline=None)
+@given(grammars(), st.lists(texts(), min_size=1, max_size=4), st.integers(1, 4))
+def test_a_table_that_starts_afresh_answers_as_the_literal_functions(
+    text: str, prefixes: list[str], max_states: int
+) -> None:
+    # a table of a few states starts afresh again and again; states of every numbering are stepped twice
+    # (the second time from their memos, which hold numbers of their own numbering) and still agree
+    try:
+        rules, _, root = table_for(text)
+    except GrammarError:
+        return
+    table = StateTable(rules, max_states=max_states)
+    met: list[tuple[State, frozenset[tuple[int, ...]]]] = []
+    for _ in range(2):
+        for prefix in prefixes:
+            state = table.intern(rules.initial_stacks(root), 10_000)
+            stacks = rules.initial_stacks(root)
+            for char in prefix:
+                assert state is not None
+                met.append((state, stacks))
+                expected = accept_char(rules, stacks, ord(char))
+                after = state.step(ord(char), 10_000)
+                assert (after.stacks if after else frozenset()) == expected
+                walked = state.walk(0, (ord(char),), FRESH, 10_000)[1]
+                assert (walked.stacks if walked else frozenset()) == expected
+                bounds, ends = state.segments(10_000)
+                end = ends[int(bounds.searchsorted(ord(char), side="right"))]
+                assert (end.stacks if end else frozenset()) == expected
+                if not expected:
+                    break
+                state, stacks = after, expected
+    for state, stacks in met:  # old states keep working, from their memos and past them
+        for code_point in (ord("a"), ord("x"), ord(" ")):
+            after = state.step(code_point, 10_000)
+            assert (after.stacks if after else frozenset()) == accept_char(rules, stacks, code_point)
+
+
+def test_memos_and_segments_are_out_of_the_collectors_sight() -> None:
+    # a state's memos hold numbers, not states: once collected, no dict or tuple of them is tracked, so a
+    # full collection walks the states themselves and not three more objects each
+    rules, table, root = table_for('root ::= ("a" [b-d]+ "e")* "."\n')
+    start = table.intern(rules.initial_stacks(root), 100)
+    assert start is not None
+    state = start
+    for char in "abcdeab":
+        state.segments(100)
+        state.walk(0, (ord(char),), FRESH, 100)
+        after = state.step(ord(char), 100)
+        assert after is not None
+        state.keep_move(ord(char), (True, after, FRESH, 1))
+        assert state.known_move(ord(char)) == (True, after, FRESH, 1)
+        state = after
+    gc.collect()
+    states = list(table._states.values())
+    assert sum(bool(state._steps) for state in states) >= 3
+    for state in states:
+        assert not gc.is_tracked(state._steps)
+        assert not gc.is_tracked(state._by_match)
+        assert not gc.is_tracked(state.moves)
+        assert state._after is None or not gc.is_tracked(state._after)
+
+
 def test_states_deeper_than_the_shared_depth_are_their_holders_alone() -> None:
     # one session's deep nesting is not the grammar's to keep: the table holds no state past SHARED_DEPTH,
     # no state it holds memoizes a way to one, and they are freed with whoever asked for them
@@ -129,7 +191,7 @@ def test_states_deeper_than_the_shared_depth_are_their_holders_alone() -> None:
     assert len(table) == len(path) - len(private)
     for state in path:
         if state.shared:
-            assert all(after is None or after.shared for after in state._steps.values())
+            assert all(number == -1 or state.peers[number].shared for number in state._steps.values())
     assert path[-1].step(ord("x"), 100) is not None  # private states work as any
     del path, private, after, state
     gc.collect()
