@@ -19,6 +19,8 @@
               tokens, stops, thinking tags) for the auto-parser's templates, where ported
     message_parser  the assistant's message (content, reasoning content, tool calls) from a whole generated
               text, as llama.cpp's chat parser reads it on the auto-parser's templates, where ported
+    chat_format  a request's parser settings as one value that travels (JSON both ways): what reads its
+              answer back where the template is not at hand
 
 Contract: the grammar a request resolves to is the one llama-server would sample with, and a chat
 template rendered by `chat_prompt` (with a renderer of llama.cpp's Jinja dialect) gives llama.cpp's prompt
