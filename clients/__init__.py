@@ -17,6 +17,7 @@ rebuilds it by replay and goes on; calls retry while the server is unavailable.
 
 from clients.async_client import AsyncClient, AsyncSession
 from clients.base import ClientTls
+from clients.chat import ChatRequest, ChatSettings
 from clients.client import Client, Session
 from clients.flows import Policy, StepOutcome, VocabHandle
 from clients.masks import count_allowed, mask_allows
@@ -26,6 +27,8 @@ from constraintd.engine.masks.bitmask import apply_mask, unpack_mask
 __all__ = [
     "AsyncClient",
     "AsyncSession",
+    "ChatRequest",
+    "ChatSettings",
     "Client",
     "ClientTls",
     "Policy",

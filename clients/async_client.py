@@ -21,8 +21,10 @@ import numpy.typing as npt
 
 from clients import flows
 from clients.base import LOCAL, BaseClient, ClientTls, JsonText
+from clients.chat import ChatRequest, ChatSettings
 from clients.flows import Flow, Pause, Policy, SessionRecord, StepOutcome, VocabHandle
 from clients.transports import MIB, AsyncGrpcTransport, AsyncLocalTransport, AsyncTransport
+from constraintd.engine.chat.message_parser import ParsedMessage
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import ConstraintdError
 
@@ -135,9 +137,10 @@ class AsyncClient(BaseClient):
         ttl: float | None = None,
         strict: bool = False,
         dialect: str = "llama.cpp",
+        chat: ChatRequest | None = None,
     ) -> AsyncSession:
         """Opens a session over one constraint (exactly one of gbnf, json_schema, json_object,
-        openai_request, ollama_request).
+        openai_request, ollama_request, chat).
 
         Args:
             vocab: a registered vocabulary.
@@ -146,6 +149,10 @@ class AsyncClient(BaseClient):
             json_object: any JSON object (JSON mode).
             openai_request: an OpenAI chat request body (text or dict); its response_format decides.
             ollama_request: an Ollama request body; its format decides.
+            chat: a chat request (template, messages, tools, tool_choice, ...), resolved by the service as
+                llama-server resolves one: the session's grammar, its triggers and prefill are the chat
+                params', and `Session.chat` holds the prompt, the stops and what `Session.parse` reads
+                the answer with.
             trigger_patterns: make the grammar lazy, active once one of these patterns matches.
             trigger_tokens: make the grammar lazy, active once one of these tokens is accepted.
             prefill: text taken as generated already.
@@ -175,6 +182,7 @@ class AsyncClient(BaseClient):
             ttl=ttl,
             strict=strict,
             dialect=dialect,
+            chat=chat,
         )
         record = SessionRecord(vocab, request)
         await self.drive(flows.create(self.policy, record))
@@ -239,6 +247,26 @@ class AsyncSession:
     @property
     def vocab(self) -> VocabHandle:
         return self.record.vocab
+
+    @property
+    def chat(self) -> ChatSettings | None:
+        """What the service resolved the session's chat request to (None: the session was not made from
+        one): the prompt, the stops, the preserved tokens, the triggers, the parser settings."""
+        return self.record.chat
+
+    def parse(self, text: str) -> ParsedMessage:
+        """The message (content, reasoning_content, tool_calls) llama-server's chat parser reads in the
+        generated `text`, through the engine's message parser in this process (no round trip); a text cut
+        short keeps what was read.
+
+        Raises:
+            ValueError: the session was not made from a chat request.
+            MessageParseError: the text does not match the format.
+            NotPorted: the format's parser is not ported.
+        """
+        if self.record.chat is None:
+            raise ValueError("parse needs a session made from a chat request (chat=)")
+        return self.record.chat.parse(text)
 
     async def accept(self, token: int) -> bool:
         """Accepts the token if the grammar allows it; False (and no change) if not."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clients.chat import ChatRequest
 from clients.flows import Policy, VocabHandle
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.v1 import constraintd_pb2 as pb
@@ -116,6 +117,7 @@ class BaseClient:
         ttl: float | None,
         strict: bool = False,
         dialect: str = "llama.cpp",
+        chat: ChatRequest | None = None,
     ) -> pb.CreateSessionRequest:
         request = pb.CreateSessionRequest(
             vocab_id=vocab.id, strict=strict, schema_dialect="" if dialect == "llama.cpp" else dialect
@@ -136,10 +138,13 @@ class BaseClient:
         if ollama_request is not None:
             request.ollama_request = _json_text(ollama_request)
             given.append("ollama_request")
+        if chat is not None:
+            request.chat.CopyFrom(chat.to_proto())
+            given.append("chat")
         if len(given) != 1:
             raise ValueError(
                 "a session takes exactly one of gbnf=, json_schema=, json_object=True, "
-                f"openai_request=, ollama_request= (got {given or 'none'})"
+                f"openai_request=, ollama_request=, chat= (got {given or 'none'})"
             )
         options = request.options
         options.trigger_patterns.extend(trigger_patterns)

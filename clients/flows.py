@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 from google.rpc import status_pb2
 
+from clients.chat import ChatSettings
 from clients.masks import mask_from_wire
 from clients.status import error_from
 from constraintd.errors import NotFoundError, PositionError, UnavailableError
@@ -100,7 +101,7 @@ class VocabHandle:
 class SessionRecord:
     """What a client knows of one session: enough to rebuild it anywhere."""
 
-    __slots__ = ("closed", "complete", "history", "id", "request", "vocab", "warnings")
+    __slots__ = ("chat", "closed", "complete", "history", "id", "request", "vocab", "warnings")
 
     def __init__(self, vocab: VocabHandle, request: pb.CreateSessionRequest) -> None:
         self.vocab = vocab
@@ -109,6 +110,7 @@ class SessionRecord:
         self.history: list[int] = []
         self.complete = False
         self.warnings: tuple[str, ...] = ()
+        self.chat: ChatSettings | None = None  # a session made from a chat request
         self.closed = False
 
     def copy(self) -> SessionRecord:
@@ -116,6 +118,7 @@ class SessionRecord:
         twin.history = list(self.history)
         twin.complete = self.complete
         twin.warnings = self.warnings
+        twin.chat = self.chat
         return twin
 
 
@@ -172,6 +175,8 @@ def create(policy: Policy, record: SessionRecord) -> Flow[None]:
     record.id = reply.session_id
     record.complete = reply.state.complete
     record.warnings = tuple(reply.warnings)
+    if reply.HasField("chat") and record.chat is None:  # a rebuilt session resolved exactly as the first
+        record.chat = ChatSettings.from_proto(reply.chat)
 
 
 def on_session(policy: Policy, record: SessionRecord, build: Callable[[], Any], method: str) -> Flow[Any]:

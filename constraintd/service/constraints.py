@@ -19,6 +19,10 @@
 #   same result and the same first error: the parse of a grammar that names a token by its text
 #   (`<think>`), which needs the vocabulary, and the `Rules` of a grammar they refuse (`Grammar` checks its
 #   trigger patterns first).
+# - A chat request (CHAT: service/chat.py) resolves to a grammar, trigger words (made triggers over the
+#   vocabulary where the grammar is built: `ResolvedGrammar.triggers`) and the settings its caller needs
+#   (`ResolvedGrammar.chat`), which are no part of the grammar's key: requests that differ only in what
+#   their grammar does not depend on (the messages, with the same tools) share one compiled grammar.
 from __future__ import annotations
 
 import enum
@@ -31,7 +35,9 @@ from constraintd.engine.grammar.gbnf import ParsedGrammar, check_grammar, parse_
 from constraintd.engine.grammar.stacks import Rules
 from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.engine.schema.extended import DEFAULT_DIALECT
+from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import GrammarError, InputError, LimitError
+from constraintd.service.chat import ChatRequest, ChatSettings, chat_triggers, resolve_chat
 
 __all__ = ["Constraint", "ConstraintKind", "PreparedGrammar", "ResolvedGrammar", "prepare", "resolve"]
 
@@ -42,6 +48,7 @@ class ConstraintKind(enum.Enum):
     JSON_OBJECT = "json_object"
     OPENAI_REQUEST = "openai_request"
     OLLAMA_REQUEST = "ollama_request"
+    CHAT = "chat"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +57,8 @@ class Constraint:
 
     Attributes:
         kind: what `text` is.
-        text: the GBNF text, the JSON schema, or the request body (JSON text); empty for JSON mode.
+        text: the GBNF text, the JSON schema, or the request body (JSON text; a chat request's is
+            `ChatRequest.to_text()`); empty for JSON mode.
         root: the GBNF start symbol (GBNF only).
         trigger_patterns: lazy-grammar patterns (llama.cpp's grammar_trigger_patterns).
         trigger_tokens: lazy-grammar trigger tokens.
@@ -86,20 +94,41 @@ class Constraint:
 
 @dataclass(frozen=True, slots=True)
 class ResolvedGrammar:
-    """A constraint as one GBNF grammar, ready to compile over a vocabulary."""
+    """A constraint as one GBNF grammar, ready to compile over a vocabulary.
+
+    Attributes:
+        trigger_words: a chat request's trigger words, made triggers over the vocabulary (`triggers`).
+        preserved: a chat request's preserved tokens (which trigger words may be tokens).
+        chat: a chat request's settings (service/chat.py); no part of the key.
+    """
 
     gbnf: str
     root: str = "root"
     trigger_patterns: tuple[str, ...] = ()
     trigger_tokens: tuple[int, ...] = ()
     warnings: tuple[str, ...] = ()
+    trigger_words: tuple[str, ...] = ()
+    preserved: tuple[str, ...] = ()
+    chat: ChatSettings | None = None
 
     def key(self, vocab_hash: str) -> str:
         """Content hash of the grammar (text, root, triggers) over the vocabulary with `vocab_hash`: two
         constraints that resolve to the same grammar share one compiled grammar."""
-        return _digest(
-            b"grammar", (self.gbnf, self.root, vocab_hash), self.trigger_patterns, self.trigger_tokens
-        )
+        texts: tuple[str, ...] = (self.gbnf, self.root, vocab_hash)
+        if self.trigger_words:  # only then: every other key is what it always was
+            texts = (*texts, "words", *self.trigger_words, "preserved", *self.preserved)
+        return _digest(b"grammar", texts, self.trigger_patterns, self.trigger_tokens)
+
+    def triggers(self, vocab: Vocab) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """The grammar's trigger patterns and tokens over `vocab`, its trigger words made triggers.
+
+        Raises:
+            InputError: a trigger word that is one token and not a preserved one.
+        """
+        if not self.trigger_words:
+            return self.trigger_patterns, self.trigger_tokens
+        patterns, tokens = chat_triggers(self.trigger_words, self.preserved, vocab)
+        return (*patterns, *self.trigger_patterns), (*tokens, *self.trigger_tokens)
 
 
 def _digest(tag: bytes, texts: tuple[str, ...], patterns: tuple[str, ...], tokens: tuple[int, ...]) -> str:
@@ -153,12 +182,30 @@ def _request(constraint: Constraint) -> ResolvedGrammar:
     )
 
 
+def _chat(constraint: Constraint) -> ResolvedGrammar:
+    try:
+        request = ChatRequest.from_text(constraint.text)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"not a chat request: {exc}") from None
+    grammar, settings = resolve_chat(request)
+    return ResolvedGrammar(
+        grammar,
+        "root",
+        settings.trigger_patterns,
+        (),
+        trigger_words=settings.trigger_words,
+        preserved=settings.preserved_tokens,
+        chat=settings,
+    )
+
+
 _RESOLVERS: dict[ConstraintKind, Callable[[Constraint], ResolvedGrammar]] = {
     ConstraintKind.GBNF: _gbnf,
     ConstraintKind.JSON_SCHEMA: _json_schema,
     ConstraintKind.JSON_OBJECT: _json_object,
     ConstraintKind.OPENAI_REQUEST: _request,
     ConstraintKind.OLLAMA_REQUEST: _request,
+    ConstraintKind.CHAT: _chat,
 }
 
 
@@ -168,7 +215,8 @@ def resolve(constraint: Constraint) -> ResolvedGrammar:
     Raises:
         SchemaError: a JSON schema or a request body the engine refuses (with its JSON pointer), or, with
             `strict`, a schema whose grammar would leave a keyword unenforced (the keyword's pointer).
-        InputError: a request body that is not JSON or asks for nothing this service can constrain.
+        InputError: a request body that is not JSON or asks for nothing this service can constrain; a chat
+            request refused (service/chat.py: resolve_chat).
     """
     return _RESOLVERS[constraint.kind](constraint)
 

@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from constraintd.engine.matcher import Matcher
 from constraintd.engine.schema.extended import DEFAULT_DIALECT, check_dialect
 from constraintd.engine.vocab.vocab import TokenizerRules
 from constraintd.errors import ConstraintdError, InputError, LimitError, TokenError
+from constraintd.service.chat import ChatRequest, ChatSettings, chat_triggers
 from constraintd.service.constraints import Constraint, ConstraintKind
 from constraintd.service.limits import Limits
 from constraintd.service.registry import CompiledConstraint, Registry
@@ -225,6 +227,46 @@ class SessionPlan:
     compiled: CompiledConstraint | None
 
 
+def _chat_text(request: pb.CreateSessionRequest) -> str:
+    # the request as the constraint's text: its time set here when the caller gave none (a template may
+    # print the date), so the text says everything the resolution depends on
+    chat = request.chat
+    return ChatRequest(
+        template=chat.template,
+        messages=chat.messages or "[]",
+        tools=chat.tools,
+        tool_choice=chat.tool_choice or "auto",
+        parallel_tool_calls=chat.parallel_tool_calls,
+        json_schema=chat.json_schema,
+        reasoning_format=chat.reasoning_format or "auto",
+        enable_thinking=chat.enable_thinking if chat.HasField("enable_thinking") else True,
+        bos_text=chat.bos_text,
+        eos_text=chat.eos_text,
+        add_bos=chat.add_bos,
+        add_eos=chat.add_eos,
+        now=chat.now or time.time(),
+    ).to_text()
+
+
+def _chat_settings(chat: ChatSettings, compiled: CompiledConstraint, prefill: bytes) -> pb.ChatSettings:
+    patterns, tokens = chat_triggers(chat.trigger_words, chat.preserved_tokens, compiled.grammar.vocab)
+    return pb.ChatSettings(
+        prompt=chat.prompt,
+        generation_prompt=chat.generation_prompt,
+        grammar=chat.grammar,
+        grammar_lazy=chat.grammar_lazy,
+        trigger_patterns=[*patterns, *chat.trigger_patterns],
+        trigger_tokens=tokens,
+        preserved_tokens=chat.preserved_tokens,
+        additional_stops=chat.additional_stops,
+        supports_thinking=chat.supports_thinking,
+        thinking_start_tag=chat.thinking_start_tag,
+        thinking_end_tags=chat.thinking_end_tags,
+        prefill=chat.prefill + prefill,
+        parser=chat.parser,
+    )
+
+
 # CreateSession's `constraint` field -> (kind, its text and start symbol in the request)
 _CONSTRAINT_FIELDS: dict[str, tuple[ConstraintKind, Callable[[pb.CreateSessionRequest], tuple[str, str]]]] = {
     "gbnf": (ConstraintKind.GBNF, lambda r: (r.gbnf.text, r.gbnf.root or "root")),
@@ -232,6 +274,7 @@ _CONSTRAINT_FIELDS: dict[str, tuple[ConstraintKind, Callable[[pb.CreateSessionRe
     "json_object": (ConstraintKind.JSON_OBJECT, lambda r: ("", "root")),
     "openai_request": (ConstraintKind.OPENAI_REQUEST, lambda r: (r.openai_request, "root")),
     "ollama_request": (ConstraintKind.OLLAMA_REQUEST, lambda r: (r.ollama_request, "root")),
+    "chat": (ConstraintKind.CHAT, lambda r: (_chat_text(r), "root")),
 }
 
 
@@ -319,6 +362,9 @@ class Operations:
                 f"{limits.max_trigger_patterns}"
             )
         self._check_tokens(len(options.trigger_tokens), "trigger tokens")
+        if kind is ConstraintKind.CHAT and (options.trigger_patterns or options.trigger_tokens):
+            raise InputError("a chat request brings its own triggers: give no options.trigger_patterns or "
+                             "options.trigger_tokens with it")
         self._check_tokens(len(request.replay), "replayed tokens")
         constraint = Constraint(
             kind,
@@ -367,8 +413,9 @@ class Operations:
     ) -> Matcher:
         """The planned session's matcher past its prefill and replay (slow for a long replay: a worker
         thread's job; it touches no shared state). A replay still running at `deadline` (time.monotonic())
-        stops with DeadlineError."""
-        return self.store.start(compiled, prefill=plan.prefill, replay=plan.replay, deadline=deadline)
+        stops with DeadlineError. A chat request's prefill (its generation prompt) comes before the plan's."""
+        prefill = plan.prefill if compiled.chat is None else compiled.chat.prefill + plan.prefill
+        return self.store.start(compiled, prefill=prefill, replay=plan.replay, deadline=deadline)
 
     def open_session(
         self, plan: SessionPlan, compiled: CompiledConstraint, started: Matcher | None = None
@@ -376,12 +423,15 @@ class Operations:
         """Opens the planned session on its compiled constraint (and on its started matcher, if given)."""
         matcher = started if started is not None else self.start(plan, compiled)
         session = self.store.adopt(compiled, matcher, ttl=plan.ttl, replayed=len(plan.replay))
-        return pb.CreateSessionResponse(
+        reply = pb.CreateSessionResponse(
             session_id=session.id,
             warnings=compiled.warnings,
             state=_state(session),
             vocab_size=len(compiled.grammar.vocab),
         )
+        if compiled.chat is not None:
+            reply.chat.CopyFrom(_chat_settings(compiled.chat, compiled, plan.prefill))
+        return reply
 
     def create_session(self, request: pb.CreateSessionRequest) -> pb.CreateSessionResponse:
         """CreateSession in one go (plan, compile, open), for callers with no event loop to keep free."""

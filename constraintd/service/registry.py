@@ -81,6 +81,7 @@ from constraintd.errors import (
     SchemaError,
     VocabError,
 )
+from constraintd.service.chat import ChatSettings
 from constraintd.service.constraints import Constraint, PreparedGrammar, prepare
 from constraintd.service.limits import PATH_ECHO_CHARS, Limits, shown
 from constraintd.service.log_events import fields
@@ -109,15 +110,20 @@ class Offload(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class CompiledConstraint:
-    """A constraint made ready for sessions: its compiled grammar and what its conversion warned about."""
+    """A constraint made ready for sessions: its compiled grammar, what its conversion warned about, and a
+    chat request's settings (service/chat.py)."""
 
     grammar: Grammar
     warnings: tuple[str, ...]
+    chat: ChatSettings | None = None
 
     @property
     def own_bytes(self) -> int:
-        """Bytes of this constraint's own parts (its warnings), its grammar's not counted."""
-        return sys.getsizeof(self) + sys.getsizeof(self.warnings) + sum(map(sys.getsizeof, self.warnings))
+        """Bytes of this constraint's own parts (its warnings, a chat request's settings), its grammar's not
+        counted."""
+        chat = 0 if self.chat is None else self.chat.nbytes
+        return (sys.getsizeof(self) + sys.getsizeof(self.warnings) + sum(map(sys.getsizeof, self.warnings))
+                + chat)
 
     @property
     def nbytes(self) -> int:
@@ -403,7 +409,7 @@ class Registry:
                     self._refused.put(key, kept, _refusal_bytes(kept))
                     self._fit()
                 raise
-            compiled = CompiledConstraint(grammar, prepared.resolved.warnings)
+            compiled = CompiledConstraint(grammar, prepared.resolved.warnings, prepared.resolved.chat)
             with self._lock:
                 # not kept when its grammar was not (alone over the bound): it would keep it alive uncharged
                 if self._grammars.peek(prepared.resolved.key(vocab.content_hash)) is grammar:
@@ -430,12 +436,13 @@ class Registry:
             parsed = prepared.parsed
             if parsed is None:
                 parsed = parse_gbnf(resolved.gbnf, token_id=vocab.token_for_text)
+            patterns, tokens = resolved.triggers(vocab)  # a chat request's words made triggers here
             grammar = Grammar(
                 parsed,
                 vocab,
                 root=resolved.root,
-                trigger_patterns=resolved.trigger_patterns,
-                trigger_tokens=resolved.trigger_tokens,
+                trigger_patterns=patterns,
+                trigger_tokens=tokens,
                 source=resolved.gbnf,
                 rules=prepared.rules,
             )

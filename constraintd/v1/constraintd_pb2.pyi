@@ -50,13 +50,14 @@ class RegisterVocabResponse(_message.Message):
     def __init__(self, vocab_id: _Optional[str] = ..., size: _Optional[int] = ..., content_hash: _Optional[str] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("vocab_id", "gbnf", "json_schema", "json_object", "openai_request", "ollama_request", "options", "replay", "strict", "schema_dialect")
+    __slots__ = ("vocab_id", "gbnf", "json_schema", "json_object", "openai_request", "ollama_request", "chat", "options", "replay", "strict", "schema_dialect")
     VOCAB_ID_FIELD_NUMBER: _ClassVar[int]
     GBNF_FIELD_NUMBER: _ClassVar[int]
     JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
     JSON_OBJECT_FIELD_NUMBER: _ClassVar[int]
     OPENAI_REQUEST_FIELD_NUMBER: _ClassVar[int]
     OLLAMA_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    CHAT_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     REPLAY_FIELD_NUMBER: _ClassVar[int]
     STRICT_FIELD_NUMBER: _ClassVar[int]
@@ -67,11 +68,42 @@ class CreateSessionRequest(_message.Message):
     json_object: JsonObject
     openai_request: str
     ollama_request: str
+    chat: ChatRequest
     options: SessionOptions
     replay: _containers.RepeatedScalarFieldContainer[int]
     strict: bool
     schema_dialect: str
-    def __init__(self, vocab_id: _Optional[str] = ..., gbnf: _Optional[_Union[Gbnf, _Mapping]] = ..., json_schema: _Optional[str] = ..., json_object: _Optional[_Union[JsonObject, _Mapping]] = ..., openai_request: _Optional[str] = ..., ollama_request: _Optional[str] = ..., options: _Optional[_Union[SessionOptions, _Mapping]] = ..., replay: _Optional[_Iterable[int]] = ..., strict: _Optional[bool] = ..., schema_dialect: _Optional[str] = ...) -> None: ...
+    def __init__(self, vocab_id: _Optional[str] = ..., gbnf: _Optional[_Union[Gbnf, _Mapping]] = ..., json_schema: _Optional[str] = ..., json_object: _Optional[_Union[JsonObject, _Mapping]] = ..., openai_request: _Optional[str] = ..., ollama_request: _Optional[str] = ..., chat: _Optional[_Union[ChatRequest, _Mapping]] = ..., options: _Optional[_Union[SessionOptions, _Mapping]] = ..., replay: _Optional[_Iterable[int]] = ..., strict: _Optional[bool] = ..., schema_dialect: _Optional[str] = ...) -> None: ...
+
+class ChatRequest(_message.Message):
+    __slots__ = ("template", "messages", "tools", "tool_choice", "parallel_tool_calls", "json_schema", "reasoning_format", "enable_thinking", "bos_text", "eos_text", "add_bos", "add_eos", "now")
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
+    PARALLEL_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    REASONING_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_THINKING_FIELD_NUMBER: _ClassVar[int]
+    BOS_TEXT_FIELD_NUMBER: _ClassVar[int]
+    EOS_TEXT_FIELD_NUMBER: _ClassVar[int]
+    ADD_BOS_FIELD_NUMBER: _ClassVar[int]
+    ADD_EOS_FIELD_NUMBER: _ClassVar[int]
+    NOW_FIELD_NUMBER: _ClassVar[int]
+    template: str
+    messages: str
+    tools: str
+    tool_choice: str
+    parallel_tool_calls: bool
+    json_schema: str
+    reasoning_format: str
+    enable_thinking: bool
+    bos_text: str
+    eos_text: str
+    add_bos: bool
+    add_eos: bool
+    now: float
+    def __init__(self, template: _Optional[str] = ..., messages: _Optional[str] = ..., tools: _Optional[str] = ..., tool_choice: _Optional[str] = ..., parallel_tool_calls: _Optional[bool] = ..., json_schema: _Optional[str] = ..., reasoning_format: _Optional[str] = ..., enable_thinking: _Optional[bool] = ..., bos_text: _Optional[str] = ..., eos_text: _Optional[str] = ..., add_bos: _Optional[bool] = ..., add_eos: _Optional[bool] = ..., now: _Optional[float] = ...) -> None: ...
 
 class Gbnf(_message.Message):
     __slots__ = ("text", "root")
@@ -106,16 +138,48 @@ class SessionState(_message.Message):
     def __init__(self, complete: _Optional[bool] = ..., position: _Optional[int] = ...) -> None: ...
 
 class CreateSessionResponse(_message.Message):
-    __slots__ = ("session_id", "warnings", "state", "vocab_size")
+    __slots__ = ("session_id", "warnings", "state", "vocab_size", "chat")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CHAT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     warnings: _containers.RepeatedScalarFieldContainer[str]
     state: SessionState
     vocab_size: int
-    def __init__(self, session_id: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ..., vocab_size: _Optional[int] = ...) -> None: ...
+    chat: ChatSettings
+    def __init__(self, session_id: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., state: _Optional[_Union[SessionState, _Mapping]] = ..., vocab_size: _Optional[int] = ..., chat: _Optional[_Union[ChatSettings, _Mapping]] = ...) -> None: ...
+
+class ChatSettings(_message.Message):
+    __slots__ = ("prompt", "generation_prompt", "grammar", "grammar_lazy", "trigger_patterns", "trigger_tokens", "preserved_tokens", "additional_stops", "supports_thinking", "thinking_start_tag", "thinking_end_tags", "prefill", "parser")
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    GRAMMAR_FIELD_NUMBER: _ClassVar[int]
+    GRAMMAR_LAZY_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_PATTERNS_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PRESERVED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ADDITIONAL_STOPS_FIELD_NUMBER: _ClassVar[int]
+    SUPPORTS_THINKING_FIELD_NUMBER: _ClassVar[int]
+    THINKING_START_TAG_FIELD_NUMBER: _ClassVar[int]
+    THINKING_END_TAGS_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_FIELD_NUMBER: _ClassVar[int]
+    PARSER_FIELD_NUMBER: _ClassVar[int]
+    prompt: str
+    generation_prompt: str
+    grammar: str
+    grammar_lazy: bool
+    trigger_patterns: _containers.RepeatedScalarFieldContainer[str]
+    trigger_tokens: _containers.RepeatedScalarFieldContainer[int]
+    preserved_tokens: _containers.RepeatedScalarFieldContainer[str]
+    additional_stops: _containers.RepeatedScalarFieldContainer[str]
+    supports_thinking: bool
+    thinking_start_tag: str
+    thinking_end_tags: _containers.RepeatedScalarFieldContainer[str]
+    prefill: bytes
+    parser: str
+    def __init__(self, prompt: _Optional[str] = ..., generation_prompt: _Optional[str] = ..., grammar: _Optional[str] = ..., grammar_lazy: _Optional[bool] = ..., trigger_patterns: _Optional[_Iterable[str]] = ..., trigger_tokens: _Optional[_Iterable[int]] = ..., preserved_tokens: _Optional[_Iterable[str]] = ..., additional_stops: _Optional[_Iterable[str]] = ..., supports_thinking: _Optional[bool] = ..., thinking_start_tag: _Optional[str] = ..., thinking_end_tags: _Optional[_Iterable[str]] = ..., prefill: _Optional[bytes] = ..., parser: _Optional[str] = ...) -> None: ...
 
 class Mask(_message.Message):
     __slots__ = ("words", "vocab_size", "allowed", "all_allowed")

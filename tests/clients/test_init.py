@@ -7,6 +7,8 @@ import clients
 PUBLIC = [
     "AsyncClient",
     "AsyncSession",
+    "ChatRequest",
+    "ChatSettings",
     "Client",
     "ClientTls",
     "Policy",
