@@ -58,7 +58,6 @@
 #   `MaskCache` (one per grammar), the shared verdicts by the vocabulary: nothing here lives in the module.
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Final
 
 import numpy as np
@@ -82,11 +81,17 @@ from constraintd.engine.masks.compute import (
 )
 from constraintd.engine.masks.structural_ids import Structure
 from constraintd.engine.masks.verdicts import (
+    IDS,
     LOOP_MARK,
+    NBYTES,
+    REACH,
     SHIFT_MARK,
+    UNCERTAIN,
+    WORDS,
     SharedVerdicts,
     ShiftedVerdict,
     TopVerdict,
+    top_verdict,
 )
 from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab
 
@@ -218,13 +223,14 @@ class MaskCache:
         verdicts = [self._top(top, limit, deadline) for top in tops]
         ored: set[int] = set()
         for verdict in verdicts:
-            if verdict.words is not None and id(verdict.words) not in ored:
-                ored.add(id(verdict.words))
-                words |= verdict.words
-            if verdict.ids.size:
-                extra.append(verdict.ids)
-            if verdict.uncertain.size:
-                uncertain.append(verdict.uncertain)
+            allowed, ids, left = verdict[WORDS], verdict[IDS], verdict[UNCERTAIN]
+            if allowed is not None and id(allowed) not in ored:
+                ored.add(id(allowed))
+                words |= allowed
+            if ids.size:
+                extra.append(ids)
+            if left.size:
+                uncertain.append(left)
         if state.has_empty:
             extra.append(vocab.eog_tokens)
         # token-topped stacks take any token with a code point, by id alone
@@ -261,19 +267,19 @@ class MaskCache:
                 assert start is not None
                 allowed_rows, uncertain = walk(table, table.columns, start, limit, deadline=deadline)
                 verdict = self._verdict(None, table.ids[allowed_rows], uncertain)
-                self._own.put(top, verdict, verdict.nbytes)
-            elif shorter is not None and shorter.uncertain.size == 0:
+                self._own.put(top, verdict, verdict[NBYTES])
+            elif shorter is not None and shorter[UNCERTAIN].size == 0:
                 verdict = shorter  # it decides every token whatever lies below: so does the longer top
                 self._tops.put(top, verdict, 1)
             elif (
                 shorter is not None
-                and shorter.uncertain.size * FEW_SHARE <= self.vocab.fresh_table().ids.size
+                and shorter[UNCERTAIN].size * FEW_SHARE <= self.vocab.fresh_table().ids.size
             ):
                 # Few rows left to walk: walked from this top without its structural key (the ids of
                 # positions deep in a grammar, whose forms run through its schema-specific rules, cost
                 # more than such a walk), and kept for this grammar alone.
                 verdict = self._walk_uncertain(top, shorter, limit, deadline)
-                self._own.put(top, verdict, verdict.nbytes)
+                self._own.put(top, verdict, verdict[NBYTES])
             else:
                 verdict = self._keyed_top(top, limit, deadline)
                 self._tops.put(top, verdict, 1)
@@ -327,22 +333,22 @@ class MaskCache:
         few = table.ids.size // LOOP_SHARE
         if loop_key == key or reach <= 0:
             walked = self._walk_top(top, limit, deadline)
-            self.shared.put(key, walked, walked.nbytes)
+            self.shared.put(key, walked, walked[NBYTES])
             return walked
         known = self.shared.get(loop_key)  # a real loop's verdict: it holds for every token
         if known is None:
             known = self.shared.get((LOOP_MARK, *loop_key))
         verdict = None
         if known is not None:
-            shared_reach = min(reach, known.reach)
+            shared_reach = min(reach, known[REACH])
             if _count_looking_past(table, shared_reach) <= few:  # counted first: rows only when few
                 verdict = self._from_loop(top, known, _looking_past(table, shared_reach), limit, deadline)
         if verdict is None:
             verdict = self._walk_top(top, limit, deadline)
-        self.shared.put(key, verdict, verdict.nbytes)
-        if (known is None or known.reach < reach) and _count_looking_past(table, reach) <= few:
-            for_loop = replace(verdict, reach=reach)
-            self.shared.put((LOOP_MARK, *loop_key), for_loop, for_loop.nbytes)
+        self.shared.put(key, verdict, verdict[NBYTES])
+        if (known is None or known[REACH] < reach) and _count_looking_past(table, reach) <= few:
+            words, ids, uncertain, nbytes, _ = verdict
+            self.shared.put((LOOP_MARK, *loop_key), top_verdict(words, ids, uncertain, nbytes, reach), nbytes)
         return verdict
 
     def _from_loop(
@@ -357,14 +363,15 @@ class MaskCache:
         )
         walked = table.ids[rows]
         words = None
-        if known.words is not None:
-            words = known.words.copy()
+        known_words = known[WORDS]
+        if known_words is not None:
+            words = known_words.copy()
             np.bitwise_and.at(
                 words.view(np.uint32), walked >> 5, ~np.left_shift(1, walked & 31).astype(np.uint32)
             )
         n_tokens, n_rows = self.vocab.n_tokens, table.ids.size
-        ids = rows_without(known.ids, walked, n_tokens)
-        kept = rows_without(known.uncertain, rows, n_rows)
+        ids = rows_without(known[IDS], walked, n_tokens)
+        kept = rows_without(known[UNCERTAIN], rows, n_rows)
         return self._verdict(
             words, union_rows([ids, table.ids[allowed_rows]], n_tokens), union_rows([kept, uncertain], n_rows)
         )
@@ -380,9 +387,9 @@ class MaskCache:
         # built on (escape, p2, p1) for (escape, p3, p2, p1), and on (escape, p3, p2, p1) for the whole
         # stack (p3, p2, p1)
         shorter = self._top((escape, *top[2:]) if marked else (escape, *top), limit, deadline)
-        if shorter.uncertain.size == 0:
+        if shorter[UNCERTAIN].size == 0:
             return shorter
-        if shorter.uncertain.size * 2 > table.ids.size:
+        if shorter[UNCERTAIN].size * 2 > table.ids.size:
             # most of the vocabulary is left to walk: a whole walk, which moves column 0 by first code
             # point instead of row by row, costs less (and decides the rest again, alike)
             allowed_rows, uncertain = walk(table, table.columns, start, limit, deadline=deadline)
@@ -463,14 +470,14 @@ class MaskCache:
             table.columns,
             start,
             limit,
-            rows=shorter.uncertain,
+            rows=shorter[UNCERTAIN],
             runs=self._class_runs(),
             deadline=deadline,
         )
         ids = table.ids[allowed_rows]
-        if shorter.ids.size:
-            ids = union_rows([shorter.ids, ids], self.vocab.n_tokens)
-        return self._verdict(shorter.words, ids, uncertain)
+        if shorter[IDS].size:
+            ids = union_rows([shorter[IDS], ids], self.vocab.n_tokens)
+        return self._verdict(shorter[WORDS], ids, uncertain)
 
     def _class_runs(self) -> ClassRuns:
         runs = self._runs
@@ -491,7 +498,7 @@ class MaskCache:
         for array in (words, ids, uncertain):
             if array is not None:
                 array.flags.writeable = False
-        return TopVerdict(words, ids, uncertain, nbytes)
+        return top_verdict(words, ids, uncertain, nbytes)
 
     def __len__(self) -> int:
         return len(self._masks)

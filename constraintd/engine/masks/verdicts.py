@@ -25,13 +25,19 @@ from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.structural_ids import UNBOUNDED, FormTable
 
 __all__ = [
+    "IDS",
     "LOOP_MARK",
     "MAX_SHIFTED_BYTES",
     "MAX_VERDICT_BYTES",
+    "NBYTES",
+    "REACH",
     "SHIFT_MARK",
+    "UNCERTAIN",
+    "WORDS",
     "SharedVerdicts",
     "ShiftedVerdict",
     "TopVerdict",
+    "top_verdict",
 ]
 
 # The first id of a key under which a verdict of a stack with its chains made loops is kept, below its
@@ -48,26 +54,31 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 
-@dataclass(frozen=True, slots=True)
-class TopVerdict:
-    """What one stack top decides whatever lies below it.
+# What one stack top decides whatever lies below it: a plain tuple, read by the indexes below. A tuple of
+# arrays and ints leaves the cyclic collector's sight after its first collection, where an object of a
+# class of its own (a dataclass, a NamedTuple) stays in it as long as it lives, and a vocabulary keeps
+# tens of thousands of verdicts (`SharedVerdicts`, MAX_VERDICT_BYTES), each walked by every full
+# collection of the server. Made by `top_verdict`.
+TopVerdict = tuple[Words | None, IntArray, IntArray, int, int]
+# words: a packed mask of tokens allowed (possibly shared with the shorter top it was built from), or None.
+WORDS: Final = 0
+# ids: more allowed token ids, beyond `words` (ascending).
+IDS: Final = 1
+# uncertain: rows of the vocabulary's fresh table that the stacks below decide (ascending).
+UNCERTAIN: Final = 2
+# nbytes: bytes of the arrays this verdict holds alone (not those it shares).
+NBYTES: Final = 3
+# reach: the verdict holds for the tokens that look at no more terminals than this (every token, by
+# default; less for the verdict of a stack whose chains are made loops, kept under a LOOP_MARK key:
+# masks/structural_ids.py).
+REACH: Final = 4
 
-    Attributes:
-        words: a packed mask of tokens allowed (possibly shared with the shorter top it was built from),
-            or None.
-        ids: more allowed token ids, beyond `words` (ascending).
-        uncertain: rows of the vocabulary's fresh table that the stacks below decide (ascending).
-        nbytes: bytes of the arrays this verdict holds alone (not those it shares).
-        reach: the verdict holds for the tokens that look at no more terminals than this (every token,
-            by default; less for the verdict of a stack whose chains are made loops, kept under a
-            LOOP_MARK key: masks/structural_ids.py).
-    """
 
-    words: Words | None
-    ids: IntArray
-    uncertain: IntArray
-    nbytes: int
-    reach: int = UNBOUNDED
+def top_verdict(
+    words: Words | None, ids: IntArray, uncertain: IntArray, nbytes: int, reach: int = UNBOUNDED
+) -> TopVerdict:
+    """A `TopVerdict` of these fields."""
+    return (words, ids, uncertain, nbytes, reach)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 import zlib
 from typing import TYPE_CHECKING
@@ -80,6 +81,21 @@ def test_masks_from_the_caches_are_the_walked_masks() -> None:
         for matcher in walk_states(Matcher(grammar), text):
             assert matcher.mask().tolist() == expected_mask(matcher).tolist()
     assert grammar._masks.tops > 0
+
+
+def test_verdicts_are_out_of_the_collectors_sight() -> None:
+    # a vocabulary keeps tens of thousands of verdicts: once collected, none is tracked, so no full
+    # collection walks them
+    vocab = Vocab(PIECES, eog_ids=[0])
+    grammar = Grammar.from_gbnf(GRAMMAR, vocab)
+    for text in TEXTS:
+        for matcher in walk_states(Matcher(grammar), text):
+            matcher.mask()
+    gc.collect()
+    masks = grammar._masks
+    kept = [*masks.shared.items(), *masks._tops.items(), *masks._own.items()]
+    assert kept
+    assert not [verdict for _, verdict in kept if gc.is_tracked(verdict)]
 
 
 def test_tiny_caches_give_the_same_masks() -> None:
