@@ -18,6 +18,7 @@ from constraintd.chat_templates import chat_grammar_of, chat_prompt_of
 from constraintd.engine.chat.message_parser import ParsedToolCall, parse_message
 from constraintd.engine.chat.template_inputs import parse_messages, parse_tools
 from constraintd.engine.masks.bitmask import unpack_mask
+from constraintd.engine.schema.json_text import parse_json
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import InputError
 from sampler_worker.prompt import regex_escape
@@ -267,3 +268,31 @@ def test_the_async_session_gets_the_same_chat_settings() -> None:
         with client.session(vocab, chat=request) as session:
             assert session.chat == chat
     assert parsed.tool_calls == (ParsedToolCall("get_weather", CALL_ARGUMENTS),)
+
+
+@pytest.mark.parametrize("thinking", [True, False], ids=["thinking", "not-thinking"])
+def test_a_response_schema_session_takes_the_answer_after_the_generation_prompt(
+    client: Client, thinking: bool
+) -> None:
+    specials = ["<think>", "</think>", "<|im_start|>", "<|im_end|>"]
+    vocab, ids = pieces_vocab(specials)
+    handle = client.register_vocab(vocab=vocab)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    source = TEMPLATES["Qwen-Qwen3-0.6B"].read_text()
+    request = ChatRequest(ASK, template=source, json_schema=schema, enable_thinking=thinking, now=NOW)
+    messages = parse_messages(ASK)
+    made = chat_prompt_of(source, messages, enable_thinking=thinking, now=NOW)
+    params = chat_grammar_of(source, messages, json_schema=parse_json(json.dumps(schema)),
+                             enable_thinking=thinking, now=NOW, generation_prompt=made.generation_prompt)
+    answer = '{"city": "Paris"}'
+    with client.session(handle, chat=request) as session:
+        assert session.chat is not None
+        assert session.chat.grammar == params.grammar and not session.chat.grammar_lazy
+        assert session.chat.prefill == made.generation_prompt.encode()
+        # thinking off, the generation prompt holds an empty thinking block: the prefill took it
+        assert (b"</think>" in session.chat.prefill) is not thinking
+        assert not session.allows(ids["x"])  # no text before the answer
+        for token in tokens_of(answer, ids, specials):
+            assert not session.is_complete()
+            assert session.accept(token)
+        assert session.is_complete()
