@@ -5,6 +5,7 @@ session follows that grammar with those triggers, and `Session.parse` reads the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from constraintd.engine.chat.template_inputs import parse_messages, parse_tools
 from constraintd.engine.masks.bitmask import unpack_mask
 from constraintd.engine.schema.json_text import parse_json
 from constraintd.engine.vocab.vocab import Vocab
-from constraintd.errors import InputError
+from constraintd.errors import DeadlineError, InputError
 from sampler_worker.prompt import regex_escape
 from tests import reference
 from tests.chat_oracle.cases import template_paths
@@ -296,3 +297,23 @@ def test_a_response_schema_session_takes_the_answer_after_the_generation_prompt(
             assert not session.is_complete()
             assert session.accept(token)
         assert session.is_complete()
+
+
+def test_a_template_that_renders_forever_is_stopped_at_the_compile_time_limit() -> None:
+    # the template is the caller's: the server renders it in a compile process, stopped at its time limit
+    endless = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    with socket_dir() as directory:
+        config = server_config(directory)
+        config = dataclasses.replace(config, limits=dataclasses.replace(config.limits, compile_timeout=1.0))
+        server = ServerThread(config)
+        service = server.start()
+        try:
+            with Client(service.addresses[0], policy=POLICY) as client:
+                vocab = client.register_vocab(vocab=pieces_vocab(["<tool_call>", "</tool_call>"])[0])
+                stuck = ChatRequest(ASK, template=endless, tools=TOOLS, now=NOW)
+                with pytest.raises(DeadlineError):
+                    client.session(vocab, chat=stuck)
+                with client.session(vocab, chat=chat_request("Qwen-Qwen2.5-7B-Instruct", "auto")) as session:
+                    assert session.chat is not None and session.chat.grammar_lazy
+        finally:
+            server.stop()
