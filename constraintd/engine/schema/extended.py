@@ -208,16 +208,17 @@ DEFINED_FORMATS: Final = frozenset({
     "relative-json-pointer", "regex",
 })
 _KEY_ESCAPE: Final = '[\\\\] (["\\\\bfnrt] | "u00" ([01] [0-9a-fA-F] | "22" | "5" [cC] | "7" [fF]))'
-# a key's characters past a place of the names: x-key-more one or more, x-key-tail any number (the loops
-# written as right recursion: `*` would add two rules more), x-key-escaped from an escape on, x-key-end
-# that or none (the empty alternative and the escape every x-key-not-... rule would write)
+# a key's characters past a place of the names, each rule ending with the key's closing quote, so none of
+# them may be empty (a rule that may be empty costs the grammar's parser more: whatever follows a reference
+# to it is looked at too, and an empty trie place makes every place above it empty): x-key-more one or more
+# characters, x-key-tail any number, x-key-end none or from an escape on (the ending and the escape every
+# x-key-not-... rule would write). The loops are right recursion: `*` would add two rules more.
 _KEY_RULES: Final[Mapping[str, BuiltinRule]] = {
     "x-key-escape": BuiltinRule(_KEY_ESCAPE),
-    "x-key-more": BuiltinRule('[^"\\\\\\x7F\\x00-\\x1F] x-key-tail | x-key-escaped',
-                              ("x-key-tail", "x-key-escaped")),
-    "x-key-tail": BuiltinRule("| x-key-more", ("x-key-more",)),
-    "x-key-escaped": BuiltinRule("x-key-escape x-key-tail", ("x-key-escape", "x-key-tail")),
-    "x-key-end": BuiltinRule("| x-key-escaped", ("x-key-escaped",)),
+    "x-key-more": BuiltinRule('[^"\\\\\\x7F\\x00-\\x1F] x-key-tail | x-key-escape x-key-tail',
+                              ("x-key-tail", "x-key-escape")),
+    "x-key-tail": BuiltinRule('"\\"" | x-key-more', ("x-key-more",)),
+    "x-key-end": BuiltinRule('"\\"" | x-key-escape x-key-tail', ("x-key-escape", "x-key-tail")),
 }
 # each format's JSON string: its rule between quotes
 RULES: Final[Mapping[str, BuiltinRule]] = {
@@ -603,6 +604,12 @@ def other_keys_held(names: Sequence[str]) -> bool:
     return not any(len(name) > _MAX_NAME_CHARS or _NEEDS_ESCAPE.search(name) for name in names)
 
 
+def _literal_char(char: str) -> str:
+    # a name's character in a GBNF string literal: as it is, or escaped outside printable ASCII (the
+    # grammar's text is held as bytes; a name holds no quote, backslash or control character here)
+    return char if " " <= char <= "~" else f"\\U{ord(char):08X}"
+
+
 def other_keys_rule(names: Sequence[str], add_rule: AddRule,
                     leaving: dict[tuple[str, bool], str] | None = None) -> str | None:
     """A GBNF expression for a JSON string (with its quotes) that is none of `names` (text), or None when a
@@ -611,7 +618,8 @@ def other_keys_rule(names: Sequence[str], add_rule: AddRule,
     names may hold (`x-key-not-...`: a key leaving the names there, or ending there; `x-key-more-not-...`
     where a name ends there, so the key may not), shared by every place and every object of the grammar
     with the same set. `leaving` keeps those rules' names by (characters, a name ends there) between calls
-    with the same `add_rule` (one grammar), so each is written once."""
+    with the same `add_rule` (one grammar), so each is written once. The closing quote is written by the
+    rules a key ends in (none of the expression's rules may be empty)."""
     if not other_keys_held(names):
         return None
     leaves: dict[tuple[str, bool], str] = {} if leaving is None else leaving
@@ -624,31 +632,33 @@ def other_keys_rule(names: Sequence[str], add_rule: AddRule,
 
     def leave(chars: str, end: bool) -> str:
         # the rest of a key that leaves the names at a place of these characters: a character none of them
-        # (or an escape) and any tail; where no name ends at the place, the key may end there too (the rule
-        # may be empty: shared, where each place would write its own empty alternative)
-        if (chars, end) not in leaves:
+        # (or an escape) and any tail; where no name ends at the place, the key may end there too
+        found = leaves.get((chars, end))
+        if found is None:
             listed = "".join(_class_char(char) for char in chars)
             hexes = "-".join(f"{ord(char):x}" for char in chars)
-            leaves[chars, end] = add_rule(("x-key-more-not-" if end else "x-key-not-") + hexes,
-                                          f'[^"\\\\\\x7F\\x00-\\x1F{listed}] x-key-tail | '
-                                          + ("x-key-escaped" if end else "x-key-end"))
-        return leaves[chars, end]
+            found = leaves[chars, end] = add_rule(
+                ("x-key-more-not-" if end else "x-key-not-") + hexes,
+                f'[^"\\\\\\x7F\\x00-\\x1F{listed}] x-key-tail | '
+                + ("x-key-escape x-key-tail" if end else "x-key-end"))
+        return found
 
     # one group per place of the names (a group is a rule to the parser): its characters, each followed by
     # the places after it, or a key that leaves the names there
     def rest(node: _Trie) -> str:
         if not node.children:
-            return "x-key-more" if node.end else "x-key-tail"
+            return "x-key-more" if node.end else "x-key-tail"  # a name ends here: the key goes on
         alternatives: list[str] = []
         for char, child in sorted(node.children.items()):
+            literal = _literal_char(char)
             if len(child.children) == 1 and not child.end:
                 # a place of one character where no name ends: written in this group (one rule less)
                 (after, grandchild), = child.children.items()
-                alternatives += [f"[{_class_char(char)}] [{_class_char(after)}] {rest(grandchild)}",
-                                 f"[{_class_char(char)}] {leave(after, False)}"]
+                alternatives += [f'"{literal}{_literal_char(after)}" {rest(grandchild)}',
+                                 f'"{literal}" {leave(after, False)}']
             else:
-                alternatives.append(f"[{_class_char(char)}] {rest(child)}")
+                alternatives.append(f'"{literal}" {rest(child)}')
         alternatives.append(leave("".join(sorted(node.children)), node.end))
         return "(" + " | ".join(alternatives) + ")"
 
-    return f'"\\"" {rest(root)} "\\""'
+    return f'"\\"" {rest(root)}'

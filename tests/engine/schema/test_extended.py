@@ -377,6 +377,35 @@ def test_random_other_keys(key: str) -> None:
     assert takes(grammar, "{" + key_text(key) + ':"v"}') == valid(OPEN, document), key
 
 
+# names that share prefixes, end inside one another, and run on alone: every place of the trie the rule
+# writes (a pair of places in one group, a place where a name ends and another goes on, a last place)
+TRIE_NAMES: Final = ("food_items", "foo", "fo", "target_calories", "tag", "x", "é")
+TRIE: Final = {"type": "object", "properties": {name: {"type": "integer"} for name in TRIE_NAMES},
+               "additionalProperties": {"type": "string"}}
+
+
+def _near_keys(names: tuple[str, ...]) -> set[str]:
+    # each name, its prefixes, and the keys one character away from it: a character changed, added or
+    # taken out at each place, and an escape put in at each place
+    keys = {""}
+    for name in names:
+        for i in range(len(name) + 1):
+            keys |= {name[:i], name[:i] + name[i + 1:], name[:i] + "\n" + name[i:]}
+            keys |= {name[:i] + char + name[i + 1:] for char in "aoz_\u00e9"}
+            keys |= {name[:i] + char + name[i:] for char in "ao_\u00e9"}
+    return keys
+
+
+def test_other_keys_near_the_names_are_exactly_the_undeclared_ones() -> None:
+    # a declared name takes an integer, another key a string: a string under a declared name is refused
+    grammar = grammar_of(TRIE)
+    for key in sorted(_near_keys(TRIE_NAMES)):
+        taken = takes(grammar, "{" + key_text(key) + ':"v"}')
+        assert taken == (key not in TRIE_NAMES) == valid(TRIE, {key: "v"}), key
+        if key in TRIE_NAMES:
+            assert takes(grammar, "{" + key_text(key) + ":1}"), key
+
+
 def test_a_name_json_must_escape_keeps_llama_cpps_rule() -> None:
     schema = {"type": "object", "properties": {'a"b': {"type": "integer"}}, "additionalProperties": True}
     conversion = convert_json_schema(json.dumps(schema), dialect="extended")
