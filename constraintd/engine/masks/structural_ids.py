@@ -334,10 +334,17 @@ class Structure:
         return copies, at
 
     def _rule(self, rule: int, budget: int) -> tuple[int, int]:
-        # a rule that matches at most m terminals is cut nowhere by a budget above m: one form for all
         most = self._bounds[1]
         if most[rule] < 0:
-            self._measure(rule)
+            self._measure(rule)  # the caller reads the rule's fewest terminals next
+        # a loop S ::= x S | is written as the loop over its x (the same form), once per x and budget,
+        # whichever rule it is: a grammar repeats `char*` in every group that says it (a key trie has
+        # hundreds), and each would otherwise write a chain of forms of its own, one per budget down from
+        # the horizon
+        loop = self._loop_of(rule)
+        if loop is not None:
+            return self._loop(loop, budget)
+        # a rule that matches at most m terminals is cut nowhere by a budget above m: one form for all
         if budget > most[rule] + 1:
             budget = most[rule] + 1
         key = (rule, budget)

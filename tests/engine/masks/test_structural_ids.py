@@ -172,3 +172,22 @@ def test_the_reach_of_a_stack_counts_from_its_top() -> None:
         if kind == RULE_REF and rules.kinds[pos - 1] == RULE_REF and rules.kinds[pos + 1] in (END, ALT)
     ]
     assert sorted(loops.stack_reach((ref, top))[1] for ref in below) == [2, 3, 4, 5, 6]
+
+
+def test_a_loop_is_written_once_whichever_rule_repeats_it() -> None:
+    # `[a-z]*` in fifty groups is fifty rules of one loop: the positions before them get their ids from
+    # the loop's forms, written once per budget (a key trie repeats `char*` in every node), not once per
+    # rule and budget
+    branches = " | ".join(f'"{chr(ord("A") + i % 26)}" [a-z]*' for i in range(50))
+    parsed = parse_gbnf(f"root ::= {branches}\n")
+    rules = Rules(parsed)
+    horizon = 40
+    structure = Structure(rules, horizon, FormTable())
+    root = parsed.symbol_ids["root"]
+    in_root = range(rules.rule_starts[root], rules.rule_starts[root + 1])
+    references = [pos for pos in in_root if rules.kinds[pos] == RULE_REF]
+    assert len(references) == 50
+    assert len({structure.position(pos) for pos in references}) == 1
+    assert len({structure.position(pos - 1) for pos in references}) == 26  # the letter before tells apart
+    assert len(structure._rule_ids) < 10  # the class's forms; no chain of forms per rule
+    assert len(structure._loop_ids) <= horizon + 1
