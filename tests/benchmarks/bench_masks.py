@@ -39,7 +39,8 @@ collector's sight (`gc.freeze`, as `constraintd serve` freezes its imports), and
 schemas; it stays on during a walk, which pays for the collections its own allocations cause. The report
 counts the full collections inside the walks and their longest pause. `--keep-grammars` holds every
 compiled grammar of constraintd through the run, as a server's cache of compiled grammars does, and does not
-collect between schemas: the collector's own full collections then walk them all, inside the walks.
+collect between schemas: the collector's own full collections then walk them all, inside the walks; at
+the end it counts the objects a full collection walks with them all held and times one (CPU time).
 Numbers depend on the machine and on what else runs on it: compare the rows of one run.
 Progress goes to stderr; the tables to stdout. See README.md for the peers' one-time setup.
 """
@@ -78,6 +79,7 @@ from tests.oracle import LlamaVocab  # noqa: E402
 WORKLOAD: Final = ROOT / "tests" / "vectors" / "maskbench-sample"
 VOCABS: Final = ("qwen2", "gemma")
 MASK, COMPILE, LOOKAHEAD, ALLOWS, ACCEPT = "mask", "compile", "lookahead", "allows", "accept"
+COLLECTIONS: Final = 5  # full collections timed at the end of a run that held its grammars
 # metric -> (unit, nanoseconds per unit)
 UNITS: Final = {
     MASK: ("ms", 1e6),
@@ -459,12 +461,33 @@ def run_vocab(
     )
     kept = "" if run.kept_grammars is None else f" ({len(run.kept_grammars)} compiled grammars held)"
     print(
-        f"full collections inside the walks{kept}: {pauses.count}, longest {pauses.longest * 1e3:.1f} ms\n",
+        f"full collections inside the walks{kept}: {pauses.count}, longest {pauses.longest * 1e3:.1f} ms",
         flush=True,
     )
+    if run.kept_grammars is not None:
+        tracked, seconds = _full_collection()
+        print(
+            f"one full collection with them held: {tracked:,} objects in the collector's sight, "
+            f"{seconds * 1e3:.1f} ms of CPU (median of {COLLECTIONS})",
+            flush=True,
+        )
+    print()
     gc.callbacks.remove(pauses)
     gc.unfreeze()
     llama.close()
+
+
+def _full_collection() -> tuple[int, float]:
+    """What one full collection walks now (the objects in the collector's sight, after a first
+    collection lets go of what it stops tracking) and its CPU time, the median of COLLECTIONS."""
+    gc.collect()
+    tracked = len(gc.get_objects())
+    times = []
+    for _ in range(COLLECTIONS):
+        started = time.process_time()
+        gc.collect()
+        times.append(time.process_time() - started)
+    return tracked, float(np.median(times))
 
 
 class _FullCollections:
