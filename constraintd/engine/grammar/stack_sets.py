@@ -21,9 +21,9 @@
 #   (LimitError). Deep stacks share their bottoms (stacks.Tail), so a state holds O(1) per stack whatever
 #   its depth, and a path down to depth d holds O(d).
 # - A stack set deeper than SHARED_DEPTH is not kept in the table: its `State` is private (`shared` is
-#   False), held only by whoever asked for it (a session's matcher and its trail, other private states'
-#   memos), and freed with them. A shared state never memoizes a transition to a private one, so nothing
-#   the grammar keeps leads to one: one session's deep nesting is not the grammar's to keep.
+#   False) and has no number, held only by whoever asked for it (a session's matcher and its trail), and
+#   freed with them. No memo leads to a private state, so nothing the grammar keeps leads to one: one
+#   session's deep nesting is not the grammar's to keep.
 # - A memo holds the number of the state it leads to (`State.id`, in the table's `by_id`), not the state:
 #   a dict or tuple of plain ints is out of the cyclic collector's sight, one holding states is walked by
 #   every full collection for as long as the grammar is held (about three such objects a state, 60,000
