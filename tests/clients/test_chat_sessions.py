@@ -25,7 +25,7 @@ from constraintd.errors import DeadlineError, InputError
 from sampler_worker.prompt import regex_escape
 from tests import reference
 from tests.chat_oracle.cases import template_paths
-from tests.server.running import ServerThread, server_config, socket_dir
+from tests.server.running import ServerThread, client_of, server_config, socket_dir
 
 POLICY = Policy(timeout=60.0, setup_timeout=120.0)
 NOW = 1_767_000_000.0  # a fixed request time: the templates that print the date print the same one
@@ -55,18 +55,8 @@ CASES = [
 
 @pytest.fixture(params=["local", "unix"])
 def client(request: pytest.FixtureRequest) -> Iterator[Client]:
-    if request.param == "local":
-        with Client("local", policy=POLICY) as local:
-            yield local
-        return
-    with socket_dir() as directory:
-        server = ServerThread(server_config(directory))
-        service = server.start()
-        try:
-            with Client(service.addresses[0], policy=POLICY) as remote:
-                yield remote
-        finally:
-            server.stop()
+    with client_of(request.param, POLICY) as opened:
+        yield opened
 
 
 def vocab_file(name: str) -> Path:

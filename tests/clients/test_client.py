@@ -40,6 +40,7 @@ from tests.server.running import (
     TINY_PIECES,
     ServerProcess,
     ServerThread,
+    client_of,
     server_config,
     socket_dir,
 )
@@ -58,18 +59,8 @@ def engine_mask(tokens: list[int]) -> np.ndarray:
 
 @pytest.fixture(params=["local", "unix", "tcp"])
 def client(request: pytest.FixtureRequest) -> Iterator[Client]:
-    if request.param == "local":
-        with Client("local", policy=POLICY) as local:
-            yield local
-        return
-    with socket_dir() as directory:
-        server = ServerThread(server_config(directory))
-        service = server.start()
-        try:
-            with Client(service.addresses[0 if request.param == "unix" else 1], policy=POLICY) as remote:
-                yield remote
-        finally:
-            server.stop()
+    with client_of(request.param, POLICY) as opened:
+        yield opened
 
 
 def test_every_session_call(client: Client) -> None:

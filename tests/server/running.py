@@ -24,6 +24,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from clients import Client, Policy
 from constraintd.server.config import LogFormat, ServerConfig
 from constraintd.server.lifecycle import Service
 from constraintd.server.memory import resident_bytes
@@ -137,6 +138,24 @@ class ServerThread:
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
         self._loop.close()
+
+
+@contextlib.contextmanager
+def client_of(kind: str, policy: Policy) -> Iterator[Client]:
+    """A client in this process ("local"), or of a server of its own in a thread, over its Unix socket
+    ("unix") or loopback TCP ("tcp"); the server stops on exit."""
+    if kind == "local":
+        with Client("local", policy=policy) as local:
+            yield local
+        return
+    with socket_dir() as directory:
+        server = ServerThread(server_config(directory))
+        service = server.start()
+        try:
+            with Client(service.addresses[0 if kind == "unix" else 1], policy=policy) as remote:
+                yield remote
+        finally:
+            server.stop()
 
 
 def wait_serving(target: str, *, timeout: float = 60.0) -> None:
