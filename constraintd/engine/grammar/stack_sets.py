@@ -160,6 +160,25 @@ def _takes_token(rules: Rules, stacks: Iterable[Stack], token: int) -> bool:
     return False
 
 
+def _members(
+    tops: tuple[int, ...], classes: dict[int, CharClass], starts: list[int]
+) -> list[tuple[int, ...]]:
+    # per interval of code points (`starts`: where each begins, every class's ranges begin and end on
+    # one), the tops whose class matches it, in the order of `tops`: each range marks the intervals it
+    # covers, so a state of hundreds of tops (an enum's literals) costs its ranges, not tops x intervals
+    index = {start: i for i, start in enumerate(starts)}
+    count = len(starts)
+    members: list[list[int]] = [[] for _ in range(count)]
+    for pos in tops:
+        positive, ranges = classes[pos]
+        covered: set[int] = set()
+        for low, high in ranges:
+            covered.update(range(index[low], index.get(high + 1, count)))
+        for i in (covered if positive else set(range(count)) - covered):
+            members[i].append(pos)
+    return [tuple(found) for found in members]
+
+
 class State:
     """One non-empty stack set of a grammar, with its transitions memoized."""
 
@@ -471,10 +490,9 @@ class State:
                         cuts.add(high + 1)
             bounds = np.array(sorted(cuts), dtype=np.int64)
             starts = [_NO_CODE_POINT, *bounds.tolist()]
-            match = self.table.rules.match_char
             after = tuple(
-                self._after_match(tuple(pos for pos in self.char_tops if match(pos, start)), limit)
-                for start in starts
+                self._after_match(matched, limit)
+                for matched in _members(self.char_tops, classes, starts)
             )
             if all(map(self.keeps, after)):
                 self._after = tuple(_DEAD if state is None else state.id for state in after)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from constraintd.engine.grammar.gbnf import check_grammar, parse_gbnf
-from constraintd.engine.grammar.stack_sets import MAX_STACK_DEPTH, SHARED_DEPTH, State, StateTable
+from constraintd.engine.grammar.stack_sets import MAX_STACK_DEPTH, SHARED_DEPTH, State, StateTable, _members
 from constraintd.engine.grammar.stacks import Rules, accept_char, accept_token, allows_token, stack_depth
 from constraintd.engine.grammar.utf8 import FRESH, INVALID, decode_utf8
 from constraintd.errors import GrammarError, LimitError
@@ -111,6 +111,32 @@ def test_segments_cut_code_points_where_the_classes_change() -> None:
     for code_point in (0x10, ord("a"), ord("b"), ord("c"), ord("d"), ord("e"), 0x4E2D):
         index = int(bounds.searchsorted(code_point, side="right"))
         assert after[index] is start.step(code_point, 100)
+
+
+RANGES = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 6)), min_size=1, max_size=3).map(
+    lambda pairs: [(low, low + width) for low, width in pairs]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), RANGES), min_size=1, max_size=8))
+def test_the_members_of_each_interval_are_the_classes_that_match_it(
+    drawn: list[tuple[bool, list[tuple[int, int]]]],
+) -> None:
+    # each interval's tops, found by marking ranges, are the tops whose class matches a code point of it
+    classes = {10 + i: (positive, ranges) for i, (positive, ranges) in enumerate(drawn)}
+    tops = tuple(classes)
+    cuts = {edge for _, ranges in drawn for low, high in ranges for edge in (low, high + 1)}
+    starts = [-1, *sorted(cuts)]
+    found = _members(tops, classes, starts)
+    ends = [*(start - 1 for start in starts[1:]), starts[-1] + 5]
+    for start, end, members in zip(starts, ends, found, strict=True):
+        for code_point in {start, end}:  # its first and its last (the first interval's is -1 if it is empty)
+            expected = tuple(
+                pos for pos in tops if any(low <= code_point <= high for low, high in classes[pos][1])
+                == classes[pos][0]
+            )
+            assert members == expected
 
 
 @settings(max_examples=60, deadline=None)
