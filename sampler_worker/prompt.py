@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from constraintd.chat_templates import (
     render_template,
     template_caps,
 )
-from constraintd.engine.chat.chat_params import TOOL_CHOICES, ChatGrammar, NotPorted
+from constraintd.engine.chat.chat_params import TOOL_CHOICES, ChatGrammar, NotPorted, regex_escape
 from constraintd.engine.chat.message_parser import MessageParseError, ParsedMessage, parse_message
 from constraintd.engine.chat.prompt import CHATML_TEMPLATE, template_source
 from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps
@@ -111,11 +110,6 @@ def prompt_tokens(model: TemplateModel, *, prompt: str | None = None, chat: str 
     return model.tokenize(text, add_special=True, parse_special=True)
 
 
-def regex_escape(word: str) -> str:
-    """A word as a regular expression that matches it (llama.cpp's regex_escape)."""
-    return re.sub(r"[.^$|()*+?\[\]{}\\]", lambda m: "\\" + m.group(0), word)
-
-
 def _single_token(model: TemplateModel, text: str) -> int | None:
     ids = model.tokenize(text, add_special=False, parse_special=True)
     return ids[0] if len(ids) == 1 else None
@@ -194,18 +188,14 @@ def _session_of(model: ToolModel, params: ChatGrammar, generation_prompt: str,
         if trigger.kind == "word":
             token = _single_token(model, trigger.value)
             if token is None:
-                patterns.append(regex_escape(trigger.value))
+                patterns.append(trigger.pattern())
             elif token in preserved:
                 tokens.append(token)
             else:
                 raise TemplateError(
                     f"Grammar trigger word should be marked as preserved token: {trigger.value}")
-        elif trigger.kind == "pattern_full":
-            value = trigger.value
-            patterns.append("^$" if not value else ("" if value.startswith("^") else "^") + value
-                            + ("" if value.endswith("$") else "$"))
         else:
-            patterns.append(trigger.value)
+            patterns.append(trigger.pattern())
     return {"gbnf": params.grammar, "trigger_patterns": patterns, "trigger_tokens": tokens}
 
 

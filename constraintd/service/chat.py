@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
@@ -30,7 +29,7 @@ from typing import Any
 
 from constraintd.chat_templates import TemplateError, chat_grammar_of, chat_prompt_of, known_caps
 from constraintd.engine.chat.chat_format import ChatFormat
-from constraintd.engine.chat.chat_params import TOOL_CHOICES, ChatGrammar, NotPorted
+from constraintd.engine.chat.chat_params import TOOL_CHOICES, ChatGrammar, NotPorted, regex_escape
 from constraintd.engine.chat.prompt import template_source
 from constraintd.engine.chat.template_inputs import ChatTool, parse_messages, parse_tools
 from constraintd.engine.schema.json_text import parse_json
@@ -116,11 +115,6 @@ class ChatSettings:
         return sys.getsizeof(self) + sum(map(sys.getsizeof, texts))
 
 
-def regex_escape(word: str) -> str:
-    """A word as a pattern that matches it (llama.cpp's regex_escape)."""
-    return re.sub(r"[.^$|()*+?\[\]{}\\]", lambda m: "\\" + m.group(0), word)
-
-
 def _json(text: str, what: str) -> Any:
     try:
         return json.loads(text)
@@ -145,12 +139,8 @@ def _patterns(params: ChatGrammar) -> tuple[tuple[str, ...], tuple[str, ...]]:
     for trigger in params.grammar_triggers:
         if trigger.kind == "word":
             words.append(trigger.value)
-        elif trigger.kind == "pattern_full":
-            value = trigger.value
-            patterns.append("^$" if not value else ("" if value.startswith("^") else "^") + value
-                            + ("" if value.endswith("$") else "$"))
         else:
-            patterns.append(trigger.value)
+            patterns.append(trigger.pattern())
     return tuple(words), tuple(patterns)
 
 

@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +52,10 @@ from constraintd.engine.schema.nodes import FAILED, WorkLimit, schema_from_json
 from constraintd.engine.schema.rules import format_literal, to_bytes
 from constraintd.errors import SchemaError
 
-__all__ = ["TOOL_CHOICES", "ChatGrammar", "GrammarTrigger", "NotPorted", "chat_params", "specialised_format"]
+__all__ = [
+    "TOOL_CHOICES", "ChatGrammar", "GrammarTrigger", "NotPorted", "chat_params", "regex_escape",
+    "specialised_format",
+]
 
 TOOL_CHOICES: Final = ("auto", "required", "none")
 """llama.cpp's tool_choice values (common_chat_tool_choice_parse_oaicompat takes no named function)."""
@@ -99,6 +103,23 @@ class GrammarTrigger:
 
     kind: str
     value: str
+
+    def pattern(self) -> str:
+        """The trigger as llama-server's pattern of it: a word escaped (common.cpp's regex_escape), a
+        full pattern anchored at both ends, a pattern as it is."""
+        value = self.value
+        if self.kind == "word":
+            return regex_escape(value)
+        if self.kind == "pattern_full":
+            if not value:
+                return "^$"
+            return ("" if value.startswith("^") else "^") + value + ("" if value.endswith("$") else "$")
+        return value
+
+
+def regex_escape(word: str) -> str:
+    """A word as a regular expression that matches it (llama.cpp's regex_escape)."""
+    return re.sub(r"[.^$|()*+?\[\]{}\\]", lambda m: "\\" + m.group(0), word)
 
 
 @dataclass(frozen=True, slots=True)
