@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with socket_dir() as directory:
         killer = Killer(directory / "s.sock", kills=args.kills, every=args.every, seed=args.seed)
-        wait_serving(killer.servers[0].target)
+        wait_serving(killer.servers[0].target, server=killer.servers[0])
         killer.start()
         try:
             with Client(killer.servers[0].target, policy=POLICY) as client:

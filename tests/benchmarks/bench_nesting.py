@@ -133,7 +133,7 @@ def _over_socket(tokens: list[int], down: int) -> dict[str, Any]:
         server.args.remove("--no-uvloop")  # as the service runs
         server.launch()
         try:
-            wait_serving(server.target)
+            wait_serving(server.target, server=server)
             with Client(server.target, policy=Policy(timeout=120.0)) as client:
                 vocab = client.register_vocab(gguf=reference.vocab_path("qwen2"))
                 client.session(vocab, json_object=True).close()  # the grammar compiled, as a warm server

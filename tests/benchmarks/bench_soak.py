@@ -543,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         server.launch()
         try:
-            wait_serving(server.target)
+            wait_serving(server.target, server=server)
             assert server.process is not None
             idle = server.rss()
             soak = Soak(server, args.seconds, args.window)

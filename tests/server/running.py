@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -158,15 +159,35 @@ def client_of(kind: str, policy: Policy) -> Iterator[Client]:
             server.stop()
 
 
-def wait_serving(target: str, *, timeout: float = 60.0) -> None:
-    """Blocks until the server at `target` answers a health check with SERVING."""
-    with grpc.insecure_channel(target) as channel:
+def wait_serving(target: str, *, timeout: float = 120.0, server: ServerProcess | None = None) -> None:
+    """Blocks until the server at `target` answers a health check with SERVING.
+
+    With `server`, a process that exits first fails at once; either failure quotes the end of its log.
+    Reconnection backs off at most half a second, so a server slow to bind on a loaded machine is seen as
+    soon as it serves, not at gRPC's next backoff (which grows past 20 s).
+    """
+    deadline = time.monotonic() + timeout
+    options = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 500)]
+    with grpc.insecure_channel(target, options=options) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         request = health_pb2.HealthCheckRequest(service="")
-        for reply in stub.Watch(request, timeout=timeout, wait_for_ready=True):
+        while (left := deadline - time.monotonic()) > 0:
+            if server is not None and server.process is not None and server.process.poll() is not None:
+                raise RuntimeError(
+                    f"the server at {target} exited with {server.process.returncode} before serving:\n"
+                    + server.log_tail()
+                )
+            try:
+                reply = stub.Check(request, timeout=min(left, 1.0), wait_for_ready=True)
+            except grpc.RpcError as error:
+                if error.code() is not grpc.StatusCode.DEADLINE_EXCEEDED:  # type: ignore[attr-defined]
+                    raise
+                continue
             if reply.status == health_pb2.HealthCheckResponse.SERVING:
                 return
-        raise RuntimeError(f"the server at {target} never reported SERVING")
+            time.sleep(0.05)
+    tail = "" if server is None else ":\n" + server.log_tail()
+    raise RuntimeError(f"the server at {target} did not report SERVING within {timeout:.0f} s{tail}")
 
 
 class ServerProcess:
@@ -192,8 +213,13 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         """Starts the process and returns once it serves."""
         self.launch()
-        wait_serving(self.target)
+        wait_serving(self.target, server=self)
         return self
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of what the process has logged."""
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:]) or "(nothing logged)"
 
     def signal(self, sig: signal.Signals) -> None:
         assert self.process is not None

@@ -84,7 +84,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[CappedServer]:
         capped = CappedServer(directory / "constraintd.sock", *extra)
         capped.launch()
         try:
-            wait_serving(capped.target)
+            wait_serving(capped.target, server=capped)
             yield capped
         finally:
             capped.kill()
@@ -301,7 +301,7 @@ def test_deep_nesting_again_and_again_leaves_no_memory_behind_on_the_system_allo
         capped = CappedServer(directory / "constraintd.sock")
         capped.launch()
         try:
-            wait_serving(capped.target)
+            wait_serving(capped.target, server=capped)
             attacked(capped, attack)
         finally:
             capped.kill()
