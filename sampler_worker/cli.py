@@ -14,7 +14,8 @@ local` runs the engine in this process; any other value is a gRPC target. Text s
 is generated; `--output json` prints one JSON document at the end instead (tokens, text, where the
 grammar refused a first draw, the overlap mode that ran, counters, timings). Progress goes to stderr.
 `--tools FILE` (a JSON list of OpenAI tools) renders the tools into the chat prompt and constrains the
-answer as llama-server does for the template (see sampler_worker.prompt.tool_chat); the report then holds
+answer as llama-server does for the template, through a session constraintd makes from the chat request
+(see sampler_worker.prompt.tool_chat); the report then holds
 the message llama-server's parser reads: content, reasoning content, tool calls.
 `--overlap` (auto by default) chooses how the constraint's round trip meets the model's forward pass (see
 sampler_worker/generate.py); the tokens are the same in every mode.
@@ -281,6 +282,23 @@ def _report(generation: Generation, settings: SamplerSettings, *, json_answer: b
     }
 
 
+@contextlib.contextmanager
+def _served(
+    args: argparse.Namespace, model: Model, path: str | Path, say: TextIO
+) -> Iterator[tuple[Any, Any]]:
+    # a constraintd client with the model's vocabulary registered, checked against llama.cpp's first
+    from constraintd.engine.vocab.vocab import Vocab
+
+    say.write("checking the vocabulary against llama.cpp's\n")
+    vocab = Vocab.from_gguf(path)
+    check_vocab(model, vocab.pieces, vocab.eog_ids)
+    with _constraintd(args.constraintd, say) as client:
+        handle = client.register_vocab(gguf=Path(path).resolve())
+        if handle.content_hash != vocab.content_hash:
+            raise ModelError("constraintd read a different vocabulary from the GGUF than this worker")
+        yield client, handle
+
+
 def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
     settings = settings_from(args)
     settings.check()
@@ -289,46 +307,43 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
     json_answer = answers_json(constraint)
     template = _read(args.chat_template) if args.chat_template is not None else None
     path = args.model if args.model is not None else default_model_path()
-    stop, special, chat = list(args.stop), frozenset[int](), None
+    streaming = args.output == "text"
+    from constraintd.engine.chat.content import ContentStream
+
+    content = ContentStream() if json_answer else None
+
+    def show(step: Step) -> None:
+        if streaming and step.text:
+            # a JSON answer streams its content: the value alone, growing
+            out.write(content.push(step.text) if content is not None else step.text)
+            out.flush()
+
+    chat = None
     with Model(path, n_ctx=args.n_ctx, n_threads=args.threads, progress=_Progress(say)) as model:
         if tools is not None:
+            # the service makes the session from the chat request, and gives the prompt with it
             from sampler_worker.prompt import tool_chat
 
-            chat = tool_chat(model, args.chat, tools, tool_choice=args.tool_choice,
-                             parallel_tool_calls=args.parallel_tool_calls, template=template)
-            tokens, constraint, special = chat.prompt, chat.session, chat.preserved
-            stop = chat.stop_strings(stop)
+            with _served(args, model, path, say) as (client, handle), tool_chat(
+                client, handle, model, args.chat, tools, tool_choice=args.tool_choice,
+                parallel_tool_calls=args.parallel_tool_calls, template=template,
+            ) as chat:
+                generation = generate(
+                    model, chat.prompt, settings, session=chat.session, max_tokens=args.max_tokens,
+                    stop=chat.stop_strings(args.stop), on_step=show, overlap=args.overlap,
+                    special=chat.preserved,
+                )
         else:
             tokens = prompt_tokens(model, prompt=args.prompt, chat=args.chat, template=template)
-        streaming = args.output == "text"
-        from constraintd.engine.chat.content import ContentStream
-
-        content = ContentStream() if json_answer else None
-
-        def show(step: Step) -> None:
-            if streaming and step.text:
-                # a JSON answer streams its content: the value alone, growing
-                out.write(content.push(step.text) if content is not None else step.text)
-                out.flush()
-
-        if constraint is None:
-            generation = generate(
-                model, tokens, settings, max_tokens=args.max_tokens, stop=stop, on_step=show, special=special
-            )
-        else:
-            from constraintd.engine.vocab.vocab import Vocab
-
-            say.write("checking the vocabulary against llama.cpp's\n")
-            vocab = Vocab.from_gguf(path)
-            check_vocab(model, vocab.pieces, vocab.eog_ids)
-            with _constraintd(args.constraintd, say) as client:
-                handle = client.register_vocab(gguf=Path(path).resolve())
-                if handle.content_hash != vocab.content_hash:
-                    raise ModelError("constraintd read a different vocabulary from the GGUF than this worker")
-                with client.session(handle, **constraint) as session:
+            if constraint is None:
+                generation = generate(model, tokens, settings, max_tokens=args.max_tokens,
+                                      stop=list(args.stop), on_step=show)
+            else:
+                with _served(args, model, path, say) as (client, handle), \
+                        client.session(handle, **constraint) as session:
                     generation = generate(
-                        model, tokens, settings, session=session, max_tokens=args.max_tokens, stop=stop,
-                        on_step=show, overlap=args.overlap, special=special,
+                        model, tokens, settings, session=session, max_tokens=args.max_tokens,
+                        stop=list(args.stop), on_step=show, overlap=args.overlap,
                     )
     if streaming:
         out.write("\n")

@@ -11,15 +11,29 @@
 #   meet the difference (constraintd.chat_templates, with the template's capabilities); a leading BOS
 #   text is cut when the tokenizer adds BOS itself (and a trailing EOS text when it adds EOS); then the
 #   text is tokenized as a raw prompt.
-# - Not done: images, reasoning formats, and prefilling the grammar with the template's generation prompt.
+# - A chat with tools (`tool_chat`) is the service's: a session made from a chat request (CreateSession's
+#   `chat`), whose reply gives the prompt, the grammar's triggers and prefill, the preserved tokens, the
+#   stops and the parser settings (constraintd.service.chat computes llama.cpp's chat params: there is no
+#   other copy). The worker keeps what is its own: the prompt's tokens, the preserved tokens as token ids
+#   (their text is written with the output), and reading the answer back with the reply's parser.
+#   The session's prefill is the service's: the generation prompt as text. llama-server prefills with
+#   that text's tokens, dropping a first token whose piece starts with a space the text does not have;
+#   the two differ only where a tokenizer joins such a space to more of the text in one token.
+# - A chat with tools that gets no grammar (tool_choice none, a template without tool-call syntax, auto
+#   with no word to trigger on) is free text: the service holds no session for it and refuses it (the
+#   proto's contract), so the worker resolves it with the same engine calls the service makes
+#   (`_free_text`), and generates without a session, as llama-server does.
+# - Not done: images, reasoning formats.
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from types import TracebackType
+from typing import Protocol
 
+from clients import ChatRequest, ChatSettings, Client, Session, VocabHandle
 from constraintd.chat_templates import (
     TemplateError,
     chat_grammar_of,
@@ -28,18 +42,26 @@ from constraintd.chat_templates import (
     render_template,
     template_caps,
 )
-from constraintd.engine.chat.chat_params import TOOL_CHOICES, ChatGrammar, NotPorted, regex_escape
-from constraintd.engine.chat.message_parser import MessageParseError, ParsedMessage, parse_message
+from constraintd.engine.chat.chat_format import ChatFormat
+from constraintd.engine.chat.chat_params import TOOL_CHOICES, NotPorted, regex_escape
+from constraintd.engine.chat.message_parser import MessageParseError, ParsedMessage
 from constraintd.engine.chat.prompt import CHATML_TEMPLATE, template_source
 from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps
+from constraintd.errors import InputError
 
 # The renderer lives beside the engine (constraintd.chat_templates: the service renders with it too); its
 # names are re-exported here, the worker's as they always were.
 __all__ = [
-    "CHATML_TEMPLATE", "Message", "TemplateError", "ToolChat", "chat_grammar_of", "chat_prompt_of",
-    "chat_text", "prompt_tokens", "regex_escape", "render_template", "template_caps", "tool_chat",
+    "CHATML_TEMPLATE", "FREE_TEXT", "NOT_PORTED", "Message", "TemplateError", "ToolChat", "chat_grammar_of",
+    "chat_prompt_of", "chat_text", "prompt_tokens", "regex_escape", "render_template", "template_caps",
+    "tool_chat",
 ]
 
+# How the service's refusals of a chat request that gets no grammar, and of what is not ported, begin
+# (constraintd.service.chat; a test holds them together): the worker answers the first itself, with free
+# text, and raises the second as NotPorted, as the engine's chat layer says it.
+FREE_TEXT = "the chat request asks for free text"
+NOT_PORTED = "not ported yet: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +84,6 @@ class TemplateModel(Protocol):
     def tokenize(
         self, text: str | bytes, *, add_special: bool = True, parse_special: bool = True
     ) -> list[int]: ...
-
-
-class ToolModel(TemplateModel, Protocol):
-    """What a chat with tools needs from a model besides its template: the text of a token."""
-
-    def piece(self, token: int, *, special: bool = True) -> bytes: ...
 
 
 def chat_text(
@@ -117,28 +133,26 @@ def _single_token(model: TemplateModel, text: str) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class ToolChat:
-    """A chat with tools, prepared as llama-server prepares it.
+    """A chat with tools, made by the service as llama-server prepares one; closing it closes its session.
 
     Attributes:
-        prompt: the prompt's tokens.
-        generation_prompt: the text the template adds for the assistant's turn.
-        params: the chat params' grammar side (constraintd.engine.chat.chat_params).
-        session: the keyword arguments of `Client.session` (the grammar, its triggers or its prefill), or
-            None where the request gets no grammar.
-        stops: the template's additional stop strings.
+        prompt: the prompt's tokens (the reply's prompt, tokenized as llama-server tokenizes it).
+        settings: what the service resolved the request to (`clients.ChatSettings`): the prompt, the stops,
+            the preserved tokens, the triggers the session got, the parser settings.
         preserved: the preserved tokens that are one token here (their text is written with the output).
+        session: the session that holds the grammar (its triggers or prefill in place), or None where the
+            request gets no grammar (free text).
     """
 
     prompt: list[int]
-    generation_prompt: str
-    params: ChatGrammar
-    tools: tuple[ChatTool, ...]
-    tool_choice: str
-    parallel_tool_calls: bool
-    supports_tool_calls: bool
-    session: dict[str, Any] | None
-    stops: tuple[str, ...]
+    settings: ChatSettings
     preserved: frozenset[int]
+    session: Session | None
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """The template's additional stop strings."""
+        return self.settings.additional_stops
 
     def parse(self, text: str) -> ParsedMessage:
         """The message llama-server's chat parser reads in the whole generated text.
@@ -147,10 +161,7 @@ class ToolChat:
             MessageParseError: the text does not match the format.
             NotPorted: the format's parser is not ported.
         """
-        return parse_message(
-            text, self.params, generation_prompt=self.generation_prompt,
-            tools=[tool.to_json() for tool in self.tools], tool_choice=self.tool_choice,
-            parallel_tool_calls=self.parallel_tool_calls, supports_tool_calls=self.supports_tool_calls)
+        return self.settings.parse(text)
 
     def read(self, text: str) -> tuple[ParsedMessage, str | None]:
         """The message in the whole generated text, and None; or, where the parser refuses the text, the
@@ -168,82 +179,97 @@ class ToolChat:
         """The request's stop strings followed by the template's that are not among them."""
         return [*stop, *(s for s in self.stops if s not in stop)]
 
+    def close(self) -> None:
+        """Close the session (nothing for free text). Does not raise for a session closed already."""
+        if self.session is not None:
+            self.session.close()
 
-def _session_of(model: ToolModel, params: ChatGrammar, generation_prompt: str,
-                preserved: frozenset[int]) -> dict[str, Any] | None:
-    # what llama-server hands common_sampler_init (server-schema.cpp's grammar_triggers, sampling.cpp)
-    if not params.grammar:
-        return None
-    if not params.grammar_lazy:
-        # the grammar starts with the generation prompt: the sampler accepts its tokens first (prefill),
-        # skipping a first token some tokenizers give a space the text does not have
-        tokens = model.tokenize(generation_prompt, add_special=False, parse_special=True)
-        pieces = [model.piece(token, special=True) for token in tokens]
-        if pieces and pieces[0][:1].isspace() and not generation_prompt[:1].isspace():
-            pieces = pieces[1:]
-        return {"gbnf": params.grammar, "prefill": b"".join(pieces)}
-    patterns: list[str] = []
-    tokens = []
-    for trigger in params.grammar_triggers:
-        if trigger.kind == "word":
-            token = _single_token(model, trigger.value)
-            if token is None:
-                patterns.append(trigger.pattern())
-            elif token in preserved:
-                tokens.append(token)
-            else:
-                raise TemplateError(
-                    f"Grammar trigger word should be marked as preserved token: {trigger.value}")
-        else:
-            patterns.append(trigger.pattern())
-    return {"gbnf": params.grammar, "trigger_patterns": patterns, "trigger_tokens": tokens}
+    def __enter__(self) -> ToolChat:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 def tool_chat(
-    model: ToolModel, chat: str | Sequence[ChatMessage], tools: Sequence[ChatTool], *,
-    tool_choice: str = "auto", parallel_tool_calls: bool = False, template: str | None = None,
-    now: float | None = None,
+    client: Client, vocab: VocabHandle, model: TemplateModel, chat: str | Sequence[ChatMessage],
+    tools: Sequence[ChatTool], *, tool_choice: str = "auto", parallel_tool_calls: bool = False,
+    template: str | None = None, now: float | None = None,
 ) -> ToolChat:
-    """llama-server's preparation of a chat with tools: the prompt rendered with the tools, the chat
-    params' grammar, lazy triggers (a word that is one preserved token triggers on that token, any other
-    word on its text) or the generation prompt's prefill, and the template's stops.
+    """llama-server's preparation of a chat with tools, by the service: a session made from the chat
+    request (the prompt rendered with the tools, the chat params' grammar with its lazy triggers or the
+    generation prompt's prefill), and the reply's prompt tokenized here. Close the result when done.
 
+    `vocab`: the model's vocabulary, registered with `client`.
     `chat`: one user message's text, or the messages (llama.cpp's, `template_inputs.parse_messages`).
     `tool_choice`: auto, required, none, or a tool's name (that tool alone, required).
     `template`: a chat template that replaces the model's.
 
     Raises:
-        ValueError: a tool_choice that names no tool.
-        TemplateError: the template does not render the request, or a trigger word is one token that is
-            not preserved (llama-server refuses it too).
-        NotPorted: the template's format, or its tool-call grammar, is not ported yet; or tool_choice auto
-            on a thinking template (the reasoning-budget sampler llama-server adds is not).
+        InputError: the service refuses the request, in words that name what: a tool_choice that names no
+            tool, a template that does not render it, a trigger word that is one token and not preserved.
+        NotPorted: the service says what is not ported yet: the template's format, its tool-call grammar,
+            or a lazy tool grammar on a thinking template (llama-server then runs a reasoning-budget
+            sampler that is not).
+        ConstraintdError: the service cannot make the session (limits, an unknown vocabulary, ...).
     """
-    if tool_choice not in TOOL_CHOICES:
-        named = [tool for tool in tools if tool.name == tool_choice]
-        if not named:
-            raise ValueError(f"tool_choice {tool_choice!r} names none of the tools")
-        tools, tool_choice = named, "required"
     now = time.time() if now is None else now
-    source = template_source(model.chat_template or "" if template is None else template)
-    caps = known_caps(source)
+    source = model.chat_template or "" if template is None else template
     messages = [ChatMessage("user", chat)] if isinstance(chat, str) else list(chat)
+    request = ChatRequest(
+        [message.to_json() for message in messages], template=source, tools=[t.to_json() for t in tools],
+        tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls, bos_text=model.bos_text,
+        eos_text=model.eos_text, add_bos=model.add_bos, add_eos=model.add_eos, now=now)
+    session: Session | None
+    try:
+        session = client.session(vocab, chat=request)
+    except InputError as exc:
+        refusal = str(exc)
+        if refusal.startswith(NOT_PORTED):
+            raise NotPorted(refusal.removeprefix(NOT_PORTED)) from None
+        if not refusal.startswith(FREE_TEXT):
+            raise
+        session, settings = None, _free_text(model, source, messages, tools, tool_choice, parallel_tool_calls,
+                                             now)
+    else:
+        assert session.chat is not None  # a session made from a chat request has its settings
+        settings = session.chat
+    try:
+        preserved = frozenset(token for text in settings.preserved_tokens
+                              if (token := _single_token(model, text)) is not None)
+        prompt = model.tokenize(settings.prompt, add_special=True, parse_special=True)
+    except BaseException:
+        if session is not None:
+            session.close()
+        raise
+    return ToolChat(prompt, settings, preserved, session)
+
+
+def _free_text(
+    model: TemplateModel, source: str, messages: Sequence[ChatMessage], tools: Sequence[ChatTool],
+    tool_choice: str, parallel_tool_calls: bool, now: float,
+) -> ChatSettings:
+    # The settings the service gives a chat request (constraintd.service.chat.resolve_chat), for the one it
+    # refuses to hold: the same engine calls, on a request the service has checked already (a named tool is
+    # among the tools), and no grammar.
+    if tool_choice not in TOOL_CHOICES:
+        tools, tool_choice = [tool for tool in tools if tool.name == tool_choice], "required"
+    source = template_source(source)
+    caps = known_caps(source)
     made = chat_prompt_of(source, messages, tools=tools, bos_text=model.bos_text, eos_text=model.eos_text,
                           add_bos=model.add_bos, add_eos=model.add_eos, now=now, caps=caps)
-    params = chat_grammar_of(source, messages, tools=tools, tool_choice=tool_choice, bos_text=model.bos_text,
-                             eos_text=model.eos_text, now=now, caps=caps,
-                             parallel_tool_calls=parallel_tool_calls,
-                             generation_prompt=made.generation_prompt)
-    if params.grammar_lazy and params.thinking_end_tags:
-        # llama-server then runs a reasoning-budget sampler that keeps the thinking block from the lazy
-        # grammar (common/sampling.cpp grammar_should_apply): a trigger word inside it wakes nothing
-        raise NotPorted("a lazy tool grammar on a thinking template (llama-server's reasoning-budget sampler "
-                        "keeps the thinking block from it)")
-    preserved = frozenset(token for text in params.preserved_tokens or ()
-                          if (token := _single_token(model, text)) is not None)
-    return ToolChat(
-        prompt=model.tokenize(made.prompt, add_special=True, parse_special=True),
-        generation_prompt=made.generation_prompt, params=params, tools=tuple(tools), tool_choice=tool_choice,
-        parallel_tool_calls=parallel_tool_calls, supports_tool_calls=caps.supports_tool_calls,
-        session=_session_of(model, params, made.generation_prompt, preserved), stops=params.additional_stops,
-        preserved=preserved)
+    params = chat_grammar_of(
+        source, messages, tools=tools, tool_choice=tool_choice, bos_text=model.bos_text,
+        eos_text=model.eos_text, now=now, caps=caps, parallel_tool_calls=parallel_tool_calls,
+        generation_prompt=made.generation_prompt)
+    assert not params.grammar and params.analysis is not None  # what the service refused: no grammar
+    parser = ChatFormat(params.analysis, made.generation_prompt, tuple(tool.to_json() for tool in tools),
+                        tool_choice, parallel_tool_calls, "auto", caps.supports_tool_calls, False)
+    return ChatSettings(
+        prompt=made.prompt, generation_prompt=made.generation_prompt, grammar="", grammar_lazy=False,
+        trigger_patterns=(), trigger_tokens=(), preserved_tokens=tuple(params.preserved_tokens or ()),
+        additional_stops=params.additional_stops, supports_thinking=params.supports_thinking,
+        thinking_start_tag=params.thinking_start_tag, thinking_end_tags=params.thinking_end_tags,
+        prefill=b"", format=parser)

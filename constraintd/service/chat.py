@@ -7,11 +7,14 @@
 #   Two requests that resolve to the same grammar and triggers (the same tools on the same template, other
 #   messages) share one compiled grammar: the registry's grammar cache is keyed by what `resolve_chat`
 #   gives, not by the request.
-# - The resolution is the worker's own (`sampler-worker generate --tools`, serve's tools): the prompt
-#   and the chat params through constraintd.chat_templates; tool_choice naming a tool offers that tool alone,
-#   required; a lazy tool grammar on a thinking template is refused (llama-server then runs a
-#   reasoning-budget sampler that is not ported). A request that gets no grammar (no tools the template
-#   can call, tool_choice none, auto with no word to trigger on) is refused: there is nothing to hold.
+# - This is the one resolution of a chat with tools: the worker (`sampler-worker generate --tools`, serve's
+#   tools) makes its sessions here. The prompt and the chat params come through constraintd.chat_templates;
+#   tool_choice naming a tool offers that tool alone, required; a lazy tool grammar on a thinking template
+#   is refused (llama-server then runs a reasoning-budget sampler that is not ported). A request that gets
+#   no grammar (no tools the template can call, tool_choice none, auto with no word to trigger on) is
+#   refused with `FREE_TEXT` first: there is nothing to hold (the worker generates free text then).
+# - A refusal is the same for the same request (its key holds all it depends on): the registry remembers
+#   it as it remembers a refused grammar, so asking again resolves nothing.
 # - Trigger words become triggers over a vocabulary as llama-server makes them (server-schema.cpp): a word
 #   that is one token triggers on that token when it is a preserved token (and is refused when it is not);
 #   any other word triggers on its text, as an escaped pattern. `chat_triggers` needs the vocabulary, so
@@ -36,9 +39,16 @@ from constraintd.engine.schema.json_text import parse_json
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import InputError
 
-__all__ = ["ChatRequest", "ChatSettings", "chat_triggers", "regex_escape", "resolve_chat"]
+__all__ = [
+    "FREE_TEXT", "NOT_PORTED", "ChatRequest", "ChatSettings", "chat_triggers", "regex_escape", "resolve_chat",
+]
 
 REASONING_FORMATS = ("auto", "none")
+# How the refusals of a request that gets no grammar, and of what is not ported, begin (the worker tells
+# them from the others by these words: it generates free text, or says what is not ported as llama-server's
+# chat layer would have).
+FREE_TEXT = "the chat request asks for free text"
+NOT_PORTED = "not ported yet: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,12 +183,12 @@ def resolve_chat(request: ChatRequest) -> tuple[str, ChatSettings]:
     except TemplateError as exc:
         raise InputError(str(exc)) from None
     except NotPorted as exc:
-        raise InputError(f"not ported yet: {exc}") from None
+        raise InputError(f"{NOT_PORTED}{exc}") from None
     if not params.grammar:
-        raise InputError("the chat request asks for free text (no tools the template can call, tool_choice "
-                         "none, or auto with no word to trigger on): there is no constraint to hold")
+        raise InputError(f"{FREE_TEXT} (no tools the template can call, tool_choice none, or auto with no "
+                         "word to trigger on): there is no constraint to hold")
     if params.grammar_lazy and params.thinking_end_tags:
-        raise InputError("not ported yet: a lazy tool grammar on a thinking template (llama-server's "
+        raise InputError(f"{NOT_PORTED}a lazy tool grammar on a thinking template (llama-server's "
                          "reasoning-budget sampler keeps the thinking block from it)")
     words, patterns = _patterns(params)
     assert params.analysis is not None  # chat_params analyses every template it gives a grammar for

@@ -19,9 +19,10 @@
 # - Two content-addressed caches: a constraint as asked (kind, text, root, triggers, vocabulary hash) ->
 #   its compiled constraint; and a grammar (GBNF text, root, triggers, vocabulary hash) -> its compiled
 #   `Grammar`, so constraints that resolve to the same GBNF (JSON mode asked three ways, a schema sent
-#   as a schema and inside a request) share one compiled grammar. A constraint refused (GrammarError,
-#   SchemaError: the same answer every time) is remembered too, and asking again raises the same error
-#   without compiling: a large refused schema sent in a loop costs one compile. One key is worked on
+#   as a schema and inside a request) share one compiled grammar. A constraint refused (an InputError:
+#   GrammarError, SchemaError, a chat request refused; the same answer every time) is remembered too, and
+#   asking again raises the same error without compiling: a large refused schema sent in a loop costs one
+#   compile, a refused chat request one resolution. One key is worked on
 #   once even when many callers ask at the same time (they wait for the first). The caches are the
 #   engine's `LruCache` (engine/lru.py), under the registry's lock; a session keeps its own reference,
 #   so dropping never harms a running session.
@@ -75,10 +76,9 @@ from constraintd.engine.masks.warm import warm_vocabulary
 from constraintd.engine.vocab.vocab import TokenizerRules, Vocab
 from constraintd.errors import (
     ConstraintdError,
-    GrammarError,
+    InputError,
     LimitError,
     NotFoundError,
-    SchemaError,
     VocabError,
 )
 from constraintd.service.chat import ChatSettings
@@ -131,7 +131,10 @@ class CompiledConstraint:
         return self.grammar.nbytes + self.own_bytes
 
 
-Refusal = GrammarError | SchemaError
+# Bad input is refused the same way every time for the same key (the key holds all a compile reads): a
+# grammar (GrammarError), a schema or request (SchemaError), a chat request (InputError: a template that
+# does not render, a tool_choice that names no tool, what is not ported, a request that asks for free text).
+Refusal = InputError
 
 
 def _kept(error: Refusal) -> Refusal:
@@ -387,7 +390,7 @@ class Registry:
 
         Raises:
             GrammarError, SchemaError: the constraint does not compile (with where).
-            InputError: a request that asks for no constraint.
+            InputError: a request that asks for no constraint, or a chat request refused.
             DeadlineError: its worker process ran past the compile time limit (it is stopped).
             UnavailableError: its worker process died, or the pool is closed.
         """
@@ -403,7 +406,7 @@ class Registry:
             try:
                 prepared = self._prepare(constraint)
                 grammar = self._grammar(prepared, vocab)
-            except (GrammarError, SchemaError) as error:
+            except InputError as error:
                 kept = _kept(error)
                 with self._lock:
                     self._refused.put(key, kept, _refusal_bytes(kept))

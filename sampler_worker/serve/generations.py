@@ -22,10 +22,11 @@
 #   steps every running generation with one decode and one constraintd `Step` message, and waits for it
 #   (`sampler_worker.serve.lockstep`); the worker thread still opens and closes the constraintd session.
 # - A chat with tools (`job.tools`) is prepared on the worker thread as `sampler-worker generate --tools`
-#   prepares it (sampler_worker.prompt.tool_chat): the prompt rendered with the tools, the session made from
-#   the chat params (the grammar, its triggers or its prefill), the template's stops added, the preserved
-#   tokens written into the text. `Started` carries that `ToolChat`, whose parser reads the answer; a format
-#   not ported fails the run before `Started` (NotPorted).
+#   prepares it (sampler_worker.prompt.tool_chat): the session made by the service from the chat request
+#   (the grammar, its triggers or its prefill), the reply's prompt tokenized, the template's stops added,
+#   the preserved tokens written into the text. `Started` carries that `ToolChat`, whose parser reads the
+#   answer; a request the service refuses (a template, a tool_choice, what is not ported) fails the run
+#   before `Started`, and so does a format whose parser is not ported (NotPorted).
 # - The chat template is the model's, or the server's `--chat-template` (`Generations(template=)`).
 # - Metrics are written on the loop only (a done callback), from a tally the worker thread filled; the
 #   gauge of open constraintd sessions moves when a session opens and when it closes (the worker thread
@@ -45,7 +46,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sampler_worker.generate import ConstraintSession, Counters, Generation, Overlap, Step, generate
+from clients import Session
+from sampler_worker.generate import Counters, Generation, Overlap, Step, generate
 from sampler_worker.model import Model
 from sampler_worker.prompt import ToolChat, chat_text, tool_chat
 from sampler_worker.serve.bodies import Job, RequestError
@@ -344,38 +346,61 @@ class Generations:
 
     # The worker thread.
 
-    def _prompt(self, context: Model | Slot, job: Job) -> tuple[list[int], ToolChat | None]:
-        chat = None
-        if job.tools is not None:
-            asked = job.tools
-            chat = tool_chat(context, asked.messages, asked.tools, tool_choice=asked.tool_choice,
-                             parallel_tool_calls=asked.parallel_tool_calls, template=self.template)
-            tokens = chat.prompt
-            # a parser not ported for the format says so on any text: before the generation, not after it
-            chat.read("")
-        else:
-            text = job.prompt if job.chat is None else chat_text(context, job.chat, template=self.template)
-            tokens = context.tokenize(text, add_special=True, parse_special=True)
+    def _tokens(self, context: Model | Slot, job: Job) -> list[int]:
+        text = job.prompt if job.chat is None else chat_text(context, job.chat, template=self.template)
+        return context.tokenize(text, add_special=True, parse_special=True)
+
+    @staticmethod
+    def _check_prompt(context: Model | Slot, tokens: list[int]) -> None:
         if not tokens:
             raise RequestError("the prompt has no tokens", param="prompt")
         if len(tokens) >= context.n_ctx:
             raise ContextLengthError(
                 f"the prompt has {len(tokens)} tokens; the context holds {context.n_ctx}", param="messages"
             )
-        return tokens, chat
+
+    @contextlib.contextmanager
+    def _prepared(
+        self, context: Model | Slot, job: Job, run: Run
+    ) -> Iterator[tuple[list[int], ToolChat | None, Session | None]]:
+        # The prompt's tokens, the chat with tools (None without), and the open session (None: no
+        # constraint): a chat with tools gets its session from the service with its prompt, any other
+        # request's prompt is checked before its session opens.
+        if job.tools is None:
+            tokens = self._tokens(context, job)
+            self._check_prompt(context, tokens)
+            with self._session(lambda: None if job.constraint is None else
+                               self.client.session(self._vocab, **job.constraint), run) as session:
+                yield tokens, None, session
+            return
+        asked = job.tools
+        chat: ToolChat | None = None
+
+        def open_chat() -> Session | None:
+            nonlocal chat
+            chat = tool_chat(self.client, self._vocab, context, asked.messages, asked.tools,
+                             tool_choice=asked.tool_choice, parallel_tool_calls=asked.parallel_tool_calls,
+                             template=self.template)
+            return chat.session
+
+        with self._session(open_chat, run) as session:
+            assert chat is not None
+            self._check_prompt(context, chat.prompt)
+            # a parser not ported for the format says so on any text: before the generation, not after it
+            chat.read("")
+            yield chat.prompt, chat, session
 
     def _work(self, context: Model | Slot, job: Job, run: Run) -> None:
         tally = run.tally
         try:
             run.check()
-            prompt, chat = self._prompt(context, job)
-            tally.prompt_tokens = len(prompt)
-            room = context.n_ctx - len(prompt)
-            budget = room if job.max_tokens is None else min(job.max_tokens, room)
-            constraint, stop, special = job.constraint, list(job.stop), frozenset[int]()
-            if chat is not None:
-                constraint, stop, special = chat.session, chat.stop_strings(job.stop), chat.preserved
-            with self._session(constraint, run) as session:
+            with self._prepared(context, job, run) as (prompt, chat, session):
+                tally.prompt_tokens = len(prompt)
+                room = context.n_ctx - len(prompt)
+                budget = room if job.max_tokens is None else min(job.max_tokens, room)
+                stop, special = list(job.stop), frozenset[int]()
+                if chat is not None:
+                    stop, special = chat.stop_strings(job.stop), chat.preserved
                 run.check()
                 run.emit(Started(len(prompt), chat))
 
@@ -408,14 +433,15 @@ class Generations:
             run.emit(Failed(exc))
 
     @contextlib.contextmanager
-    def _session(self, constraint: dict[str, Any] | None, run: Run) -> Iterator[ConstraintSession | None]:
-        if constraint is None:
-            yield None
-            return
+    def _session(self, open_session: Callable[[], Session | None], run: Run) -> Iterator[Session | None]:
+        # opens the session (timed, counted while open) and closes it whatever happens
         tally = run.tally
         started = time.perf_counter()
-        session = self.client.session(self._vocab, **constraint)
+        session = open_session()
         tally.constraint_seconds += time.perf_counter() - started
+        if session is None:
+            yield None
+            return
         run.on_loop(self._count_session, 1)
         try:
             yield session

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from clients import Client
+from constraintd.engine.chat.chat_params import NotPorted
 from constraintd.engine.chat.requests import AnswerFormat, read_request
+from constraintd.errors import InputError
 from sampler_worker.chain import SamplerSettings
 from sampler_worker.cli import (
     UsageError,
@@ -19,6 +24,7 @@ from sampler_worker.cli import (
     settings_from,
     tools_from,
 )
+from sampler_worker.prompt import ToolChat, tool_chat
 
 
 def parse(*argv: str) -> object:
@@ -317,60 +323,80 @@ def _template(name: str) -> str:
     return next(path for path in template_paths() if path.stem == name).read_text()
 
 
-def test_a_required_tool_call_prefills_the_generation_prompt() -> None:
-    from constraintd.engine.chat.template_inputs import parse_tools
-    from sampler_worker.prompt import tool_chat
+# TextModel's vocabulary for constraintd: a byte a token, then its special tokens (ids 1000 and up)
+TEXT_PIECES = [bytes([i]) for i in range(256)] + [b"\x00"] * (1000 - 256) + [
+    s.encode() for s in TextModel.SPECIAL]
 
-    chat = tool_chat(TextModel(_template("Qwen-Qwen2.5-7B-Instruct")), "Weather in Paris?",
-                     parse_tools(WEATHER_TOOLS), tool_choice="required", now=0)
-    assert chat.session is not None and set(chat.session) == {"gbnf", "prefill"}
-    assert chat.session["prefill"] == b"<|im_start|>assistant\n" == chat.generation_prompt.encode()
-    assert "tool-get-time ::=" in chat.session["gbnf"]  # both tools
-    assert b"get_weather" in bytes(t for t in chat.prompt if t < 256)  # the tools are in the prompt
-    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-    message = chat.parse(text)
-    assert [(c.name, c.arguments) for c in message.tool_calls] == [("get_weather", '{"city": "Paris"}')]
+
+@contextlib.contextmanager
+def text_chat(
+    template: str | None, chat: str, tools: list[dict[str, Any]], **options: Any
+) -> Iterator[ToolChat]:
+    """`tool_chat` for TextModel on this template, through an in-process constraintd."""
+    from constraintd.engine.chat.template_inputs import parse_tools
+
+    with Client("local") as client:
+        vocab = client.register_vocab(pieces=TEXT_PIECES)
+        model = TextModel(template)
+        with tool_chat(client, vocab, model, chat, parse_tools(tools), now=0, **options) as made:
+            yield made
+
+
+def test_a_required_tool_call_prefills_the_generation_prompt() -> None:
+    with text_chat(_template("Qwen-Qwen2.5-7B-Instruct"), "Weather in Paris?", WEATHER_TOOLS,
+                   tool_choice="required") as chat:
+        assert chat.session is not None and not chat.settings.grammar_lazy
+        assert chat.settings.prefill == b"<|im_start|>assistant\n" == chat.settings.generation_prompt.encode()
+        assert "tool-get-time ::=" in chat.settings.grammar  # both tools
+        assert b"get_weather" in bytes(t for t in chat.prompt if t < 256)  # the tools are in the prompt
+        text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+        message = chat.parse(text)
+        assert [(c.name, c.arguments) for c in message.tool_calls] == [("get_weather", '{"city": "Paris"}')]
 
 
 def test_auto_triggers_on_the_call_marker_and_a_name_calls_that_tool() -> None:
-    from constraintd.engine.chat.template_inputs import parse_tools
-    from sampler_worker.prompt import tool_chat
-
-    model = TextModel(_template("Qwen-Qwen2.5-7B-Instruct"))
-    auto = tool_chat(model, "Weather in Paris?", parse_tools(WEATHER_TOOLS), now=0)
-    assert auto.session is not None and auto.params.grammar_lazy
-    # the word is more than one token here: a pattern of its text, escaped (llama.cpp's regex_escape)
-    assert auto.session["trigger_patterns"] == ["<tool_call>\n"] and auto.session["trigger_tokens"] == []
-    assert auto.preserved == frozenset({1000})  # <tool_call> is one token: its text is written out
-    named = tool_chat(model, "Weather in Paris?", parse_tools(WEATHER_TOOLS), tool_choice="get_weather",
-                      now=0)
-    assert (named.tool_choice, [t.name for t in named.tools]) == ("required", ["get_weather"])
-    assert named.session is not None and "tool-get-time ::=" not in named.session["gbnf"]
-    with pytest.raises(ValueError, match="names none of the tools"):
-        tool_chat(model, "x", parse_tools(WEATHER_TOOLS), tool_choice="get_news", now=0)
+    qwen = _template("Qwen-Qwen2.5-7B-Instruct")
+    with text_chat(qwen, "Weather in Paris?", WEATHER_TOOLS) as auto:
+        assert auto.session is not None and auto.settings.grammar_lazy
+        # the word is more than one token here: a pattern of its text, escaped (llama.cpp's regex_escape)
+        assert auto.settings.trigger_patterns == ("<tool_call>\n",) and auto.settings.trigger_tokens == ()
+        assert auto.preserved == frozenset({1000})  # <tool_call> is one token: its text is written out
+    with text_chat(qwen, "Weather in Paris?", WEATHER_TOOLS, tool_choice="get_weather") as named:
+        parser = named.settings.format
+        assert parser.tool_choice == "required"
+        assert [tool["function"]["name"] for tool in parser.tools] == ["get_weather"]
+        assert named.session is not None and "tool-get-time ::=" not in named.settings.grammar
+    with pytest.raises(InputError, match="tool_choice 'get_news' names none of the tools"), \
+            text_chat(qwen, "x", WEATHER_TOOLS, tool_choice="get_news"):
+        pass
 
 
 def test_a_template_without_tool_syntax_gets_no_grammar() -> None:
-    from constraintd.engine.chat.template_inputs import parse_tools
-    from sampler_worker.prompt import tool_chat
+    with text_chat(None, "Weather in Paris?", WEATHER_TOOLS, tool_choice="required") as chat:
+        assert chat.session is None  # ChatML writes no tool calls: llama.cpp constrains nothing either
+        assert chat.parse("It is mild.").content == "It is mild."
 
-    chat = tool_chat(TextModel(None), "Weather in Paris?", parse_tools(WEATHER_TOOLS), tool_choice="required",
-                     now=0)
-    assert chat.session is None  # ChatML writes no tool calls: llama.cpp constrains nothing either
-    assert chat.parse("It is mild.").content == "It is mild."
+
+def test_free_text_is_the_settings_the_service_would_give() -> None:
+    # tool_choice none on a template with tool calls: no grammar, so no session, but the prompt with the
+    # tools, the template's stops and the parser are what the service gives the same request with a grammar
+    qwen = _template("Qwen-Qwen2.5-7B-Instruct")
+    with text_chat(qwen, "Weather in Paris?", WEATHER_TOOLS, tool_choice="none") as free, \
+            text_chat(qwen, "Weather in Paris?", WEATHER_TOOLS, tool_choice="required") as held:
+        assert free.session is None and held.session is not None
+        assert (free.prompt, free.preserved, free.stops) == (held.prompt, held.preserved, held.stops)
+        assert free.settings.format.tool_choice == "none"
+        text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+        assert free.parse(text).tool_calls == ()
 
 
 def test_a_lazy_grammar_on_a_thinking_template_is_not_ported() -> None:
-    from constraintd.engine.chat.chat_params import NotPorted
-    from constraintd.engine.chat.template_inputs import parse_tools
-    from sampler_worker.prompt import tool_chat
-
-    model = TextModel(_template("Qwen-Qwen3-0.6B"))
-    with pytest.raises(NotPorted, match="reasoning-budget sampler"):
-        tool_chat(model, "Weather in Paris?", parse_tools(WEATHER_TOOLS), now=0)
-    required = tool_chat(model, "Weather in Paris?", parse_tools(WEATHER_TOOLS), tool_choice="required",
-                         now=0)
-    assert required.session is not None and "prefill" in required.session
+    qwen3 = _template("Qwen-Qwen3-0.6B")
+    with pytest.raises(NotPorted, match=r"a lazy tool grammar on a thinking template .*reasoning-budget"), \
+            text_chat(qwen3, "Weather in Paris?", WEATHER_TOOLS):
+        pass
+    with text_chat(qwen3, "Weather in Paris?", WEATHER_TOOLS, tool_choice="required") as required:
+        assert required.session is not None and required.settings.prefill
 
 
 def test_regex_escape_is_llama_cpps() -> None:

@@ -452,7 +452,7 @@ def test_generation_through_a_unix_socket_is_llama_servers(
 # Tool calls: llama-server's own chat params (the chat oracle's "apply": tests/chat_oracle/harness.cpp) give
 # the reference its prompt, grammar, triggers and preserved tokens; server-schema.cpp turns a trigger word
 # into its token (one preserved token) or an escaped pattern, sampling.cpp prefills a non-lazy grammar with
-# the generation prompt's tokens. Ours: sampler_worker.prompt.tool_chat and a session made from it. Two
+# the generation prompt's tokens. Ours: sampler_worker.prompt.tool_chat, the session the service makes. Two
 # templates that write JSON calls, on Gemma 3 270M: Llama 3.2's (calls after free text, no marker: tool_choice
 # required; auto has no word to trigger on, so no grammar) and Qwen 2.5's (<tool_call> markers: auto is lazy,
 # required prefilled). The template's stop strings cut the text, not the tokens: neither side is given them.
@@ -557,16 +557,16 @@ def test_tool_call_generation_is_llama_servers(
     from tests.chat_oracle.cases import template_paths
 
     source = next(p for p in template_paths() if p.stem == TOOL_TEMPLATES[case.template]).read_text()
-    chat = tool_chat(gemma, TOOL_CHATS[case.chat], parse_tools([WEATHER_TOOL]), tool_choice=case.tool_choice,
-                     template=source, now=TOOL_NOW)
     tokens, constraint = llama_tool_constraint(chat_oracle_binary, gemma, case, source)
-    assert chat.prompt == tokens  # the prompt, with the tools, is llama-server's
-    assert chat.session is not None
     client, handle = local_client
     runs = {}
     for overlap in OVERLAPS:
-        with client.session(handle, **chat.session) as session:  # type: ignore[arg-type]
-            runs[overlap] = generate(CachedModel(logits_cache), tokens, case.settings, session=session,
+        # each run on a session of its own, made by the service from the chat request
+        with tool_chat(client, handle, gemma, TOOL_CHATS[case.chat], parse_tools([WEATHER_TOOL]),
+                       tool_choice=case.tool_choice, template=source, now=TOOL_NOW) as chat:
+            assert chat.prompt == tokens  # the prompt, with the tools, is llama-server's
+            assert chat.session is not None
+            runs[overlap] = generate(CachedModel(logits_cache), tokens, case.settings, session=chat.session,
                                      max_tokens=TOOL_MAX_TOKENS, overlap=overlap, special=chat.preserved)
     expected, rejected = reference(
         lambda generated: logits_cache.after(tokens, generated), llama_vocab, tokens, case.settings,

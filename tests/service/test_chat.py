@@ -9,7 +9,7 @@ import time
 import pytest
 
 from constraintd.errors import InputError
-from constraintd.service.chat import ChatRequest, resolve_chat
+from constraintd.service.chat import FREE_TEXT, NOT_PORTED, ChatRequest, ChatSettings, resolve_chat
 from constraintd.service.constraints import Constraint, ConstraintKind, resolve
 from constraintd.service.limits import Limits
 from constraintd.service.operations import Operations, SessionPlan
@@ -118,3 +118,49 @@ def test_a_bad_chat_request_is_an_input_error(changes: dict[str, str], words: st
               "tools": json.dumps([WEATHER]), "now": 1.0, **changes}
     with pytest.raises(InputError, match=words):
         resolve(Constraint(ConstraintKind.CHAT, ChatRequest(**fields).to_text()))
+
+
+def test_a_refused_chat_request_is_remembered_not_resolved_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a real service core, counting the resolutions the refused request costs
+    from constraintd.service import constraints
+
+    resolved: list[ChatRequest] = []
+
+    def counting(request: ChatRequest) -> tuple[str, ChatSettings]:
+        resolved.append(request)
+        return resolve_chat(request)
+
+    monkeypatch.setattr(constraints, "resolve_chat", counting)
+    ops = operations()
+    vocab = ops.register_vocab(pb.RegisterVocabRequest(gguf_path=str(reference.vocab_path("qwen2")))).vocab_id
+    refused = pb.CreateSessionRequest(vocab_id=vocab, chat=chat("Weather in Paris?", [WEATHER], "get_news"))
+    raised = []
+    for _ in range(3):
+        with pytest.raises(InputError, match="tool_choice 'get_news' names none of the tools") as caught:
+            ops.create_session(refused)
+        raised.append(caught.value)
+    assert len(resolved) == 1
+    assert ops.registry.refused_count == 1
+    first, *again = raised
+    for error in again:
+        assert error is not first and (type(error), error.args) == (type(first), first.args)
+    # the same tools with a choice that names one: resolved, and not taken for the refused request
+    ops.create_session(pb.CreateSessionRequest(vocab_id=vocab, chat=chat("Weather in Paris?", [WEATHER],
+                                                                         "get_weather")))
+    assert len(resolved) == 2 and ops.registry.grammar_count == 1
+
+
+def test_the_worker_tells_free_text_and_not_ported_by_the_services_words() -> None:
+    from sampler_worker import prompt
+
+    assert (prompt.FREE_TEXT, prompt.NOT_PORTED) == (FREE_TEXT, NOT_PORTED)
+    with pytest.raises(InputError) as caught:
+        resolve(Constraint(ConstraintKind.CHAT, ChatRequest(
+            template=QWEN, messages=json.dumps([{"role": "user", "content": "Hi"}]),
+            tools=json.dumps([WEATHER]), tool_choice="none", now=1.0).to_text()))
+    assert str(caught.value).startswith(FREE_TEXT)
+    with pytest.raises(InputError) as caught:
+        resolve(Constraint(ConstraintKind.CHAT, ChatRequest(
+            template=TEMPLATES["Qwen-Qwen3-0.6B"], messages=json.dumps([{"role": "user", "content": "Hi"}]),
+            tools=json.dumps([WEATHER]), now=1.0).to_text()))
+    assert str(caught.value).startswith(NOT_PORTED)

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from constraintd.engine.chat.template_inputs import parse_tools
-from sampler_worker.prompt import ToolChat, tool_chat
+from sampler_worker.prompt import ToolChat
 from sampler_worker.serve.tool_messages import ToolMessage
-from tests.sampler_worker.test_cli import WEATHER_TOOLS, TextModel, _template
+from tests.sampler_worker.test_cli import WEATHER_TOOLS, _template, text_chat
 
 LLAMA_32 = "meta-llama-Llama-3.2-3B-Instruct"
 QWEN_25 = "Qwen-Qwen2.5-7B-Instruct"
@@ -30,8 +29,10 @@ TEXTS = [
 
 
 def _chat(template: str, tool_choice: str, parallel: bool) -> ToolChat:
-    return tool_chat(TextModel(_template(template)), "Weather in New York?", parse_tools(WEATHER_TOOLS),
-                     tool_choice=tool_choice, parallel_tool_calls=parallel, now=0)
+    # the parser reads with the reply's settings alone: the session may go
+    with text_chat(_template(template), "Weather in New York?", WEATHER_TOOLS, tool_choice=tool_choice,
+                   parallel_tool_calls=parallel) as chat:
+        return chat
 
 
 def _ids() -> Any:
