@@ -47,6 +47,12 @@
 #   chain is kept for its loop too, up to its reach, so the next position of the chain (one repetition
 #   fewer), or the same repetition in another grammar, finds it: a chain costs one walk, not one per
 #   position.
+# - A keyed top (escape, p, ...) whose shorter top leaves many rows uncertain (a whitespace run on top,
+#   `[ \t]{0,20}`: every row starting with a space) walks only those that may go on below: a row the
+#   shorter top left at the escape mark at one column alone goes on from (escape, p) there, so it is
+#   rejected when p's stack cannot take its code point at that column (and has no token on top and no
+#   way past p). The columns are learned once per shorter top's ids (`SharedVerdicts.escapes`, one walk
+#   of its uncertain rows); rows met at several columns, or ending there, are walked as before.
 # - Fixed-length repetitions of one char class (`[0-9a-f]{8}`, a UUID's groups) are inline, not chains of
 #   links, so they get no loop; each position's rows are decided from the grammar's run counts instead
 #   (masks/compute.py's `ClassRuns`, counted once per class and kept up to its bound, counted in
@@ -71,9 +77,11 @@ from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.bitmask import allow_tokens, mask_words, pack_mask
 from constraintd.engine.masks.compute import (
     ClassRuns,
+    Escapes,
     check_deadline,
     class_members,
     compute_mask,
+    escape_columns,
     rows_past_first,
     rows_without,
     union_rows,
@@ -88,6 +96,7 @@ from constraintd.engine.masks.verdicts import (
     SHIFT_MARK,
     UNCERTAIN,
     WORDS,
+    EscapeIndex,
     SharedVerdicts,
     ShiftedVerdict,
     TopVerdict,
@@ -394,7 +403,7 @@ class MaskCache:
             # point instead of row by row, costs less (and decides the rest again, alike)
             allowed_rows, uncertain = walk(table, table.columns, start, limit, deadline=deadline)
             return self._verdict(None, table.ids[allowed_rows], uncertain)
-        return self._walk_uncertain(top, shorter, limit, deadline)
+        return self._walk_uncertain(top, shorter, limit, deadline, keyed=True)
 
     def _shifted(self, top: Stack, limit: int, deadline: float | None) -> TopVerdict:
         # The shortest top (escape, q), q a char terminal of class C: a row whose first code point c is in
@@ -459,18 +468,22 @@ class MaskCache:
         return verdict
 
     def _walk_uncertain(
-        self, top: Stack, shorter: TopVerdict, limit: int, deadline: float | None
+        self, top: Stack, shorter: TopVerdict, limit: int, deadline: float | None, *, keyed: bool = False
     ) -> TopVerdict:
-        # `shorter`'s verdict, with the rows it leaves uncertain walked from `top`
+        # `shorter`'s verdict, with the rows it leaves uncertain walked from `top` (when `top` is keyed,
+        # only those that may go on below `shorter`: see the module comment)
         table = self.vocab.fresh_table()
         start = self.states.intern([top], limit)
         assert start is not None
+        rows = shorter[UNCERTAIN]
+        if keyed and top[0] == self.states.rules.escape and len(top) > 2:
+            rows = self._going_below(top, rows, limit, deadline)
         allowed_rows, uncertain = walk(
             table,
             table.columns,
             start,
             limit,
-            rows=shorter[UNCERTAIN],
+            rows=rows,
             runs=self._class_runs(),
             deadline=deadline,
         )
@@ -478,6 +491,76 @@ class MaskCache:
         if shorter[IDS].size:
             ids = union_rows([shorter[IDS], ids], self.vocab.n_tokens)
         return self._verdict(shorter[WORDS], ids, uncertain)
+
+    def _going_below(self, top: Stack, rows: IntArray, limit: int, deadline: float | None) -> IntArray:
+        # Of `rows`, the uncertain rows of top (escape, p, ...)'s shorter top (escape, ...), those a walk
+        # from `top` must take: all but the ones whose code point, at every column where they met the
+        # mark, the stacks of (escape, p) cannot take. Those are rejected from `top`: its paths are the
+        # shorter top's, and the ones that reached the mark go on from (escape, p) at that column.
+        rules = self.states.rules
+        below = self.states.intern(rules.advance_stack((rules.escape, top[1])), limit)
+        if below is None or below.token_tops or below.has_escape or below.has_empty:
+            return rows
+        index = self._escape_index((rules.escape, *top[2:]), rows, limit, deadline)
+        bounds, after = below.segments(limit)
+        # interval i of `below` holds the code points [bounds[i - 1], bounds[i]): index.points[edges[i]:
+        # edges[i + 1]]
+        edges = np.empty(bounds.size + 2, dtype=np.int64)
+        edges[0], edges[-1] = 0, index.points.size
+        edges[1:-1] = np.searchsorted(index.points, bounds, side="left")
+        going = [index.unknown]
+        for interval, state in enumerate(after):
+            if state is not None and edges[interval] < edges[interval + 1]:
+                going.append(index.by_point[edges[interval] : edges[interval + 1]])
+        return union_rows([array.astype(np.int64) for array in going], self.vocab.fresh_table().ids.size)
+
+    def _escape_index(
+        self, shorter: Stack, rows: IntArray, limit: int, deadline: float | None
+    ) -> EscapeIndex:
+        # where the rows `shorter` leaves uncertain (`rows`) met the escape mark: learned by one walk per
+        # ids of `shorter`, shared by the vocabulary's grammars
+        assert self.structure is not None
+        key = self.structure.stack(shorter)
+        shared = self.shared.escapes
+        kept = shared.get(key)
+        if kept is not None and (kept.rows is rows or np.array_equal(kept.rows, rows)):
+            return kept
+        table = self.vocab.fresh_table()
+        start = self.states.intern([shorter], limit)
+        assert start is not None
+        escapes: Escapes = []
+        walk(
+            table,
+            table.columns,
+            start,
+            limit,
+            rows=rows,
+            runs=self._class_runs(),
+            deadline=deadline,
+            escapes=escapes,
+        )
+        met, met_at = escape_columns(escapes)
+        indexed = np.zeros(table.ids.size, dtype=np.bool_)
+        indexed[rows] = True
+        inside = indexed[met]  # not the rows the walk allowed on another path
+        met, met_at = met[inside], met_at[inside]
+        recorded = np.zeros(table.ids.size, dtype=np.bool_)
+        recorded[met] = True
+        unknown = union_rows([met[met_at < 0], rows[~recorded[rows]]], table.ids.size)
+        known = met_at >= 0
+        met, met_at = met[known], met_at[known]
+        points = np.empty(met.size, dtype=np.int64)
+        for column in np.flatnonzero(np.bincount(met_at)).tolist() if met.size else ():
+            here = met_at == column
+            points[here] = table.columns[column][met[here]]
+        order = np.argsort(points, kind="stable")
+        index = EscapeIndex(
+            rows, unknown.astype(np.int32), met[order].astype(np.int32), points[order].astype(np.int32)
+        )
+        for array in (index.unknown, index.by_point, index.points):
+            array.flags.writeable = False
+        shared.put(key, index, index.nbytes)
+        return index
 
     def _class_runs(self) -> ClassRuns:
         runs = self._runs

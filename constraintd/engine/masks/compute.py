@@ -14,7 +14,9 @@
 #   one at a time through the states' memoized steps: numpy's calls cost more a column than that.
 # - `walk` also runs from stacks cut short by an escape mark (stacks.Rules.escape), for masks/cache.py:
 #   a row that reaches the mark on some path and is not allowed on another is "uncertain" (the stacks
-#   below decide it); every other verdict is the same whatever lies below.
+#   below decide it); every other verdict is the same whatever lies below. Given an `escapes` list, it
+#   also records at which column each uncertain row met the mark (`escape_columns` reads it):
+#   masks/cache.py then walks a longer top over only the rows whose code point there could go on below.
 # - Fixed-length repetitions of one char class (a UUID's `[0-9a-f]{8}`, a literal's repeated character:
 #   `State.class_run`) are not walked column by column when the caller hands `walk` a `ClassRuns` of the
 #   table: a row's fate inside the run is decided by how many of its first code points the class
@@ -53,6 +55,7 @@ __all__ = [
     "class_members",
     "compute_allowed",
     "compute_mask",
+    "escape_columns",
     "rows_past_first",
     "rows_without",
     "union_rows",
@@ -61,6 +64,9 @@ __all__ = [
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+# Where uncertain rows met an escape mark: (rows, the column at which each met it there), -1 where the
+# column does not say (a row that ended in an unfinished sequence there): `walk`'s `escapes`.
+Escapes = list[tuple[IntArray, IntArray]]
 _DEAD: Final = 0
 # Keys (state << _STATE_SHIFT | value) order rows by state, then by a code point or a partial code, both
 # below 2 ** 33 (llama.cpp's decoder never yields a code point of 23 bits or more).
@@ -239,6 +245,7 @@ def walk(
     column: int = 0,
     runs: ClassRuns | None = None,
     deadline: float | None = None,
+    escapes: Escapes | None = None,
 ) -> tuple[IntArray, IntArray]:
     """Walk `rows` of `table` (all by default; ascending) from `start`, a column at a time, until
     `deadline` (time.monotonic(); None: no time limit).
@@ -246,7 +253,8 @@ def walk(
     `columns` are the table's, possibly with column 0 replaced (a finished partial sequence). With
     `column` above 0, the rows (given, each with a code point there) are in `start` at that column.
     `runs`, the table's run counts, decides a fixed-length repetition of one char class at `start`
-    without walking it (see the module comment).
+    without walking it (see the module comment). `escapes`, when given, gets where rows met an escape
+    mark (see `Escapes`; read with `escape_columns`).
 
     Returns:
         The rows allowed, and the rows not allowed that reached an escape mark (ascending).
@@ -256,7 +264,7 @@ def walk(
         DeadlineError: past `deadline`, checked at every column and every state's first move.
     """
     if rows is not None and rows.size <= _FEW_ROWS:
-        return _walk_few(table, columns, start, rows, column, limit, deadline)
+        return _walk_few(table, columns, start, rows, column, limit, deadline, escapes)
     if (
         runs is not None
         and rows is not None
@@ -273,7 +281,7 @@ def walk(
             and run[1] > 1
             and (runs.known(run[0]) or rows.size * run[1] >= runs.count_starting(run[0]))
         ):
-            return _walk_run(table, columns, start, run, rows, runs, limit, deadline)
+            return _walk_run(table, columns, start, run, rows, runs, limit, deadline, escapes)
     # the rows allowed and the rows uncertain, as arrays of rows gathered along the walk: most walks keep
     # few (a literal, a narrow class), and two vocabulary-sized rows of bools to list them at the end
     # would cost more than the rest of such a walk
@@ -311,7 +319,7 @@ def walk(
         rows, at = _first_column(table, *segment_map(1))
         split = int(np.searchsorted(rows, count_from[1] if len(count_from) > 1 else 0))
         if split < rows.size:
-            _judge_ends(table, rows[split:], at[split:], states, allowed, uncertain)
+            _judge_ends(table, rows[split:], at[split:], states, allowed, uncertain, escapes)
             rows, at = rows[:split], at[:split]
         first = 1
     else:
@@ -320,7 +328,13 @@ def walk(
         # rows without a code point at `column` only end in an unfinished sequence
         split = int(np.searchsorted(rows, count_from[column] if column < len(count_from) else 0))
         _judge_ends(
-            table, rows[split:], np.ones(rows.size - split, dtype=np.int64), states, allowed, uncertain
+            table,
+            rows[split:],
+            np.ones(rows.size - split, dtype=np.int64),
+            states,
+            allowed,
+            uncertain,
+            escapes,
         )
         rows = rows[:split]
         at = np.ones(rows.size, dtype=np.int64)
@@ -335,7 +349,7 @@ def walk(
                     assert state is not None  # dead rows were dropped
                     starts.append(state)
                 rows_allowed, rows_unsure = _walk_singly(
-                    table, columns, j, rows.tolist(), starts, limit, deadline
+                    table, columns, j, rows.tolist(), starts, limit, deadline, escapes
                 )
                 allowed.append(np.array(rows_allowed, dtype=np.int64))
                 uncertain.append(np.array(rows_unsure, dtype=np.int64))
@@ -347,7 +361,10 @@ def walk(
             if state is not None and state.token_tops:
                 _judge_token_tops(table, state, rows[at == index], allowed)
             if state is not None and state.has_escape:
-                uncertain.append(rows[at == index])
+                met = rows[at == index]
+                uncertain.append(met)
+                if escapes is not None:
+                    escapes.append((met, np.full(met.size, j, dtype=np.int64)))
         if j == 0 and whole:
             bounds, ids = segment_map(1)
             rows, at = _first_column(table, bounds, ids)
@@ -384,7 +401,7 @@ def walk(
         # rows are in table order, so the ones whose code points end here are a suffix
         split = int(np.searchsorted(rows, count_from[j + 1] if j + 1 < len(count_from) else 0))
         if split < rows.size:
-            _judge_ends(table, rows[split:], at[split:], states, allowed, uncertain)
+            _judge_ends(table, rows[split:], at[split:], states, allowed, uncertain, escapes)
             rows, at = rows[:split], at[:split]
     n_rows = table.ids.size
     found = union_rows(allowed, n_rows)
@@ -420,6 +437,20 @@ def rows_without(values: IntArray, dropped: IntArray, size: int) -> IntArray:
     bits = np.zeros(size, dtype=np.bool_)
     bits[dropped] = True
     return values[~bits[values]]
+
+
+def escape_columns(escapes: Escapes) -> tuple[IntArray, IntArray]:
+    """The distinct (row, column) pairs `escapes` (a `walk`'s) records, ordered by row, then column: every
+    column at which each row met an escape mark, -1 where one does not say."""
+    if not escapes:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    met = np.concatenate([pair[0] for pair in escapes])
+    columns = np.concatenate([pair[1] for pair in escapes])
+    order = np.lexsort((columns, met))
+    met, columns = met[order], columns[order]
+    distinct = np.ones(met.size, dtype=np.bool_)
+    distinct[1:] = (met[1:] != met[:-1]) | (columns[1:] != columns[:-1])
+    return met[distinct], columns[distinct]
 
 
 def check_deadline(deadline: float | None) -> None:
@@ -459,18 +490,22 @@ def _walk_singly(
     starts: list[State],
     limit: int,
     deadline: float | None,
+    escapes: Escapes | None = None,
 ) -> tuple[list[int], list[int]]:
     # The few rows still alive at column j (each with a code point there, in the state `starts` gives),
     # walked one at a time from here to their end: the column loop's numpy calls cost tens of
     # microseconds a column whatever the rows, a step of one row a dict lookup (State.step, memoized),
     # and a state met for the first time builds the one transition its row takes instead of all its
     # intervals'. The same verdicts: token tops and escape marks met with code points left, then the end
-    # judged as _judge_ends does. Returns the rows allowed and the rows that met an escape mark.
+    # judged as _judge_ends does. Returns the rows allowed and the rows that met an escape mark (and adds
+    # to `escapes` where each met it).
     count_from = table.count_from
     ids, partials = table.ids, table.partials
     n_columns = len(columns)
     allowed: list[int] = []
     uncertain: list[int] = []
+    met_rows: list[int] = []  # where rows met an escape mark (`Escapes`)
+    met_columns: list[int] = []
     for row, state in zip(rows, starts, strict=True):
         check_deadline(deadline)
         token = int(ids[row])
@@ -481,6 +516,8 @@ def _walk_singly(
                 ok = state.token_matches(token)
             if state.has_escape:
                 unsure = True
+                met_rows.append(row)
+                met_columns.append(k)
             after = state.step(int(columns[k][row]), limit)
             if after is None:
                 break
@@ -493,11 +530,15 @@ def _walk_singly(
                 ok = True
             if code and state.has_escape:
                 unsure = True
+                met_rows.append(row)
+                met_columns.append(-1)
             break
         if ok:
             allowed.append(row)
         if unsure:
             uncertain.append(row)
+    if escapes is not None and met_rows:
+        escapes.append((np.array(met_rows, dtype=np.int64), np.array(met_columns, dtype=np.int64)))
     return allowed, uncertain
 
 
@@ -509,6 +550,7 @@ def _walk_few(
     column: int,
     limit: int,
     deadline: float | None,
+    escapes: Escapes | None = None,
 ) -> tuple[IntArray, IntArray]:
     # `walk` of a few rows: one at a time from the start (at `column`), without the vocabulary-sized arrays
     count_from = table.count_from
@@ -516,13 +558,15 @@ def _walk_few(
     listed = rows.tolist()
     walking = [row for row in listed if row < with_code_points]
     allowed, uncertain = _walk_singly(
-        table, columns, column, walking, [start] * len(walking), limit, deadline
+        table, columns, column, walking, [start] * len(walking), limit, deadline, escapes
     )
     for row in listed[len(walking) :]:  # no code point: only an unfinished sequence, judged at the start
         if start.partial_ok(decode_partial(int(table.partials[row]))):
             allowed.append(row)
         if start.has_escape:
             uncertain.append(row)
+            if escapes is not None:
+                escapes.append((np.array([row], dtype=np.int64), np.array([-1], dtype=np.int64)))
     found = set(allowed)
     return (
         np.array(sorted(found), dtype=np.int64),
@@ -539,6 +583,7 @@ def _walk_run(
     runs: ClassRuns,
     limit: int,
     deadline: float | None,
+    escapes: Escapes | None = None,
 ) -> tuple[IntArray, IntArray]:
     # `walk` of `rows` from `start`, the first of `length` states that each take only the class C (and
     # lead to the next by any code point of C), `end` the state after them. A row of n code points whose
@@ -569,9 +614,13 @@ def _walk_run(
             allowed[at_end] = ok
             if end.has_escape:
                 unsure.append(rows[at_end[~ok]])
+                if escapes is not None:
+                    escapes.append((unsure[-1], np.full(unsure[-1].size, -1, dtype=np.int64)))
     going = rows[(matched >= length) & (lengths > length)]
     if going.size and end is not None:
-        walked, uncertain = walk(table, columns, end, limit, rows=going, column=length, deadline=deadline)
+        walked, uncertain = walk(
+            table, columns, end, limit, rows=going, column=length, deadline=deadline, escapes=escapes
+        )
         allowed[np.searchsorted(rows, walked)] = True
         unsure.append(uncertain)
     # the rows are decided in disjoint sets: the uncertain ones of each are not allowed in any other
@@ -646,6 +695,7 @@ def _judge_ends(
     states: list[State | None],
     allowed: list[IntArray],
     uncertain: list[IntArray],
+    escapes: Escapes | None = None,
 ) -> None:
     # rows whose code points all matched: allowed unless they end in an unfinished sequence that no char
     # class on top could still match (uncertain if the stacks below an escape mark still might)
@@ -665,6 +715,8 @@ def _judge_ends(
         allowed.append(rows[here][_partials_ok(state, partials[here])])
         if state.has_escape:
             uncertain.append(rows[here])
+            if escapes is not None:
+                escapes.append((uncertain[-1], np.full(uncertain[-1].size, -1, dtype=np.int64)))
 
 
 def _partials_ok(state: State, codes: IntArray) -> BoolArray:

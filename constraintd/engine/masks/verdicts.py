@@ -11,6 +11,10 @@
 #   `ShiftedVerdict`: what that stack decides of each token's rest after its first code point. Every top
 #   whose terminal leaves a stack with those ids decides alike the tokens whose first code point both
 #   classes match (masks/cache.py): a key trie's `[^"a] char*`, `[^"b] char*`, ... are one walk.
+# - In `escapes`, by the ids of a top, an `EscapeIndex`: where the rows the top leaves uncertain met the
+#   escape mark (compute.py's `escape_columns`). Equal ids match the same code points to the same ends,
+#   so every top with those ids meets the mark at the same columns (masks/cache.py reads them to walk a
+#   longer top over only the rows whose code point there could go on below).
 # - One store per vocabulary, owned by its `DecodedVocab` (`DecodedVocab.verdicts()`): it lives as long as
 #   the vocabulary is held, and every grammar compiled over that vocabulary shares it.
 from __future__ import annotations
@@ -27,6 +31,7 @@ from constraintd.engine.masks.structural_ids import UNBOUNDED, FormTable
 __all__ = [
     "IDS",
     "LOOP_MARK",
+    "MAX_ESCAPE_BYTES",
     "MAX_SHIFTED_BYTES",
     "MAX_VERDICT_BYTES",
     "NBYTES",
@@ -34,6 +39,7 @@ __all__ = [
     "SHIFT_MARK",
     "UNCERTAIN",
     "WORDS",
+    "EscapeIndex",
     "SharedVerdicts",
     "ShiftedVerdict",
     "TopVerdict",
@@ -48,6 +54,8 @@ SHIFT_MARK: Final = -4
 # Default bound of one vocabulary's verdicts (shared by all its grammars), and of its shifted verdicts.
 MAX_VERDICT_BYTES: Final = 192 << 20
 MAX_SHIFTED_BYTES: Final = 16 << 20
+# Default bound of one vocabulary's escape indexes.
+MAX_ESCAPE_BYTES: Final = 32 << 20
 
 Words = npt.NDArray[np.int32]
 IntArray = npt.NDArray[np.int64]
@@ -103,24 +111,54 @@ class ShiftedVerdict:
         return self.firsts.nbytes + self.allowed.nbytes + self.uncertain.nbytes
 
 
+@dataclass(frozen=True, slots=True)
+class EscapeIndex:
+    """Where the rows a top leaves uncertain met the escape mark, for finding those that may go on below.
+
+    Attributes:
+        rows: the top's uncertain rows (ascending), the ones indexed.
+        unknown: those that met it where the column does not say (ascending).
+        by_point: every other place a row met it, as the row, ordered by its code point at that column
+            (a row that met it at several columns is there once for each).
+        points: those code points (ascending, aligned with `by_point`).
+    """
+
+    rows: IntArray
+    unknown: npt.NDArray[np.int32]
+    by_point: npt.NDArray[np.int32]
+    points: npt.NDArray[np.int32]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays (`rows` included, though the top's verdict may hold it too)."""
+        return self.rows.nbytes + self.unknown.nbytes + self.by_point.nbytes + self.points.nbytes
+
+
 class SharedVerdicts(LruCache[tuple[int, ...], TopVerdict]):
     """One vocabulary's top verdicts, keyed by structure (see the module comment), sized in bytes.
 
     Attributes:
         forms: the table that numbers the structural ids keying these verdicts.
         shifted: the shifted verdicts, by (SHIFT_MARK, *ids), sized in bytes.
+        escapes: by the ids of a top, where the rows it leaves uncertain met the escape mark, sized in
+            bytes.
     """
 
-    __slots__ = ("forms", "shifted")
+    __slots__ = ("escapes", "forms", "shifted")
 
     def __init__(
-        self, *, max_bytes: int = MAX_VERDICT_BYTES, max_shifted_bytes: int = MAX_SHIFTED_BYTES
+        self,
+        *,
+        max_bytes: int = MAX_VERDICT_BYTES,
+        max_shifted_bytes: int = MAX_SHIFTED_BYTES,
+        max_escape_bytes: int = MAX_ESCAPE_BYTES,
     ) -> None:
         super().__init__(max_bytes)
         self.forms = FormTable()
         self.shifted: LruCache[tuple[int, ...], ShiftedVerdict] = LruCache(max_shifted_bytes)
+        self.escapes: LruCache[tuple[int, ...], EscapeIndex] = LruCache(max_escape_bytes)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the verdicts' own arrays, shifted ones included."""
-        return self.size + self.shifted.size
+        """Bytes of the verdicts' own arrays, shifted ones and escape columns included."""
+        return self.size + self.shifted.size + self.escapes.size

@@ -397,3 +397,80 @@ def test_classes_leaving_one_stack_share_what_the_rest_of_a_token_does(
         if any(chr(value) not in f'"{c}' for c in excluded)
     }
     assert met <= set(table.first_code_points[learned.firsts].tolist()) <= met | {ord(c) for c in "abc"}
+
+
+# Whitespace runs and what may follow them: pieces that start with blanks and go on, or stop, or run on
+WHITESPACE_PIECES = [
+    b"</s>",
+    b" ",
+    b"  ",
+    b"\t",
+    b"\n",
+    b" the",
+    b"  the",
+    b' "',
+    b'  "',
+    b" }",
+    b"\t}",
+    b' ",',
+    b'"',
+    b",",
+    b"}",
+    b"{",
+    b"a",
+    b"b",
+    b'a"',
+    b" a",
+    b"  a\xc3",
+    b" \xc3",
+    b"\xa9",
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.sampled_from(['"a"', '"b"', "[ab]", '"}"', '","']), min_size=1, max_size=3),
+    st.sampled_from(["{0,3}", "{0,20}", "*", "{1,2}"]),
+    st.lists(st.integers(0, 10**6), max_size=14),
+)
+def test_tops_over_a_whitespace_run_walk_only_the_rows_that_go_on_below(
+    after: list[str], bound: str, choices: list[int]
+) -> None:
+    # `{` then blanks, then one of `after` per round: the tops (escape, p, blank) leave every row starting
+    # with a blank uncertain, and the longer tops walk only those whose code point where they left the
+    # blanks could go on from p; the masks stay the walked ones
+    vocab = Vocab(WHITESPACE_PIECES, eog_ids=[0])  # its own verdicts: nothing learned by other tests
+    alternates = " | ".join(f"space {item}" for item in after)
+    text = f'root ::= "{{" ({alternates}) ("," root)?\nspace ::= | " " | "\\n" [ \\t]{bound}\n'
+    matcher = Matcher(Grammar.from_gbnf(text, vocab))
+    follow_choices(matcher, len(vocab), choices)
+    matcher = Matcher(Grammar.from_gbnf(text, vocab))
+    for piece in [b"{", b"\n", b"  ", b"\t"]:
+        if not matcher.accept(WHITESPACE_PIECES.index(piece)):
+            break
+        assert matcher.mask().tolist() == expected_mask(matcher).tolist()
+
+
+def test_a_whitespace_run_before_a_literal_leaves_the_blank_rows_unwalked() -> None:
+    vocab = Vocab(WHITESPACE_PIECES, eog_ids=[0])
+    grammar = Grammar.from_gbnf('root ::= "{" space "a" "}"\nspace ::= | " " | "\\n" [ \\t]{0,5}\n', vocab)
+    matcher = Matcher(grammar)
+    walked: list[tuple[int, int]] = []
+    real = MaskCache._going_below
+
+    def going_below(self: MaskCache, *args: object) -> np.ndarray:
+        found = real(self, *args)  # type: ignore[arg-type]
+        rows = args[1]
+        assert isinstance(rows, np.ndarray)
+        walked.append((rows.size, found.size))
+        return found
+
+    with mock.patch.object(MaskCache, "_going_below", going_below):
+        for piece in [b"{", b"\n", b" ", b" "]:
+            assert matcher.accept(WHITESPACE_PIECES.index(piece))
+            assert matcher.mask().tolist() == expected_mask(matcher).tolist()
+    # " the", "  the", ' "', ... met the mark after their blanks; only " a" (and "  a" cut short) can go
+    # on to "a": the others were rejected without a walk
+    assert walked, "no top over the blanks was walked from its shorter one"
+    assert all(found < rows for rows, found in walked)
+    assert len(vocab.decoded().verdicts().escapes) > 0
