@@ -365,11 +365,7 @@ class MaskCache:
     ) -> TopVerdict:
         # `known` on every token but those of `rows` (the ones looking past its reach), which are walked
         table = self.vocab.fresh_table()
-        start = self.states.intern([top], limit)
-        assert start is not None
-        allowed_rows, uncertain = walk(
-            table, table.columns, start, limit, rows=rows, runs=self._class_runs(), deadline=deadline
-        )
+        allowed_rows, uncertain = self._walk_rows(top, rows, limit, deadline)
         walked = table.ids[rows]
         words = None
         known_words = known[WORDS]
@@ -473,24 +469,26 @@ class MaskCache:
         # `shorter`'s verdict, with the rows it leaves uncertain walked from `top` (when `top` is keyed,
         # only those that may go on below `shorter`: see the module comment)
         table = self.vocab.fresh_table()
-        start = self.states.intern([top], limit)
-        assert start is not None
         rows = shorter[UNCERTAIN]
         if keyed and top[0] == self.states.rules.escape and len(top) > 2:
             rows = self._going_below(top, rows, limit, deadline)
-        allowed_rows, uncertain = walk(
-            table,
-            table.columns,
-            start,
-            limit,
-            rows=rows,
-            runs=self._class_runs(),
-            deadline=deadline,
-        )
+        allowed_rows, uncertain = self._walk_rows(top, rows, limit, deadline)
         ids = table.ids[allowed_rows]
         if shorter[IDS].size:
             ids = union_rows([shorter[IDS], ids], self.vocab.n_tokens)
         return self._verdict(shorter[WORDS], ids, uncertain)
+
+    def _walk_rows(
+        self, top: Stack, rows: IntArray, limit: int, deadline: float | None, escapes: Escapes | None = None
+    ) -> tuple[IntArray, IntArray]:
+        # `walk` of `rows` from the stack `top` alone
+        table = self.vocab.fresh_table()
+        start = self.states.intern([top], limit)
+        assert start is not None
+        runs = self._class_runs()
+        return walk(
+            table, table.columns, start, limit, rows=rows, runs=runs, deadline=deadline, escapes=escapes
+        )
 
     def _going_below(self, top: Stack, rows: IntArray, limit: int, deadline: float | None) -> IntArray:
         # Of `rows`, the uncertain rows of top (escape, p, ...)'s shorter top (escape, ...), those a walk
@@ -526,19 +524,8 @@ class MaskCache:
         if kept is not None and (kept.rows is rows or np.array_equal(kept.rows, rows)):
             return kept
         table = self.vocab.fresh_table()
-        start = self.states.intern([shorter], limit)
-        assert start is not None
         escapes: Escapes = []
-        walk(
-            table,
-            table.columns,
-            start,
-            limit,
-            rows=rows,
-            runs=self._class_runs(),
-            deadline=deadline,
-            escapes=escapes,
-        )
+        self._walk_rows(shorter, rows, limit, deadline, escapes)
         met, met_at = escape_columns(escapes)
         indexed = np.zeros(table.ids.size, dtype=np.bool_)
         indexed[rows] = True
