@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
-from collections.abc import Iterable
+import types
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+import sampler_worker.prompt
 
 _HARNESS = Path(__file__).with_name("libstdcxx_harness.cpp")
 
@@ -66,3 +70,17 @@ def gemma_logits(gemma_path: Path) -> np.ndarray:
         rows.append(np.array(model.scores[: len(tokens)], dtype=np.float32))
     model.close()
     return np.concatenate(rows)
+
+
+# A day on which the end-to-end tool-call tests' generations make their calls: templates print the date
+# (Llama 3.2's "Today Date"), and Gemma 3 270M's answer, so whether it calls a tool within the test's
+# tokens, changes with it.
+TOOL_DAY = 1796212800.0  # 2026-12-02 12:00 UTC
+
+
+@contextlib.contextmanager
+def fixed_date(now: float = TOOL_DAY) -> Iterator[None]:
+    """The worker's tool chats rendered at `now` (sampler_worker.prompt's clock), whatever today is."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sampler_worker.prompt, "time", types.SimpleNamespace(time=lambda: now))
+        yield

@@ -25,6 +25,7 @@ from sampler_worker.cli import (
     tools_from,
 )
 from sampler_worker.prompt import ToolChat, tool_chat
+from tests.sampler_worker.conftest import fixed_date
 
 
 def parse(*argv: str) -> object:
@@ -414,12 +415,13 @@ def test_a_tool_call_end_to_end(tmp_path: Path, gemma_path: Path, capsys: pytest
     tools.write_text(json.dumps(WEATHER_TOOLS[:1]))
     template = tmp_path / "llama3.2.jinja"
     template.write_text(_template("meta-llama-Llama-3.2-3B-Instruct"))
-    status = main([
-        "generate", "--model", str(gemma_path), "--chat", "What is the weather in Paris?",
-        "--tools", str(tools),
-        "--tool-choice", "required", "--chat-template", str(template), "--seed", "1", "--max-tokens", "80",
-        "--constraintd", "local", "--n-ctx", "512", "--threads", "1", "--output", "json",
-    ])
+    with fixed_date():
+        status = main([
+            "generate", "--model", str(gemma_path), "--chat", "What is the weather in Paris?",
+            "--tools", str(tools), "--tool-choice", "required", "--chat-template", str(template),
+            "--seed", "1", "--max-tokens", "80", "--constraintd", "local", "--n-ctx", "512", "--threads", "1",
+            "--output", "json",
+        ])
     captured = capsys.readouterr()
     assert status == 0, captured.err
     report = json.loads(captured.out)

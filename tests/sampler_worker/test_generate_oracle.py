@@ -460,9 +460,9 @@ TOOL_TEMPLATES = {"llama3.2": "meta-llama-Llama-3.2-3B-Instruct", "qwen2.5": "Qw
 TOOL_REQUESTS = (("llama3.2", "required"), ("qwen2.5", "auto"), ("qwen2.5", "required"))
 TOOL_CHATS = ("What is the weather in Paris?", "Is it raining in Lisbon right now?", "Tell me a joke.")
 TOOL_MAX_TOKENS = 48
-# The request's time, the same on both sides (templates print the date). Not a fixed time: llama.cpp's
-# strftime_now reads the clock (jinja/runtime.h), not the request's time.
-TOOL_NOW = int(time.time())
+# The request's time, the same on both sides (templates print the date): not a fixed time, as llama.cpp's
+# strftime_now reads the clock (jinja/runtime.h), not the request's. Taken per case, just before llama.cpp
+# renders it, and taken again if the day turned meanwhile (a run that crosses midnight).
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "The current weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -496,15 +496,20 @@ def _llama_regex_escape(word: str) -> str:
 
 def llama_tool_constraint(
     binary: Path, model: Model, case: ToolCase, source: str
-) -> tuple[list[int], Constraint]:
-    """llama-server's prompt tokens and sampler grammar for the case, from llama.cpp's own chat params."""
+) -> tuple[int, list[int], Constraint]:
+    """The time llama.cpp rendered at (whole seconds), and llama-server's prompt tokens and sampler grammar
+    for the case, from llama.cpp's own chat params."""
     from tests.chat_oracle.build import run_harness
 
-    answer = run_harness(binary, {
-        "mode": "apply", "template": source, "bos_token": model.bos_text, "eos_token": model.eos_text,
-        "messages": [{"role": "user", "content": TOOL_CHATS[case.chat]}], "tools": [WEATHER_TOOL],
-        "tool_choice": case.tool_choice, "reasoning_format": "auto", "now": TOOL_NOW,
-    })
+    while True:
+        now = int(time.time())
+        answer = run_harness(binary, {
+            "mode": "apply", "template": source, "bos_token": model.bos_text, "eos_token": model.eos_text,
+            "messages": [{"role": "user", "content": TOOL_CHATS[case.chat]}], "tools": [WEATHER_TOOL],
+            "tool_choice": case.tool_choice, "reasoning_format": "auto", "now": now,
+        })
+        if time.gmtime(now)[:3] == time.gmtime()[:3] and time.localtime(now)[:3] == time.localtime()[:3]:
+            break
     assert "error" not in answer, answer
     prompt = answer["prompt"]
     if model.add_bos and prompt.startswith(model.bos_text):  # the tokenizer adds BOS itself
@@ -534,8 +539,8 @@ def llama_tool_constraint(
             prefill = prefill[1:]
     assert answer["grammar"]
     name = f"tools-{case.template}-{case.tool_choice}-c{case.chat}"
-    return tokens, Constraint(name, {}, answer["grammar"], tuple(patterns), tuple(trigger_tokens),
-                              tuple(prefill))
+    return now, tokens, Constraint(name, {}, answer["grammar"], tuple(patterns), tuple(trigger_tokens),
+                                   tuple(prefill))
 
 
 @pytest.fixture(scope="module")
@@ -557,13 +562,13 @@ def test_tool_call_generation_is_llama_servers(
     from tests.chat_oracle.cases import template_paths
 
     source = next(p for p in template_paths() if p.stem == TOOL_TEMPLATES[case.template]).read_text()
-    tokens, constraint = llama_tool_constraint(chat_oracle_binary, gemma, case, source)
+    now, tokens, constraint = llama_tool_constraint(chat_oracle_binary, gemma, case, source)
     client, handle = local_client
     runs = {}
     for overlap in OVERLAPS:
         # each run on a session of its own, made by the service from the chat request
         with tool_chat(client, handle, gemma, TOOL_CHATS[case.chat], parse_tools([WEATHER_TOOL]),
-                       tool_choice=case.tool_choice, template=source, now=TOOL_NOW) as chat:
+                       tool_choice=case.tool_choice, template=source, now=now) as chat:
             assert chat.prompt == tokens  # the prompt, with the tools, is llama-server's
             assert chat.session is not None
             runs[overlap] = generate(CachedModel(logits_cache), tokens, case.settings, session=chat.session,

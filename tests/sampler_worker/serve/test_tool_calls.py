@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from sampler_worker.cli import main
+from tests.sampler_worker.conftest import fixed_date
 from tests.sampler_worker.serve.conftest import LiveServer, live_server
 from tests.sampler_worker.test_cli import WEATHER_TOOLS, _template
 
@@ -27,8 +28,9 @@ TOOLS: list[Any] = WEATHER_TOOLS  # get_weather(city), get_time()
 
 @pytest.fixture(scope="module")
 def tool_server(gemma_path: Path) -> Iterator[LiveServer]:
-    with live_server(gemma_path, parallel=1, max_queue=4, timeout=300, n_ctx=1024,
-                     template=_template(LLAMA_32)) as live:
+    # the chats rendered on one day, as `sampler-worker generate` in the test that compares with it
+    with fixed_date(), live_server(gemma_path, parallel=1, max_queue=4, timeout=300, n_ctx=1024,
+                                   template=_template(LLAMA_32)) as live:
         yield live
 
 
