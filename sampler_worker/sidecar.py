@@ -11,7 +11,9 @@
 #   read those files itself. A device, FIFO or non-GGUF file is refused all the same (service/registry.py).
 # - The server dies with this process: on Linux the kernel sends it SIGTERM when its parent goes, however
 #   the parent goes (a crash of the model library, SIGKILL), and it shuts down as on any SIGTERM (its
-#   compile processes with it). `PR_SET_PDEATHSIG` follows the thread that started the child, so enter
+#   compile processes with it). The server asks for that itself (`--parent-pid`), after exec: nothing
+#   runs between fork and exec here, since with gRPC's threads in this process that is not safe.
+#   `PR_SET_PDEATHSIG` follows the thread that started the child, so enter
 #   the context from a thread that outlives it (both commands use the main thread). Only the directory,
 #   a few bytes under /tmp, is left behind then. Elsewhere the server outlives a parent killed this way.
 # - Leaving the context stops the server (SIGTERM, then SIGKILL after `grace` seconds) and removes
@@ -19,42 +21,19 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
 __all__ = ["PrivateConstraintd", "SidecarError"]
 
 _READY_CHECK_SECONDS = 0.5
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _dies_with_parent() -> Callable[[], None] | None:
-    """A function for `Popen(preexec_fn=...)` that has the kernel send the child SIGTERM when this process
-    dies (Linux's PR_SET_PDEATHSIG); None where there is no such thing."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        # resolved here, in the parent: between fork and exec the child only calls it
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def set_death_signal() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the request took hold: nobody will signal
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return set_death_signal
 
 
 class SidecarError(Exception):
@@ -86,10 +65,10 @@ class PrivateConstraintd:
         ]  # fmt: skip
         for directory in self.gguf_dirs:
             command += ["--gguf-dir", str(directory)]
+        if sys.platform.startswith("linux"):
+            command += ["--parent-pid", str(os.getpid())]
         with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                command, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=_dies_with_parent()
-            )
+            self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
         try:
             self._wait_serving()
         except BaseException:

@@ -13,9 +13,11 @@ from the CONSTRAINTD_TOKEN environment variable.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from constraintd.server.logs import configure
 from constraintd.service.limits import Limits
 
 TOKEN_ENVIRONMENT = "CONSTRAINTD_TOKEN"
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 # Limits settable from the command line: option -> (Limits field, type, help)
 _LIMIT_OPTIONS: dict[str, tuple[str, type, str]] = {
@@ -147,6 +150,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "freed is given back to the system (a full garbage collection and malloc_trim); 0: never "
         "(default %(default)s)",
     )
+    parser.add_argument(
+        "--parent-pid",
+        type=int,
+        metavar="PID",
+        help="shut down as on SIGTERM when PID, the process that started this one, ends however it ends "
+        "(Linux only: the kernel's parent-death signal)",
+    )
     parser.add_argument("--log-format", choices=[f.value for f in LogFormat], default=LogFormat.JSON.value)
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     limits = parser.add_argument_group("limits")
@@ -216,8 +226,32 @@ def config_from(args: argparse.Namespace) -> ServerConfig:
     )
 
 
+def exit_with_parent(parent: int) -> None:
+    """Has the kernel send this process SIGTERM when its parent, `parent`, ends.
+
+    Set here, after exec, by the server itself: a parent that set it between fork and exec
+    (`Popen(preexec_fn=...)`) would run Python in a forked copy of itself, where gRPC's fork handlers
+    start pollers on descriptors the child is about to close (the child then aborts or hangs).
+
+    Raises:
+        ValueError: not on Linux, or `parent` is not this process's parent.
+    """
+    if not sys.platform.startswith("linux"):
+        raise ValueError("--parent-pid needs Linux (its parent-death signal)")
+    if os.getppid() != parent:
+        # started by another process, or the parent is already gone: nobody would signal
+        raise ValueError(f"--parent-pid {parent} is not this process's parent")
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    if prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise ValueError(f"--parent-pid: prctl failed: {os.strerror(ctypes.get_errno())}")
+    if os.getppid() != parent:  # the parent died while the request took hold
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.parent_pid is not None:
+            exit_with_parent(args.parent_pid)
         config = config_from(args)
     except (ValueError, OSError) as exc:
         print(f"constraintd serve: {exc}", file=sys.stderr)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -188,3 +190,14 @@ def test_the_socket_mode_is_octal() -> None:
     assert parse("--socket-mode", "0660").socket_mode == 0o660
     with pytest.raises(SystemExit):
         parse("--socket-mode", "999")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_parent_pid_that_is_not_the_parent_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # this process (pytest) is not its own parent: the server refuses rather than wait on a process that
+    # would never signal it
+    assert main(["serve", "--parent-pid", str(os.getpid()), "--listen", f"unix://{tmp_path}/s.sock"]) == 2
+    assert f"--parent-pid {os.getpid()} is not this process's parent" in capsys.readouterr().err
+    assert not (tmp_path / "s.sock").exists()

@@ -245,14 +245,12 @@ class CappedServer(ServerProcess):
     """A ServerProcess whose address space is capped at `ADDRESS_SPACE` bytes."""
 
     def launch(self) -> CappedServer:
-        def cap() -> None:
-            resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=cap
-            )
+        # capped from here once it runs, not between fork and exec (`preexec_fn`): with this process's gRPC
+        # threads about, a forked copy that runs Python before exec may abort or hang; the cap matters only
+        # once the server serves, long after its start
+        super().launch()
+        assert self.process is not None
+        resource.prlimit(self.process.pid, resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
         return self
 
     def rss(self) -> int:
