@@ -96,8 +96,11 @@ def stub_for(server: CappedServer) -> tuple[grpc.Channel, pb_grpc.ConstraintdStu
     return channel, pb_grpc.ConstraintdStub(channel)  # type: ignore[no-untyped-call]
 
 
-def attacked(server: CappedServer, attack: Callable[[pb_grpc.ConstraintdStub], None]) -> None:
-    """Runs `attack` with the probe going, and checks the probe's answers and the server's memory."""
+def attacked(
+    server: CappedServer, attack: Callable[[pb_grpc.ConstraintdStub], None], *, kept: int = 0
+) -> None:
+    """Runs `attack` with the probe going, and checks the probe's answers and the server's memory: it may
+    keep `kept` bytes, or a tenth of its size before, or MEMORY_KEPT, whichever is largest."""
     channel, stub = stub_for(server)
     with channel:
         vocab_id = tiny_vocab(stub)
@@ -119,7 +122,7 @@ def attacked(server: CappedServer, attack: Callable[[pb_grpc.ConstraintdStub], N
             time.sleep(max(0.0, PROBE_SECONDS - (time.monotonic() - started)))
         finally:
             seconds = probe.stop()
-    kept = max(MEMORY_KEPT, int(before * MEMORY_KEPT_FRACTION))
+    kept = max(kept, MEMORY_KEPT, int(before * MEMORY_KEPT_FRACTION))
     after = server.rss()
     settled = time.monotonic() + MEMORY_SECONDS  # the server gives back what the attack brought
     while after - before >= kept and time.monotonic() < settled:
@@ -489,4 +492,8 @@ def test_a_lazy_grammar_waiting_through_many_tokens_holds_neither_the_loop_nor_i
         assert held < LAZY_BOUND, f"waiting through {LAZY_TOKENS} tokens held {held / MIB:.1f} MiB"
         stub.Close(pb.CloseRequest(session_id=session_id))
 
-    attacked(server, attack)
+    # Once closed, the session's objects are freed, but the arenas they filled stay pinned by the few
+    # objects that outlive them (server/memory.py): 4.2-7.4 MiB stayed after each of six rounds in one
+    # server, not growing with the rounds, against a peak of 6-10 MiB; over the whole suite the server is
+    # larger and busier, and one run kept 7.8 MiB. So what it may keep is what it may hold (LAZY_BOUND).
+    attacked(server, attack, kept=LAZY_BOUND)
