@@ -5,7 +5,10 @@
     │   ├── GrammarError             a GBNF text llama.cpp refuses (line, column, the text around it)
     │   ├── SchemaError              a JSON schema or request refused (JSON pointer of the node)
     │   ├── VocabError               a vocabulary that cannot be read or used
-    │   └── TokenError               a token id outside the vocabulary
+    │   ├── TokenError               a token id outside the vocabulary
+    │   ├── ChatTemplateError        a chat template that does not render the request
+    │   ├── FreeTextError            a chat request that asks for free text: nothing to hold
+    │   └── NotPortedError           a chat request needing what is not ported of llama.cpp's chat layer
     ├── NotFoundError                an unknown session or vocabulary  -> NOT_FOUND
     ├── PositionError                a request for another point of a session -> ABORTED
     ├── LimitError                   a configured limit reached        -> RESOURCE_EXHAUSTED
@@ -30,12 +33,15 @@ from typing import Any, ClassVar, Self
 __all__ = [
     "DOMAIN",
     "ERRORS_BY_NAME",
+    "ChatTemplateError",
     "ConstraintdError",
     "DeadlineError",
+    "FreeTextError",
     "GrammarError",
     "InputError",
     "LimitError",
     "NotFoundError",
+    "NotPortedError",
     "PositionError",
     "SchemaError",
     "TokenError",
@@ -144,6 +150,20 @@ class TokenError(InputError):
     """A token id outside the vocabulary."""
 
 
+class ChatTemplateError(InputError):
+    """A chat request whose template does not render it (the message is the template's error)."""
+
+
+class FreeTextError(InputError):
+    """A chat request that asks for free text (no tools the template can call, tool_choice none, or auto
+    with no word to trigger on): there is no constraint for a session to hold. Its caller generates the
+    text unconstrained, as llama-server does."""
+
+
+class NotPortedError(InputError):
+    """A chat request that needs a part of llama.cpp's chat layer not ported yet (named in the message)."""
+
+
 class NotFoundError(ConstraintdError):
     """An unknown (or expired) session or vocabulary."""
 
@@ -190,6 +210,9 @@ ERRORS_BY_NAME: dict[str, type[ConstraintdError]] = {
         SchemaError,
         VocabError,
         TokenError,
+        ChatTemplateError,
+        FreeTextError,
+        NotPortedError,
         NotFoundError,
         PositionError,
         LimitError,

@@ -47,21 +47,16 @@ from constraintd.engine.chat.chat_params import TOOL_CHOICES, NotPorted, regex_e
 from constraintd.engine.chat.message_parser import MessageParseError, ParsedMessage
 from constraintd.engine.chat.prompt import CHATML_TEMPLATE, template_source
 from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps
-from constraintd.errors import InputError
+from constraintd.errors import ChatTemplateError, FreeTextError, NotPortedError
 
 # The renderer lives beside the engine (constraintd.chat_templates: the service renders with it too); its
 # names are re-exported here, the worker's as they always were.
 __all__ = [
-    "CHATML_TEMPLATE", "FREE_TEXT", "NOT_PORTED", "Message", "TemplateError", "ToolChat", "chat_grammar_of",
+    "CHATML_TEMPLATE", "Message", "TemplateError", "ToolChat", "chat_grammar_of",
     "chat_prompt_of", "chat_text", "prompt_tokens", "regex_escape", "render_template", "template_caps",
     "tool_chat",
 ]
 
-# How the service's refusals of a chat request that gets no grammar, and of what is not ported, begin
-# (constraintd.service.chat; a test holds them together): the worker answers the first itself, with free
-# text, and raises the second as NotPorted, as the engine's chat layer says it.
-FREE_TEXT = "the chat request asks for free text"
-NOT_PORTED = "not ported yet: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +204,8 @@ def tool_chat(
 
     Raises:
         InputError: the service refuses the request, in words that name what: a tool_choice that names no
-            tool, a template that does not render it, a trigger word that is one token and not preserved.
+            tool, a trigger word that is one token and not preserved.
+        TemplateError: the template does not render the request (the service's ChatTemplateError).
         NotPorted: the service says what is not ported yet: the template's format, its tool-call grammar,
             or a lazy tool grammar on a thinking template (llama-server then runs a reasoning-budget
             sampler that is not).
@@ -225,12 +221,11 @@ def tool_chat(
     session: Session | None
     try:
         session = client.session(vocab, chat=request)
-    except InputError as exc:
-        refusal = str(exc)
-        if refusal.startswith(NOT_PORTED):
-            raise NotPorted(refusal.removeprefix(NOT_PORTED)) from None
-        if not refusal.startswith(FREE_TEXT):
-            raise
+    except ChatTemplateError as exc:
+        raise TemplateError(str(exc)) from None
+    except NotPortedError as exc:
+        raise NotPorted(str(exc).removeprefix("not ported yet: ")) from None
+    except FreeTextError:  # nothing to hold: the worker's own settings, with no session
         session, settings = None, _free_text(model, source, messages, tools, tool_choice, parallel_tool_calls,
                                              now)
     else:

@@ -12,7 +12,9 @@
 #   tool_choice naming a tool offers that tool alone, required; a lazy tool grammar on a thinking template
 #   is refused (llama-server then runs a reasoning-budget sampler that is not ported). A request that gets
 #   no grammar (no tools the template can call, tool_choice none, auto with no word to trigger on) is
-#   refused with `FREE_TEXT` first: there is nothing to hold (the worker generates free text then).
+#   refused first, as FreeTextError: there is nothing to hold (the worker generates free text then). Each
+#   refusal a caller acts on has its own class (ChatTemplateError, FreeTextError, NotPortedError), which
+#   every transport carries.
 # - A refusal is the same for the same request (its key holds all it depends on): the registry remembers
 #   it as it remembers a refused grammar, so asking again resolves nothing.
 # - Trigger words become triggers over a vocabulary as llama-server makes them (server-schema.cpp): a word
@@ -37,18 +39,11 @@ from constraintd.engine.chat.prompt import template_source
 from constraintd.engine.chat.template_inputs import ChatTool, parse_messages, parse_tools
 from constraintd.engine.schema.json_text import parse_json
 from constraintd.engine.vocab.vocab import Vocab
-from constraintd.errors import InputError
+from constraintd.errors import ChatTemplateError, FreeTextError, InputError, NotPortedError
 
-__all__ = [
-    "FREE_TEXT", "NOT_PORTED", "ChatRequest", "ChatSettings", "chat_triggers", "regex_escape", "resolve_chat",
-]
+__all__ = ["ChatRequest", "ChatSettings", "chat_triggers", "regex_escape", "resolve_chat"]
 
 REASONING_FORMATS = ("auto", "none")
-# How the refusals of a request that gets no grammar, and of what is not ported, begin (the worker tells
-# them from the others by these words: it generates free text, or says what is not ported as llama-server's
-# chat layer would have).
-FREE_TEXT = "the chat request asks for free text"
-NOT_PORTED = "not ported yet: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,8 +154,10 @@ def resolve_chat(request: ChatRequest) -> tuple[str, ChatSettings]:
 
     Raises:
         InputError: messages or tools that are not JSON or that llama.cpp refuses, a tool_choice or
-            reasoning format it does not take, a template that does not render, a part of llama.cpp's chat
-            layer not ported (named), or a request that gets no grammar.
+            reasoning format it does not take.
+        ChatTemplateError: the template does not render the request.
+        NotPortedError: a part of llama.cpp's chat layer the request needs is not ported (named).
+        FreeTextError: the request gets no grammar.
         SchemaError: llama.cpp refuses the response schema.
     """
     if request.reasoning_format not in REASONING_FORMATS:
@@ -181,15 +178,16 @@ def resolve_chat(request: ChatRequest) -> tuple[str, ChatSettings]:
             enable_thinking=request.enable_thinking, now=request.now, caps=caps,
             parallel_tool_calls=request.parallel_tool_calls, generation_prompt=made.generation_prompt)
     except TemplateError as exc:
-        raise InputError(str(exc)) from None
+        raise ChatTemplateError(str(exc)) from None
     except NotPorted as exc:
-        raise InputError(f"{NOT_PORTED}{exc}") from None
+        raise NotPortedError(f"not ported yet: {exc}") from None
     if not params.grammar:
-        raise InputError(f"{FREE_TEXT} (no tools the template can call, tool_choice none, or auto with no "
-                         "word to trigger on): there is no constraint to hold")
+        raise FreeTextError("the chat request asks for free text (no tools the template can call, "
+                            "tool_choice none, or auto with no word to trigger on): there is no constraint "
+                            "to hold")
     if params.grammar_lazy and params.thinking_end_tags:
-        raise InputError(f"{NOT_PORTED}a lazy tool grammar on a thinking template (llama-server's "
-                         "reasoning-budget sampler keeps the thinking block from it)")
+        raise NotPortedError("not ported yet: a lazy tool grammar on a thinking template (llama-server's "
+                             "reasoning-budget sampler keeps the thinking block from it)")
     words, patterns = _patterns(params)
     assert params.analysis is not None  # chat_params analyses every template it gives a grammar for
     parser = ChatFormat(

@@ -24,7 +24,7 @@ from sampler_worker.cli import (
     settings_from,
     tools_from,
 )
-from sampler_worker.prompt import ToolChat, tool_chat
+from sampler_worker.prompt import TemplateError, ToolChat, tool_chat
 from tests.sampler_worker.conftest import fixed_date
 
 
@@ -398,6 +398,16 @@ def test_a_lazy_grammar_on_a_thinking_template_is_not_ported() -> None:
         pass
     with text_chat(qwen3, "Weather in Paris?", WEATHER_TOOLS, tool_choice="required") as required:
         assert required.session is not None and required.settings.prefill
+
+
+def test_a_template_that_does_not_render_is_a_template_error() -> None:
+    # the service's ChatTemplateError, said by the worker as its own template errors (HTTP: invalid_template)
+    from sampler_worker.serve.errors import http_error
+
+    with pytest.raises(TemplateError, match="no such chat") as caught, \
+            text_chat("{{ raise_exception('no such chat') }}", "Weather in Paris?", WEATHER_TOOLS):
+        pass
+    assert (http_error(caught.value).status, http_error(caught.value).code) == (400, "invalid_template")
 
 
 def test_regex_escape_is_llama_cpps() -> None:
