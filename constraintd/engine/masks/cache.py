@@ -78,7 +78,6 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.code_ranges import meet, within
 from constraintd.engine.grammar.elements import TOKEN
 from constraintd.engine.grammar.stack_sets import State, StateTable
 from constraintd.engine.grammar.stacks import CharClass, Stack
@@ -93,6 +92,8 @@ from constraintd.engine.masks.compute import (
     class_ranges,
     compute_mask,
     escape_columns,
+    ranges_meet,
+    ranges_within,
     rows_past_first,
     rows_without,
     union_rows,
@@ -427,7 +428,7 @@ class MaskCache:
         for proved in range(longest):
             assert state is not None
             if not all(
-                within(ranges, theirs) or not meet(ranges, theirs)
+                ranges_within(ranges, theirs) or not ranges_meet(ranges, theirs)
                 for theirs in (class_ranges(rules.classes[pos]) for pos in state.char_tops)
             ):
                 return proved

@@ -29,9 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from constraintd.engine.code_ranges import Ranges as _Ranges
-from constraintd.engine.code_ranges import complement, merged
-
 __all__ = [
     "ANY_JSON_CHAR", "MAX_COUNT", "MAX_DEPTH", "AddRule", "Unsupported", "complement_rule", "pattern_rule",
 ]
@@ -39,6 +36,7 @@ __all__ = [
 MAX_COUNT: Final = 1000
 MAX_DEPTH: Final = 64
 _MAX_CHAR: Final = 0x10FFFF
+_Ranges: TypeAlias = tuple[tuple[int, int], ...]
 
 
 class Unsupported(Exception):
@@ -46,11 +44,24 @@ class Unsupported(Exception):
 
 
 def _normal(ranges: list[tuple[int, int]]) -> _Ranges:
-    return merged(ranges)
+    merged: list[tuple[int, int]] = []
+    for low, high in sorted(ranges):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    return tuple(merged)
 
 
 def _complement(ranges: _Ranges) -> _Ranges:
-    return complement(ranges, _MAX_CHAR)
+    out, start = [], 0
+    for low, high in ranges:
+        if low > start:
+            out.append((start, low - 1))
+        start = high + 1
+    if start <= _MAX_CHAR:
+        out.append((start, _MAX_CHAR))
+    return tuple(out)
 
 
 def _chars(text: str) -> _Ranges:
