@@ -54,23 +54,14 @@
 #   way past p). The columns are learned once per shorter top's ids (`SharedVerdicts.escapes`, one walk
 #   of its uncertain rows); rows met at several columns, or ending there, are walked as before.
 # - Fixed-length repetitions of one char class (`[0-9a-f]{8}`, a UUID's groups) are inline, not chains of
-#   links, so they get no loop; each position's rows are decided from the vocabulary's run counts
-#   instead (masks/compute.py's `ClassRuns`, counted once per class and kept up to its bound, counted in
-#   the shared verdicts' `nbytes`): a few passes over the rows a position walks, not a walk of them
-#   column by column.
-# - A top whose class starts most rows (a string's characters) is not walked over the rows made only of
-#   code points of that class when they are proved allowed (`_proved_run`): its states, stepped on one
-#   code point of the class, each take every code point of it alike, to one state with a stack, up to a
-#   number of code points or until one comes back. Such rows are allowed whatever lies below; the rest
-#   are walked. This serves the tops walked whole before (most rows left by the shorter top) and the last
-#   copies of a long minimum, whose tokens look past the loop's reach. The run counts it reads are the
-#   vocabulary's (`SharedVerdicts.class_runs`).
+#   links, so they get no loop; each position's rows are decided from the grammar's run counts instead
+#   (masks/compute.py's `ClassRuns`, counted once per class and kept up to its bound, counted in
+#   `nbytes`): a few passes over the rows a position walks, not a walk of them column by column.
 # - After an unfinished UTF-8 sequence (rare: a token cut a character) the mask is walked whole.
 # - Every cache is an `LruCache` (engine/lru.py), dropping its least recently used entries beyond its
 #   bound (bytes of arrays for masks and verdicts, a count for the per-grammar shortcut to them); the
 #   answers never depend on them. The masks, a grammar's own verdicts and the shortcuts are owned by the
-#   `MaskCache` (one per grammar), the shared verdicts and run counts by the vocabulary: nothing here
-#   lives in the module.
+#   `MaskCache` (one per grammar), the shared verdicts by the vocabulary: nothing here lives in the module.
 from __future__ import annotations
 
 from typing import Final

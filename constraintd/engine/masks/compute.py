@@ -86,8 +86,8 @@ MAX_RUN_BYTES: Final = 4 << 20
 class ClassRuns:
     """Per char class, how many code points in a row, from the first, each row of one table has in that
     class: what `walk` reads to decide a fixed-length run of the class (see the module comment). Kept up
-    to `max_bytes`, least recently used dropped first; owned by the vocabulary's shared verdicts
-    (masks/verdicts.py), as a class's counts are the same whatever grammar asks."""
+    to `max_bytes`, least recently used dropped first; owned by whoever owns the walks (a grammar's
+    masks/cache.py `MaskCache`)."""
 
     __slots__ = ("_counts", "_lengths", "table")
 
