@@ -71,7 +71,7 @@ import numpy.typing as npt
 
 from constraintd.engine.grammar.elements import TOKEN
 from constraintd.engine.grammar.stack_sets import State, StateTable
-from constraintd.engine.grammar.stacks import CharClass, Stack
+from constraintd.engine.grammar.stacks import Stack
 from constraintd.engine.grammar.utf8 import FRESH, PartialUtf8
 from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.bitmask import allow_tokens, mask_words, pack_mask
@@ -80,11 +80,8 @@ from constraintd.engine.masks.compute import (
     Escapes,
     check_deadline,
     class_members,
-    class_ranges,
     compute_mask,
     escape_columns,
-    ranges_meet,
-    ranges_within,
     rows_past_first,
     rows_without,
     union_rows,
@@ -106,7 +103,6 @@ from constraintd.engine.masks.verdicts import (
     top_verdict,
 )
 from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab
-from constraintd.errors import LimitError
 
 __all__ = [
     "CONTEXT_DEPTH",
@@ -136,7 +132,6 @@ MAX_OWN_BYTES: Final = 4 << 20
 
 Words = npt.NDArray[np.int32]
 IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
 
 
 class MaskCache:
@@ -145,6 +140,7 @@ class MaskCache:
     __slots__ = (
         "_masks",
         "_own",
+        "_runs",
         "_tops",
         "loops",
         "shared",
@@ -174,6 +170,9 @@ class MaskCache:
         # stack top -> its verdict when no structural key keeps it (`_from_shorter`): this grammar's alone,
         # sized by the arrays it holds alone
         self._own: LruCache[Stack, TopVerdict] = LruCache(max_own_bytes)
+        # per char class, the rows' leading code points in it: fixed-length runs of a class decided
+        # without a walk of each position (masks/compute.py); built on first use, as `structure`
+        self._runs: ClassRuns | None = None
 
     def mask(self, state: State, partial: PartialUtf8, limit: int, *, deadline: float | None = None) -> Words:
         """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only). A
@@ -353,8 +352,6 @@ class MaskCache:
             shared_reach = min(reach, known[REACH])
             if _count_looking_past(table, shared_reach) <= few:  # counted first: rows only when few
                 verdict = self._from_loop(top, known, _looking_past(table, shared_reach), limit, deadline)
-            else:
-                verdict = self._from_loop_and_run(top, known, shared_reach, limit, deadline)
         if verdict is None:
             verdict = self._walk_top(top, limit, deadline)
         self.shared.put(key, verdict, verdict[NBYTES])
@@ -363,97 +360,12 @@ class MaskCache:
             self.shared.put((LOOP_MARK, *loop_key), top_verdict(words, ids, uncertain, nbytes, reach), nbytes)
         return verdict
 
-    def _from_loop_and_run(
-        self, top: Stack, known: TopVerdict, reach: int, limit: int, deadline: float | None
-    ) -> TopVerdict | None:
-        # Too many tokens look past the reach (the last copies of a long minimum: `char{22,4096}` with
-        # three left). Of those, the ones whose code points are all in the class on top, and no more
-        # than a run of it is proved allowed for (`_proved_run`), are allowed; the loop's verdict and a
-        # walk decide the rest, when they are few. None otherwise.
-        table = self.vocab.fresh_table()
-        in_run = self._in_proved_run(top, limit)
-        if in_run is None:
-            return None
-        past = _looking_past(table, reach)
-        proved = in_run[past]
-        rows = past[~proved]
-        if rows.size > table.ids.size // LOOP_SHARE:
-            return None
-        return self._from_loop(top, known, rows, limit, deadline, allowed=past[proved])
-
-    def _in_proved_run(self, top: Stack, limit: int) -> BoolArray | None:
-        # Per row, whether `_proved_run` allows it from `top`: all its code points in the class on top,
-        # no more of them than proved, no unfinished sequence. None when the class starts at most half
-        # the rows (counting it would cost more than it spares), or nothing is proved.
-        rules = self.states.rules
-        char_class = rules.classes.get(top[-1])
-        if char_class is None:  # a token on top
-            return None
-        runs = self._class_runs()
-        table = runs.table
-        if runs.count_starting(char_class) * 2 <= table.ids.size:
-            return None
-        most = self._proved_run(top, char_class, limit)
-        if not most:
-            return None
-        lengths = runs.lengths()
-        in_run: BoolArray = (runs.counts(char_class) == lengths) & (table.partials == 0)
-        if most < len(table.columns):
-            in_run &= lengths <= most
-        return in_run
-
-    def _proved_run(self, top: Stack, char_class: CharClass, limit: int) -> int:
-        # The most code points m such that every row of at most m code points, all in `char_class` (the
-        # class on top of `top`), is allowed from `top` whatever lies below: each state on the way takes
-        # every code point of the class alike, to one state with a stack. A row that ends on an escape
-        # mark is allowed too: below it lies a stack, which advances to at least one (llama.cpp's
-        # advance_stack), and a row that goes on from there meets no state (a mark takes no code point).
-        # m is the table's longest row once the states come back to one met before.
-        rules = self.states.rules
-        ranges = class_ranges(char_class)
-        if not ranges:
-            return 0
-        state = self.states.intern([top], limit)
-        longest = len(self.vocab.fresh_table().columns)
-        seen: set[State] = set()
-        for proved in range(longest):
-            assert state is not None
-            if not all(
-                ranges_within(ranges, theirs) or not ranges_meet(ranges, theirs)
-                for theirs in (class_ranges(rules.classes[pos]) for pos in state.char_tops)
-            ):
-                return proved
-            seen.add(state)
-            try:
-                after = state.step(ranges[0][0], limit)
-            except LimitError:  # a walk would meet it only on a row this long
-                after = None
-            if after is None:
-                return proved
-            if after in seen:
-                break
-            state = after
-        return longest
-
     def _from_loop(
-        self,
-        top: Stack,
-        known: TopVerdict,
-        rows: IntArray,
-        limit: int,
-        deadline: float | None,
-        *,
-        allowed: IntArray | None = None,
+        self, top: Stack, known: TopVerdict, rows: IntArray, limit: int, deadline: float | None
     ) -> TopVerdict:
-        # `known` on every token but those of `rows` (the ones looking past its reach), which are walked,
-        # and those of `allowed`, proved allowed
+        # `known` on every token but those of `rows` (the ones looking past its reach), which are walked
         table = self.vocab.fresh_table()
         allowed_rows, uncertain = self._walk_rows(top, rows, limit, deadline)
-        decided = rows
-        if allowed is not None:
-            # set in the words below with the walked ones' (words are cleared for walked tokens alone)
-            decided = np.concatenate((rows, allowed))
-            allowed_rows = np.concatenate((allowed_rows, allowed))
         walked = table.ids[rows]
         words = None
         known_words = known[WORDS]
@@ -464,7 +376,7 @@ class MaskCache:
             )
         n_tokens, n_rows = self.vocab.n_tokens, table.ids.size
         ids = rows_without(known[IDS], walked, n_tokens)
-        kept = rows_without(known[UNCERTAIN], decided, n_rows)
+        kept = rows_without(known[UNCERTAIN], rows, n_rows)
         return self._verdict(
             words, union_rows([ids, table.ids[allowed_rows]], n_tokens), union_rows([kept, uncertain], n_rows)
         )
@@ -484,17 +396,9 @@ class MaskCache:
             return shorter
         if shorter[UNCERTAIN].size * 2 > table.ids.size:
             # most of the vocabulary is left to walk: a whole walk, which moves column 0 by first code
-            # point instead of row by row, costs less (and decides the rest again, alike); but where a
-            # run of the class on top is proved allowed (a string's characters), only the rows outside
-            # it are walked
-            in_run = self._in_proved_run(top, limit)
-            if in_run is None or np.count_nonzero(in_run) * 2 <= table.ids.size:
-                allowed_rows, uncertain = walk(table, table.columns, start, limit, deadline=deadline)
-                return self._verdict(None, table.ids[allowed_rows], uncertain)
-            allowed_rows, uncertain = self._walk_rows(top, np.flatnonzero(~in_run), limit, deadline)
-            return self._verdict(
-                None, union_rows([table.ids[allowed_rows], table.ids[in_run]], self.vocab.n_tokens), uncertain
-            )
+            # point instead of row by row, costs less (and decides the rest again, alike)
+            allowed_rows, uncertain = walk(table, table.columns, start, limit, deadline=deadline)
+            return self._verdict(None, table.ids[allowed_rows], uncertain)
         return self._walk_uncertain(top, shorter, limit, deadline, keyed=True)
 
     def _shifted(self, top: Stack, limit: int, deadline: float | None) -> TopVerdict:
@@ -646,9 +550,10 @@ class MaskCache:
         return index
 
     def _class_runs(self) -> ClassRuns:
-        # per char class, the rows' leading code points in it (masks/compute.py): fixed-length runs of a
-        # class decided without a walk of each position, and runs proved allowed; the vocabulary's
-        return self.shared.class_runs(self.vocab.fresh_table())
+        runs = self._runs
+        if runs is None:
+            runs = self._runs = ClassRuns(self.vocab.fresh_table())
+        return runs
 
     def _verdict(self, words: Words | None, ids: IntArray, uncertain: IntArray) -> TopVerdict:
         ids = np.sort(ids)
@@ -670,9 +575,10 @@ class MaskCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the finished masks and of the verdicts kept for this grammar alone (their arrays only,
-        not the dicts around them)."""
-        return self._masks.size + self._own.size
+        """Bytes of the finished masks, of the verdicts kept for this grammar alone and of its run counts
+        (their arrays only, not the dicts around them)."""
+        runs = self._runs
+        return self._masks.size + self._own.size + (runs.nbytes if runs is not None else 0)
 
     def forget_masks(self) -> None:
         """Drops the finished masks (not the per-top verdicts): the next masks are composed anew."""

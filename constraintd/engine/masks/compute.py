@@ -53,12 +53,9 @@ __all__ = [
     "Interruption",
     "check_deadline",
     "class_members",
-    "class_ranges",
     "compute_allowed",
     "compute_mask",
     "escape_columns",
-    "ranges_meet",
-    "ranges_within",
     "rows_past_first",
     "rows_without",
     "union_rows",
@@ -182,57 +179,6 @@ def class_members(char_class: CharClass, values: IntArray) -> BoolArray:
     for low, high in ranges:
         hit |= (low <= values) & (values <= high)
     return hit if positive else ~hit
-
-
-_LAST_CODE_POINT: Final = (1 << 32) - 1  # llama.cpp's code points are uint32_t
-
-
-def class_ranges(char_class: CharClass) -> tuple[tuple[int, int], ...]:
-    """The code points `char_class` matches (llama_grammar_match_char), as sorted, disjoint, not adjacent
-    ranges (inclusive) of uint32 values."""
-    positive, ranges = char_class
-    merged: list[tuple[int, int]] = []
-    for low, high in sorted(pair for pair in ranges if pair[0] <= pair[1]):
-        if merged and low <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
-        else:
-            merged.append((low, high))
-    if positive:
-        return tuple(merged)
-    complement: list[tuple[int, int]] = []
-    start = 0
-    for low, high in merged:
-        if low > start:
-            complement.append((start, low - 1))
-        start = high + 1
-    if start <= _LAST_CODE_POINT:
-        complement.append((start, _LAST_CODE_POINT))
-    return tuple(complement)
-
-
-def ranges_meet(ours: tuple[tuple[int, int], ...], theirs: tuple[tuple[int, int], ...]) -> bool:
-    """Whether two `class_ranges` share a code point."""
-    i = j = 0
-    while i < len(ours) and j < len(theirs):
-        if ours[i][1] < theirs[j][0]:
-            i += 1
-        elif theirs[j][1] < ours[i][0]:
-            j += 1
-        else:
-            return True
-    return False
-
-
-def ranges_within(ours: tuple[tuple[int, int], ...], theirs: tuple[tuple[int, int], ...]) -> bool:
-    """Whether every code point of `ours` is in `theirs` (both `class_ranges`: a range of ours lies within
-    one of theirs, as theirs are not adjacent)."""
-    j = 0
-    for low, high in ours:
-        while j < len(theirs) and theirs[j][1] < low:
-            j += 1
-        if j == len(theirs) or not theirs[j][0] <= low <= high <= theirs[j][1]:
-            return False
-    return True
 
 
 def compute_mask(

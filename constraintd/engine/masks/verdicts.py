@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -28,15 +28,10 @@ import numpy.typing as npt
 from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.structural_ids import UNBOUNDED, FormTable
 
-if TYPE_CHECKING:  # both import the vocabulary's module, which imports this one
-    from constraintd.engine.masks.compute import ClassRuns
-    from constraintd.engine.vocab.decoded import ColumnTable
-
 __all__ = [
     "IDS",
     "LOOP_MARK",
     "MAX_ESCAPE_BYTES",
-    "MAX_RUN_BYTES",
     "MAX_SHIFTED_BYTES",
     "MAX_VERDICT_BYTES",
     "NBYTES",
@@ -61,8 +56,6 @@ MAX_VERDICT_BYTES: Final = 192 << 20
 MAX_SHIFTED_BYTES: Final = 16 << 20
 # Default bound of one vocabulary's escape indexes.
 MAX_ESCAPE_BYTES: Final = 32 << 20
-# Default bound of one vocabulary's run counts (a class's counts: two bytes a row, 0.3 MiB over qwen2).
-MAX_RUN_BYTES: Final = 16 << 20
 
 Words = npt.NDArray[np.int32]
 IntArray = npt.NDArray[np.int64]
@@ -151,7 +144,7 @@ class SharedVerdicts(LruCache[tuple[int, ...], TopVerdict]):
             bytes.
     """
 
-    __slots__ = ("_runs", "escapes", "forms", "shifted")
+    __slots__ = ("escapes", "forms", "shifted")
 
     def __init__(
         self,
@@ -164,20 +157,8 @@ class SharedVerdicts(LruCache[tuple[int, ...], TopVerdict]):
         self.forms = FormTable()
         self.shifted: LruCache[tuple[int, ...], ShiftedVerdict] = LruCache(max_shifted_bytes)
         self.escapes: LruCache[tuple[int, ...], EscapeIndex] = LruCache(max_escape_bytes)
-        self._runs: ClassRuns | None = None
-
-    def class_runs(self, table: ColumnTable) -> ClassRuns:
-        """The run counts of char classes over `table` (the vocabulary's fresh table), made on first use:
-        a class's counts are the vocabulary's, whatever grammar asks."""
-        runs = self._runs
-        if runs is None:
-            from constraintd.engine.masks.compute import ClassRuns  # here: see the imports
-
-            runs = self._runs = ClassRuns(table, max_bytes=MAX_RUN_BYTES)
-        return runs
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the verdicts' own arrays, shifted ones, escape columns and run counts included."""
-        runs = self._runs
-        return self.size + self.shifted.size + self.escapes.size + (runs.nbytes if runs is not None else 0)
+        """Bytes of the verdicts' own arrays, shifted ones and escape columns included."""
+        return self.size + self.shifted.size + self.escapes.size

@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, LimitError, Matcher, Vocab, unpack_mask
-from constraintd.engine.grammar.utf8 import FRESH
 from constraintd.engine.masks import cache as mask_cache
 from constraintd.engine.masks.cache import MaskCache, SharedVerdicts
 from constraintd.engine.masks.compute import compute_mask
@@ -267,18 +266,7 @@ def test_bounded_strings_identical_to_llama_cpp(
     rng = np.random.default_rng(zlib.crc32(f"bounded/{least}/{bound}".encode()))
     document = '"' + (LONG_TEXT * 4)[: min(bound, 300)] + '"' + " " * 7 + "."
     tokens = llama_vocab.tokenize(document.encode(), parse_special=True)
-    proved: list[int] = []  # rows proved allowed by a run of the string's characters, each time
-
-    def proving(*args: object) -> object:
-        in_run = in_proved_run(*args)
-        proved.append(0 if in_run is None else int(np.count_nonzero(in_run)))
-        return in_run
-
-    in_proved_run = MaskCache._in_proved_run
-    with (
-        mock.patch.object(MaskCache, "_from_loop", autospec=True, side_effect=MaskCache._from_loop) as spy,
-        mock.patch.object(MaskCache, "_in_proved_run", autospec=True, side_effect=proving),
-    ):
+    with mock.patch.object(MaskCache, "_from_loop", autospec=True, side_effect=MaskCache._from_loop) as spy:
         for run in range(3):
             llama = LlamaGrammar.create(llama_vocab, text)
             assert llama is not None
@@ -292,86 +280,6 @@ def test_bounded_strings_identical_to_llama_cpp(
     assert tally.accepted >= len(tokens)
     if least == 0 and bound > 8:
         assert spy.call_count > 0  # the chain's positions borrowed their loop's verdicts
-    if least >= 12:
-        # the last copies of the minimum: most of the vocabulary is a run of string characters
-        assert max(proved) > len(vocab) // 2, proved
-
-
-# Mostly lowercase pieces of 1 to 9 letters, so that [a-z] starts most rows, with a few that leave a run
-# of letters: a digit, a quote, a dot, an unfinished sequence.
-RUN_PIECES = [
-    b"<eos>",
-    *(bytes(97 + (i * 7 + k) % 26 for k in range(1 + i % 9)) for i in range(120)),
-    b"a1",
-    b"ab.",
-    b'a"',
-    b'ab"',
-    b'"',
-    b".",
-    b"q",
-    b"az\xc3",
-    b"\xa9",
-    b"9",
-]
-RUN_VOCAB = Vocab(RUN_PIECES, eog_ids=[0])
-
-
-def check_proved_runs(matcher: Matcher) -> int:
-    """Checks `MaskCache._proved_run` on every char-topped stack of the matcher's state and on each of its
-    tops with the escape mark: every row it proves allowed (all its code points in the class on top, no
-    more of them than proved, no unfinished sequence) is allowed from the whole stack, one case of
-    "whatever lies below". The number of rows proved."""
-    grammar = matcher.grammar
-    masks, states, rules = grammar._masks, grammar._states, grammar._states.rules
-    table = masks.vocab.fresh_table()
-    runs = masks._class_runs()
-    lengths = runs.lengths()
-    proved_rows = 0
-    for stack in matcher.stacks:
-        if not stack or stack[-1] not in rules.classes:
-            continue
-        char_class = rules.classes[stack[-1]]
-        start = states.intern([stack], 10**6)
-        allowed = unpack_mask(compute_mask(start, FRESH, grammar._decoded, 10**6), len(masks.vocab.kind_of))
-        in_run = (runs.counts(char_class) == lengths) & (table.partials == 0)
-        for top in [stack, *((rules.escape, *stack[-depth:]) for depth in range(1, len(stack)))]:
-            most = masks._proved_run(top, char_class, 10**6)
-            rows = np.flatnonzero(in_run & (lengths <= most))
-            assert allowed[table.ids[rows]].all(), (top, most)
-            proved_rows += rows.size
-    return proved_rows
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    st.sampled_from(["{2,4}", "{3,40}", "{6,3000}", "{1,5}", "*"]),
-    st.sampled_from(['[a-f]* "."', '"\\"" "."?', '[a-z]{0,3} [0-9]', '"." | [g-z] "."', '[a-f] [a-z]* "."']),
-    st.lists(st.integers(0, 10**6), max_size=12),
-)
-def test_runs_proved_allowed_are_allowed(bound: str, after: str, choices: list[int]) -> None:
-    # a run of [a-z], then what stops it taking every letter alike ([a-f]), or kills it, or ends it
-    grammar = Grammar.from_gbnf(f'root ::= "\\"" [a-z]{bound} ({after})\n', RUN_VOCAB)
-    matcher = Matcher(grammar)
-    proved = 0
-    for choice in [*choices, None]:
-        proved += check_proved_runs(matcher)
-        allowed = np.flatnonzero(unpack_mask(matcher.mask(), len(RUN_PIECES)))
-        if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
-            break
-    assert proved > 0 or not choices
-
-
-@settings(max_examples=60, deadline=None)
-@given(grammars(), vocabs(), st.lists(st.integers(0, 10**6), max_size=6))
-def test_runs_proved_allowed_are_allowed_in_any_grammar(text: str, vocab: Vocab, choices: list[int]) -> None:
-    grammar = compile_or_skip(text, vocab)
-    matcher = Matcher(grammar, max_stacks=300)
-    with contextlib.suppress(LimitError):
-        for choice in [*choices, None]:
-            check_proved_runs(matcher)
-            allowed = np.flatnonzero(unpack_mask(matcher.mask(), len(vocab)))
-            if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
-                break
 
 
 @pytest.mark.parametrize(
