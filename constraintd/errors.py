@@ -161,7 +161,18 @@ class FreeTextError(InputError):
 
 
 class NotPortedError(InputError):
-    """A chat request that needs a part of llama.cpp's chat layer not ported yet (named in the message)."""
+    """A chat request that needs a part of llama.cpp's chat layer not ported yet.
+
+    Attributes:
+        what: the part, in words (the message is "not ported yet: " and these).
+    """
+
+    PARTS: ClassVar[Mapping[str, type[str] | type[int]]] = {"what": str}
+    what = ""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        super().__init__(f"not ported yet: {what}")
 
 
 class NotFoundError(ConstraintdError):

@@ -58,7 +58,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(frozen=True, slots=True)
 class Message:
     """One chat message."""
@@ -224,7 +223,7 @@ def tool_chat(
     except ChatTemplateError as exc:
         raise TemplateError(str(exc)) from None
     except NotPortedError as exc:
-        raise NotPorted(str(exc).removeprefix("not ported yet: ")) from None
+        raise NotPorted(exc.what) from None
     except FreeTextError:  # nothing to hold: the worker's own settings, with no session
         session, settings = None, _free_text(model, source, messages, tools, tool_choice, parallel_tool_calls,
                                              now)

@@ -180,14 +180,14 @@ def resolve_chat(request: ChatRequest) -> tuple[str, ChatSettings]:
     except TemplateError as exc:
         raise ChatTemplateError(str(exc)) from None
     except NotPorted as exc:
-        raise NotPortedError(f"not ported yet: {exc}") from None
+        raise NotPortedError(str(exc)) from None
     if not params.grammar:
         raise FreeTextError("the chat request asks for free text (no tools the template can call, "
                             "tool_choice none, or auto with no word to trigger on): there is no constraint "
                             "to hold")
     if params.grammar_lazy and params.thinking_end_tags:
-        raise NotPortedError("not ported yet: a lazy tool grammar on a thinking template (llama-server's "
-                             "reasoning-budget sampler keeps the thinking block from it)")
+        raise NotPortedError("a lazy tool grammar on a thinking template (llama-server's reasoning-budget "
+                             "sampler keeps the thinking block from it)")
     words, patterns = _patterns(params)
     assert params.analysis is not None  # chat_params analyses every template it gives a grammar for
     parser = ChatFormat(

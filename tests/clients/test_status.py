@@ -14,6 +14,7 @@ from constraintd.errors import (
     InputError,
     LimitError,
     NotFoundError,
+    NotPortedError,
     PositionError,
     SchemaError,
     UnavailableError,
@@ -37,6 +38,7 @@ RAISED: dict[str, ConstraintdError] = {
     "GrammarError": GrammarError("expecting name", line=3, column=7, excerpt="::= x"),
     "GrammarError-nowhere": GrammarError("undefined rule"),
     "SchemaError": SchemaError("Unrecognized schema", pointer="#/properties/a/items"),
+    "NotPortedError": NotPortedError("the qwen3-coder format's chat params"),
 }
 
 
