@@ -13,9 +13,11 @@
 #   keeps its generator between calls, so llama-server's `common_sampler_sample` with
 #   `grammar_first = false` (draw; if the grammar rejects the token, mask and run the whole chain
 #   again) is `sample(logits)` then, on rejection, `sample(logits, allowed=mask)`.
-# - A masked draw whose chain begins with top-k (k up to 128, llama.cpp's std::partial_sort) builds the
-#   candidates top-k leaves from the first k tokens and the allowed ones past them (`masked_top_k`): the
-#   same candidates, in the same order, without a pass over the whole vocabulary.
+# - A chain that begins with top-k reads what top-k leaves without copying or sorting the vocabulary:
+#   a first draw takes the k highest logits when they are distinct and above the rest, where every
+#   correct sort agrees (`fresh_top_k`; with ties there, the whole chain runs); a masked draw (k up to
+#   128, llama.cpp's std::partial_sort) builds the candidates from the first k tokens and the allowed
+#   ones past them (`masked_top_k`). The same candidates, in the same order, either way.
 # - `accept(token)` is `llama_sampler_accept` on the chain (the penalties remember the token); the
 #   caller accepts each generated token once, after the draw that chose it.
 
@@ -31,7 +33,17 @@ import numpy.typing as npt
 from sampler_worker.candidates import Candidates
 from sampler_worker.mt19937 import LLAMA_DEFAULT_SEED
 from sampler_worker.penalties import LogitBias, Penalties
-from sampler_worker.samplers import Dist, MinP, Sampler, Temperature, TopK, TopP, Typical, masked_top_k
+from sampler_worker.samplers import (
+    Dist,
+    MinP,
+    Sampler,
+    Temperature,
+    TopK,
+    TopP,
+    Typical,
+    fresh_top_k,
+    masked_top_k,
+)
 
 __all__ = ["DEFAULT_ORDER", "SamplerChain", "SamplerSettings"]
 
@@ -209,12 +221,17 @@ class SamplerChain:
         """
         values = np.asarray(logits, dtype=np.float32).reshape(-1)
         highest = values.max() if values.size else np.float32(0.0)
-        if np.isnan(highest) or np.isposinf(highest):
+        if np.isnan(highest) or highest == np.inf:  # the max of an array holding a NaN is NaN
             raise ValueError("logits must be finite or -inf")
         if allowed is None:
-            cur = Candidates.from_logits(values)
-            self.apply(cur)
-            return cur.token
+            top = fresh_top_k(values, self._first_top_k) if self._first_top_k else None
+            if top is None:
+                cur = Candidates.from_logits(values)
+                self.apply(cur)
+                return cur.token
+            for sampler in self.samplers[1:]:
+                sampler.apply(top)
+            return top.token
         if allowed.shape != values.shape:
             raise ValueError(f"mask has {allowed.size} entries for {values.size} logits")
         top = masked_top_k(values, allowed, self._first_top_k) if self._first_top_k else None

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["bucket_partial_order", "bucket_value_order", "partial_sort_order", "sort_order"]
+__all__ = ["bucket_partial_order", "bucket_value_order", "largest_unique", "partial_sort_order", "sort_order"]
 
 Positions = npt.NDArray[np.intp]
 Keys = npt.NDArray[np.float32] | npt.NDArray[np.float64]
@@ -33,6 +33,7 @@ Item = tuple[float, int]  # (key, position in the input)
 
 _INSERTION_THRESHOLD = 16  # libstdc++'s _S_threshold
 _SCAN_BLOCK = 4096
+_GROUPED = 64  # `_pool_of_largest`: elements per group
 
 
 # --- libstdc++'s heap algorithms (bits/stl_heap.h), on a list of items, comparator `<` on keys ---
@@ -253,6 +254,43 @@ def _unique_prefix(keys: Keys, count: int) -> Positions | None:
     if chosen[count - 1] < chosen[count] and not np.any(chosen[1:count] == chosen[: count - 1]):
         return head[:count].astype(np.intp, copy=False)
     return None
+
+
+def largest_unique(values: npt.NDArray[np.float32], count: int) -> Positions | None:
+    """The positions of the `count` largest values, largest first, when every correct sort agrees on
+    them (those values distinct and strictly above the rest); None otherwise.
+
+    What `_unique_prefix(-values, count)` answers, without negating (copying) the whole array: a sampler
+    chain's first draw asks it of every logit of the vocabulary. `values` holds no NaN (the caller has
+    checked) and more than `count` elements, `count` > 0.
+    """
+    pool = _pool_of_largest(values, count + 1)
+    keys = -values[pool]  # the pool only: a few hundred where the whole holds hundreds of thousands
+    head = pool[np.argpartition(keys, count)[: count + 1]]
+    head = head[np.argsort(-values[head], kind="stable")]
+    chosen = values[head]
+    if chosen[count - 1] > chosen[count] and not np.any(chosen[1:count] == chosen[: count - 1]):
+        return head[:count].astype(np.intp, copy=False)
+    return None
+
+
+def _pool_of_largest(values: npt.NDArray[np.float32], count: int) -> Positions:
+    # Positions of a subset that surely holds the `count` largest values: the elements fall into
+    # _GROUPED groups (group j: positions j, j + n, j + 2n, ...; the last size % _GROUPED positions go in
+    # whole), and the count-th largest group maximum is a bound: `count` elements reach it, so the `count`
+    # largest all do, and only groups whose maximum reaches it hold any. One strided maximum over the
+    # array, then work on about `count` groups: no pass that lists positions of the whole.
+    n = values.size // _GROUPED
+    if n < 2 * count:
+        return np.arange(values.size, dtype=np.intp)
+    maxima = values[: n * _GROUPED].reshape(_GROUPED, n).max(axis=0)
+    bound = np.partition(maxima, n - count)[n - count]
+    groups = np.flatnonzero(maxima >= bound)
+    pool = (groups[None, :] + np.arange(0, n * _GROUPED, n)[:, None]).ravel()
+    if n * _GROUPED < values.size:
+        pool = np.concatenate((pool, np.arange(n * _GROUPED, values.size)))
+    kept: Positions = pool[values[pool] >= bound]
+    return kept
 
 
 def sort_order(keys: Keys, *, needed: int | None = None) -> Positions:

@@ -17,7 +17,13 @@ import numpy as np
 import numpy.typing as npt
 
 from sampler_worker.candidates import Candidates
-from sampler_worker.cxx_sort import bucket_partial_order, bucket_value_order, partial_sort_order, sort_order
+from sampler_worker.cxx_sort import (
+    bucket_partial_order,
+    bucket_value_order,
+    largest_unique,
+    partial_sort_order,
+    sort_order,
+)
 from sampler_worker.libm import expf, logf, powf
 from sampler_worker.mt19937 import MT19937, resolve_seed
 
@@ -30,6 +36,7 @@ __all__ = [
     "TopK",
     "TopP",
     "Typical",
+    "fresh_top_k",
     "masked_top_k",
     "partial_sort_inplace",
     "softmax",
@@ -100,6 +107,26 @@ class TopK(Sampler):
         if not cur.is_sorted:
             partial_sort_inplace(cur, k)
         cur.truncate(k)
+
+
+def fresh_top_k(logits: npt.NDArray[np.float32], k: int) -> Candidates | None:
+    """What `TopK(k)` leaves of fresh candidates (every token, unsorted), without copying the vocabulary;
+    None when the k highest logits are not all distinct and above the rest.
+
+    Where they are, every correct sort puts the same tokens first in the same order, llama.cpp's
+    `std::partial_sort` (k <= 128) and its buckets alike, so reading them off the logits is exact. Where
+    they are not (ties at or above the cut), the order is the algorithm's, and the caller runs it.
+
+    Args:
+        logits: one logit per vocabulary token, no NaN (not modified).
+        k: top-k's k, 0 < k.
+    """
+    if k >= logits.size:
+        return None
+    order = largest_unique(logits, k)
+    if order is None:
+        return None
+    return Candidates(order.astype(np.int32), logits[order], is_sorted=True)
 
 
 def masked_top_k(
@@ -178,21 +205,21 @@ class MinP(Sampler):
     def __init__(self, p: float, min_keep: int = 0) -> None:
         self.p = _F32(p)
         self.min_keep = min_keep
+        self._log_p = logf(self.p)  # once: `logf` is dozens of numpy calls (unused for p <= 0)
 
     def apply(self, cur: Candidates) -> None:
         if self.p <= 0.0 or not len(cur):
             return
-        log_p = logf(self.p)
         if not cur.is_sorted:
             # max starts at -FLT_MAX, so an all -inf array gives -FLT_MAX here, as in llama.cpp
             max_logit = max(_F32(-np.finfo(_F32).max), cur.logits.max())
-            min_logit = _F32(max_logit + log_p)
+            min_logit = _F32(max_logit + self._log_p)
             kept = np.flatnonzero(cur.logits >= min_logit)
             if kept.size and kept.size >= self.min_keep:
                 cur.take(kept)
                 return
             partial_sort_inplace(cur, len(cur))
-        min_logit = _F32(cur.logits[0] + log_p)
+        min_logit = _F32(cur.logits[0] + self._log_p)
         # the first token always stays; stop at the first one below the bar once min_keep are kept
         below = (cur.logits < min_logit) & (np.arange(len(cur)) >= self.min_keep)
         below[0] = False

@@ -26,7 +26,7 @@ from sampler_worker.candidates import Candidates
 from sampler_worker.chain import DEFAULT_ORDER, SamplerChain, SamplerSettings
 from sampler_worker.mt19937 import LLAMA_DEFAULT_SEED
 from sampler_worker.penalties import Penalties
-from sampler_worker.samplers import Dist, Greedy, Temperature, TopK, Typical, masked_top_k
+from sampler_worker.samplers import Dist, Greedy, Temperature, TopK, Typical, fresh_top_k, masked_top_k
 from tests.conftest import OracleReport
 from tests.oracle import LlamaSamplerChain
 from tests.sampler_worker.llama_chain import llama_steps
@@ -329,3 +329,30 @@ def test_top_k_of_the_first_k_and_the_allowed_past_them_is_top_k_of_the_masked_v
         assert got.logits.tobytes() == whole.logits.tobytes()
         assert got.is_sorted and whole.is_sorted
     assert masked_top_k(np.zeros(300, dtype=np.float32), np.ones(300, dtype=bool), 129) is None  # buckets
+
+
+def test_top_k_read_off_fresh_logits_is_top_k_of_every_candidate() -> None:
+    # A first draw's top-k without the whole vocabulary's candidates: where it answers, the candidates
+    # TopK leaves of them, bit for bit; it declines only where the k highest are not distinct and above
+    # the rest (then the chain sorts them all, as test_chain_matches_llama_cpp checks).
+    rng = np.random.default_rng(7)
+    declined = 0
+    for trial in range(300):
+        n, k = int(rng.choice([100, 3000, 40_000])), int(rng.choice([1, 5, 40, 128, 200]))
+        logits = synthetic_logits(KINDS[trial % len(KINDS)], n, rng)
+        got = fresh_top_k(logits, k)
+        whole = Candidates.from_logits(logits)
+        TopK(k).apply(whole)
+        if got is None:
+            declined += 1
+            if k >= n:
+                continue
+            kept = np.sort(logits)[::-1][: k + 1]
+            assert kept[k - 1] == kept[k] or len(set(kept[:k].tolist())) < k
+            continue
+        assert got.ids.tolist() == whole.ids.tolist()
+        assert got.logits.tobytes() == whole.logits.tobytes()
+        assert got.probs.tobytes() == whole.probs.tobytes()
+        assert got.is_sorted and whole.is_sorted
+    assert declined < 200  # "normal" and "peak" logits are answered
+    assert fresh_top_k(np.zeros(10, dtype=np.float32), 10) is None  # k covers the vocabulary

@@ -6,7 +6,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from sampler_worker.cxx_sort import bucket_partial_order, bucket_value_order, partial_sort_order, sort_order
+from sampler_worker.cxx_sort import (
+    bucket_partial_order,
+    bucket_value_order,
+    largest_unique,
+    partial_sort_order,
+    sort_order,
+)
 from tests.sampler_worker.conftest import LibStdCxx
 
 # Sizes: 50 arrays per kind and algorithm, 1 to 2,000 keys each (enough for introsort's quicksort
@@ -63,6 +69,46 @@ def test_partial_sort_order_matches_std_partial_sort(kind: str, libstdcxx: LibSt
     expected = libstdcxx.run(_command("partial", keys, middle) for keys, middle in cases)
     for (keys, middle), positions in zip(cases, expected, strict=True):
         assert partial_sort_order(keys, middle).tolist() == [int(p) for p in positions]
+
+
+@pytest.mark.parametrize(
+    "kind", ["distinct", "few-values", "many-ties", "constant", "peaked", "with-inf", "tie-at-the-cut"]
+)
+def test_largest_unique_is_the_partial_sort_where_the_largest_are_distinct(kind: str) -> None:
+    # Against partial_sort_order of the negated values (itself held to std::partial_sort above), on
+    # vocabulary-sized arrays (the grouped pool, its tail of size % 64 included) and small ones (the
+    # whole array as the pool): where it answers, the same positions in the same order; where it does
+    # not, the largest values tie among themselves or with the next one.
+    rng = np.random.default_rng(sum(map(ord, kind)))
+    answered = 0
+    for case in range(40):
+        sizes = [65, 300, 5_000, 151_936, 262_144 + 37]
+        n = int(rng.choice(sizes)) if case % 4 else int(rng.integers(2, 200))
+        values = (rng.normal(size=n) * 3).astype(np.float32)
+        if kind == "few-values":
+            values = rng.integers(0, 4, size=n).astype(np.float32)
+        elif kind == "many-ties":
+            values = (rng.integers(0, 400, size=n) / 3).astype(np.float32)
+        elif kind == "constant":
+            values = np.full(n, 1.5, dtype=np.float32)
+        elif kind == "peaked":  # a few far above the rest, as a confident model's logits are
+            values[rng.integers(n, size=3)] = np.float32(25.0) + rng.random(3).astype(np.float32)
+        elif kind == "with-inf":
+            values[rng.random(n) < 0.3] = -np.inf
+        count = int(rng.integers(1, min(n - 1, 128) + 1))
+        if kind == "tie-at-the-cut":  # the next one equal to the last one kept: the sort decides
+            ranked = np.argsort(-values, kind="stable")
+            values[ranked[count]] = values[ranked[count - 1]]
+        got = largest_unique(values, count)
+        expected = partial_sort_order(-values, count + 1)
+        top = values[expected]
+        unique = top[count - 1] > top[count] and len(set(top[:count].tolist())) == count
+        assert (got is not None) == unique
+        if got is not None:
+            answered += 1
+            assert got.tolist() == expected[:count].tolist()
+    if kind in ("distinct", "peaked", "with-inf"):
+        assert answered >= 30  # the case it exists for is answered
 
 
 def test_bucket_partial_order_sorts_in_range_logits_descending() -> None:
