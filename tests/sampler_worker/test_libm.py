@@ -66,3 +66,17 @@ def test_scalars_give_zero_dimensional_float32() -> None:
 def test_powf_rounds_to_float32() -> None:
     assert powf(2.0, 10.0) == np.float32(1024.0)
     assert powf(0.5, 0.5) == np.float32(np.sqrt(np.float32(0.5)))
+
+
+def test_expf_of_values_all_in_range_matches_the_c_library() -> None:
+    # The path a sampler's softmax takes: a few dozen values, none overflowing, underflowing or NaN, so no
+    # special case is patched in (the whole-array test above always holds some, and takes the other path).
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.uniform(-103.9, 88.7, size=20_000), rng.normal(scale=4.0, size=20_000)])
+    x = x.astype(np.float32)
+    c_expf = _c_function("expf")
+    for chunk in np.split(x, 1000):
+        expected = np.array([c_expf(float(v)) for v in chunk], dtype=np.float32)
+        got = expf(chunk)
+        assert got.dtype == np.float32
+        assert np.all(_same_bits(got, expected))
