@@ -12,7 +12,9 @@
 #   every token the mask rejects to -inf, which is what llama.cpp's grammar sampler does. The chain
 #   keeps its generator between calls, so llama-server's `common_sampler_sample` with
 #   `grammar_first = false` (draw; if the grammar rejects the token, mask and run the whole chain
-#   again) is `sample(logits)` then, on rejection, `sample(logits, allowed=mask)`.
+#   again) is `sample(logits)` then, on rejection, `sample(logits, allowed=mask)`, or with the mask as
+#   the allowed tokens' ids, `sample(logits, allowed_ids=ids)`: a redraw's mask allows few tokens, and
+#   then neither the mask nor the logits are read whole.
 # - A chain that begins with top-k reads what top-k leaves without copying or sorting the vocabulary:
 #   a first draw takes the k highest logits when they are distinct and above the rest, where every
 #   correct sort agrees (`fresh_top_k`; with ties there, the whole chain runs); a masked draw (k up to
@@ -202,7 +204,13 @@ class SamplerChain:
         for sampler in self.samplers:
             sampler.apply(cur)
 
-    def sample(self, logits: npt.ArrayLike, *, allowed: npt.NDArray[np.bool_] | None = None) -> int:
+    def sample(
+        self,
+        logits: npt.ArrayLike,
+        *,
+        allowed: npt.NDArray[np.bool_] | None = None,
+        allowed_ids: npt.NDArray[np.integer] | None = None,
+    ) -> int:
         """Run the whole chain on one step's logits and return the token it selects.
 
         Does not accept the token: call `accept` once the token is final.
@@ -211,15 +219,23 @@ class SamplerChain:
             logits: one logit per vocabulary token.
             allowed: if given, one bool per token; tokens it rejects get logit -inf first (a masked
                 redraw after a grammar rejection).
+            allowed_ids: the same mask as the allowed tokens' ids, ascending (`allowed_tokens` of the
+                packed mask): a redraw then reads only those tokens' logits and the first top-k's. The
+                logits of the tokens the mask rejects are not looked at (llama.cpp's grammar sampler
+                overwrites them); the first draw on the same logits checked them all.
 
         Returns:
             The selected token id.
 
         Raises:
-            ValueError: a logit is NaN or +inf (llama.cpp's result would be meaningless), or
-                nothing could be selected.
+            ValueError: a logit is NaN or +inf (llama.cpp's result would be meaningless), nothing could
+                be selected, the mask does not fit the logits, or both forms of the mask are given.
         """
         values = np.asarray(logits, dtype=np.float32).reshape(-1)
+        if allowed_ids is not None:
+            if allowed is not None:
+                raise ValueError("a mask as bools or as ids, not both")
+            return self._sample_allowed_ids(values, np.asarray(allowed_ids).reshape(-1))
         highest = values.max() if values.size else np.float32(0.0)
         if np.isnan(highest) or highest == np.inf:  # the max of an array holding a NaN is NaN
             raise ValueError("logits must be finite or -inf")
@@ -234,7 +250,8 @@ class SamplerChain:
             return top.token
         if allowed.shape != values.shape:
             raise ValueError(f"mask has {allowed.size} entries for {values.size} logits")
-        top = masked_top_k(values, allowed, self._first_top_k) if self._first_top_k else None
+        top = (masked_top_k(values, np.flatnonzero(allowed), self._first_top_k)
+               if self._first_top_k else None)
         if top is None:
             cur = Candidates.from_logits(values)
             cur.logits[~allowed] = -np.inf
@@ -244,6 +261,24 @@ class SamplerChain:
             for sampler in self.samplers[1:]:
                 sampler.apply(cur)
         return cur.token
+
+    def _sample_allowed_ids(self, values: npt.NDArray[np.float32], ids: npt.NDArray[np.integer]) -> int:
+        if ids.size and (ids[0] < 0 or ids[-1] >= values.size):
+            raise ValueError(f"a mask of token ids up to {int(ids[-1])} for {values.size} logits")
+        read = values[ids]
+        if np.isnan(read).any() or (read == np.inf).any():
+            raise ValueError("logits must be finite or -inf")
+        top = masked_top_k(values, ids, self._first_top_k) if self._first_top_k else None
+        if top is None:  # no top-k first, or one that sorts by buckets: the whole masked vocabulary
+            cur = Candidates.from_logits(values)
+            kept = cur.logits[ids]
+            cur.logits[:] = -np.inf
+            cur.logits[ids] = kept
+            self.apply(cur)
+            return cur.token
+        for sampler in self.samplers[1:]:
+            sampler.apply(top)
+        return top.token
 
     def accept(self, token: int) -> None:
         """Tell every sampler `token` was chosen (llama_sampler_accept on the chain)."""

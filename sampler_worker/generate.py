@@ -53,7 +53,7 @@ from typing import Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.masks.bitmask import mask_allows, unpack_mask
+from constraintd.engine.masks.bitmask import allowed_tokens, mask_allows
 from sampler_worker.chain import SamplerChain, SamplerSettings
 
 __all__ = [
@@ -443,11 +443,11 @@ def _run(
             assert mask is not None
             rejected_at.append(index)
             counters.rejections += 1
-            allowed = unpack_mask(mask, model.n_vocab)
-            if not allowed.any():
+            allowed = allowed_tokens(mask, model.n_vocab)
+            if not allowed.size:
                 raise GenerationError(f"step {index}: the grammar allows no token")
             started = clock()
-            token = chain.sample(logits, allowed=allowed)
+            token = chain.sample(logits, allowed_ids=allowed)
             counters.sampler_seconds += clock() - started
             counters.draws += 1
             if mode == "off":

@@ -130,7 +130,7 @@ def fresh_top_k(logits: npt.NDArray[np.float32], k: int) -> Candidates | None:
 
 
 def masked_top_k(
-    logits: npt.NDArray[np.float32], allowed: npt.NDArray[np.bool_], k: int
+    logits: npt.NDArray[np.float32], allowed_ids: npt.NDArray[np.integer], k: int
 ) -> Candidates | None:
     """What `TopK(k)` leaves of fresh candidates whose rejected tokens were set to -inf; None for k > 128.
 
@@ -142,16 +142,18 @@ def masked_top_k(
 
     Args:
         logits: one logit per vocabulary token (not modified).
-        allowed: one bool per token.
+        allowed_ids: the allowed tokens' ids, ascending, each below `logits.size`.
         k: top-k's k, 0 < k.
     """
     if k > _PARTIAL_SORT_HEAP_LIMIT:
         return None
     k = min(k, logits.size)
-    later = np.flatnonzero(allowed[k:]) + k
-    positions = np.concatenate((np.arange(k, dtype=np.intp), later))
+    split = int(np.searchsorted(allowed_ids, k))
+    positions = np.concatenate((np.arange(k, dtype=np.intp), allowed_ids[split:]))
     values = logits[positions]
-    values[:k][~allowed[:k]] = -np.inf
+    rejected_first = np.ones(k, dtype=np.bool_)
+    rejected_first[allowed_ids[:split]] = False
+    values[:k][rejected_first] = -np.inf
     order = partial_sort_order(-values, k)
     return Candidates(positions[order].astype(np.int32), values[order], is_sorted=True)
 

@@ -43,7 +43,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.masks.bitmask import mask_allows, unpack_mask
+from constraintd.engine.masks.bitmask import allowed_tokens, mask_allows
 from sampler_worker.chain import SamplerChain, SamplerSettings
 from sampler_worker.generate import (
     ConstraintSession,
@@ -329,9 +329,10 @@ class Lockstep:
         if ready:
             self._sample(ready)
 
-    def _draw(self, lane: _Lane, logits: Logits, allowed: npt.NDArray[np.bool_] | None = None) -> int:
+    def _draw(self, lane: _Lane, logits: Logits, allowed: npt.NDArray[np.int64] | None = None) -> int:
+        # `allowed`: the ids a redraw's mask allows (None: the first draw)
         started = time.perf_counter()
-        token = lane.chain.sample(logits, allowed=allowed)
+        token = lane.chain.sample(logits, allowed_ids=allowed)
         lane.counters.sampler_seconds += time.perf_counter() - started
         lane.counters.draws += 1
         return token
@@ -419,8 +420,8 @@ class Lockstep:
                 continue
             lane.counters.masks += 1
             try:
-                allowed = unpack_mask(answer, self._batched.n_vocab)
-                if not allowed.any():
+                allowed = allowed_tokens(answer, self._batched.n_vocab)
+                if not allowed.size:
                     raise GenerationError(f"step {len(lane.tokens)}: the grammar allows no token")
                 redrawn.append((lane, self._draw(lane, logits, allowed)))
             except BaseException as exc:
@@ -445,8 +446,8 @@ class Lockstep:
                     lane.counters.ahead_steps += 1
                     if not mask_allows(mask, token):
                         rejected = True
-                        allowed = unpack_mask(mask, self._batched.n_vocab)
-                        if not allowed.any():
+                        allowed = allowed_tokens(mask, self._batched.n_vocab)
+                        if not allowed.size:
                             raise GenerationError(f"step {len(lane.tokens)}: the grammar allows no token")
                         token = self._draw(lane, logits, allowed)
                 final.append((lane, token, rejected))

@@ -35,7 +35,7 @@ import numpy.typing as npt
 from clients import Client, Session, VocabHandle
 from clients.flows import StepOutcome
 from clients.masks import mask_allows
-from constraintd.engine.masks.bitmask import unpack_mask
+from constraintd.engine.masks.bitmask import allowed_tokens
 from sampler_worker.chain import SamplerChain, SamplerSettings
 from sampler_worker.generate import Overlap, generate
 from sampler_worker.model import Model
@@ -195,7 +195,7 @@ def run_batch(
                     assert mask is not None
                     if not mask_allows(mask, token):
                         rejections += 1
-                        token = chain.sample(logits, allowed=unpack_mask(mask, model.n_vocab))
+                        token = chain.sample(logits, allowed_ids=allowed_tokens(mask, model.n_vocab))
                 drawn.append(token)
             if mode == "off":
                 assert client is not None
@@ -209,8 +209,8 @@ def run_batch(
                         assert outcome.mask is not None
                         rejections += 1
                         logits = trajectories[index].logits[step].copy()
-                        allowed = unpack_mask(outcome.mask, model.n_vocab)
-                        drawn[index] = chains[index].sample(logits, allowed=allowed)
+                        allowed = allowed_tokens(outcome.mask, model.n_vocab)
+                        drawn[index] = chains[index].sample(logits, allowed_ids=allowed)
                         redrawn.append((sessions[index], drawn[index]))
                 if redrawn:
                     called = clock()

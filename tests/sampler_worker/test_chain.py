@@ -272,6 +272,20 @@ def test_mask_of_the_wrong_size_is_refused() -> None:
     chain = SamplerChain.from_settings(SamplerSettings(seed=1))
     with pytest.raises(ValueError, match="mask"):
         chain.sample(np.zeros(10, dtype=np.float32), allowed=np.ones(9, dtype=bool))
+    with pytest.raises(ValueError, match="mask"):
+        chain.sample(np.zeros(10, dtype=np.float32), allowed_ids=np.array([3, 10]))
+    with pytest.raises(ValueError, match="not both"):
+        chain.sample(np.zeros(10, dtype=np.float32), allowed=np.ones(10, dtype=bool),
+                     allowed_ids=np.arange(10))
+
+
+def test_a_mask_by_ids_refuses_nan_among_the_allowed_and_overwrites_the_rejected() -> None:
+    chain = SamplerChain.from_settings(SamplerSettings(seed=1))
+    logits = np.zeros(300, dtype=np.float32)
+    logits[7] = np.nan  # rejected: -inf whatever it was, as llama.cpp's grammar sampler sets it
+    assert chain.sample(logits, allowed_ids=np.array([5, 200])) in (5, 200)
+    with pytest.raises(ValueError, match="finite"):
+        chain.sample(logits, allowed_ids=np.array([7, 200]))
 
 
 def test_masked_draw_only_picks_allowed_tokens() -> None:
@@ -303,6 +317,7 @@ def test_a_masked_draw_reading_the_allowed_alone_draws_as_over_all(name: str, ki
     rng = np.random.default_rng(sum(map(ord, name + kind)))
     settings = SETTINGS[name]
     fast, full = SamplerChain.from_settings(settings), SamplerChain.from_settings(settings)
+    by_ids = SamplerChain.from_settings(settings)  # the mask given as the allowed tokens' ids
     n = 3000
     for step in range(60):
         logits = synthetic_logits(kind, n, rng)
@@ -310,8 +325,9 @@ def test_a_masked_draw_reading_the_allowed_alone_draws_as_over_all(name: str, ki
         allowed[rng.integers(n)] = True
         expected = full_masked_draw(full, logits, allowed)
         assert fast.sample(logits, allowed=allowed) == expected
-        fast.accept(expected)
-        full.accept(expected)
+        assert by_ids.sample(logits, allowed_ids=np.flatnonzero(allowed)) == expected
+        for chain in (fast, full, by_ids):
+            chain.accept(expected)
 
 
 def test_top_k_of_the_first_k_and_the_allowed_past_them_is_top_k_of_the_masked_vocabulary() -> None:
@@ -320,7 +336,7 @@ def test_top_k_of_the_first_k_and_the_allowed_past_them_is_top_k_of_the_masked_v
         n, k = 2000, int(rng.choice([1, 5, 40, 128]))
         logits = synthetic_logits(KINDS[trial % len(KINDS)], n, rng)
         allowed = rng.random(n) < [0.001, 0.01, 0.05, 0.5, 0.99][trial % 5]
-        got = masked_top_k(logits, allowed, k)
+        got = masked_top_k(logits, np.flatnonzero(allowed), k)
         assert got is not None
         whole = Candidates.from_logits(logits)
         whole.logits[~allowed] = -np.inf
@@ -328,7 +344,7 @@ def test_top_k_of_the_first_k_and_the_allowed_past_them_is_top_k_of_the_masked_v
         assert got.ids.tolist() == whole.ids.tolist()
         assert got.logits.tobytes() == whole.logits.tobytes()
         assert got.is_sorted and whole.is_sorted
-    assert masked_top_k(np.zeros(300, dtype=np.float32), np.ones(300, dtype=bool), 129) is None  # buckets
+    assert masked_top_k(np.zeros(300, dtype=np.float32), np.arange(300), 129) is None  # buckets
 
 
 def test_top_k_read_off_fresh_logits_is_top_k_of_every_candidate() -> None:

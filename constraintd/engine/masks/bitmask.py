@@ -74,8 +74,25 @@ def unpack_mask(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.bool_]:
 
 
 def allowed_tokens(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.int64]:
-    """The ids of the allowed tokens, ascending."""
-    return np.flatnonzero(unpack_mask(words, n_tokens))
+    """The ids of the allowed tokens, ascending.
+
+    Where a grammar allows few tokens (a redraw's mask, most often), only the words that hold any are
+    unpacked: a few of the vocabulary's thousands.
+
+    Raises:
+        InputError: the words are fewer than `n_tokens` needs.
+    """
+    packed = np.asarray(words, dtype=np.int32).reshape(-1)
+    needed = mask_words(n_tokens)
+    if packed.size < needed:
+        raise InputError(f"{packed.size} mask words cannot hold {n_tokens} tokens")
+    held = np.flatnonzero(packed[:needed])
+    if held.size * 8 > needed:  # many: every bit at once
+        return np.flatnonzero(unpack_mask(packed, n_tokens))
+    bits = np.unpackbits(packed[held].astype("<i4").view(np.uint8), bitorder="little").view(np.bool_)
+    at = np.flatnonzero(bits)
+    ids: npt.NDArray[np.int64] = held[at >> 5] * 32 + (at & 31)  # word by word: ascending
+    return ids[ids < n_tokens]
 
 
 def apply_mask(logits: npt.NDArray[np.floating], words: npt.ArrayLike) -> npt.NDArray[np.floating]:

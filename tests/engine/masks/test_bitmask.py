@@ -46,6 +46,21 @@ def test_round_trip(bits: list[bool]) -> None:
     assert not unpack_mask(words, len(words) * 32)[len(bits) :].any()
 
 
+@given(st.integers(1, 300_000).flatmap(
+    lambda n: st.tuples(st.just(n), st.sets(st.integers(0, n - 1), max_size=60),
+                        st.sets(st.integers(n, ((n + 31) // 32) * 32 + 64), max_size=3))))
+def test_allowed_tokens_of_a_vocabulary_sized_mask(case: tuple[int, set[int], set[int]]) -> None:
+    # Few allowed among many tokens (only their words are unpacked), or many; bits set past the vocabulary
+    # (in its last word, or in words past it) are no tokens.
+    n, ids, past = case
+    allowed = np.zeros(((n + 31) // 32) * 32 + 96, dtype=bool)
+    allowed[sorted(ids | past)] = True
+    words = pack_mask(allowed)
+    assert allowed_tokens(words, n).tolist() == sorted(ids)
+    dense = pack_mask(np.ones(n, dtype=bool))
+    assert allowed_tokens(dense, n).tolist() == list(range(n))
+
+
 @given(
     st.lists(st.booleans(), min_size=1, max_size=300),
     st.lists(st.integers(0, 299), max_size=300),
