@@ -275,11 +275,11 @@ def largest_unique(values: npt.NDArray[np.float32], count: int) -> Positions | N
 
 
 def _pool_of_largest(values: npt.NDArray[np.float32], count: int) -> Positions:
-    # Positions of a subset that surely holds the `count` largest values: the elements fall into
-    # _GROUPED groups (group j: positions j, j + n, j + 2n, ...; the last size % _GROUPED positions go in
-    # whole), and the count-th largest group maximum is a bound: `count` elements reach it, so the `count`
-    # largest all do, and only groups whose maximum reaches it hold any. One strided maximum over the
-    # array, then work on about `count` groups: no pass that lists positions of the whole.
+    # Positions of a subset that surely holds the `count` largest values: the elements fall into n groups
+    # of _GROUPED (group j: positions j, j + n, j + 2n, ...; the last size % _GROUPED positions join the
+    # pool whole), and the count-th largest group maximum is a bound: `count` elements reach it, so the
+    # `count` largest all do, and only groups whose maximum reaches it hold any. One strided maximum over
+    # the array, then work on about `count` groups: no pass that lists positions of the whole.
     n = values.size // _GROUPED
     if n < 2 * count:
         return np.arange(values.size, dtype=np.intp)
