@@ -247,22 +247,15 @@ def _unique_prefix(keys: Keys, count: int) -> Positions | None:
         ordered = np.argsort(keys, kind="stable").astype(np.intp, copy=False)
         chosen = keys[ordered]
         return None if np.any(chosen[1:] == chosen[:-1]) else ordered
-    pool = _pool_of_smallest(keys, count + 1)
-    head = pool[np.argpartition(keys[pool], count)[: count + 1]]
-    head = head[np.argsort(keys[head], kind="stable")]
-    chosen = keys[head]
-    if chosen[count - 1] < chosen[count] and not np.any(chosen[1:count] == chosen[: count - 1]):
-        return head[:count].astype(np.intp, copy=False)
-    return None
+    return largest_unique(-keys, count)  # the smallest keys are the largest of their negations
 
 
-def largest_unique(values: npt.NDArray[np.float32], count: int) -> Positions | None:
+def largest_unique(values: Keys, count: int) -> Positions | None:
     """The positions of the `count` largest values, largest first, when every correct sort agrees on
     them (those values distinct and strictly above the rest); None otherwise.
 
-    What `_unique_prefix(-values, count)` answers, without negating (copying) the whole array: a sampler
-    chain's first draw asks it of every logit of the vocabulary. `values` holds no NaN (the caller has
-    checked) and more than `count` elements, `count` > 0.
+    A sampler chain's first draw asks it of every logit of the vocabulary, which it does not copy.
+    `values` holds no NaN (the caller has checked) and more than `count` elements, `count` > 0.
     """
     pool = _pool_of_largest(values, count + 1)
     keys = -values[pool]  # the pool only: a few hundred where the whole holds hundreds of thousands
@@ -274,7 +267,7 @@ def largest_unique(values: npt.NDArray[np.float32], count: int) -> Positions | N
     return None
 
 
-def _pool_of_largest(values: npt.NDArray[np.float32], count: int) -> Positions:
+def _pool_of_largest(values: Keys, count: int) -> Positions:
     # Positions of a subset that surely holds the `count` largest values: the elements fall into n groups
     # of _GROUPED (group j: positions j, j + n, j + 2n, ...; the last size % _GROUPED positions join the
     # pool whole), and the count-th largest group maximum is a bound: `count` elements reach it, so the
@@ -356,19 +349,6 @@ def partial_sort_order(keys: Keys, middle: int, *, needed: int | None = None) ->
         _heap_sort(items, 0, keys.size)
         return np.fromiter((position for _, position in items[:wanted]), dtype=np.intp, count=wanted)
     return _heap_select_and_sort(keys, middle)[:wanted]
-
-
-def _pool_of_smallest(keys: Keys, count: int) -> Positions:
-    # Positions of a subset that surely holds the `count` smallest keys (no NaN): everything up to
-    # the count-th smallest of an evenly spread sample, of which the whole array has at least `count`.
-    # The sample is a sixteenth of the array, so the pool is about 16 * count keys (for keys in no
-    # particular order), whatever the array's size.
-    sample_size = max(16 * count, keys.size // 16)
-    if keys.size < 4 * sample_size:
-        return np.arange(keys.size, dtype=np.intp)
-    sample = keys[:: keys.size // sample_size]
-    bound = np.partition(sample, count - 1)[count - 1]
-    return np.flatnonzero(keys <= bound)
 
 
 def _heap_select_and_sort(keys: Keys, middle: int) -> Positions:
