@@ -16,7 +16,10 @@
 # the C heap's: a large request's bytes, protobuf's arenas), then, when objects were let go or the size is
 # still over the threshold, a full collection and malloc_trim again: a full collection walks every object
 # in the collector's sight and stops the event loop meanwhile (tens to hundreds of milliseconds with many
-# grammars cached). The size after is the new level.
+# grammars cached). The size after is the new level. A size that fell on its own by more than GROWING
+# since the last reading (a session closed: its arenas went back) is trimmed too, without a collection:
+# glibc keeps the C heap's share of what was let go until malloc_trim (1-1.5 MiB after a session that
+# replayed and accepted a million tokens each, which an idle server otherwise kept).
 # Memory still in use is not given back and raises the level: the next settling waits for as much growth
 # again, so a server with a large live working set pays one full collection per threshold of growth
 # (Python's own collector runs one per quarter of growth).
@@ -194,14 +197,22 @@ class MemorySettler:
         """One reading; settles when there is something to give back and nothing is building."""
         now, blocks = self._resident(), self._blocks()
         growing = now - self._last > GROWING
+        shrank = self._last - now > GROWING
         self._last = now
         self._peak_blocks = max(self._peak_blocks, blocks)
         freed = self._peak_blocks - blocks
         let_go = freed > MIN_BLOCKS_FREED and freed > self._peak_blocks * BLOCKS_FREED
+        started = time.perf_counter()
         if growing or not (let_go or now - self.level > self.threshold()):
             self.level = min(self.level, now)  # what went back on its own
-            return None
-        started = time.perf_counter()
+            if not shrank:
+                return None
+            # something was let go (a session closed, its arenas went back): the C heap keeps its share
+            # of it until trimmed, a megabyte or two after a session of a million tokens
+            self._trim()
+            self.level = self._last = min(self.level, self._resident())
+            self.settlings += 1
+            return Settling(now, self._last, time.perf_counter() - started, False)
         self._trim()
         collected = let_go or self._resident() - self.level > self.threshold()
         if collected:  # objects let go, or the C heap alone did not give it back

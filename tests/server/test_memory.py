@@ -96,6 +96,26 @@ def test_objects_let_go_without_the_size_moving_are_settled() -> None:
     assert settled is not None and settled.after == 110 * MIB and process.collections == 2
 
 
+def test_a_size_that_fell_on_its_own_is_trimmed_without_a_collection() -> None:
+    # a closed session: its arenas went back at once, the C heap's share of it waits for malloc_trim
+    process = Process()
+    memory = settler(process)
+    process.resident -= 6 * MIB
+    process.heap_free = 2 * MIB
+    settled = memory.tick()
+    assert settled is not None and settled.after == 92 * MIB and not settled.collected
+    assert (process.collections, process.trims, memory.level) == (0, 1, 92 * MIB)
+    assert memory.tick() is None and process.trims == 1  # and once only
+
+
+def test_a_size_that_fell_by_less_than_a_step_is_left_alone() -> None:
+    process = Process()
+    memory = settler(process)
+    process.resident -= MIB // 2
+    process.heap_free = 2 * MIB
+    assert memory.tick() is None and process.trims == 0
+
+
 def test_a_small_drop_in_objects_is_left_alone() -> None:
     process = Process()
     memory = settler(process)
