@@ -16,10 +16,13 @@
 # Speed: when the keys involved are all distinct, every correct sort gives the same order, so numpy
 # answers; only when ties (or NaN) are present do we run the ported algorithm, in Python, on the
 # elements that can matter (a heap select only looks at elements that beat the current heap top,
-# which we find a block at a time with numpy, and never at +inf keys past its first `middle`).
+# which we find a block at a time with numpy, and never at +inf keys past its first `middle`). A
+# partial sort of few keys without NaN is kept by the keys' order type (their dense ranks), which is
+# all the algorithm reads: a masked redraw's ties recur with every logit, and cost a lookup.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -34,6 +37,10 @@ Item = tuple[float, int]  # (key, position in the input)
 _INSERTION_THRESHOLD = 16  # libstdc++'s _S_threshold
 _SCAN_BLOCK = 4096
 _GROUPED = 64  # `_pool_of_largest`: elements per group
+# `partial_sort_order` on at most this many keys answers from the order of their dense ranks, kept for the
+# last _MEMO_ENTRIES order types (a few hundred bytes each: at most a few MiB)
+_MEMO_MAX_KEYS = 512
+_MEMO_ENTRIES = 4096
 
 
 # --- libstdc++'s heap algorithms (bits/stl_heap.h), on a list of items, comparator `<` on keys ---
@@ -348,7 +355,20 @@ def partial_sort_order(keys: Keys, middle: int, *, needed: int | None = None) ->
         items = list(zip(keys.astype(np.float64).tolist(), range(keys.size), strict=True))
         _heap_sort(items, 0, keys.size)
         return np.fromiter((position for _, position in items[:wanted]), dtype=np.intp, count=wanted)
+    if keys.size <= _MEMO_MAX_KEYS and not np.isnan(keys).any():
+        _, ranks = np.unique(keys, return_inverse=True)
+        order = _heap_order_of_ranks(tuple(ranks.reshape(-1).tolist()), middle)
+        return np.array(order[:wanted], dtype=np.intp)
     return _heap_select_and_sort(keys, middle)[:wanted]
+
+
+@functools.lru_cache(maxsize=_MEMO_ENTRIES)
+def _heap_order_of_ranks(ranks: tuple[int, ...], middle: int) -> tuple[int, ...]:
+    # The heap select and sort only ever ask `a < b`, so what they leave depends on the keys' order
+    # type alone: keys replaced by their dense ranks (ties kept equal) come out in the same order.
+    # A masked redraw's keys are the first k tokens' (mostly rejected, +inf, all tied) and a few
+    # allowed past them: one order type recurs with every logit, and its order is looked up here.
+    return tuple(_heap_select_and_sort(np.array(ranks, dtype=np.float64), middle).tolist())
 
 
 def _heap_select_and_sort(keys: Keys, middle: int) -> Positions:

@@ -7,6 +7,7 @@ import numpy.typing as npt
 import pytest
 
 from sampler_worker.cxx_sort import (
+    _heap_select_and_sort,
     bucket_partial_order,
     bucket_value_order,
     largest_unique,
@@ -132,3 +133,25 @@ def test_bucket_partial_order_needed_prefix_is_a_prefix() -> None:
     logits = (rng.integers(-40, 40, size=4000) / 4).astype(np.float32)
     whole = bucket_partial_order(logits, 4000)
     assert bucket_partial_order(logits, 4000, needed=123).tolist() == whole[:123].tolist()
+
+
+@pytest.mark.parametrize("kind", ["mostly-inf", "many-ties", "few-values", "distinct"])
+def test_a_partial_sort_kept_by_order_type_answers_as_the_heap_does_for_other_keys_of_that_type(
+    kind: str,
+) -> None:
+    # The kept order is computed once on dense ranks, then served to every later call whose keys have
+    # the same order type: each case is asked first as drawn, then as a strictly increasing map of itself
+    # (other values, other gaps, the same ties), and both answers are held to the heap algorithm run
+    # on those very keys.
+    rng = np.random.default_rng(7 + sum(map(ord, kind)))
+    for _ in range(60):
+        keys = _keys(kind, rng)[: int(rng.integers(2, 300))].astype(np.float64)
+        middle = int(rng.integers(1, keys.size + 1))
+        if middle == keys.size:  # no heap select to replay: a whole sort
+            middle -= 1
+        if middle == 0:
+            continue
+        remapped = np.where(np.isinf(keys), np.inf, np.exp(keys) * 3 - 100.0)
+        for case in (keys, remapped):
+            expected = _heap_select_and_sort(case, middle)
+            assert partial_sort_order(case, middle).tolist() == expected.tolist()
