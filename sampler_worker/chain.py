@@ -20,6 +20,9 @@
 #   correct sort agrees (`fresh_top_k`; with ties there, the whole chain runs); a masked draw (k up to
 #   128, llama.cpp's std::partial_sort) builds the candidates from the first k tokens and the allowed
 #   ones past them (`masked_top_k`). The same candidates, in the same order, either way.
+# - A masked redraw whose allowed tokens hold few distinct finite logits runs top-k's samplers on those
+#   alone, as Python floats (`Sampler.apply_few`): the -inf tail llama.cpp's top-k also keeps cannot
+#   change what they draw. Anything else (ties, many tokens, a sampler the tail could move) runs as above.
 # - `accept(token)` is `llama_sampler_accept` on the chain (the penalties remember the token); the
 #   caller accepts each generated token once, after the draw that chose it.
 
@@ -36,6 +39,7 @@ from sampler_worker.candidates import Candidates
 from sampler_worker.mt19937 import LLAMA_DEFAULT_SEED
 from sampler_worker.penalties import LogitBias, Penalties
 from sampler_worker.samplers import (
+    PARTIAL_SORT_HEAP_LIMIT,
     Dist,
     MinP,
     Sampler,
@@ -48,6 +52,11 @@ from sampler_worker.samplers import (
 )
 
 __all__ = ["DEFAULT_ORDER", "SamplerChain", "SamplerSettings"]
+
+# A masked redraw whose allowed tokens hold at most this many finite logits runs its samplers on them
+# as Python floats (`_sample_few`): a few microseconds a candidate, against a few hundred for the chain's
+# numpy calls on any number (a redraw's mask allows a median of 4 tokens).
+_FEW_CANDIDATES = 16
 
 DEFAULT_ORDER = (
     "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature",
@@ -268,6 +277,10 @@ class SamplerChain:
         read = values[ids]
         if np.isnan(read).any() or (read == np.inf).any():
             raise ValueError("logits must be finite or -inf")
+        if 0 < self._first_top_k <= PARTIAL_SORT_HEAP_LIMIT:
+            token = self._sample_few(read, ids)
+            if token is not None:
+                return token
         top = masked_top_k(values, ids, self._first_top_k) if self._first_top_k else None
         if top is None:  # no top-k first, or one that sorts by buckets: the whole masked vocabulary
             cur = Candidates.from_logits(values)
@@ -279,6 +292,32 @@ class SamplerChain:
         for sampler in self.samplers[1:]:
             sampler.apply(top)
         return top.token
+
+    def _sample_few(self, read: npt.NDArray[np.float32], ids: npt.NDArray[np.integer]) -> int | None:
+        # What top-k (k <= 128, a comparison sort) leaves of the masked vocabulary is the allowed tokens'
+        # finite logits, highest first, then a tail of -inf (samplers.py's comment on few candidates):
+        # where those logits are few and distinct, every comparison sort agrees on their order, and the
+        # samplers after top-k run on them alone as Python floats. None where they are not, or a sampler
+        # has no such form (nothing drawn then). (Past 128, llama.cpp's buckets are no comparison sort: a
+        # logit past about 3e8 overflows its bucket index and sorts last.)
+        finite = np.flatnonzero(read > -np.inf)
+        if not 0 < finite.size <= _FEW_CANDIDATES:
+            return None
+        logits = read[finite]
+        listed = logits.tolist()
+        if len(set(listed)) < len(listed):
+            return None
+        last = self.samplers[-1]
+        if not isinstance(last, Dist):
+            return None
+        order = np.argsort(logits)[::-1][: self._first_top_k]
+        head: list[float] = logits[order].tolist()
+        for sampler in self.samplers[1:-1]:
+            kept = sampler.apply_few(head)
+            if kept is None:
+                return None
+            head = kept
+        return int(ids[finite[order[last.select_few(head)]]])
 
     def accept(self, token: int) -> None:
         """Tell every sampler `token` was chosen (llama_sampler_accept on the chain)."""

@@ -15,18 +15,26 @@
 # (macOS, Windows) llama.cpp uses a different C library and agreement is to within one ulp.
 #
 # `powf` (one scalar per step, only in dynamic temperature) calls the platform's C library.
+#
+# `expf_scalar` is the same `expf` on one Python float (a float32 value), for samplers that work on a
+# handful of candidates, where each numpy call costs more than the arithmetic; `round_f32` rounds a
+# double to float32 as C's cast does. A float32 operation (+, -, *, /) equals the double operation on
+# the same operands rounded to float32 (double holds more than twice float32's precision), so the
+# scalar samplers reproduce float32 arithmetic with `round_f32` after each operation.
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
+import struct
 from fractions import Fraction
 from functools import cache
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["expf", "logf", "powf"]
+__all__ = ["expf", "expf_scalar", "logf", "powf", "round_f32"]
 
 F32 = npt.NDArray[np.float32]
 
@@ -138,6 +146,51 @@ def expf(x: F32 | np.float32 | float) -> F32:
         result = np.where(xf < np.float32(_EXP_UNDERFLOW), np.float32(0.0), result)
         result = np.where(np.isnan(xf), xf, result)
     return result.astype(np.float32, copy=False)
+
+
+_FLOAT = struct.Struct("<f")
+_DOUBLE = struct.Struct("<d")
+_WORD = struct.Struct("<Q")
+
+
+def round_f32(x: float) -> float:
+    """`x` rounded to the nearest float32 (ties to even), as C's `(float)x`; beyond float32's range,
+    an infinity of x's sign."""
+    try:
+        value: float = _FLOAT.unpack(_FLOAT.pack(x))[0]
+    except OverflowError:
+        return math.copysign(math.inf, x)
+    return value
+
+
+@cache
+def _exp_table_words() -> tuple[int, ...]:
+    return tuple(int(word) for word in _exp_table())
+
+
+def expf_scalar(x: float) -> float:
+    """`expf` of one float32 value, as glibc computes it: `expf` above, one element, without numpy.
+
+    Args:
+        x: a float32 value, as a Python float.
+
+    Returns:
+        The float32 result, as a Python float.
+    """
+    if not x <= _EXP_OVERFLOW:  # above the range, or NaN
+        return x if math.isnan(x) else math.inf
+    if x < _EXP_UNDERFLOW:
+        return 0.0
+    z = _INV_LN2_N * x
+    kd = z + _ROUND_SHIFT
+    ki: int = _WORD.unpack(_DOUBLE.pack(kd))[0]
+    kd -= _ROUND_SHIFT
+    r = z - kd
+    word = (_exp_table_words()[ki & (_EXP_N - 1)] + (ki << (52 - _EXP_TABLE_BITS))) & 0xFFFF_FFFF_FFFF_FFFF
+    scale: float = _DOUBLE.unpack(_WORD.pack(word))[0]
+    c0, c1, c2 = _EXP_POLY
+    y = (c0 * r + c1) * (r * r) + (c2 * r + 1.0)
+    return round_f32(y * scale)
 
 
 def logf(x: F32 | np.float32 | float) -> F32:

@@ -8,10 +8,22 @@
 # sequential float32 sums, `expf`/`logf` are the C library's), because a top-p cut or a cumulative
 # draw can turn on the last bit.
 #
+# Few candidates: `apply_few(logits)` is the same sampler on a sorted head of distinct finite logits held
+# as Python floats, what a masked redraw leaves top-k besides its -inf tail (the first k tokens the
+# mask rejects), where the numpy calls cost far more than their arithmetic. For top-p, min-p, plain
+# temperature and dist the tail changes nothing that comes out: its probabilities are exactly 0, so
+# every sum and cut over the head is the same with or without it, and dist never stops on a 0 (the
+# running sum reached its target at an earlier candidate). A sampler whose result the tail changes
+# (typical's entropy, dynamic temperature's maximum entropy) has no such form: `apply_few` returns None
+# and the caller runs the whole chain. float32 arithmetic is a double operation rounded with
+# `round_f32` (libm.py).
+#
 # Not ported: DRY, XTC, top-n-sigma, mirostat, adaptive-p, infill (llama-server leaves all of them
 # off unless asked; the chain refuses settings that turn them on).
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import numpy.typing as npt
@@ -24,10 +36,11 @@ from sampler_worker.cxx_sort import (
     partial_sort_order,
     sort_order,
 )
-from sampler_worker.libm import expf, logf, powf
+from sampler_worker.libm import expf, expf_scalar, logf, powf, round_f32
 from sampler_worker.mt19937 import MT19937, resolve_seed
 
 __all__ = [
+    "PARTIAL_SORT_HEAP_LIMIT",
     "Dist",
     "Greedy",
     "MinP",
@@ -43,7 +56,7 @@ __all__ = [
 ]
 
 _F32 = np.float32
-_PARTIAL_SORT_HEAP_LIMIT = 128  # up to this many, llama.cpp uses std::partial_sort; above, its buckets
+PARTIAL_SORT_HEAP_LIMIT = 128  # up to this many, llama.cpp uses std::partial_sort; above, its buckets
 _TOP_P_ADAPTIVE_ABOVE = 1024  # top-p sorts only its first 256 when there are more candidates than this
 _TOP_P_FIRST_SORT = 256
 
@@ -63,10 +76,16 @@ class Sampler:
     def reset(self) -> None:
         """Forget what `accept` recorded (llama_sampler_reset)."""
 
+    def apply_few(self, logits: list[float]) -> list[float] | None:
+        """`apply` on sorted candidates given as their distinct finite logits, highest first, and a tail
+        of -inf ones left out (see the module comment): the head it leaves, or None where the tail
+        could change the result or this sampler has no such form."""
+        return None
+
 
 def partial_sort_inplace(cur: Candidates, npartial: int) -> None:
     """llama.cpp's `llama_token_data_array_partial_sort_inplace`: keep the top `npartial`, sorted."""
-    if npartial <= _PARTIAL_SORT_HEAP_LIMIT:
+    if npartial <= PARTIAL_SORT_HEAP_LIMIT:
         order = partial_sort_order(-cur.logits, npartial)
     else:
         order = bucket_partial_order(cur.logits, npartial)
@@ -85,6 +104,16 @@ def softmax(cur: Candidates, *, do_sort: bool) -> None:
         p = expf(cur.logits - _max_logit(cur))
         total = np.cumsum(p, dtype=_F32)[-1]
         cur.probs = (p / total).astype(_F32, copy=False)
+
+
+def _softmax_few(logits: list[float]) -> list[float]:
+    # `softmax` of sorted candidates, one float32 at a time: expf(l - max), a sequential float32 sum
+    top = logits[0]
+    p = [expf_scalar(round_f32(logit - top)) for logit in logits]
+    total = 0.0
+    for value in p:
+        total = round_f32(total + value)
+    return [round_f32(value / total) for value in p]
 
 
 def _sequential_sum(values: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -145,7 +174,7 @@ def masked_top_k(
         allowed_ids: the allowed tokens' ids, ascending, each below `logits.size`.
         k: top-k's k, 0 < k.
     """
-    if k > _PARTIAL_SORT_HEAP_LIMIT:
+    if k > PARTIAL_SORT_HEAP_LIMIT:
         return None
     k = min(k, logits.size)
     split = int(np.searchsorted(allowed_ids, k))
@@ -166,6 +195,17 @@ class TopP(Sampler):
     def __init__(self, p: float, min_keep: int = 0) -> None:
         self.p = _F32(p)
         self.min_keep = min_keep
+
+    def apply_few(self, logits: list[float]) -> list[float] | None:
+        if self.p >= 1.0:
+            return logits
+        p = float(self.p)
+        running = 0.0
+        for i, prob in enumerate(_softmax_few(logits)):
+            running = round_f32(running + prob)
+            if running >= p and i + 1 >= self.min_keep:
+                return logits[: i + 1]
+        return logits
 
     def _cut(self, probs: npt.NDArray[np.float32]) -> int | None:
         # First i with cum_sum >= p and i + 1 >= min_keep: the prefix kept is i + 1 long.
@@ -208,6 +248,15 @@ class MinP(Sampler):
         self.p = _F32(p)
         self.min_keep = min_keep
         self._log_p = logf(self.p)  # once: `logf` is dozens of numpy calls (unused for p <= 0)
+
+    def apply_few(self, logits: list[float]) -> list[float] | None:
+        if self.p <= 0.0:
+            return logits
+        bar = round_f32(logits[0] + float(self._log_p))
+        for i in range(max(1, self.min_keep), len(logits)):
+            if logits[i] < bar:
+                return logits[:i]
+        return logits
 
     def apply(self, cur: Candidates) -> None:
         if self.p <= 0.0 or not len(cur):
@@ -277,6 +326,15 @@ class Temperature(Sampler):
             return
         cur.logits = (cur.logits / temperature).astype(_F32, copy=False)
 
+    def apply_few(self, logits: list[float]) -> list[float] | None:
+        if self.delta > 0.0:  # the entropy's maximum counts the tail
+            return None
+        if self.temperature <= 0.0:
+            return logits[:1]  # the first maximum: the head is sorted and distinct
+        temperature = float(self.temperature)
+        scaled = [round_f32(logit / temperature) for logit in logits]
+        return scaled if math.isfinite(scaled[0]) and math.isfinite(scaled[-1]) else None
+
     def apply(self, cur: Candidates) -> None:
         if self.delta <= 0.0:
             self.scale(cur, self.temperature)
@@ -330,6 +388,24 @@ class Dist(Sampler):
     def reset(self) -> None:
         self.seed_used = resolve_seed(self.seed)
         self.rng = MT19937(self.seed_used)
+
+    def select_few(self, logits: list[float]) -> int:
+        """`apply` on a sorted head of distinct finite logits (see the module comment): the position it
+        selects, drawing from the generator as `apply` does."""
+        if len(logits) == 1:
+            self.rng.uniform()
+            return 0
+        top = logits[0]
+        running: list[float] = []
+        total = 0.0
+        for logit in logits:
+            total += expf_scalar(round_f32(logit - top))  # `double sum += float p`, in order
+            running.append(total)
+        target = total * self.rng.uniform()
+        for position, reached in enumerate(running):
+            if reached >= target:
+                return position
+        return len(logits) - 1
 
     def apply(self, cur: Candidates) -> None:
         size = len(cur)

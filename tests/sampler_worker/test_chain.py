@@ -26,7 +26,19 @@ from sampler_worker.candidates import Candidates
 from sampler_worker.chain import DEFAULT_ORDER, SamplerChain, SamplerSettings
 from sampler_worker.mt19937 import LLAMA_DEFAULT_SEED
 from sampler_worker.penalties import Penalties
-from sampler_worker.samplers import Dist, Greedy, Temperature, TopK, Typical, fresh_top_k, masked_top_k
+from sampler_worker.samplers import (
+    Dist,
+    Greedy,
+    MinP,
+    Temperature,
+    TopK,
+    TopP,
+    Typical,
+    fresh_top_k,
+    masked_top_k,
+    softmax,
+)
+from sampler_worker.samplers import _softmax_few as softmax_few
 from tests.conftest import OracleReport
 from tests.oracle import LlamaSamplerChain
 from tests.sampler_worker.llama_chain import llama_steps
@@ -372,3 +384,105 @@ def test_top_k_read_off_fresh_logits_is_top_k_of_every_candidate() -> None:
         assert got.is_sorted and whole.is_sorted
     assert declined < 200  # "normal" and "peak" logits are answered
     assert fresh_top_k(np.zeros(10, dtype=np.float32), 10) is None  # k covers the vocabulary
+
+
+def test_a_redraw_of_few_allowed_tokens_runs_on_them_alone_and_draws_as_over_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A chain that begins with top-k (k <= 128) redraws from a mask of a few finite logits on those alone
+    # (`_sample_few`). Random settings around the edges of each sampler after top-k (a top-p just under 1,
+    # min_keep past the head, temperature 0 and one that overflows float32, every order) and masks of 1
+    # to 16 tokens, some -inf, tied or extreme, each draw against the whole masked vocabulary on a twin
+    # chain: the same tokens, and the same generator after each.
+    answered = declined = 0
+    real = SamplerChain._sample_few
+
+    def counted(
+        self: SamplerChain, read: npt.NDArray[np.float32], ids: npt.NDArray[np.integer]
+    ) -> int | None:
+        nonlocal answered, declined
+        token = real(self, read, ids)
+        answered += token is not None
+        declined += token is None
+        return token
+
+    monkeypatch.setattr(SamplerChain, "_sample_few", counted)
+    rng = np.random.default_rng(2026)
+    n = 500
+    for case in range(120):
+        later = ["top_p", "min_p", "temperature", "typ_p"][: 3 + (case % 10 == 0)]
+        rng.shuffle(later)
+        settings = SamplerSettings(
+            seed=case,
+            top_k=int(rng.choice([1, 2, 5, 40, 128])),
+            top_p=float(rng.choice([0.3, 0.95, 0.99999994, 1.0])),
+            min_p=float(rng.choice([0.0, 0.05, 0.5])),
+            min_keep=int(rng.choice([0, 1, 3, 20])),
+            temperature=float(rng.choice([0.0, 0.8, 1.0, 3.0, 1e-38])),
+            typical_p=0.7,
+            order=("top_k", *later),
+        )
+        few, full = SamplerChain.from_settings(settings), SamplerChain.from_settings(settings)
+        for _ in range(8):
+            logits = (rng.normal(size=n) * 3).astype(np.float32)
+            ids = np.sort(rng.choice(n, size=int(rng.integers(1, 17)), replace=False))
+            kind = rng.integers(6)
+            if kind == 1:
+                logits[ids[rng.random(ids.size) < 0.5]] = -np.inf
+            elif kind == 2:
+                logits[ids] = np.float32(rng.integers(-2, 2, size=ids.size))
+            elif kind == 3:
+                logits[ids[0]] = np.float32(1e30)
+            elif kind == 4:
+                logits[ids[-1]] = np.float32(-1e30)
+            if np.isneginf(logits[ids]).all():
+                logits[ids[0]] = 0.0
+            allowed = np.zeros(n, dtype=np.bool_)
+            allowed[ids] = True
+            with np.errstate(over="ignore"):  # the whole chain's numpy division by 1e-38
+                assert few.sample(logits, allowed_ids=ids) == full_masked_draw(full, logits, allowed)
+        assert few.samplers[-1].rng.uniform() == full.samplers[-1].rng.uniform()  # type: ignore[attr-defined]
+    assert answered > 500 and declined > 100, (answered, declined)
+
+
+def test_each_sampler_on_few_candidates_leaves_what_it_leaves_of_them_as_an_array() -> None:
+    # On a head without a tail (sorted, distinct, finite), `apply_few` against `apply` bit for bit: the
+    # probabilities, the logits kept, and dist's position and generator. Heads of 1 to 16 logits of
+    # every spread, near-equal ones included, so that float32 sums and cuts fall on their last bit.
+    rng = np.random.default_rng(44)
+    for case in range(400):
+        size = int(rng.integers(1, 17))
+        scale = float(rng.choice([1e-3, 0.05, 1.0, 8.0, 40.0]))
+        values = np.unique((rng.normal(size=size) * scale).astype(np.float32))[::-1]
+        head = values.tolist()
+        cur = Candidates(np.arange(values.size, dtype=np.int32), values.copy(), is_sorted=True)
+        softmax(cur, do_sort=False)
+        assert softmax_few(head) == cur.probs.tolist()
+        min_keep = int(rng.choice([0, 1, 3, 20]))
+        samplers = [
+            TopP(float(rng.choice([0.3, 0.9, 0.95, 0.99999994])), min_keep),
+            MinP(float(rng.choice([0.01, 0.05, 0.5])), min_keep),
+            Temperature(float(rng.choice([0.0, 0.7, 1.3]))),
+        ]
+        for sampler in samplers:
+            cur = Candidates(np.arange(values.size, dtype=np.int32), values.copy(), is_sorted=True)
+            sampler.apply(cur)
+            kept = sampler.apply_few(head)
+            assert kept is not None
+            if isinstance(sampler, Temperature) and sampler.temperature <= 0.0:
+                assert kept == cur.logits[:1].tolist() and np.isneginf(cur.logits[1:]).all()
+            else:
+                assert kept == cur.logits.tolist(), type(sampler).__name__
+        few, whole = Dist(case), Dist(case)
+        cur = Candidates(np.arange(values.size, dtype=np.int32), values.copy(), is_sorted=True)
+        whole.apply(cur)
+        assert few.select_few(head) == cur.selected
+        assert few.rng.uniform() == whole.rng.uniform()
+    # min-p's bar is a float32 sum: a logit just on it is kept, one float32 step below is not
+    min_p = MinP(0.05)
+    for top in np.linspace(-3, 3, 61, dtype=np.float32):
+        bar = np.float32(top + min_p._log_p)
+        for logit in (bar, np.nextafter(bar, np.float32(-np.inf))):
+            cur = Candidates(np.arange(2, dtype=np.int32), np.array([top, logit], np.float32), is_sorted=True)
+            min_p.apply(cur)
+            assert min_p.apply_few([float(top), float(logit)]) == cur.logits.tolist()

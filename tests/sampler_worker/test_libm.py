@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from sampler_worker.libm import expf, logf, powf
+from sampler_worker.libm import expf, expf_scalar, logf, powf, round_f32
 
 # Sizes: 100,000 random bit patterns (every sign, exponent, NaN payload, subnormal) plus 100,000 values
 # spread over the range the samplers use (exp: [-110, 90]; log: (0, 1]), plus the special values.
@@ -80,3 +80,26 @@ def test_expf_of_values_all_in_range_matches_the_c_library() -> None:
         got = expf(chunk)
         assert got.dtype == np.float32
         assert np.all(_same_bits(got, expected))
+
+
+def test_expf_scalar_matches_the_c_library() -> None:
+    # The whole test set of the array version above: every bit pattern class, the spread and the specials.
+    x = _inputs(-110.0, 90.0)
+    c_expf = _c_function("expf")
+    expected = np.fromiter((c_expf(float(v)) for v in x), dtype=np.float32, count=x.size)
+    got = np.array([expf_scalar(float(v)) for v in x], dtype=np.float64).astype(np.float32)
+    differing = np.flatnonzero(~_same_bits(got, expected))
+    assert differing.size == 0, f"{differing.size} differ, first at x={x[differing[0]]!r}"
+
+
+def test_round_f32_is_the_float32_cast() -> None:
+    rng = np.random.default_rng(11)
+    x = np.concatenate([
+        rng.normal(scale=1e3, size=20_000),
+        rng.uniform(-1e-38, 1e-38, size=5_000),  # float32's subnormals
+        [3.4028235677973366e38, 3.4028235677973362e38, -3.5e38, 1e300, 0.0, -0.0],
+    ])
+    with np.errstate(over="ignore"):
+        expected = x.astype(np.float32)
+    got = np.array([round_f32(float(v)) for v in x], dtype=np.float64).astype(np.float32)
+    assert np.all(_same_bits(got, expected))
