@@ -73,11 +73,15 @@ def unpack_mask(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.bool_]:
     return bits[:n_tokens].astype(np.bool_)
 
 
+_FEW_WORDS = 8  # `allowed_tokens`: at most this many pairs of words holding a bit are read in Python
+
+
 def allowed_tokens(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.int64]:
     """The ids of the allowed tokens, ascending.
 
     Where a grammar allows few tokens (a redraw's mask, most often), only the words that hold any are
-    unpacked: a few of the vocabulary's thousands.
+    read: a few of the vocabulary's thousands, found two words at a time, their bits in Python when
+    they are at most _FEW_WORDS pairs.
 
     Raises:
         InputError: the words are fewer than `n_tokens` needs.
@@ -86,6 +90,21 @@ def allowed_tokens(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.int64]
     needed = mask_words(n_tokens)
     if packed.size < needed:
         raise InputError(f"{packed.size} mask words cannot hold {n_tokens} tokens")
+    pairs = needed // 2  # the words two at a time: half the elements for numpy's scan
+    held_pairs = np.flatnonzero(packed[: 2 * pairs].view(np.uint64)) if packed.flags.c_contiguous else None
+    if held_pairs is not None and held_pairs.size <= _FEW_WORDS:
+        # a redraw's mask, most often: a handful of words, their bits read in Python
+        words = [2 * pair + half for pair in held_pairs.tolist() for half in (0, 1)]
+        if needed % 2:
+            words.append(needed - 1)
+        found: list[int] = []
+        for word in words:
+            word_bits = int(packed[word]) & 0xFFFF_FFFF
+            while word_bits:
+                low = word_bits & -word_bits
+                found.append(32 * word + low.bit_length() - 1)
+                word_bits ^= low
+        return np.array([i for i in found if i < n_tokens], dtype=np.int64)
     held = np.flatnonzero(packed[:needed])
     if held.size * 8 > needed:  # many: every bit at once
         return np.flatnonzero(unpack_mask(packed, n_tokens))
