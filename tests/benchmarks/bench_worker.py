@@ -411,20 +411,25 @@ def stand_in(args: argparse.Namespace) -> None:
     print("  ".join(f"{name:>14}" for name in header))
     for (forward, count, mode), runs in rows.items():
         baseline = rows[(forward, count, "unconstrained")]
-        floor = stand_in_module.median([r.tokens / r.seconds for r in baseline])
         speed = stand_in_module.median([r.tokens / r.seconds for r in runs])
+        # each repeat's run against the unconstrained run of the same repeat, moments apart: a shared
+        # machine's drift between repeats moves both, not the ratio
+        paired = stand_in_module.median([
+            (r.tokens / r.seconds) / (b.tokens / b.seconds) for r, b in zip(runs, baseline, strict=True)
+        ])
         made = sum(r.tokens for r in runs)
         values = (
-            f"{forward:g}", str(count), mode, f"{speed:.1f}", f"{speed / floor:.3f}",
+            f"{forward:g}", str(count), mode, f"{speed:.1f}", f"{paired:.3f}",
             f"{stand_in_module.median([1000 * r.wait_seconds / r.tokens for r in runs]):.3f}",
             f"{100 * sum(r.waits for r in runs) / made:.1f}",
             f"{100 * sum(r.rejections for r in runs) / made:.1f}",
         )
         print("  ".join(f"{value:>14}" for value in values))
     print("(tokens/s: all N generations' tokens over the wall clock after the prompts, median of the "
-          "repeats; ms waiting/token: time the worker waited on constraintd after its forward pass, per "
-          "token; waits/100: such waits per 100 tokens (off: every Step; ahead: a reply not in by the end "
-          "of the forward pass; the last token's, which no forward pass follows, counts))")
+          "repeats; x unconstr.: the median over the repeats of each run's tokens/s over the unconstrained "
+          "run's of the same repeat; ms waiting/token: time the worker waited on constraintd after its "
+          "forward pass, per token; waits/100: such waits per 100 tokens (off: every Step; ahead: a reply "
+          "not in by the end of the forward pass; the last token's, which no forward pass follows, counts))")
 
 
 def _one(
