@@ -162,6 +162,15 @@ def pack(allowed: npt.NDArray[np.bool_]) -> npt.NDArray[np.int32]:
     return np.packbits(bits, bitorder="little").view("<u4").astype(np.int32, copy=False)
 
 
+def candidates(logits: npt.NDArray[np.float32]) -> npt.NDArray[np.void]:
+    """Every token as llama.cpp's `llama_token_data` (id, logit, p = 0), in vocabulary order, unsorted: what
+    `llama_sampler_sample` builds from a context's logits."""
+    data = np.zeros(logits.size, dtype=_TOKEN_DATA)
+    data["id"] = np.arange(logits.size, dtype=np.int32)
+    data["logit"] = logits
+    return data
+
+
 class LlamaSamplerChain:
     """llama.cpp's own sampler chain (`llama_sampler_chain_init` + `llama_sampler_init_*`).
 
@@ -203,15 +212,18 @@ class LlamaSamplerChain:
 
     def apply(self, logits: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.void], int]:
         """Apply the chain; the candidates it leaves (id, logit, p) and the selected position."""
-        self._data = np.zeros(logits.size, dtype=_TOKEN_DATA)
-        self._data["id"] = np.arange(logits.size, dtype=np.int32)
-        self._data["logit"] = logits
+        self._data = candidates(logits)
+        size, selected = self.apply_to(self._data)
+        return self._data[:size].copy(), selected
+
+    def apply_to(self, data: npt.NDArray[np.void]) -> tuple[int, int]:
+        """Apply the chain to candidates built by `candidates`, in place (llama.cpp's own work on a draw,
+        without the Python that builds them); how many it leaves and the selected position."""
         array = ll.llama_token_data_array(
-            data=self._data.ctypes.data_as(ll.llama_token_data_p), size=logits.size, selected=-1,
-            sorted=False,
+            data=data.ctypes.data_as(ll.llama_token_data_p), size=data.size, selected=-1, sorted=False,
         )
         ll.llama_sampler_apply(self.chain, ctypes.byref(array))
-        return self._data[: array.size].copy(), int(array.selected)
+        return int(array.size), int(array.selected)
 
     def sample(self, logits: npt.NDArray[np.float32]) -> int:
         data, selected = self.apply(logits)

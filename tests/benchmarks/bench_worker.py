@@ -24,6 +24,10 @@ lengths would otherwise share the prompt's cost unequally) and that median divid
 path's, by the wall clock and by CPU time; the median milliseconds per token in the model, the sampler
 and constraint calls (where the path can tell them apart); rejected first draws and whole-vocabulary
 masks per 100 tokens. Numbers depend on the machine and on what else runs on it: compare rows of one run.
+
+`--part stand-in` (b) replays the recorded logits from a forward pass that waits without the CPU, as a
+GPU-bound worker (stand_in.py); `--part draws` (c) times single draws, first and masked, against llama.cpp's
+own chain on the same logits and masks. The README of this folder has the details.
 """
 
 from __future__ import annotations
@@ -46,15 +50,16 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from clients import Client, Session, VocabHandle  # noqa: E402
+from clients.masks import allowed_tokens, apply_mask  # noqa: E402
 from constraintd.engine.schema.convert import json_schema_to_gbnf  # noqa: E402
-from sampler_worker.chain import SamplerSettings  # noqa: E402
+from sampler_worker.chain import SamplerChain, SamplerSettings  # noqa: E402
 from sampler_worker.generate import Overlap, generate  # noqa: E402
 from sampler_worker.model import Model  # noqa: E402
 from sampler_worker.prompt import prompt_tokens  # noqa: E402
 from sampler_worker.sidecar import PrivateConstraintd  # noqa: E402
 from tests import reference  # noqa: E402
 from tests.benchmarks import stand_in as stand_in_module  # noqa: E402
-from tests.oracle import LlamaGrammar, LlamaSamplerChain, LlamaVocab, grammar_allows  # noqa: E402
+from tests.oracle import LlamaGrammar, LlamaSamplerChain, LlamaVocab, candidates, grammar_allows  # noqa: E402
 from tests.sampler_worker.llama_chain import llama_steps  # noqa: E402
 
 SCHEMA = {
@@ -361,15 +366,7 @@ def stand_in(args: argparse.Namespace) -> None:
         Client(server.target) as remote,
     ):
         handle = local.register_vocab(gguf=gguf)
-        trajectories = []
-        for prompt in PROMPTS[: args.prompts]:
-            tokens = prompt_tokens(model, chat=prompt)
-            for seed in range(1, args.seeds + 1):
-                with local.session(handle, json_schema=schema) as session:
-                    trajectories.append(
-                        stand_in_module.record(model, tokens, seed, session, args.stand_in_tokens)
-                    )
-        print(f"recorded {len(trajectories)} trajectories of the real model", file=sys.stderr)
+        trajectories = _recorded(model, local, handle, schema, args)
         remote_handle = remote.register_vocab(gguf=gguf)
         if not args.cold:  # every state the trajectories reach, and its mask, met once before timing
             for trajectory in trajectories:
@@ -432,6 +429,98 @@ def stand_in(args: argparse.Namespace) -> None:
           "not in by the end of the forward pass; the last token's, which no forward pass follows, counts))")
 
 
+def _recorded(
+    model: Model, local: Client, handle: VocabHandle, schema: str, args: argparse.Namespace
+) -> list[stand_in_module.Trajectory]:
+    """The real model's constrained generations, one a prompt and seed, their logits kept step by step."""
+    trajectories = []
+    for prompt in PROMPTS[: args.prompts]:
+        tokens = prompt_tokens(model, chat=prompt)
+        for seed in range(1, args.seeds + 1):
+            with local.session(handle, json_schema=schema) as session:
+                trajectory = stand_in_module.record(model, tokens, seed, session, args.stand_in_tokens)
+                trajectories.append(trajectory)
+    print(f"recorded {len(trajectories)} trajectories of the real model", file=sys.stderr)
+    return trajectories
+
+
+def draws(args: argparse.Namespace) -> None:
+    """(c) One draw at a time: our chain's first draws and masked redraws against llama.cpp's own chain,
+    on the same logits and masks."""
+    gguf = reference.gemma_path()
+    schema = json.dumps(SCHEMA)
+    times: dict[tuple[str, str], list[float]] = {}
+    allowed_counts: list[int] = []
+    identical = total = 0
+    clock = time.perf_counter
+    with Model(gguf, n_ctx=N_CTX, n_threads=args.threads) as model, Client("local") as local:
+        handle = local.register_vocab(gguf=gguf)
+        trajectories = _recorded(model, local, handle, schema, args)
+        for _ in range(args.repeats):
+            for trajectory in trajectories:
+                settings = SamplerSettings(seed=trajectory.seed)
+                ours = SamplerChain.from_settings(settings)
+                with (
+                    LlamaSamplerChain(llama_steps(settings, model.n_vocab)) as theirs,
+                    local.session(handle, json_schema=schema) as session,
+                ):
+                    for logits in trajectory.logits:
+                        started = clock()
+                        token = ours.sample(logits)
+                        times.setdefault(("first draw", "ours"), []).append(clock() - started)
+                        data = candidates(logits)
+                        started = clock()
+                        _, selected = theirs.apply_to(data)
+                        times.setdefault(("first draw", "llama.cpp"), []).append(clock() - started)
+                        their_token = int(data["id"][selected])
+                        if not session.allows(token):
+                            words = session.mask()
+                            started = clock()
+                            allowed = allowed_tokens(words, model.n_vocab)
+                            token = ours.sample(logits, allowed_ids=allowed)
+                            times.setdefault(("redraw", "ours"), []).append(clock() - started)
+                            allowed_counts.append(allowed.size)
+                            data = candidates(apply_mask(logits.copy(), words))
+                            started = clock()
+                            _, selected = theirs.apply_to(data)
+                            times.setdefault(("redraw", "llama.cpp"), []).append(clock() - started)
+                            their_token = int(data["id"][selected])
+                        identical += token == their_token
+                        total += 1
+                        ours.accept(token)
+                        theirs.accept(token)
+                        session.accept(token)
+    print(
+        f"(c) draws: Gemma 3 270M's logits ({model.n_vocab:,} tokens) along {len(trajectories)} recorded "
+        f"constrained generations, {args.repeats} repeats, llama-server's default chain; a redraw follows "
+        f"each first draw the grammar refuses, on its mask (allowed tokens p50 "
+        f"{statistics.median(allowed_counts) if allowed_counts else 0:g}); tokens identical to llama.cpp's "
+        f"chain: {identical} of {total}"
+    )
+    header = (
+        "draw", "count", "ours p50 µs", "ours p90 µs", "llama.cpp p50 µs", "llama.cpp p90 µs", "x llama.cpp",
+    )
+    print("  ".join(f"{name:>16}" for name in header))
+    for kind in ("first draw", "redraw"):
+        mine, peer = times.get((kind, "ours"), []), times.get((kind, "llama.cpp"), [])
+        if not mine:
+            continue
+        values = (
+            kind, str(len(mine)), f"{_quantile(mine, 0.5):.1f}", f"{_quantile(mine, 0.9):.1f}",
+            f"{_quantile(peer, 0.5):.1f}", f"{_quantile(peer, 0.9):.1f}",
+            f"{statistics.median(mine) / statistics.median(peer):.3f}",
+        )
+        print("  ".join(f"{value:>16}" for value in values))
+    print("(µs: wall clock of one draw; ours from the logits and, for a redraw, the packed mask; llama.cpp's "
+          "the chain's own `llama_sampler_apply` on candidates already built, which leaves out the "
+          "vocabulary-sized array llama-server builds and masks before it; x llama.cpp: the medians' ratio)")
+
+
+def _quantile(seconds: list[float], q: float) -> float:
+    ordered = sorted(seconds)
+    return 1e6 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def _one(
     model: Model, trajectory: stand_in_module.Trajectory, seconds: float, client: Client,
     handle: VocabHandle, schema: str, mode: str,
@@ -445,8 +534,9 @@ def _one(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--part", choices=["real", "stand-in", "all"], default="all",
-                        help="(a) the real model, (b) the GPU-bound stand-in, or both (default)")
+    parser.add_argument("--part", choices=["real", "stand-in", "draws", "all"], default="all",
+                        help="(a) the real model, (b) the GPU-bound stand-in, (c) one draw at a time against "
+                        "llama.cpp's chain, or all three (default)")
     parser.add_argument("--quick", action="store_true", help="(a): 2 prompts x 1 seed of up to 24 tokens")
     parser.add_argument("--prompts", type=int, default=len(PROMPTS), help=f"prompts (1-{len(PROMPTS)})")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per prompt (default 3)")
@@ -456,7 +546,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--forward-ms", default="5,15,30", help="(b): forward pass times F, ms")
     parser.add_argument("--batch", default="1,8,64", help="(b): concurrent generations N")
     parser.add_argument("--stand-in-tokens", type=int, default=32, help="(b): tokens per trajectory")
-    parser.add_argument("--repeats", type=int, default=3, help="(b): repeats of every cell (default 3)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="(b): repeats of every cell; (c): walks of every trajectory (default 3)")
     parser.add_argument("--cold", action="store_true",
                         help="(b): no warm-up: the first repeat meets the grammar's states first")
     args = parser.parse_args(argv)
@@ -464,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         real_model(args)
     if args.part in ("stand-in", "all"):
         stand_in(args)
+    if args.part in ("draws", "all"):
+        draws(args)
     return 0
 
 
