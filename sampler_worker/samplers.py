@@ -195,15 +195,15 @@ class TopP(Sampler):
     def __init__(self, p: float, min_keep: int = 0) -> None:
         self.p = _F32(p)
         self.min_keep = min_keep
+        self._p_float = float(self.p)  # the few-candidate form compares Python floats
 
     def apply_few(self, logits: list[float]) -> list[float] | None:
         if self.p >= 1.0:
             return logits
-        p = float(self.p)
         running = 0.0
         for i, prob in enumerate(_softmax_few(logits)):
             running = round_f32(running + prob)
-            if running >= p and i + 1 >= self.min_keep:
+            if running >= self._p_float and i + 1 >= self.min_keep:
                 return logits[: i + 1]
         return logits
 
@@ -248,11 +248,12 @@ class MinP(Sampler):
         self.p = _F32(p)
         self.min_keep = min_keep
         self._log_p = logf(self.p)  # once: `logf` is dozens of numpy calls (unused for p <= 0)
+        self._log_p_float = float(self._log_p)
 
     def apply_few(self, logits: list[float]) -> list[float] | None:
         if self.p <= 0.0:
             return logits
-        bar = round_f32(logits[0] + float(self._log_p))
+        bar = round_f32(logits[0] + self._log_p_float)
         for i in range(max(1, self.min_keep), len(logits)):
             if logits[i] < bar:
                 return logits[:i]
@@ -312,6 +313,7 @@ class Temperature(Sampler):
         self.temperature = _F32(temperature)
         self.delta = _F32(delta)
         self.exponent = _F32(exponent)
+        self._temperature_float = float(self.temperature)
 
     @staticmethod
     def scale(cur: Candidates, temperature: np.float32) -> None:
@@ -331,7 +333,7 @@ class Temperature(Sampler):
             return None
         if self.temperature <= 0.0:
             return logits[:1]  # the first maximum: the head is sorted and distinct
-        temperature = float(self.temperature)
+        temperature = self._temperature_float
         scaled = [round_f32(logit / temperature) for logit in logits]
         return scaled if math.isfinite(scaled[0]) and math.isfinite(scaled[-1]) else None
 
