@@ -225,7 +225,8 @@ def run_batch(
             if mode == "ahead":
                 items = list(zip(sessions, drawn, strict=True))
                 assert client is not None
-                pending = pool.submit(client.step, items, mask_after=True)
+                # the last tokens' accepts ask no mask: no draw follows them (as `generate` does)
+                pending = pool.submit(client.step, items, mask_after=step + 1 < steps)
             if step + 1 < steps:
                 time.sleep(seconds)  # the batch's forward pass, while the Step travels
             if mode == "ahead":
