@@ -20,9 +20,10 @@
 #   correct sort agrees (`fresh_top_k`; with ties there, the whole chain runs); a masked draw (k up to
 #   128, llama.cpp's std::partial_sort) builds the candidates from the first k tokens and the allowed
 #   ones past them (`masked_top_k`). The same candidates, in the same order, either way.
-# - A masked redraw whose allowed tokens hold few distinct finite logits runs top-k's samplers on those
-#   alone, as Python floats (`Sampler.apply_few`): the -inf tail llama.cpp's top-k also keeps cannot
-#   change what they draw. Anything else (ties, many tokens, a sampler the tail could move) runs as above.
+# - A masked redraw whose mask allows few tokens with distinct finite logits runs top-k's samplers on
+#   those alone (the k highest, where they are more), as Python floats (`Sampler.apply_few`): the -inf
+#   tail llama.cpp's top-k also keeps cannot change what they draw. Anything else (ties, many tokens, a
+#   sampler the tail could move) runs as above.
 # - `accept(token)` is `llama_sampler_accept` on the chain (the penalties remember the token); the
 #   caller accepts each generated token once, after the draw that chose it.
 
@@ -53,10 +54,11 @@ from sampler_worker.samplers import (
 
 __all__ = ["DEFAULT_ORDER", "SamplerChain", "SamplerSettings"]
 
-# A masked redraw whose allowed tokens hold at most this many finite logits runs its samplers on them
-# as Python floats (`_sample_few`): a few microseconds a candidate, against a few hundred for the chain's
-# numpy calls on any number (a redraw's mask allows a median of 4 tokens).
-_FEW_CANDIDATES = 16
+# A masked redraw whose mask allows at most this many tokens runs its samplers on their logits as Python
+# floats (`_sample_few`): about 2 µs a candidate (top-p's and dist's `expf`), against about 250 µs of the
+# chain's numpy calls on any number. A redraw's mask allows a median of 4 tokens; past 64 the numpy calls
+# win.
+_FEW_CANDIDATES = 64
 
 DEFAULT_ORDER = (
     "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature",
@@ -274,13 +276,13 @@ class SamplerChain:
     def _sample_allowed_ids(self, values: npt.NDArray[np.float32], ids: npt.NDArray[np.integer]) -> int:
         if ids.size and (ids[0] < 0 or ids[-1] >= values.size):
             raise ValueError(f"a mask of token ids up to {int(ids[-1])} for {values.size} logits")
+        if 0 < ids.size <= _FEW_CANDIDATES and 0 < self._first_top_k <= PARTIAL_SORT_HEAP_LIMIT:
+            token = self._sample_few(values[ids].tolist(), ids)
+            if token is not None:
+                return token
         read = values[ids]
         if np.isnan(read).any() or (read == np.inf).any():
             raise ValueError("logits must be finite or -inf")
-        if 0 < self._first_top_k <= PARTIAL_SORT_HEAP_LIMIT:
-            token = self._sample_few(read, ids)
-            if token is not None:
-                return token
         top = masked_top_k(values, ids, self._first_top_k) if self._first_top_k else None
         if top is None:  # no top-k first, or one that sorts by buckets: the whole masked vocabulary
             cur = Candidates.from_logits(values)
@@ -293,31 +295,31 @@ class SamplerChain:
             sampler.apply(top)
         return top.token
 
-    def _sample_few(self, read: npt.NDArray[np.float32], ids: npt.NDArray[np.integer]) -> int | None:
+    def _sample_few(self, read: list[float], ids: npt.NDArray[np.integer]) -> int | None:
         # What top-k (k <= 128, a comparison sort) leaves of the masked vocabulary is the allowed tokens'
-        # finite logits, highest first, then a tail of -inf (samplers.py's comment on few candidates):
-        # where those logits are few and distinct, every comparison sort agrees on their order, and the
-        # samplers after top-k run on them alone as Python floats. None where they are not, or a sampler
-        # has no such form (nothing drawn then). (Past 128, llama.cpp's buckets are no comparison sort: a
-        # logit past about 3e8 overflows its bucket index and sorts last.)
-        finite = np.flatnonzero(read > -np.inf)
-        if not 0 < finite.size <= _FEW_CANDIDATES:
-            return None
-        logits = read[finite]
-        listed = logits.tolist()
-        if len(set(listed)) < len(listed):
+        # finite logits, highest first, then a tail of -inf (samplers.py's comment on few candidates), or
+        # the k highest of them where they are more: where those logits are distinct, every comparison
+        # sort agrees on their order, and the samplers after top-k run on them alone as Python floats.
+        # None where they are not, or a sampler has no such form (nothing drawn then). (Past 128,
+        # llama.cpp's buckets are no comparison sort: a logit past about 3e8 overflows its bucket index
+        # and sorts last.) `read`: the allowed tokens' logits, in the order of `ids`.
+        if any(logit != logit or logit == math.inf for logit in read):  # NaN, +inf
+            raise ValueError("logits must be finite or -inf")
+        finite = [(logit, at) for at, logit in enumerate(read) if logit != -math.inf]
+        if not finite or len({logit for logit, _ in finite}) < len(finite):
             return None
         last = self.samplers[-1]
         if not isinstance(last, Dist):
             return None
-        order = np.argsort(logits)[::-1][: self._first_top_k]
-        head: list[float] = logits[order].tolist()
+        finite.sort(reverse=True)  # by logit alone: they are distinct
+        del finite[self._first_top_k :]
+        head = [logit for logit, _ in finite]
         for sampler in self.samplers[1:-1]:
             kept = sampler.apply_few(head)
             if kept is None:
                 return None
             head = kept
-        return int(ids[finite[order[last.select_few(head)]]])
+        return int(ids[finite[last.select_few(head)][1]])
 
     def accept(self, token: int) -> None:
         """Tell every sampler `token` was chosen (llama_sampler_accept on the chain)."""

@@ -298,6 +298,12 @@ def test_a_mask_by_ids_refuses_nan_among_the_allowed_and_overwrites_the_rejected
     assert chain.sample(logits, allowed_ids=np.array([5, 200])) in (5, 200)
     with pytest.raises(ValueError, match="finite"):
         chain.sample(logits, allowed_ids=np.array([7, 200]))
+    logits[5], logits[200] = 1.0, 2.0  # distinct: the few allowed are drawn on alone (`_sample_few`)
+    for bad in (np.nan, np.inf):
+        logits[7] = bad
+        greedy = SamplerChain.from_settings(SamplerSettings(seed=1, temperature=0.0))
+        with pytest.raises(ValueError, match="finite"):
+            greedy.sample(logits, allowed_ids=np.array([5, 7, 200]))
 
 
 def test_masked_draw_only_picks_allowed_tokens() -> None:
@@ -392,8 +398,8 @@ def test_a_redraw_of_few_allowed_tokens_runs_on_them_alone_and_draws_as_over_all
     # A chain that begins with top-k (k <= 128) redraws from a mask of a few finite logits on those alone
     # (`_sample_few`). Random settings around the edges of each sampler after top-k (a top-p just under 1,
     # min_keep past the head, temperature 0 and one that overflows float32, every order) and masks of 1
-    # to 16 tokens, some -inf, tied or extreme, each draw against the whole masked vocabulary on a twin
-    # chain: the same tokens, and the same generator after each.
+    # to 80 tokens (more than k, and past _FEW_CANDIDATES), some -inf, tied or extreme, each draw against
+    # the whole masked vocabulary on a twin chain: the same tokens, and the same generator after each.
     answered = declined = 0
     real = SamplerChain._sample_few
 
@@ -425,7 +431,8 @@ def test_a_redraw_of_few_allowed_tokens_runs_on_them_alone_and_draws_as_over_all
         few, full = SamplerChain.from_settings(settings), SamplerChain.from_settings(settings)
         for _ in range(8):
             logits = (rng.normal(size=n) * 3).astype(np.float32)
-            ids = np.sort(rng.choice(n, size=int(rng.integers(1, 17)), replace=False))
+            size = int(rng.integers(1, 17) if rng.random() < 0.5 else rng.integers(17, 81))
+            ids = np.sort(rng.choice(n, size=size, replace=False))
             kind = rng.integers(6)
             if kind == 1:
                 logits[ids[rng.random(ids.size) < 0.5]] = -np.inf
@@ -447,11 +454,12 @@ def test_a_redraw_of_few_allowed_tokens_runs_on_them_alone_and_draws_as_over_all
 
 def test_each_sampler_on_few_candidates_leaves_what_it_leaves_of_them_as_an_array() -> None:
     # On a head without a tail (sorted, distinct, finite), `apply_few` against `apply` bit for bit: the
-    # probabilities, the logits kept, and dist's position and generator. Heads of 1 to 16 logits of
-    # every spread, near-equal ones included, so that float32 sums and cuts fall on their last bit.
+    # probabilities, the logits kept, and dist's position and generator. Heads of 1 to 128 logits (the
+    # softmax goes by numpy past 16) of every spread, near-equal ones included, so that float32 sums and
+    # cuts fall on their last bit.
     rng = np.random.default_rng(44)
     for case in range(400):
-        size = int(rng.integers(1, 17))
+        size = int(rng.integers(1, 17) if case % 2 else rng.integers(17, 129))
         scale = float(rng.choice([1e-3, 0.05, 1.0, 8.0, 40.0]))
         values = np.unique((rng.normal(size=size) * scale).astype(np.float32))[::-1]
         head = values.tolist()
