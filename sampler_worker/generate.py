@@ -48,12 +48,12 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.masks.bitmask import allowed_tokens, mask_allows
+from constraintd.engine.masks.bitmask import allowed_tokens, few_allowed_tokens, mask_allows
 from sampler_worker.chain import SamplerChain, SamplerSettings
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "Generation",
     "GenerationError",
     "Step",
+    "StepMask",
     "TextStream",
     "chain_settings",
     "generate",
@@ -77,6 +78,23 @@ PROBE_STEPS = 8
 # auto: the share of the probe's time ahead may wait on constraintd and stay; and how much shorter the
 # median step without overlap must be for it to be kept instead of ahead
 AUTO_MARGIN = 0.03
+
+
+class StepMask(NamedTuple):
+    """A step's mask, with the ids it allows where they are few (`few_allowed_tokens`; None where they are
+    not, or were not looked for). Mask-ahead finds them on the thread that fetched the mask, while the
+    forward pass runs: a refused draw, most often at a mask of a few tokens, then redraws on them at once."""
+
+    words: Mask
+    few: npt.NDArray[np.int64] | None
+
+    @classmethod
+    def of(cls, words: Mask, n_vocab: int) -> StepMask:
+        return cls(words, few_allowed_tokens(words, n_vocab))
+
+    def allowed(self, n_vocab: int) -> npt.NDArray[np.int64]:
+        """The ids the mask allows, ascending."""
+        return self.few if self.few is not None else allowed_tokens(self.words, n_vocab)
 
 
 class ConstraintSession(Protocol):
@@ -247,28 +265,35 @@ class _Ahead:
     """The session's calls of mask-ahead decoding, each made on a thread of its own while the caller goes on
     (the model's forward pass releases the GIL, as a gRPC wait does); a reply is awaited only when needed."""
 
-    def __init__(self, session: ConstraintSession, counters: Counters) -> None:
+    def __init__(self, session: ConstraintSession, counters: Counters, n_vocab: int) -> None:
         self._session = session
         self._counters = counters
+        self._n_vocab = n_vocab
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="mask-ahead")
-        self._pending: Future[tuple[bool, Mask | None]] | None = None
+        self._pending: Future[tuple[bool, StepMask | None]] | None = None
         self._sent: int | None = None  # the token the pending call accepts (None: it only asks the mask)
 
     def ask_mask(self) -> None:
         """Fetch the mask of the session's state as it is."""
-        session = self._session
-        self._pending, self._sent = self._pool.submit(lambda: (True, session.mask())), None
+        session, n_vocab = self._session, self._n_vocab
+        self._pending = self._pool.submit(lambda: (True, StepMask.of(session.mask(), n_vocab)))
+        self._sent = None
 
     def send(self, token: int, *, mask: bool = True) -> None:
         """Accept `token` and (with `mask`) fetch the mask of the state after it."""
-        session = self._session
+        session, n_vocab = self._session, self._n_vocab
         if mask:
-            self._pending = self._pool.submit(session.accept_and_mask, token)
+
+            def accept_and_mask() -> tuple[bool, StepMask | None]:
+                taken, words = session.accept_and_mask(token)
+                return taken, StepMask.of(words, n_vocab)
+
+            self._pending = self._pool.submit(accept_and_mask)
         else:
             self._pending = self._pool.submit(lambda: (session.accept(token), None))
         self._sent = token
 
-    def settle(self, index: int) -> Mask | None:
+    def settle(self, index: int) -> StepMask | None:
         """The pending call's mask (None when none was asked), waiting for it if it has not come.
 
         Raises:
@@ -359,7 +384,7 @@ def generate(
         raise ValueError(f"overlap must be one of {', '.join(OVERLAP_MODES)}, not {overlap!r}")
     chain = SamplerChain.from_settings(chain_settings(settings, model.suppress_tokens))
     counters = counters if counters is not None else Counters()
-    ahead = _Ahead(session, counters) if session is not None and overlap != "off" else None
+    ahead = _Ahead(session, counters, model.n_vocab) if session is not None and overlap != "off" else None
     try:
         return _run(model, prompt, chain, counters, session, ahead, overlap, max_tokens, stop, on_step, check,
                     special)
@@ -423,27 +448,28 @@ def _run(
         counters.sampler_seconds += clock() - started
         counters.draws += 1
         rejected = False
-        mask: Mask | None = None
+        mask: StepMask | None = None
         if ahead is not None and mode == "ahead":
             mask = ahead.settle(index)
             assert mask is not None  # ahead, every call asks the mask
             counters.masks += 1
             counters.ahead_steps += 1
-            if not mask_allows(mask, token):
+            if not mask_allows(mask.words, token):
                 rejected = True
         elif session is not None:
             started = clock()
-            mask = session.accept_or_mask(token)
+            words = session.accept_or_mask(token)
             counters.constraint_seconds += clock() - started
             counters.waits += 1
-            if mask is not None:
+            if words is not None:
+                mask = StepMask(words, None)
                 counters.masks += 1
                 rejected = True
         if rejected:
             assert mask is not None
             rejected_at.append(index)
             counters.rejections += 1
-            allowed = allowed_tokens(mask, model.n_vocab)
+            allowed = mask.allowed(model.n_vocab)
             if not allowed.size:
                 raise GenerationError(f"step {index}: the grammar allows no token")
             started = clock()

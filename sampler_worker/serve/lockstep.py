@@ -51,6 +51,7 @@ from sampler_worker.generate import (
     Generation,
     GenerationError,
     Step,
+    StepMask,
     TextStream,
     chain_settings,
 )
@@ -62,7 +63,7 @@ __all__ = ["Lockstep"]
 Logits = npt.NDArray[np.float32]
 Mask = npt.NDArray[np.int32]
 Mode = Literal["off", "ahead"]
-# the ahead Step's answer per lane: the mask of its state, or the exception that ends it
+# the ahead Step's answer per lane: the mask of its state (a StepMask), or the exception that ends it
 Ahead = list[tuple["_Lane", Any]]
 
 
@@ -114,7 +115,7 @@ class _Lane:
         # mask-ahead: the mode, the mask of the session's state (for the next draw), whether it must be
         # asked, and the token taken and not yet sent to the session
         self.overlap: Mode = overlap if session is not None else "off"
-        self.mask: Mask | None = None
+        self.mask: StepMask | None = None
         self.needs_mask = self.overlap == "ahead"
         self.unsent: int | None = None
 
@@ -360,25 +361,24 @@ class Lockstep:
             return [(lane, self._ahead_alone(lane, token))
                     for lane, (_, token) in zip(lanes, batch, strict=True)]
 
-    @staticmethod
-    def _ahead_answer(lane: _Lane, token: int | None, accepted: bool | None, mask: Mask | None) -> Any:
+    def _ahead_answer(self, lane: _Lane, token: int | None, accepted: bool | None, mask: Mask | None) -> Any:
+        # on the ahead thread: the ids a redraw would need are found here when they are few
         if token is not None and not accepted:
             return GenerationError(
                 f"step {len(lane.tokens) - 1}: the grammar refused token {token}, which its own mask allowed"
             )
         if mask is None:
             return GenerationError(f"step {len(lane.tokens)}: constraintd answered no mask")
-        return mask
+        return StepMask.of(mask, self._batched.n_vocab)
 
-    @classmethod
-    def _ahead_alone(cls, lane: _Lane, token: int | None) -> Any:
+    def _ahead_alone(self, lane: _Lane, token: int | None) -> Any:
         session = lane.session
         assert session is not None
         try:
             if token is None:
-                return session.mask()
+                return self._ahead_answer(lane, None, None, session.mask())
             accepted, mask = session.accept_and_mask(token)
-            return cls._ahead_answer(lane, token, accepted, mask)
+            return self._ahead_answer(lane, token, accepted, mask)
         except Exception as exc:
             return exc
 
@@ -444,9 +444,9 @@ class Lockstep:
                     mask, lane.mask = lane.mask, None
                     assert mask is not None  # every constrained lane's was asked with its decode
                     lane.counters.ahead_steps += 1
-                    if not mask_allows(mask, token):
+                    if not mask_allows(mask.words, token):
                         rejected = True
-                        allowed = allowed_tokens(mask, self._batched.n_vocab)
+                        allowed = mask.allowed(self._batched.n_vocab)
                         if not allowed.size:
                             raise GenerationError(f"step {len(lane.tokens)}: the grammar allows no token")
                         token = self._draw(lane, logits, allowed)

@@ -33,15 +33,15 @@ import numpy as np
 import numpy.typing as npt
 
 from clients import Client, Session, VocabHandle
-from clients.flows import StepOutcome
 from clients.masks import mask_allows
 from constraintd.engine.masks.bitmask import allowed_tokens
 from sampler_worker.chain import SamplerChain, SamplerSettings
-from sampler_worker.generate import Overlap, generate
+from sampler_worker.generate import Overlap, StepMask, generate
 from sampler_worker.model import Model
 
 Logits = npt.NDArray[np.float32]
-Mask = npt.NDArray[np.int32]
+# an ahead Step's answer for one session: whether its token was taken (None: none was sent), its next mask
+Answer = tuple[bool | None, StepMask | None]
 
 
 @dataclass(frozen=True)
@@ -160,11 +160,19 @@ def run_batch(
         sessions = [client.session(handle, json_schema=schema) for _ in range(count)]
     steps = min(len(t.logits) for t in trajectories)
     pool = ThreadPoolExecutor(1, thread_name_prefix="step")
-    pending: Future[list[StepOutcome]] | None = None
+    pending: Future[list[Answer]] | None = None
     waits, wait_seconds, rejections, tokens = 0, 0.0, 0, 0
     clock = time.perf_counter
 
-    def settle() -> list[StepOutcome]:
+    def step_ahead(items: list[tuple[Session, int | None]], mask_after: bool) -> list[Answer]:
+        # on the step thread, as the worker's lockstep does: each mask's ids found where they are few
+        assert client is not None
+        return [
+            (outcome.accepted, None if outcome.mask is None else StepMask.of(outcome.mask, model.n_vocab))
+            for outcome in client.step(items, mask_after=mask_after)
+        ]
+
+    def settle() -> list[Answer]:
         nonlocal pending, waits, wait_seconds
         assert pending is not None
         future, pending = pending, None
@@ -178,13 +186,12 @@ def run_batch(
 
     try:
         if mode == "ahead":  # the first masks travel while the prompts are evaluated
-            assert client is not None
-            pending = pool.submit(client.step, [(s, None) for s in sessions])
+            pending = pool.submit(step_ahead, [(s, None) for s in sessions], False)
         time.sleep(seconds)  # the prompts' forward pass (not timed, as llama-server's predicted_ms)
         started = clock()
-        masks: list[Mask | None] = [None] * count
+        masks: list[StepMask | None] = [None] * count
         if mode == "ahead":
-            masks = [outcome.mask for outcome in settle()]
+            masks = [mask for _, mask in settle()]
         for step in range(steps):
             drawn: list[int] = []
             for index, chain in enumerate(chains):
@@ -193,9 +200,9 @@ def run_batch(
                 if mode == "ahead":
                     mask = masks[index]
                     assert mask is not None
-                    if not mask_allows(mask, token):
+                    if not mask_allows(mask.words, token):
                         rejections += 1
-                        token = chain.sample(logits, allowed_ids=allowed_tokens(mask, model.n_vocab))
+                        token = chain.sample(logits, allowed_ids=mask.allowed(model.n_vocab))
                 drawn.append(token)
             if mode == "off":
                 assert client is not None
@@ -223,17 +230,16 @@ def run_batch(
                 chain.accept(token)
             tokens += count
             if mode == "ahead":
-                items = list(zip(sessions, drawn, strict=True))
-                assert client is not None
+                items: list[tuple[Session, int | None]] = list(zip(sessions, drawn, strict=True))
                 # the last tokens' accepts ask no mask: no draw follows them (as `generate` does)
-                pending = pool.submit(client.step, items, mask_after=step + 1 < steps)
+                pending = pool.submit(step_ahead, items, step + 1 < steps)
             if step + 1 < steps:
                 time.sleep(seconds)  # the batch's forward pass, while the Step travels
             if mode == "ahead":
-                outcomes = settle()
-                if not all(outcome.accepted for outcome in outcomes):
+                answers = settle()
+                if not all(accepted for accepted, _ in answers):
                     raise RuntimeError("the grammar refused a token its own mask allowed")
-                masks = [outcome.mask for outcome in outcomes]
+                masks = [mask for _, mask in answers]
         elapsed = clock() - started
     finally:
         pool.shutdown(wait=True)

@@ -13,8 +13,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from constraintd.engine.masks.bitmask import allowed_tokens, pack_mask
 from sampler_worker.chain import SamplerSettings
-from sampler_worker.generate import PROBE_STEPS, GenerationError, Overlap, Step, generate
+from sampler_worker.generate import PROBE_STEPS, GenerationError, Overlap, Step, StepMask, generate
 
 PIECES = [b"<eos>", b"a", b"b", b"\xc3", b"\xa9", b"STOP", b" ", b"<ctl>"]
 EOS = 0
@@ -144,6 +145,19 @@ def test_stops_after_max_tokens_without_evaluating_the_last() -> None:
 
 
 MODES: tuple[Overlap, ...] = ("off", "ahead", "auto")
+
+
+def test_a_step_mask_finds_the_ids_of_few_allowed_tokens_when_it_is_made() -> None:
+    n = 100_000
+    few, many = np.zeros(n, dtype=bool), np.ones(n, dtype=bool)
+    few[[3, 4_000, 99_999]] = True
+    many[[5, 6]] = False
+    for allowed, found in ((few, True), (many, False)):
+        words = pack_mask(allowed)
+        mask = StepMask.of(words, n)
+        assert (mask.few is not None) is found
+        assert mask.allowed(n).tolist() == np.flatnonzero(allowed).tolist()
+        assert StepMask(words, None).allowed(n).tolist() == allowed_tokens(words, n).tolist()
 
 
 @pytest.mark.parametrize("overlap", MODES)

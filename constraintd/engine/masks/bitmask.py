@@ -16,6 +16,7 @@ __all__ = [
     "allow_tokens",
     "allowed_tokens",
     "apply_mask",
+    "few_allowed_tokens",
     "mask_allows",
     "mask_words",
     "pack_mask",
@@ -73,41 +74,57 @@ def unpack_mask(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.bool_]:
     return bits[:n_tokens].astype(np.bool_)
 
 
-_FEW_WORDS = 8  # `allowed_tokens`: at most this many pairs of words holding a bit are read in Python
+_FEW_WORDS = 8  # `few_allowed_tokens`: at most this many pairs of words holding a bit are read in Python
 
 
-def allowed_tokens(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.int64]:
-    """The ids of the allowed tokens, ascending.
-
-    Where a grammar allows few tokens (a redraw's mask, most often), only the words that hold any are
-    read: a few of the vocabulary's thousands, found two words at a time, their bits in Python when
-    they are at most _FEW_WORDS pairs.
-
-    Raises:
-        InputError: the words are fewer than `n_tokens` needs.
-    """
+def _checked(words: npt.ArrayLike, n_tokens: int) -> tuple[npt.NDArray[np.int32], int]:
     packed = np.asarray(words, dtype=np.int32).reshape(-1)
     needed = mask_words(n_tokens)
     if packed.size < needed:
         raise InputError(f"{packed.size} mask words cannot hold {n_tokens} tokens")
+    return packed, needed
+
+
+def few_allowed_tokens(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.int64] | None:
+    """The ids of the allowed tokens, ascending, where they are few: at most _FEW_WORDS pairs of words
+    hold them (a redraw's mask, most often); None otherwise. Only those words are read, their bits in
+    Python: a few of the vocabulary's thousands, found two words at a time.
+
+    Raises:
+        InputError: the words are fewer than `n_tokens` needs.
+    """
+    packed, needed = _checked(words, n_tokens)
+    if not packed.flags.c_contiguous:
+        return None
     pairs = needed // 2  # the words two at a time: half the elements for numpy's scan
     # numpy's nonzero of a bool array is its fast one: of the words themselves it costs three times as much
-    held_pairs = None
-    if packed.flags.c_contiguous:
-        held_pairs = (packed[: 2 * pairs].view(np.uint64) != 0).nonzero()[0]
-    if held_pairs is not None and held_pairs.size <= _FEW_WORDS:
-        # a redraw's mask, most often: a handful of words, their bits read in Python
-        words = [2 * pair + half for pair in held_pairs.tolist() for half in (0, 1)]
-        if needed % 2:
-            words.append(needed - 1)
-        found: list[int] = []
-        for word in words:
-            word_bits = int(packed[word]) & 0xFFFF_FFFF
-            while word_bits:
-                low = word_bits & -word_bits
-                found.append(32 * word + low.bit_length() - 1)
-                word_bits ^= low
-        return np.array([i for i in found if i < n_tokens], dtype=np.int64)
+    held_pairs = (packed[: 2 * pairs].view(np.uint64) != 0).nonzero()[0]
+    if held_pairs.size > _FEW_WORDS:
+        return None
+    held = [2 * pair + half for pair in held_pairs.tolist() for half in (0, 1)]
+    if needed % 2:
+        held.append(needed - 1)
+    found: list[int] = []
+    for word in held:
+        word_bits = int(packed[word]) & 0xFFFF_FFFF
+        while word_bits:
+            low = word_bits & -word_bits
+            found.append(32 * word + low.bit_length() - 1)
+            word_bits ^= low
+    return np.array([i for i in found if i < n_tokens], dtype=np.int64)
+
+
+def allowed_tokens(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.int64]:
+    """The ids of the allowed tokens, ascending: `few_allowed_tokens` where they are few; otherwise the
+    words that hold any, their bits unpacked by numpy (every bit at once when they are many).
+
+    Raises:
+        InputError: the words are fewer than `n_tokens` needs.
+    """
+    few = few_allowed_tokens(words, n_tokens)
+    if few is not None:
+        return few
+    packed, needed = _checked(words, n_tokens)
     held = (packed[:needed] != 0).nonzero()[0]
     if held.size * 8 > needed:  # many: every bit at once
         return np.flatnonzero(unpack_mask(packed, n_tokens))

@@ -12,6 +12,7 @@ from constraintd.engine.masks.bitmask import (
     allow_tokens,
     allowed_tokens,
     apply_mask,
+    few_allowed_tokens,
     mask_words,
     pack_mask,
     unpack_mask,
@@ -57,8 +58,20 @@ def test_allowed_tokens_of_a_vocabulary_sized_mask(case: tuple[int, set[int], se
     allowed[sorted(ids | past)] = True
     words = pack_mask(allowed)
     assert allowed_tokens(words, n).tolist() == sorted(ids)
+    # the same where few pairs of words hold them, and None (not a wrong answer) where more do
+    few = few_allowed_tokens(words, n)
+    pairs = {word // 2 for word in np.flatnonzero(words[: mask_words(n) // 2 * 2]).tolist()}
+    if len(pairs) <= 8:
+        assert few is not None and few.tolist() == sorted(ids)
+    else:
+        assert few is None
     dense = pack_mask(np.ones(n, dtype=bool))
     assert allowed_tokens(dense, n).tolist() == list(range(n))
+    few = few_allowed_tokens(dense, n)
+    if mask_words(n) // 2 <= 8:  # every pair holds bits
+        assert few is not None and few.tolist() == list(range(n))
+    else:
+        assert few is None
 
 
 @given(
