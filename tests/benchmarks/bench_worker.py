@@ -517,8 +517,8 @@ def draws(args: argparse.Namespace) -> None:
 
 
 def _quantile(seconds: list[float], q: float) -> float:
-    ordered = sorted(seconds)
-    return 1e6 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    # microseconds; numpy's percentile, so that p50 is the median the ratio column divides
+    return 1e6 * float(np.percentile(seconds, 100 * q))
 
 
 def _one(

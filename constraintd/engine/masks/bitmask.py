@@ -93,7 +93,10 @@ def few_allowed_tokens(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.in
     Raises:
         InputError: the words are fewer than `n_tokens` needs.
     """
-    packed, needed = _checked(words, n_tokens)
+    return _few(*_checked(words, n_tokens), n_tokens)
+
+
+def _few(packed: npt.NDArray[np.int32], needed: int, n_tokens: int) -> npt.NDArray[np.int64] | None:
     if not packed.flags.c_contiguous:
         return None
     pairs = needed // 2  # the words two at a time: half the elements for numpy's scan
@@ -121,10 +124,10 @@ def allowed_tokens(words: npt.ArrayLike, n_tokens: int) -> npt.NDArray[np.int64]
     Raises:
         InputError: the words are fewer than `n_tokens` needs.
     """
-    few = few_allowed_tokens(words, n_tokens)
+    packed, needed = _checked(words, n_tokens)
+    few = _few(packed, needed, n_tokens)
     if few is not None:
         return few
-    packed, needed = _checked(words, n_tokens)
     held = (packed[:needed] != 0).nonzero()[0]
     if held.size * 8 > needed:  # many: every bit at once
         return np.flatnonzero(unpack_mask(packed, n_tokens))
