@@ -5,10 +5,11 @@
 # - `contexts(model, 1)` is `[model]`: one slot is the model's own context, decoded by the generation loop
 #   (`sampler_worker.generate`) as `sampler-worker generate` decodes it, so its tokens are the command's.
 # - `contexts(model, n > 1, threads=t, groups=k)` gives n `Slot`s over min(n, k) `BatchedContext`s, each
-#   with t // min(n, k) threads (at least one) and `n_seq_max` of its share of the n sequences, each
-#   sequence with a KV cache of its own of the model's `n_ctx` (not unified). k = 1 (the default) is
-#   llama-server's layout: one context over every thread, one decode a step for all sequences, which is
-#   where batching pays (a matrix product over four rows costs far less than four over one). k > 1 is for
+#   with t // min(n, k) threads (at least one) and `n_seq_max` of its share of the n sequences. A context's
+#   sequences share one unified KV cache of n times the model's `n_ctx` cells, each sequence held to the
+#   model's `n_ctx` (the stepping thread refuses a token past it). k = 1 (the default) is llama-server's
+#   layout: one context over every thread, one decode a step for all sequences, which is where batching
+#   pays (a matrix product over four rows costs far less than four over one). k > 1 is for
 #   cores shared with other work: ggml's threads meet at a barrier after every operation of a decode, and a
 #   descheduled thread stalls the others there (on a loaded two-core machine a 4-sequence decode on two
 #   threads took up to seconds); one-thread contexts have no barrier, and two contexts' steppers overlap
@@ -17,7 +18,13 @@
 #   and metadata (what a prompt needs); its generations are stepped by its context's `Lockstep` thread
 #   (`sampler_worker.serve.lockstep`).
 # - `BatchedContext.decode(rows)` is used by that one thread only: no two threads call llama.cpp on the
-#   context at once. It puts every row's tokens in one `llama_batch` and calls `llama_decode` once.
+#   context at once. It puts every row's tokens in one `llama_batch` and calls `llama_decode` once, and
+#   llama.cpp computes them as ONE graph (up to `n_batch` tokens), whatever the rows' order, the gaps
+#   between their sequence ids, and a prompt's tokens among the others. That is why the cache is unified
+#   (llama-server's default for its automatic slots): with a cache per sequence, llama.cpp splits a batch
+#   into "equal" micro-batches of one token count per sequence and of consecutive, increasing sequence ids,
+#   one graph each, so four one-token rows in the order 1, 0, 2, 3 cost two forward passes (about 90 ms on
+#   Gemma 3 270M on two cores, against 55 ms in order), and a prompt beside them one more.
 # - `clear(seq)` removes a sequence's KV cells, so a slot is reused empty.
 # - Batching changes the float reductions (the matrix products see another batch shape), so a sequence's
 #   logits, and so its tokens, may differ from those of the same request run alone.
@@ -69,23 +76,27 @@ class BatchedContext:
 
     def __init__(self, model: Model, n: int, *, threads: int) -> None:
         self._ll = ll = model._ll
-        params = ll.llama_context_default_params()
-        params.n_ctx = model.n_ctx * n
-        params.n_seq_max = n
-        params.kv_unified = False  # each sequence its own cells: n_ctx_seq is the model's n_ctx
-        params.n_batch = params.n_ubatch = model.n_batch
-        params.n_threads = params.n_threads_batch = threads
-        self._ctx = ll.llama_init_from_model(model._model, params)
+        self._ctx = ll.llama_init_from_model(model._model, self._params(model, n, threads))
         if not self._ctx:
             raise ModelError(
                 f"{model.path}: llama.cpp could not create a context of {n} sequences of {model.n_ctx} tokens"
             )
         self.n = n
-        self.n_ctx_seq = int(ll.llama_n_ctx_seq(self._ctx))
+        self.n_ctx_seq = model.n_ctx  # each sequence's share of the unified cache
         self.n_batch = model.n_batch
         self.n_vocab = model.n_vocab
         self._batch: Any = ll.llama_batch_init(model.n_batch, 0, 1)
         self._memory = ll.llama_get_memory(self._ctx)
+
+    def _params(self, model: Model, n: int, threads: int) -> Any:
+        # llama.cpp's context parameters: one unified cache of n sequences of the model's n_ctx
+        params = self._ll.llama_context_default_params()
+        params.n_ctx = model.n_ctx * n
+        params.n_seq_max = n
+        params.kv_unified = True  # one graph a decode, whatever the rows (the module's comment)
+        params.n_batch = params.n_ubatch = model.n_batch
+        params.n_threads = params.n_threads_batch = threads
+        return params
 
     def close(self) -> None:
         """Free the context (idempotent; the weights are the model's)."""

@@ -8,6 +8,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from clients import Client
 from sampler_worker.chain import SamplerSettings
 from sampler_worker.generate import Generation, Step
 from sampler_worker.model import Model, ModelError
-from sampler_worker.serve.contexts import Slot, contexts
+from sampler_worker.serve.contexts import BatchedContext, Row, Slot, contexts
 from sampler_worker.serve.lockstep import Lockstep
 
 SLOTS = 3
@@ -119,6 +120,47 @@ def test_slots_spread_over_the_contexts_asked_for(model: Model) -> None:
     finally:
         for slot in made:
             slot.batched.close()  # type: ignore[union-attr]
+
+
+class CountedContext(BatchedContext):
+    """The context `contexts` makes, counting the graph nodes llama.cpp computes (its eval callback)."""
+
+    nodes = 0
+
+    def _params(self, model: Model, n: int, threads: int) -> Any:
+        params = super()._params(model, n, threads)
+        ll = model._ll
+
+        def asked(tensor: Any, ask: bool, data: Any) -> bool:
+            self.nodes += ask
+            return False  # not looked at: the scheduler computes on to the graph's end
+
+        self._asked = ll.ggml_backend_sched_eval_callback(asked)  # kept alive with the context
+        params.cb_eval = self._asked
+        return params
+
+    def nodes_of(self, rows: list[Row]) -> int:
+        before = self.nodes
+        self.decode(rows)
+        return self.nodes - before
+
+
+@pytest.mark.slow
+def test_a_step_is_one_graph_whatever_its_rows(model: Model) -> None:
+    # one graph's nodes for the rows of a step in any order, with gaps between their sequences and a
+    # prompt among them: llama.cpp computes them as one micro-batch. With a cache per sequence it splits
+    # these rows into three (sequences 3 and 4, then 0 and 1, then the rest of 1's prompt).
+    batched = CountedContext(model, 5, threads=1)
+    try:
+        alone = batched.nodes_of([Row(2, 0, [818, 5279], logits=True)])
+        assert alone > 0
+        together = batched.nodes_of([
+            Row(3, 0, [818], logits=True), Row(0, 0, [5279], logits=True), Row(4, 0, [236743], logits=True),
+            Row(1, 0, [818, 5279, 563], logits=True),
+        ])
+        assert together == alone
+    finally:
+        batched.close()
 
 
 @pytest.mark.slow
