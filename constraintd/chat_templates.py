@@ -14,13 +14,22 @@
 #   undefined as ""; `format` fills "{}" placeholders only.
 # - The template's capabilities (which of llama.cpp's rewrites apply) are found as llama.cpp finds them,
 #   by running the template on probe conversations (`template_caps`, constraintd.engine.chat.caps).
+# - A template's analysis (the auto-parser's, constraintd.engine.chat.template_analysis), which llama.cpp
+#   makes again for every request by rendering probe conversations (4-9 ms here on the common templates),
+#   is remembered per template, caps and special tokens (`known_analysis`), with every reading of the
+#   clock its renders made (`strftime_now`'s pattern and text): a request whose time gives those same
+#   texts gets the analysis it would make again, for the renders are the same; another day's (or
+#   minute's, for a template that prints one) makes it afresh. Each request gets a copy of its own.
 # - The engine's chat layer is sans-IO and renders nothing itself: this module is its renderer. It sits
 #   beside the engine, below the service core (which resolves chat requests with it) and the sampler
 #   worker (which renders its prompts with it). Jinja2 is imported on first use, not with the module.
 from __future__ import annotations
 
+import copy
 import functools
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +43,7 @@ from constraintd.engine.chat.jinja_values import (
     output_text,
 )
 from constraintd.engine.chat.prompt import ChatPrompt, chat_prompt, template_source
+from constraintd.engine.chat.template_analysis import TemplateAnalysis, analyze_template
 from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps, format_time
 
 if TYPE_CHECKING:
@@ -139,6 +149,20 @@ def _access(container: Any, key: Any, value: Any) -> Any:
 NOW_VARIABLE = "__request_time__"
 
 
+class Clock:
+    """A request's time as a render reads it (`strftime_now`), keeping each text it gave by pattern."""
+
+    __slots__ = ("now", "reads")
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.reads: dict[str, str] = {}
+
+    def format(self, pattern: str) -> str:
+        text = self.reads[pattern] = format_time(self.now, pattern)
+        return text
+
+
 @functools.lru_cache(maxsize=2)  # the two environments (rendering, and the capability probes), made once
 def _environment(*, tracking: bool = False) -> jinja2.Environment:
     import jinja2
@@ -221,6 +245,8 @@ def _environment(*, tracking: bool = False) -> jinja2.Environment:
     @jinja2.pass_context
     def strftime_now(context: jinja2.runtime.Context, pattern: str) -> str:
         now = context.get(NOW_VARIABLE)
+        if isinstance(now, Clock):
+            return now.format(pattern)
         return format_time(now if isinstance(now, (int, float)) else time.time(), pattern)
 
     environment.globals["strftime_now"] = strftime_now
@@ -272,9 +298,9 @@ def _compiled(source: str) -> jinja2.Template:
     return _environment().from_string(source)
 
 
-def renderer(source: str, now: float) -> Callable[[Mapping[str, Any]], str]:
+def renderer(source: str, now: float | Clock) -> Callable[[Mapping[str, Any]], str]:
     """A render function of the template `source` in llama.cpp's Jinja dialect, at the request time `now`
-    (what the engine's chat layer calls `Render`).
+    (what the engine's chat layer calls `Render`); a `Clock` keeps what the renders read of it.
 
     Raises:
         TemplateError: the template does not parse (its render function raises it too, for a render that
@@ -311,6 +337,41 @@ def render_template(source: str, context: Mapping[str, Any], *, now: float | Non
 # llama.cpp finds a template's capabilities once, when it loads the template; here once per template text
 # (a few templates per process: one per model), since finding them renders the template eight times.
 known_caps = functools.lru_cache(maxsize=16)(template_caps)
+
+_KEPT_ANALYSES = 16  # a few templates per process, as for the capabilities
+_AnalysisKey = tuple[str, TemplateCaps, str, str]  # source, caps, bos and eos tokens
+_ClockReads = tuple[tuple[str, str], ...]  # each (pattern, text) the analysis's renders read of the clock
+_analyses: OrderedDict[_AnalysisKey, tuple[TemplateAnalysis, _ClockReads]] = OrderedDict()
+_analyses_lock = threading.Lock()
+
+
+def known_analysis(source: str, now: float, caps: TemplateCaps, *, bos_token: str = "",
+                   eos_token: str = "") -> TemplateAnalysis:
+    """`analyze_template` of the template `source` at the request time `now`, remembered (see the contract):
+    the same analysis as a new one, as a copy of its own.
+
+    Raises:
+        TemplateError: the template does not parse.
+        ValueError: llama.cpp refuses the template (analyze_template's; not remembered).
+    """
+    key = (source, caps, bos_token, eos_token)
+    with _analyses_lock:
+        kept = _analyses.get(key)
+        if kept is not None:
+            _analyses.move_to_end(key)
+    if kept is not None:
+        analysis, reads = kept
+        if all(format_time(now, pattern) == text for pattern, text in reads):
+            return copy.deepcopy(analysis)
+    clock = Clock(now)
+    analysis = analyze_template(source, renderer(source, clock), caps, bos_token=bos_token,
+                                eos_token=eos_token)
+    with _analyses_lock:
+        _analyses[key] = (copy.deepcopy(analysis), tuple(clock.reads.items()))
+        _analyses.move_to_end(key)
+        while len(_analyses) > _KEPT_ANALYSES:
+            _analyses.popitem(last=False)
+    return analysis
 
 
 def chat_prompt_of(
@@ -362,8 +423,10 @@ def chat_grammar_of(
             source, messages, tools=tools, bos_text=bos_text, eos_text=eos_text,
             enable_thinking=enable_thinking, now=now, caps=caps).generation_prompt
     source = template_source(source)
+    caps = known_caps(source) if caps is None else caps
     return chat_params(
-        source, renderer(source, now), known_caps(source) if caps is None else caps,
+        source, renderer(source, now), caps,
         generation_prompt=generation_prompt, tools=[tool.to_json() for tool in tools],
         tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls, json_schema=json_schema,
-        reasoning_format=reasoning_format, bos_token=bos_text, eos_token=eos_text)
+        reasoning_format=reasoning_format, bos_token=bos_text, eos_token=eos_text,
+        analyze=lambda: known_analysis(source, now, caps, bos_token=bos_text, eos_token=eos_text))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -387,11 +387,14 @@ def chat_params(
     reasoning_format: str = "auto",
     bos_token: str = "",
     eos_token: str = "",
+    analyze: Callable[[], TemplateAnalysis] | None = None,
 ) -> ChatGrammar:
     """The grammar side of llama.cpp's chat params for a request (see the module's contract).
 
     `source` is the template llama.cpp renders (prompt.template_source), `render(context)` renders it in
-    llama.cpp's Jinja dialect, `generation_prompt` is the request's (prompt.chat_prompt's).
+    llama.cpp's Jinja dialect, `generation_prompt` is the request's (prompt.chat_prompt's). `analyze`
+    gives the template's analysis where the caller remembers it (the same as `analyze_template` of these
+    arguments makes; by default that is called).
 
     Raises:
         NotPorted: the template has a hand-written format, or the request's grammar holds tool calls.
@@ -403,7 +406,8 @@ def chat_params(
     specialised = specialised_format(source)
     if specialised is not None:
         raise NotPorted(f"the {specialised} format's chat params")
-    analysis = analyze_template(source, render, caps, bos_token=bos_token, eos_token=eos_token)
+    analysis = (analyze() if analyze is not None
+                else analyze_template(source, render, caps, bos_token=bos_token, eos_token=eos_token))
     reasoning = analysis.reasoning
     supports_thinking = reasoning.mode is not ReasoningMode.NONE
     end_tag = trim_whitespace(reasoning.end)
