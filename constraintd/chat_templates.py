@@ -15,7 +15,7 @@
 # - The template's capabilities (which of llama.cpp's rewrites apply) are found as llama.cpp finds them,
 #   by running the template on probe conversations (`template_caps`, constraintd.engine.chat.caps).
 # - A template's analysis (the auto-parser's, constraintd.engine.chat.template_analysis), which llama.cpp
-#   makes again for every request by rendering probe conversations (4-9 ms here on the common templates),
+#   makes again for every request by rendering probe conversations (4-9 ms on common templates, README),
 #   is remembered per template, caps and special tokens (`known_analysis`), with every reading of the
 #   clock its renders made (`strftime_now`'s pattern and text): a request whose time gives those same
 #   texts gets the analysis it would make again, for the renders are the same; another day's (or

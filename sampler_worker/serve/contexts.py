@@ -23,8 +23,9 @@
 #   between their sequence ids, and a prompt's tokens among the others. That is why the cache is unified
 #   (llama-server's default for its automatic slots): with a cache per sequence, llama.cpp splits a batch
 #   into "equal" micro-batches of one token count per sequence and of consecutive, increasing sequence ids,
-#   one graph each, so four one-token rows in the order 1, 0, 2, 3 cost two forward passes (about 90 ms on
-#   Gemma 3 270M on two cores, against 55 ms in order), and a prompt beside them one more. The price, as
+#   one graph each, so four one-token rows in the order 1, 0, 2, 3 cost two forward passes (a one-off
+#   timing: about 90 ms on Gemma 3 270M on two cores, against 55 ms in order), and a prompt beside them
+#   one more. The price, as
 #   llama-server pays it: a token's attention runs over the cells of every sequence up to the highest one
 #   in use (the others' masked out), not over its own sequence's alone; with long contexts on many slots
 #   that grows, where the matrix products of a small context do not.
