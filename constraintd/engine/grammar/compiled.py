@@ -194,7 +194,7 @@ class Grammar:
                 with contextlib.suppress(LimitError):
                     masks.learn(stack, limit, deadline=deadline)
 
-            ahead = self._ahead = Lookahead(self._rules, self._initial.stacks, learn)
+            ahead = self._ahead = Lookahead(self._rules, self._initial.stacks, learn, same=masks.same_stack)
         return ahead.run(seconds, pause=pause)
 
     @property

@@ -7,7 +7,8 @@
 #   schema meets a new top at nearly every step. `Lookahead` learns those verdicts ahead: it visits the
 #   stacks the grammar can reach from its start, in breadth-first order of terminals matched (every stack
 #   of every state a generation can reach is one of them: a state's stacks after a code point or a token
-#   are its matched stacks' `Rules.pop_terminal`), and hands each one's top to `learn` once. So the first
+#   are its matched stacks' `Rules.pop_terminal`; the positions of a long bounded repetition that share
+#   their masks, `same`, are one stack to it), and hands each one's top to `learn` once. So the first
 #   tops met by every path come first, whatever the document, and a state later met composes its mask
 #   from verdicts already kept.
 # - Nothing here decides a token: `learn` fills the caches masks are composed from, which give the same
@@ -65,7 +66,18 @@ class AheadRun:
 class Lookahead:
     """The breadth-first search of one grammar's reachable stacks, learning each one's top verdict."""
 
-    __slots__ = ("_frontier", "_seen", "_tops", "_turn", "learn", "max_depth", "max_stacks", "rules", "spent")
+    __slots__ = (
+        "_frontier",
+        "_seen",
+        "_tops",
+        "_turn",
+        "learn",
+        "max_depth",
+        "max_stacks",
+        "rules",
+        "same",
+        "spent",
+    )
 
     def __init__(
         self,
@@ -75,15 +87,19 @@ class Lookahead:
         *,
         max_stacks: int = MAX_STACKS,
         max_depth: int = MAX_DEPTH,
+        same: Callable[[Stack], Stack] | None = None,
     ) -> None:
         self.rules = rules
+        # the stack whose verdicts a stack shares (masks/cache.py's `same_stack`: the positions of a long
+        # bounded repetition that no token tells apart made one), so that the search visits them once
+        self.same = same
         # learns the verdict of one stack's top (what a mask of a state holding it needs), stopping with
         # DeadlineError once the deadline it is given passes (masks/compute.py's Interruption)
         self.learn = learn
         self.max_stacks = max_stacks
         self.max_depth = max_depth
         self.spent = 0.0  # this grammar's CPU seconds of lookahead so far, over every run
-        start = [stack for stack in initial if stack]
+        start = list({same(stack) if same is not None else stack for stack in initial if stack})
         self._seen: set[Stack] | None = set(start)
         self._frontier: deque[Stack] = deque(start)
         self._tops = 0
@@ -125,7 +141,7 @@ class Lookahead:
 
         # the same question inside a top's walk, at each of its columns: it stops there
         interruption = Interruption(stop)
-        frontier, rules, learn = self._frontier, self.rules, self.learn
+        frontier, rules, learn, same = self._frontier, self.rules, self.learn, self.same
         kinds, pop = rules.kinds, rules.pop_terminal
         tops = stacks = 0
         while frontier and not stop():
@@ -138,7 +154,8 @@ class Lookahead:
                 tops += 1
             frontier.popleft()
             stacks += 1
-            for after in pop(stack):
+            for popped in pop(stack):
+                after = same(popped) if same is not None else popped
                 if len(seen) >= self.max_stacks:
                     break  # nothing new past the bound: the stacks found so far are still learnt
                 if after and after not in seen and stack_depth(after) <= self.max_depth:

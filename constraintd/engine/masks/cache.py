@@ -57,6 +57,11 @@
 #   links, so they get no loop; each position's rows are decided from the grammar's run counts instead
 #   (masks/compute.py's `ClassRuns`, counted once per class and kept up to its bound, counted in
 #   `nbytes`): a few passes over the rows a position walks, not a walk of them column by column.
+# - The positions of a long bounded repetition (`char{0,255}`: 255 rules of the parser's) that no token of
+#   the vocabulary tells apart, those more than its longest token's code points + 2 repetitions from the
+#   end, are made one (grammar/chains.py): a state holding them has the mask of the state with them
+#   aliased, composed once, so a string's first characters under a long maxLength share one mask, not
+#   one composed per character. Each state's aliased state is kept (MAX_SAME_STATES, a count).
 # - After an unfinished UTF-8 sequence (rare: a token cut a character) the mask is walked whole.
 # - Every cache is an `LruCache` (engine/lru.py), dropping its least recently used entries beyond its
 #   bound (bytes of arrays for masks and verdicts, a count for the per-grammar shortcut to them); the
@@ -69,6 +74,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from constraintd.engine.grammar.chains import ChainAliases
 from constraintd.engine.grammar.elements import TOKEN
 from constraintd.engine.grammar.stack_sets import State, StateTable
 from constraintd.engine.grammar.stacks import Stack
@@ -112,6 +118,7 @@ __all__ = [
     "MAX_NEW_NARROW_TOPS",
     "MAX_NEW_TOPS",
     "MAX_OWN_BYTES",
+    "MAX_SAME_STATES",
     "MaskCache",
 ]
 
@@ -129,6 +136,8 @@ FEW_SHARE: Final = 64
 MAX_MASK_BYTES: Final = 4 << 20
 # Default bound of the verdicts a grammar keeps for itself alone (tops walked without a structural key).
 MAX_OWN_BYTES: Final = 4 << 20
+# States a grammar remembers the aliased state of (grammar/chains.py).
+MAX_SAME_STATES: Final = 4096
 
 Words = npt.NDArray[np.int32]
 IntArray = npt.NDArray[np.int64]
@@ -138,9 +147,11 @@ class MaskCache:
     """The masks of one grammar on its vocabulary (see the module comment)."""
 
     __slots__ = (
+        "_chains",
         "_masks",
         "_own",
         "_runs",
+        "_same",
         "_tops",
         "loops",
         "shared",
@@ -173,6 +184,10 @@ class MaskCache:
         # per char class, the rows' leading code points in it: fixed-length runs of a class decided
         # without a walk of each position (masks/compute.py); built on first use, as `structure`
         self._runs: ClassRuns | None = None
+        # the positions of long bounded repetitions no token tells apart (grammar/chains.py), built on
+        # first use, and per state met, the state whose mask it shares (itself when none), counted
+        self._chains: ChainAliases | None = None
+        self._same: LruCache[State, State] = LruCache(MAX_SAME_STATES)
 
     def mask(self, state: State, partial: PartialUtf8, limit: int, *, deadline: float | None = None) -> Words:
         """The packed mask of the tokens llama.cpp allows from `state` after `partial` (read-only). A
@@ -186,6 +201,10 @@ class MaskCache:
         key = (state, partial)
         mask = self._masks.get(key)
         if mask is None:
+            if partial[1] <= 0:
+                same = self._same_state(state, limit)
+                if same is not state:
+                    return self.mask(same, partial, limit, deadline=deadline)
             check_deadline(deadline)
             if partial[1] > 0:
                 mask = compute_mask(state, partial, self.vocab, limit, deadline=deadline)
@@ -198,7 +217,12 @@ class MaskCache:
 
     def finished(self, state: State, partial: PartialUtf8) -> Words | None:
         """The mask kept for `state` after `partial`, if one is (no walk, no change to the order kept)."""
-        return self._masks.peek((state, partial))
+        found = self._masks.peek((state, partial))
+        if found is None and partial[1] <= 0:
+            same = self._same.peek(state)
+            if same is not None and same is not state:
+                found = self._masks.peek((same, partial))
+        return found
 
     def learn(self, stack: Stack, limit: int, *, deadline: float | None = None) -> None:
         """Learn and keep the verdict of a char-topped stack's top, as a mask of a state holding it would
@@ -209,7 +233,36 @@ class MaskCache:
             DeadlineError: the work was still going at `deadline` (or an `Interruption` stopped it); what
                 it learnt whole is kept.
         """
-        self._top(self._top_of(stack), limit, deadline)
+        self._top(self._top_of(self.same_stack(stack)), limit, deadline)
+
+    def same_stack(self, stack: Stack) -> Stack:
+        """`stack` with the positions of long bounded repetitions that no token of the vocabulary tells
+        apart made one (grammar/chains.py): a stack whose verdicts are the same."""
+        chains = self._chain_aliases()
+        return chains.same_stack(stack) if chains.active else stack
+
+    def _same_state(self, state: State, limit: int) -> State:
+        # the state whose mask `state` has, by grammar/chains.py's aliases (the state itself when it has
+        # no aliased position): a string's first characters under a long maxLength share one mask
+        chains = self._chain_aliases()
+        if not chains.active:
+            return state
+        same = self._same.get(state)
+        if same is None:
+            stacks = chains.same_stacks(state.stacks)
+            found = state if stacks is None else self.states.intern(stacks, limit)
+            assert found is not None  # as many stacks as `state`, or fewer where two became one
+            same = found
+            self._same.put(state, same, 1)
+        return same
+
+    def _chain_aliases(self) -> ChainAliases:
+        chains = self._chains
+        if chains is None:
+            # a token looks at most at one terminal past its code points: deeper repetitions look alike
+            horizon = len(self.vocab.fresh_table().columns) + 2
+            chains = self._chains = ChainAliases(self.states.rules, horizon)
+        return chains
 
     def _top_of(self, stack: Stack) -> Stack:
         # the top a stack's verdict is kept for: the stack itself when it is short, else its last
@@ -577,8 +630,13 @@ class MaskCache:
     def nbytes(self) -> int:
         """Bytes of the finished masks, of the verdicts kept for this grammar alone and of its run counts
         (their arrays only, not the dicts around them)."""
-        runs = self._runs
-        return self._masks.size + self._own.size + (runs.nbytes if runs is not None else 0)
+        runs, chains = self._runs, self._chains
+        return (
+            self._masks.size
+            + self._own.size
+            + (runs.nbytes if runs is not None else 0)
+            + (chains.nbytes if chains is not None else 0)
+        )
 
     def forget_masks(self) -> None:
         """Drops the finished masks (not the per-top verdicts): the next masks are composed anew."""
