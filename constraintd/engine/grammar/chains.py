@@ -27,7 +27,7 @@ from typing import Final
 from constraintd.engine.grammar.elements import ALT, END, RULE_REF
 from constraintd.engine.grammar.stacks import TERMINAL_KINDS, Rules, Stack, StackSet, Tail
 
-__all__ = ["ChainAliases", "bounded_chains"]
+__all__ = ["ChainAliases", "bounded_chains", "takes_input"]
 
 _END_OF_SEQUENCE: Final = frozenset((END, ALT))
 
@@ -60,7 +60,7 @@ def bounded_chains(rules: Rules) -> tuple[dict[int, int], dict[int, int]]:
                 bodies[rule] = (start, end)
                 continue
         # else S'(1) ::= S |, its whole first alternate the repetition
-        if _takes_input(rules, range(start, end)):
+        if takes_input(rules, range(start, end)):
             depth[rule] = 1
             bodies[rule] = (start, end)
     return depth, shorter
@@ -74,9 +74,10 @@ def _same(rules: Rules, start: int, end: int, other: int, other_end: int) -> boo
     return kinds[start:end] == kinds[other:other_end] and values[start:end] == values[other:other_end]
 
 
-def _takes_input(rules: Rules, positions: Iterable[int]) -> bool:
-    # whether a sequence surely takes a code point or a token: it holds a terminal, or refers to a rule
-    # every alternate of which starts with one (a cautious answer: False only costs an alias)
+def takes_input(rules: Rules, positions: Iterable[int]) -> bool:
+    """Whether the elements at `positions` (a sequence) surely take a code point or a token: one is a
+    terminal, or refers to a rule every alternate of which starts with one. A cautious answer: False
+    only costs a shortcut."""
     kinds, values = rules.kinds, rules.values
     for pos in positions:
         kind = kinds[pos]

@@ -62,6 +62,12 @@
 #   end, are made one (grammar/chains.py): a state holding them has the mask of the state with them
 #   aliased, composed once, so a string's first characters under a long maxLength share one mask, not
 #   one composed per character. Each state's aliased state is kept (MAX_SAME_STATES, a count).
+# - A minimum's copies of a rule reference (`char{32,32}`: llama.cpp's parser writes 32 references in a row)
+#   are each a structure of their own, whose tops would each walk most of the vocabulary. A top whose
+#   next position starts m such copies borrows the verdict of a known top with more copies before it
+#   (the previous character's, usually): a token of at most m code points never gets past the copies from
+#   either, so only the longer tokens are walked (`_from_copy`), when they are at most 1/COPY_SHARE of
+#   the vocabulary.
 # - After an unfinished UTF-8 sequence (rare: a token cut a character) the mask is walked whole.
 # - Every cache is an `LruCache` (engine/lru.py), dropping its least recently used entries beyond its
 #   bound (bytes of arrays for masks and verdicts, a count for the per-grammar shortcut to them); the
@@ -74,8 +80,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from constraintd.engine.grammar.chains import ChainAliases
-from constraintd.engine.grammar.elements import TOKEN
+from constraintd.engine.grammar.chains import ChainAliases, takes_input
+from constraintd.engine.grammar.elements import RULE_REF, TOKEN
 from constraintd.engine.grammar.stack_sets import State, StateTable
 from constraintd.engine.grammar.stacks import Stack
 from constraintd.engine.grammar.utf8 import FRESH, PartialUtf8
@@ -112,8 +118,10 @@ from constraintd.engine.vocab.decoded import ColumnTable, DecodedVocab
 
 __all__ = [
     "CONTEXT_DEPTH",
+    "COPY_SHARE",
     "FEW_SHARE",
     "LOOP_SHARE",
+    "MAX_COPIES_BACK",
     "MAX_MASK_BYTES",
     "MAX_NEW_NARROW_TOPS",
     "MAX_NEW_TOPS",
@@ -138,6 +146,10 @@ MAX_MASK_BYTES: Final = 4 << 20
 MAX_OWN_BYTES: Final = 4 << 20
 # States a grammar remembers the aliased state of (grammar/chains.py).
 MAX_SAME_STATES: Final = 4096
+# How far back along copies of one rule reference a top looks for a known top with more copies.
+MAX_COPIES_BACK: Final = 64
+# A copy borrows that top's verdict when at most 1/COPY_SHARE of the vocabulary is left to walk.
+COPY_SHARE: Final = 8
 
 Words = npt.NDArray[np.int32]
 IntArray = npt.NDArray[np.int64]
@@ -416,7 +428,8 @@ class MaskCache:
     def _from_loop(
         self, top: Stack, known: TopVerdict, rows: IntArray, limit: int, deadline: float | None
     ) -> TopVerdict:
-        # `known` on every token but those of `rows` (the ones looking past its reach), which are walked
+        # `known` on every token but those of `rows` (the ones looking past its reach, or past the
+        # copies `_from_copy` borrows across), which are walked
         table = self.vocab.fresh_table()
         allowed_rows, uncertain = self._walk_rows(top, rows, limit, deadline)
         walked = table.ids[rows]
@@ -448,11 +461,46 @@ class MaskCache:
         if shorter[UNCERTAIN].size == 0:
             return shorter
         if shorter[UNCERTAIN].size * 2 > table.ids.size:
+            copied = self._from_copy(top, limit, deadline)
+            if copied is not None:
+                return copied
             # most of the vocabulary is left to walk: a whole walk, which moves column 0 by first code
             # point instead of row by row, costs less (and decides the rest again, alike)
             allowed_rows, uncertain = walk(table, table.columns, start, limit, deadline=deadline)
             return self._verdict(None, table.ids[allowed_rows], uncertain)
         return self._walk_uncertain(top, shorter, limit, deadline, keyed=True)
+
+    def _from_copy(self, top: Stack, limit: int, deadline: float | None) -> TopVerdict | None:
+        # A top (..., p, q) whose p is the first of m copies in a row of one rule reference R that takes
+        # a code point or more (`S{m,m}` copies S inline: `char{32,32}`), when a top with more copies,
+        # (..., p - j, q), is known: a token of at most m code points never gets past the copies from
+        # either, so it is decided alike; only the longer ones are walked. None when there is no such
+        # top, or too many long tokens (a whole walk then costs less).
+        rules = self.states.rules
+        if len(top) < 2 or top[-2] == rules.escape:
+            return None
+        kinds, values = rules.kinds, rules.values
+        p = top[-2]
+        element = (kinds[p], values[p])
+        if element[0] != RULE_REF or (kinds[p - 1], values[p - 1]) != element or not takes_input(rules, (p,)):
+            return None
+        known = None
+        before = p - 1  # the nearest known top with more copies: a token may take several at once
+        while known is None and p - before <= MAX_COPIES_BACK and (kinds[before], values[before]) == element:
+            wider = (*top[:-2], before, top[-1])
+            known = self._tops.peek(wider)
+            if known is None:
+                known = self._own.peek(wider)
+            before -= 1
+        if known is None:
+            return None
+        copies = 1
+        while (kinds[p + copies], values[p + copies]) == element:
+            copies += 1
+        table = self.vocab.fresh_table()
+        if _count_looking_past(table, copies) * COPY_SHARE > table.ids.size:
+            return None
+        return self._from_loop(top, known, _looking_past(table, copies), limit, deadline)
 
     def _shifted(self, top: Stack, limit: int, deadline: float | None) -> TopVerdict:
         # The shortest top (escape, q), q a char terminal of class C: a row whose first code point c is in

@@ -1,6 +1,9 @@
-"""Bounded repetitions: the chain rules found, and the positions past the horizon sharing one mask."""
+"""Bounded repetitions: the chain rules found and the positions past the horizon sharing one mask; the
+copies of a minimum borrowing verdicts from one another."""
 
 from __future__ import annotations
+
+from unittest import mock
 
 import numpy as np
 from hypothesis import given, settings
@@ -10,6 +13,7 @@ from constraintd.engine import Grammar, Matcher, Vocab, unpack_mask
 from constraintd.engine.grammar.chains import ChainAliases, bounded_chains
 from constraintd.engine.grammar.gbnf import parse_gbnf
 from constraintd.engine.grammar.stacks import Rules
+from constraintd.engine.masks.cache import MaskCache
 from constraintd.engine.masks.compute import compute_mask
 
 # Pieces of at most 7 code points; the longest one also with an unfinished sequence after them, which
@@ -26,6 +30,14 @@ PIECES = [
     b"abcdefg\xc3",
     b"\xa9",
     b"\xa9a",
+    b"\\",
+    b"\\n",
+    b'a\\"',
+    b"ab\\nab",
+    *(b"abcdefg"[:n] for n in range(2, 7)),
+    b"ba",
+    b"bab",
+    b"bb\\",
 ]
 VOCAB = Vocab(PIECES, eog_ids=[0])
 LONGEST = 7  # code points of the longest pieces: the masks' horizon is 9
@@ -118,3 +130,51 @@ def test_the_lookahead_visits_a_long_chains_first_positions_once() -> None:
     run = grammar.lookahead(30.0)
     assert run.finished
     assert run.stacks < 2 * (LONGEST + 2) + 10, run
+
+
+# A JSON-like string character: a class, or a backslash and one of two letters.
+CHAR = 'x ::= [^"\\\\] | [\\\\] ["n]\n'
+# Many short pieces besides: the long ones a copy walks are a small share of the vocabulary, as in a real one.
+COPY_PIECES = PIECES + [bytes((a, b)) for a in b"abcdefgh" for b in b"abcdefgh"] + [b"q", b"r", b"s"]
+COPY_VOCAB = Vocab(COPY_PIECES, eog_ids=[0])
+
+
+def _follow(matcher: Matcher, choices: list[int]) -> None:
+    for choice in [*choices, None]:
+        mask = matcher.mask()
+        assert mask.tolist() == _expected(matcher).tolist()
+        allowed = np.flatnonzero(unpack_mask(mask, matcher.grammar.n_vocab))
+        if choice is None or allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
+            break
+
+
+def test_copies_of_a_minimum_borrow_from_the_copy_before() -> None:
+    # its own vocabulary: no verdict learnt by another test
+    grammar = Grammar.from_gbnf('root ::= "\\"" x{14,14} "\\"" "."\n' + CHAR, Vocab(COPY_PIECES, eog_ids=[0]))
+    matcher = Matcher(grammar)
+    assert matcher.accept(COPY_PIECES.index(b'"'))
+    borrowed: list[bool] = []
+    original = MaskCache._from_copy
+
+    def counted(self: MaskCache, *args: object) -> object:
+        found = original(self, *args)  # type: ignore[arg-type]
+        borrowed.append(found is not None)
+        return found
+
+    with mock.patch.object(MaskCache, "_from_copy", counted):
+        for piece in [b"a", b"\\n", b"a", b"abcdefg", b"a", b"a"]:
+            assert matcher.mask().tolist() == _expected(matcher).tolist()
+            assert matcher.accept(COPY_PIECES.index(piece))
+        assert matcher.mask().tolist() == _expected(matcher).tolist()
+    assert any(borrowed)  # a copy after the first borrowed its verdict, a jump of several copies too
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(2, 20),
+    st.sampled_from(['"\\"" "."', '"\\"" "."?', 'x{0,3} "\\""', '"\\"" x{2,2} "."']),
+    st.lists(st.integers(0, 10**6), max_size=30),
+)
+def test_masks_along_copies_are_the_walked_masks(copies: int, after: str, choices: list[int]) -> None:
+    grammar = Grammar.from_gbnf(f'root ::= "\\"" x{{{copies},{copies}}} {after}\n' + CHAR, COPY_VOCAB)
+    _follow(Matcher(grammar), choices)
