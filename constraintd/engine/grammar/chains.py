@@ -100,7 +100,7 @@ class ChainAliases:
         self.horizon = horizon
         depth, shorter = bounded_chains(rules)
         # the rule of depth `horizon` each deeper rule maps to, found from the one below it (numbered
-        # before it, as the parser makes them; one that is not waits for no one: it is left alone)
+        # before it, as the parser makes them; a rule whose shorter one comes after it is left alone)
         anchor: dict[int, int] = {}
         for rule in sorted(depth):
             k = depth[rule]

@@ -197,7 +197,7 @@ class MaskCache:
         # without a walk of each position (masks/compute.py); built on first use, as `structure`
         self._runs: ClassRuns | None = None
         # the positions of long bounded repetitions no token tells apart (grammar/chains.py), built on
-        # first use, and per state met, the state whose mask it shares (itself when none), counted
+        # first use, and per shared state met, the state whose mask it shares (itself when none), counted
         self._chains: ChainAliases | None = None
         self._same: LruCache[State, State] = LruCache(MAX_SAME_STATES)
 
@@ -265,7 +265,8 @@ class MaskCache:
             found = state if stacks is None else self.states.intern(stacks, limit)
             assert found is not None  # as many stacks as `state`, or fewer where two became one
             same = found
-            self._same.put(state, same, 1)
+            if state.shared and same.shared:  # a session's private state is not the grammar's to keep
+                self._same.put(state, same, 1)
         return same
 
     def _chain_aliases(self) -> ChainAliases:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from constraintd.engine import Grammar, Matcher, Vocab, unpack_mask
 from constraintd.engine.grammar.chains import ChainAliases, bounded_chains
 from constraintd.engine.grammar.gbnf import parse_gbnf
+from constraintd.engine.grammar.stack_sets import SHARED_DEPTH
 from constraintd.engine.grammar.stacks import Rules
 from constraintd.engine.masks.cache import MaskCache
 from constraintd.engine.masks.compute import compute_mask
@@ -135,7 +136,7 @@ def test_the_lookahead_visits_a_long_chains_first_positions_once() -> None:
 # A JSON-like string character: a class, or a backslash and one of two letters.
 CHAR = 'x ::= [^"\\\\] | [\\\\] ["n]\n'
 # Many short pieces besides: the long ones a copy walks are a small share of the vocabulary, as in a real one.
-COPY_PIECES = PIECES + [bytes((a, b)) for a in b"abcdefgh" for b in b"abcdefgh"] + [b"q", b"r", b"s"]
+COPY_PIECES = PIECES + [bytes((a, b)) for a in b"abcdefgh" for b in b"abcdefgh"] + [b"q", b"r", b"s", b"["]
 COPY_VOCAB = Vocab(COPY_PIECES, eog_ids=[0])
 
 
@@ -178,3 +179,20 @@ def test_copies_of_a_minimum_borrow_from_the_copy_before() -> None:
 def test_masks_along_copies_are_the_walked_masks(copies: int, after: str, choices: list[int]) -> None:
     grammar = Grammar.from_gbnf(f'root ::= "\\"" x{{{copies},{copies}}} {after}\n' + CHAR, COPY_VOCAB)
     _follow(Matcher(grammar), choices)
+
+
+def test_a_sessions_private_state_is_not_kept_by_the_grammar() -> None:
+    # a string inside nesting deeper than SHARED_DEPTH: its states are the session's alone, and the
+    # grammar's memory of aliased states keeps none of them
+    grammar = Grammar.from_gbnf('root ::= "[" root "]" | "\\"" [^"]{0,40} "\\""\n', COPY_VOCAB)
+    matcher = Matcher(grammar)
+    opening = COPY_PIECES.index(b"[")
+    for _ in range(SHARED_DEPTH + 8):
+        assert matcher.accept(opening)
+    assert matcher.accept(COPY_PIECES.index(b'"'))
+    for _ in range(3):
+        assert matcher.mask().tolist() == _expected(matcher).tolist()
+        assert matcher.accept(COPY_PIECES.index(b"a"))
+    kept = grammar._masks._same.items()
+    assert all(state.shared and same.shared for state, same in kept)
+    assert not any(same is not state for state, same in kept)  # the aliased ones were all private
