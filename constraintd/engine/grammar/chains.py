@@ -94,10 +94,9 @@ class ChainAliases:
     """Each position of a chain rule deeper than `horizon` mapped to its offset in the chain's rule of
     depth `horizon` (see the module comment). `active` is False when the grammar has no such position."""
 
-    __slots__ = ("_alias", "active", "horizon")
+    __slots__ = ("_alias", "active")
 
     def __init__(self, rules: Rules, horizon: int) -> None:
-        self.horizon = horizon
         depth, shorter = bounded_chains(rules)
         # the rule of depth `horizon` each deeper rule maps to, found from the one below it (numbered
         # before it, as the parser makes them; a rule whose shorter one comes after it is left alone)

@@ -483,7 +483,7 @@ class MaskCache:
         kinds, values = rules.kinds, rules.values
         p = top[-2]
         element = (kinds[p], values[p])
-        if element[0] != RULE_REF or (kinds[p - 1], values[p - 1]) != element or not takes_input(rules, (p,)):
+        if element[0] != RULE_REF:
             return None
         known = None
         before = p - 1  # the nearest known top with more copies: a token may take several at once
@@ -493,7 +493,7 @@ class MaskCache:
             if known is None:
                 known = self._own.peek(wider)
             before -= 1
-        if known is None:
+        if known is None or not takes_input(rules, (p,)):
             return None
         copies = 1
         while (kinds[p + copies], values[p + copies]) == element:

@@ -190,9 +190,14 @@ def test_a_sessions_private_state_is_not_kept_by_the_grammar() -> None:
     for _ in range(SHARED_DEPTH + 8):
         assert matcher.accept(opening)
     assert matcher.accept(COPY_PIECES.index(b'"'))
+    masks = grammar._masks
     for _ in range(3):
         assert matcher.mask().tolist() == _expected(matcher).tolist()
+        state = masks.states.intern(matcher.stacks, 10**6)
+        assert state is not None and not state.shared
+        same = masks._same_state(state, 10**6)
+        assert same is not state and not same.shared  # aliased, and private as well
         assert matcher.accept(COPY_PIECES.index(b"a"))
-    kept = grammar._masks._same.items()
+    kept = masks._same.items()
     assert all(state.shared and same.shared for state, same in kept)
     assert not any(same is not state for state, same in kept)  # the aliased ones were all private
