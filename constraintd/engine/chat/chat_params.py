@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from constraintd.engine.aho_corasick import AhoCorasick
 from constraintd.engine.chat.diff_split import C_SPACE, Render, trim_whitespace
 from constraintd.engine.chat.json_tool_grammar import json_tool_parsers, json_tool_rules
 from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
@@ -176,58 +177,9 @@ def _char_class(cpts: Sequence[int], *, negate: bool) -> str:
     return ("[^" if negate else "[") + "".join(map(_escape_class_char, cpts)) + "]"
 
 
-class _AhoCorasick:
-    """common_aho_corasick over code points: trie states in insertion order, failure links as llama.cpp
-    computes them (breadth first, children by code point)."""
-
-    def __init__(self, strings: Sequence[str]) -> None:
-        self.children: list[dict[int, int]] = [{}]
-        self.pattern: list[int] = [-1]
-        patterns = 0
-        for word in strings:
-            node = 0
-            for cpt in map(ord, word):
-                if cpt not in self.children[node]:
-                    self.children.append({})
-                    self.pattern.append(-1)
-                    self.children[node][cpt] = len(self.children) - 1
-                node = self.children[node][cpt]
-            if self.pattern[node] < 0:
-                self.pattern[node] = patterns
-                patterns += 1
-        n = len(self.children)
-        self.fail = [0] * n
-        order: list[int] = []
-        queue = [0]
-        while queue:
-            u = queue.pop(0)
-            order.append(u)
-            for cpt, v in sorted(self.children[u].items()):
-                if u != 0:
-                    f = self.fail[u]
-                    while f and cpt not in self.children[f]:
-                        f = self.fail[f]
-                    target = self.children[f].get(cpt)
-                    self.fail[v] = target if target is not None and target != v else 0
-                queue.append(v)
-        self.match = [-1] * n
-        for u in order:
-            own = self.pattern[u]
-            self.match[u] = own if own >= 0 else (self.match[self.fail[u]] if u != 0 else -1)
-        self.alphabet = sorted({cpt for node in self.children for cpt in node})
-
-    def next(self, state: int, cpt: int) -> int:
-        while state and cpt not in self.children[state]:
-            state = self.fail[state]
-        return self.children[state].get(cpt, 0)
-
-    def terminal(self, state: int) -> bool:
-        return self.match[state] >= 0
-
-
 def _excluding_grammar(add_rule: Any, prefix: str, strings: Sequence[str]) -> str:
     """gbnf_excluding_grammar: the strings that contain none of `strings`, one rule per automaton state."""
-    automaton = _AhoCorasick(strings)
+    automaton = AhoCorasick([list(map(ord, word)) for word in strings])
 
     def state_name(state: int) -> str:
         return prefix if state == 0 else f"{prefix}-{state:02d}"
