@@ -23,15 +23,25 @@
 //   "assistant_start", "preserved_tokens", "additional_stops"}
 // "diff" answers calculate_diff_split on each of "pairs" ([[left, right], ...]): {"splits": [{"prefix",
 //   "suffix", "left", "right"}, ...]}
+// "budget" runs the reasoning-budget sampler (common/reasoning-budget.cpp) over token streams: from
+//   {"model": "<gguf, its vocabulary read, or empty for none>", "candidates": [ids], "runs": [{"start":
+//    [[ids]], "end": [[ids]], "forced": [ids], "budget": n, "initial": <state number>, "tokens": [ids]}]}
+//   it answers {"runs": [[{"state", "kept", "end_match"}, ...]]}, for each run a step before each token and
+//   one after the last: the state, the candidates `apply` leaves finite where it changed any (else null),
+//   and the sequence `common_reasoning_budget_get_end_match` names (else null).
 // An exception becomes {"error": "<what()>", "stage": "init" | "apply" | "parse"}, exit status 0;
 // anything else (an abort, a signal) is a crash, and the caller sees its status.
 
 #include "chat.h"
 #include "chat-auto-parser.h"
+#include "llama.h"
+#include "reasoning-budget.h"
 #include "chat-auto-parser-helpers.h"
 #include "json.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -201,6 +211,77 @@ static common_json error_answer(const char * stage, const std::exception & e) {
     return answer;
 }
 
+static std::vector<llama_tokens> token_lists(const common_json & lists) {
+    std::vector<llama_tokens> out;
+    for (const auto & list : lists) {
+        out.push_back(list.get<llama_tokens>());
+    }
+    return out;
+}
+
+static common_json budget_run(const llama_vocab * vocab, const llama_tokens & candidates,
+                              const common_json & run) {
+    llama_sampler * budget = common_reasoning_budget_init(
+        vocab, token_lists(run.at("start")), token_lists(run.at("end")), run.at("forced").get<llama_tokens>(),
+        run.at("budget").get<int32_t>(), (common_reasoning_budget_state) run.at("initial").get<int>());
+    common_json steps = common_json::array();
+    auto record = [&]() {
+        std::vector<llama_token_data> data;
+        for (const llama_token id : candidates) {
+            data.push_back({id, 0.0f, 0.0f});
+        }
+        llama_token_data_array array = {data.data(), data.size(), -1, false};
+        llama_sampler_apply(budget, &array);
+        common_json kept = nullptr;
+        if (std::any_of(data.begin(), data.end(), [](const llama_token_data & d) { return std::isinf(d.logit); })) {
+            kept = common_json::array();
+            for (const auto & d : data) {
+                if (!std::isinf(d.logit)) {
+                    kept.push_back(d.id);
+                }
+            }
+        }
+        const llama_tokens * end = common_reasoning_budget_get_end_match(budget);
+        common_json step = common_json::object();
+        step["state"] = (int) common_reasoning_budget_get_state(budget);
+        step["kept"] = kept;
+        step["end_match"] = end != nullptr ? common_json(*end) : common_json(nullptr);
+        steps.push_back(step);
+    };
+    for (const llama_token token : run.at("tokens").get<llama_tokens>()) {
+        record();
+        llama_sampler_accept(budget, token);
+    }
+    record();
+    llama_sampler_free(budget);
+    return steps;
+}
+
+static common_json budget_answer(const common_json & request) {
+    const std::string path = string_field(request, "model", "");
+    llama_model * model = nullptr;
+    if (!path.empty()) {
+        llama_model_params params = llama_model_default_params();
+        params.vocab_only = true;
+        model = llama_model_load_from_file(path.c_str(), params);
+        if (model == nullptr) {
+            throw std::runtime_error("cannot load " + path);
+        }
+    }
+    const llama_vocab * vocab = model != nullptr ? llama_model_get_vocab(model) : nullptr;
+    const llama_tokens candidates = request.at("candidates").get<llama_tokens>();
+    common_json runs = common_json::array();
+    for (const auto & run : request.at("runs")) {
+        runs.push_back(budget_run(vocab, candidates, run));
+    }
+    if (model != nullptr) {
+        llama_model_free(model);
+    }
+    common_json answer = common_json::object();
+    answer["runs"] = runs;
+    return answer;
+}
+
 static common_json run(const common_json & request) {
     const std::string source = string_field(request, "template", "");
     const std::string bos = string_field(request, "bos_token", "");
@@ -221,6 +302,10 @@ static common_json run(const common_json & request) {
         common_json answer = common_json::object();
         answer["splits"] = splits;
         return answer;
+    }
+
+    if (string_field(request, "mode", "apply") == "budget") {
+        return budget_answer(request);
     }
 
     if (string_field(request, "mode", "apply") == "analyze") {
