@@ -85,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tool-choice", default="auto", metavar="auto|required|none|NAME",
                      help="with --tools: auto (default), required, none, or a tool's name (that tool alone)")
     run.add_argument("--parallel-tool-calls", action="store_true", help="with --tools: allow several calls")
+    run.add_argument("--reasoning-budget", type=int, default=-1, metavar="N",
+                     help="with --tools on a thinking template: the most tokens of a thinking block before "
+                     "its end tag is forced (-1, default: no limit; 0: no thinking), as llama-server's "
+                     "--reasoning-budget")
+    run.add_argument("--reasoning-budget-message", default="", metavar="TEXT",
+                     help="with --reasoning-budget: written before the forced end tag")
     run.add_argument("--chat-template", type=Path, metavar="FILE",
                      help="a Jinja chat template used instead of the model's (llama-server's "
                      "--chat-template-file)")
@@ -186,9 +192,13 @@ def tools_from(args: argparse.Namespace) -> list[Any] | None:
             --chat or beside another constraint.
     """
     if args.tools is None:
+        if args.reasoning_budget != -1 or args.reasoning_budget_message:
+            raise UsageError("--reasoning-budget and its message need --tools (a chat with tools)")
         return None
     if args.chat is None:
         raise UsageError("--tools needs --chat")
+    if args.reasoning_budget < -1:
+        raise UsageError(f"--reasoning-budget must be -1 (no limit) or more, not {args.reasoning_budget}")
     if args.json or args.schema is not None or args.grammar is not None or args.request is not None:
         raise UsageError("--tools decides the grammar itself: give no --json, --schema, --grammar or "
                          "--request")
@@ -328,10 +338,11 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
                 client, handle, model, args.chat, tools, tool_choice=args.tool_choice,
                 parallel_tool_calls=args.parallel_tool_calls, template=template,
             ) as chat:
+                budget = chat.reasoning_budget(model, args.reasoning_budget, args.reasoning_budget_message)
                 generation = generate(
                     model, chat.prompt, settings, session=chat.session, max_tokens=args.max_tokens,
                     stop=chat.stop_strings(args.stop), on_step=show, overlap=args.overlap,
-                    special=chat.preserved,
+                    special=chat.preserved, budget=budget, grammar_lazy=chat.settings.grammar_lazy,
                 )
         else:
             tokens = prompt_tokens(model, prompt=args.prompt, chat=args.chat, template=template)

@@ -28,6 +28,12 @@
 # steps without overlap, run first, cost auto 5 points against ahead over a Unix socket on a CPU model
 # (8 of 64 steps a round trip on each, and noise choosing off in 4 generations of 12).
 #
+# A reasoning budget (`budget`, sampler_worker.reasoning_budget), as common_sampler runs one beside the
+# grammar: while it forces a token every other logit is -inf, in the first draw and in a redraw alike; with
+# a lazy grammar (`grammar_lazy`) the session neither checks nor accepts a token drawn while the budget is
+# in a thinking block (from IDLE or DONE it does), and when a block ends so, the session accepts the end
+# sequence the budget reports (ahead: in one call, with the mask after it). The budget takes every token.
+#
 # `check`, if given, is called before each of the model's evaluations: before each chunk of the prompt (the
 # n_batch tokens `Model.decode` evaluates in one llama_decode, each chunk then decoded alone, so the logits
 # are those of one call) and before each token's. What it raises ends the generation there: a server's
@@ -55,6 +61,7 @@ import numpy.typing as npt
 
 from constraintd.engine.masks.bitmask import allowed_tokens, few_allowed_tokens, mask_allows
 from sampler_worker.chain import SamplerChain, SamplerSettings
+from sampler_worker.reasoning_budget import BudgetState, ReasoningBudget
 
 __all__ = [
     "AUTO_MARGIN",
@@ -75,6 +82,8 @@ Overlap = Literal["auto", "off", "ahead"]
 OVERLAP_MODES: tuple[Overlap, ...] = ("auto", "off", "ahead")
 # auto: steps run ahead, then (where they waited on constraintd) as many without overlap, before it decides
 PROBE_STEPS = 8
+# the reasoning budget's states in which a lazy grammar sees the tokens (llama.cpp's grammar_should_apply)
+_GRAMMAR_STATES = (BudgetState.IDLE, BudgetState.DONE)
 # auto: the share of the probe's time ahead may wait on constraintd and stay; and how much shorter the
 # median step without overlap must be for it to be kept instead of ahead
 AUTO_MARGIN = 0.03
@@ -271,13 +280,14 @@ class _Ahead:
         self._n_vocab = n_vocab
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="mask-ahead")
         self._pending: Future[tuple[bool, StepMask | None]] | None = None
-        self._sent: int | None = None  # the token the pending call accepts (None: it only asks the mask)
+        # what a refusal of the pending call's tokens means (None: it only asks the mask)
+        self._refusal: str | None = None
 
     def ask_mask(self) -> None:
         """Fetch the mask of the session's state as it is."""
         session, n_vocab = self._session, self._n_vocab
         self._pending = self._pool.submit(lambda: (True, StepMask.of(session.mask(), n_vocab)))
-        self._sent = None
+        self._refusal = None
 
     def send(self, token: int, *, mask: bool = True) -> None:
         """Accept `token` and (with `mask`) fetch the mask of the state after it."""
@@ -291,7 +301,21 @@ class _Ahead:
             self._pending = self._pool.submit(accept_and_mask)
         else:
             self._pending = self._pool.submit(lambda: (session.accept(token), None))
-        self._sent = token
+        self._refusal = f"the grammar refused token {token}, which its own mask allowed"
+
+    def send_many(self, index: int, tokens: Sequence[int], *, mask: bool = True) -> None:
+        """Accept `tokens` in order, after the pending call (settled first: its refusal is not lost), and
+        (with `mask`) fetch the mask of the state after them."""
+        self.settle(index)
+        session, n_vocab = self._session, self._n_vocab
+
+        def accept_all() -> tuple[bool, StepMask | None]:
+            if not all(session.accept(token) for token in tokens):
+                return False, None
+            return True, StepMask.of(session.mask(), n_vocab) if mask else None
+
+        self._pending = self._pool.submit(accept_all)
+        self._refusal = f"the grammar refused the end of the thinking block (tokens {list(tokens)})"
 
     def settle(self, index: int) -> StepMask | None:
         """The pending call's mask (None when none was asked), waiting for it if it has not come.
@@ -312,13 +336,18 @@ class _Ahead:
         else:
             taken, mask = future.result()
         if not taken:
-            raise GenerationError(
-                f"step {index}: the grammar refused token {self._sent}, which its own mask allowed"
-            )
+            raise GenerationError(f"step {index}: {self._refusal}")
         return mask
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def _forced(logits: npt.NDArray[np.float32], token: int) -> npt.NDArray[np.float32]:
+    """The reasoning budget's `apply` while it forces `token`: every other logit -inf."""
+    forced = np.full_like(logits, -np.inf)
+    forced[token] = logits[token]
+    return forced
 
 
 def _off_wins(probe: dict[str, list[float]]) -> bool:
@@ -349,6 +378,8 @@ def generate(
     counters: Counters | None = None,
     check: Callable[[], None] | None = None,
     special: frozenset[int] = frozenset(),
+    budget: ReasoningBudget | None = None,
+    grammar_lazy: bool = False,
 ) -> Generation:
     """Generate from `prompt` with llama-server's sampler chain, constrained by `session` if given.
 
@@ -368,6 +399,10 @@ def generate(
             raises ends the generation (a cancelled request). The tokens are the same.
         special: special tokens whose text is written into the text (llama-server's preserved tokens of a
             chat with tools); every other special token adds nothing.
+        budget: llama-server's reasoning budget for the chat (`ToolChat.reasoning_budget`), with the
+            generation prompt's tokens accepted; it takes each token, forces the end of a thinking block
+            whose budget is spent, and, with `grammar_lazy`, keeps the block from the session.
+        grammar_lazy: whether the session's grammar is lazy (see the module's comment on the budget).
 
     Returns:
         The generation.
@@ -387,7 +422,7 @@ def generate(
     ahead = _Ahead(session, counters, model.n_vocab) if session is not None and overlap != "off" else None
     try:
         return _run(model, prompt, chain, counters, session, ahead, overlap, max_tokens, stop, on_step, check,
-                    special)
+                    special, budget, grammar_lazy)
     finally:
         if ahead is not None:
             ahead.close()
@@ -421,6 +456,8 @@ def _run(
     on_step: Callable[[Step], None] | None,
     check: Callable[[], None] | None,
     special: frozenset[int],
+    budget: ReasoningBudget | None,
+    grammar_lazy: bool,
 ) -> Generation:
     stream = TextStream(stop)
     tokens: list[int] = []
@@ -444,12 +481,20 @@ def _run(
     for index in range(max_tokens):
         step_started = started = clock()
         sampled_before = counters.sampler_seconds
+        # common_sampler_sample: the budget's forcing first; the grammar only where it applies
+        applies = session is not None and (
+            budget is None or not grammar_lazy or budget.state in _GRAMMAR_STATES)
+        forced = budget.forced_token() if budget is not None else None
+        if forced is not None:
+            logits = _forced(logits, forced)
         token = chain.sample(logits)
         counters.sampler_seconds += clock() - started
         counters.draws += 1
         rejected = False
         mask: StepMask | None = None
-        if ahead is not None and mode == "ahead":
+        if not applies:
+            pass
+        elif ahead is not None and mode == "ahead":
             mask = ahead.settle(index)
             assert mask is not None  # ahead, every call asks the mask
             counters.masks += 1
@@ -488,6 +533,12 @@ def _run(
                     )
         chain.accept(token)
         tokens.append(token)
+        replay: tuple[int, ...] = ()
+        if budget is not None:
+            # common_sampler_accept: a block the budget ends hands its end tag to the grammar it was kept from
+            budget.accept(token)
+            if session is not None and not applies and budget.state == BudgetState.DONE:
+                replay = budget.end_match() or ()
         last = index + 1 == max_tokens
         if model.is_eog(token):
             stop_reason = "eog"
@@ -498,7 +549,19 @@ def _run(
             if stream.found is not None:
                 stop_reason = "stop"
                 last = True
-        if ahead is not None and mode == "ahead":
+        if replay:
+            if ahead is not None and mode == "ahead":
+                ahead.send_many(index, replay, mask=not last)
+            else:
+                assert session is not None
+                started = clock()
+                for end_token in replay:
+                    if not session.accept(end_token):
+                        raise GenerationError(f"step {index}: the grammar refused the end of the thinking "
+                                              f"block (token {end_token})")
+                counters.constraint_seconds += clock() - started
+                counters.waits += 1
+        elif ahead is not None and mode == "ahead" and applies:
             ahead.send(token, mask=not last)  # travels while the model evaluates the token
         if on_step is not None:
             on_step(Step(index, token, rejected, delta))

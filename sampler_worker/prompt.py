@@ -48,12 +48,14 @@ from constraintd.engine.chat.message_parser import MessageParseError, ParsedMess
 from constraintd.engine.chat.prompt import CHATML_TEMPLATE, template_source
 from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps
 from constraintd.errors import ChatTemplateError, FreeTextError, NotPortedError
+from sampler_worker.reasoning_budget import ReasoningBudget, server_budget, utf8_complete
 
 # The renderer lives beside the engine (constraintd.chat_templates: the service renders with it too); its
 # names are re-exported here, the worker's as they always were.
 __all__ = [
     "CHATML_TEMPLATE", "Message", "TemplateError", "ToolChat", "chat_grammar_of",
-    "chat_prompt_of", "chat_text", "prompt_tokens", "regex_escape", "render_template", "template_caps",
+    "chat_prompt_of", "chat_text", "generation_prefill", "prompt_tokens", "regex_escape", "render_template",
+    "template_caps",
     "tool_chat",
 ]
 
@@ -120,6 +122,26 @@ def prompt_tokens(model: TemplateModel, *, prompt: str | None = None, chat: str 
     return model.tokenize(text, add_special=True, parse_special=True)
 
 
+# C's isspace() in the "C" locale, by one character (the empty string is none of them)
+_C_SPACES = frozenset(" \t\n\v\f\r")
+
+
+class PieceModel(TemplateModel, Protocol):
+    """A model whose tokens' text can be read (`sampler_worker.model.Model` is one)."""
+
+    def piece(self, token: int, *, special: bool = True) -> bytes: ...
+
+
+def generation_prefill(model: PieceModel, generation_prompt: str) -> list[int]:
+    """The generation prompt's tokens as common_sampler_init feeds them to the grammar and the reasoning
+    budget: no BOS, special tokens parsed, and a first token dropped whose piece starts with a space the
+    text does not start with (a tokenizer may put one before a leading special token)."""
+    tokens = model.tokenize(generation_prompt, add_special=False, parse_special=True)
+    if tokens and model.piece(tokens[0])[:1].isspace() and generation_prompt[:1] not in _C_SPACES:
+        tokens = tokens[1:]
+    return tokens
+
+
 def _single_token(model: TemplateModel, text: str) -> int | None:
     ids = model.tokenize(text, add_special=False, parse_special=True)
     return ids[0] if len(ids) == 1 else None
@@ -173,6 +195,26 @@ class ToolChat:
         """The request's stop strings followed by the template's that are not among them."""
         return [*stop, *(s for s in self.stops if s not in stop)]
 
+    def reasoning_budget(
+        self, model: PieceModel, tokens: int = -1, message: str = ""
+    ) -> ReasoningBudget | None:
+        """The reasoning budget llama-server runs for this chat (see `server_budget`), or None where it runs
+        none: the template has no thinking tags, or the budget is unlimited and the grammar is not lazy.
+
+        `tokens`: the budget (-1: none, llama-server's default); `message`: written before the forced end
+        tag (`reasoning_budget_message`).
+        """
+
+        def tokenize(text: str) -> list[int]:
+            return model.tokenize(text, add_special=False, parse_special=True)
+
+        settings = self.settings
+        return server_budget(
+            start_tag=settings.thinking_start_tag, end_tags=settings.thinking_end_tags, tokens=tokens,
+            message=message, lazy=settings.grammar_lazy, tokenize=tokenize,
+            complete=lambda token: utf8_complete(model.piece(token, special=False)),
+            prefill=generation_prefill(model, settings.generation_prompt))
+
     def close(self) -> None:
         """Close the session (nothing for free text). Does not raise for a session closed already."""
         if self.session is not None:
@@ -205,9 +247,8 @@ def tool_chat(
         InputError: the service refuses the request, in words that name what: a tool_choice that names no
             tool, a trigger word that is one token and not preserved.
         TemplateError: the template does not render the request (the service's ChatTemplateError).
-        NotPorted: the service says what is not ported yet: the template's format, its tool-call grammar,
-            or a lazy tool grammar on a thinking template (llama-server then runs a reasoning-budget
-            sampler that is not).
+        NotPorted: the service says what is not ported yet: the template's format or its tool-call
+            grammar.
         ConstraintdError: the service cannot make the session (limits, an unknown vocabulary, ...).
     """
     now = time.time() if now is None else now

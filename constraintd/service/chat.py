@@ -9,8 +9,9 @@
 #   gives, not by the request.
 # - This is the one resolution of a chat with tools: the worker (`sampler-worker generate --tools`, serve's
 #   tools) makes its sessions here. The prompt and the chat params come through constraintd.chat_templates;
-#   tool_choice naming a tool offers that tool alone, required; a lazy tool grammar on a thinking template
-#   is refused (llama-server then runs a reasoning-budget sampler that is not ported). A request that gets
+#   tool_choice naming a tool offers that tool alone, required. A lazy tool grammar on a thinking template
+#   is the caller's to keep from the thinking block, as llama-server's reasoning-budget sampler keeps it
+#   (the settings carry the tags; sampler_worker.reasoning_budget is that sampler). A request that gets
 #   no grammar (no tools the template can call, tool_choice none, auto with no word to trigger on) is
 #   refused first, as FreeTextError: there is nothing to hold (the worker generates free text then). Each
 #   refusal a caller acts on has its own class (ChatTemplateError, FreeTextError, NotPortedError), which
@@ -185,9 +186,6 @@ def resolve_chat(request: ChatRequest) -> tuple[str, ChatSettings]:
         raise FreeTextError("the chat request asks for free text (no tools the template can call, "
                             "tool_choice none, or auto with no word to trigger on): there is no constraint "
                             "to hold")
-    if params.grammar_lazy and params.thinking_end_tags:
-        raise NotPortedError("a lazy tool grammar on a thinking template (llama-server's reasoning-budget "
-                             "sampler keeps the thinking block from it)")
     words, patterns = _patterns(params)
     assert params.analysis is not None  # chat_params analyses every template it gives a grammar for
     parser = ChatFormat(

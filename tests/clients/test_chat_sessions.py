@@ -230,9 +230,8 @@ def test_parse_reads_content_and_a_call_of_a_lazy_session_back(client: Client) -
         ("Qwen-Qwen2.5-7B-Instruct", "none", TOOLS, "asks for free text"),
         ("meta-llama-Llama-3.2-3B-Instruct", "auto", TOOLS, "asks for free text"),
         ("Qwen-Qwen2.5-7B-Instruct", "get_date", TOOLS, "tool_choice 'get_date' names none of the tools"),
-        ("Qwen-Qwen3-0.6B", "auto", TOOLS, "not ported yet: a lazy tool grammar on a thinking template"),
     ],
-    ids=["specialised-format", "tag-format", "none", "no-trigger-word", "unknown-name", "thinking-lazy"],
+    ids=["specialised-format", "tag-format", "none", "no-trigger-word", "unknown-name"],
 )
 def test_what_the_service_does_not_resolve_is_refused_with_its_reason(
     client: Client, template: str, tool_choice: str, tools: list[dict[str, Any]], words: str

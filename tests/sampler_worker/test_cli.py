@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from clients import Client
-from constraintd.engine.chat.chat_params import NotPorted
 from constraintd.engine.chat.requests import AnswerFormat, read_request
 from constraintd.errors import InputError
 from sampler_worker.chain import SamplerSettings
@@ -391,13 +390,35 @@ def test_free_text_is_the_settings_the_service_would_give() -> None:
         assert free.parse(text).tool_calls == ()
 
 
-def test_a_lazy_grammar_on_a_thinking_template_is_not_ported() -> None:
-    qwen3 = _template("Qwen-Qwen3-0.6B")
-    with pytest.raises(NotPorted, match=r"a lazy tool grammar on a thinking template .*reasoning-budget"), \
-            text_chat(qwen3, "Weather in Paris?", WEATHER_TOOLS):
-        pass
-    with text_chat(qwen3, "Weather in Paris?", WEATHER_TOOLS, tool_choice="required") as required:
-        assert required.session is not None and required.settings.prefill
+def test_a_lazy_grammar_on_a_thinking_template_gets_llama_servers_reasoning_budget() -> None:
+    from sampler_worker.reasoning_budget import UNLIMITED, BudgetState
+
+    think, end = TextModel(None).tokenize("<think>", add_special=False), TextModel(None).tokenize(
+        "</think>", add_special=False)
+    # QwQ's generation prompt ends in the start tag: the block is open from the first token
+    with text_chat(_template("Qwen-QwQ-32B"), "Weather in Paris?", WEATHER_TOOLS) as auto:
+        assert auto.session is not None and auto.settings.grammar_lazy
+        assert auto.settings.generation_prompt.endswith("<think>\n")
+        budget = auto.reasoning_budget(TextModel(None))
+        assert budget is not None and budget.state == BudgetState.COUNTING and budget.budget == UNLIMITED
+        assert budget.forced == tuple(end)
+        limited = auto.reasoning_budget(TextModel(None), 2, "Enough.")
+        assert limited is not None and limited.forced == (*b"Enough.", *end)
+    with text_chat(_template("Qwen-Qwen3-0.6B"), "Weather in Paris?", WEATHER_TOOLS) as qwen3:
+        budget = qwen3.reasoning_budget(TextModel(None))
+        assert budget is not None and budget.state == BudgetState.IDLE
+        for token in think:
+            budget.accept(token)
+        assert budget.state == BudgetState.COUNTING
+    # no lazy grammar to keep the block from and no limit: llama-server makes no budget
+    with text_chat(_template("Qwen-QwQ-32B"), "Weather in Paris?", WEATHER_TOOLS,
+                   tool_choice="required") as required:
+        assert not required.settings.grammar_lazy and required.settings.prefill
+        assert required.reasoning_budget(TextModel(None)) is None
+        # a budget of 0 forces from the start tag on; the prompt's newline after it is accepted as the
+        # first forced token, as llama.cpp's sampler counts any token it accepts while forcing
+        forced = required.reasoning_budget(TextModel(None), 0)
+        assert forced is not None and forced.state == BudgetState.FORCING and forced.forced_token() == end[1]
 
 
 def test_a_template_that_does_not_render_is_a_template_error() -> None:

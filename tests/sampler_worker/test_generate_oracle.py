@@ -49,6 +49,7 @@ from sampler_worker.chain import SamplerSettings
 from sampler_worker.generate import Overlap, generate
 from sampler_worker.model import Model
 from sampler_worker.prompt import prompt_tokens
+from sampler_worker.reasoning_budget import UNLIMITED, BudgetState, ReasoningBudget, utf8_complete
 from sampler_worker.sidecar import PrivateConstraintd
 from tests.conftest import OracleReport
 from tests.oracle import LlamaGrammar, LlamaSamplerChain, LlamaVocab, grammar_allows
@@ -285,8 +286,13 @@ def reference(
     *,
     max_tokens: int = MAX_TOKENS,
     masks: MaskCache | None = None,
+    budget: ReasoningBudget | None = None,
 ) -> tuple[list[int], list[int]]:
-    """llama-server's tokens and rejection points; `logits_after(generated)` gives each step's logits."""
+    """llama-server's tokens and rejection points; `logits_after(generated)` gives each step's logits.
+
+    With a reasoning budget (its generation prompt accepted), as common_sampler_sample and _accept run it
+    beside the grammar: its forcing applied first, the grammar (when lazy) neither checking nor accepting
+    the thinking block's tokens, and fed the end sequence when the block ends."""
     grammar = LlamaGrammar.create(vocab, constraint.gbnf, trigger_patterns=constraint.trigger_patterns,
                                   trigger_tokens=constraint.trigger_tokens)
     assert grammar is not None
@@ -296,21 +302,34 @@ def reference(
     bans = tuple((token, float("-inf")) for token in suppressed)
     settings = replace(settings, logit_bias=settings.logit_bias + bans)
     generated: list[int] = []
+    fed: list[int] = []  # what the grammar accepted (the generated tokens, without a budget)
     rejected: list[int] = []
+    lazy = bool(constraint.trigger_patterns or constraint.trigger_tokens)
     with LlamaSamplerChain(llama_steps(settings, vocab.n_vocab)) as chain, grammar:
         for token in prompt:
             chain.accept(token)
         for index in range(max_tokens):
             logits = logits_after(generated)
+            applies = budget is None or not lazy or budget.state in (BudgetState.IDLE, BudgetState.DONE)
+            forced = budget.forced_token() if budget is not None else None
+            if forced is not None:
+                only = np.arange(logits.size) == forced
+                logits = np.where(only, logits, np.float32(-np.inf)).astype(np.float32)
             token = chain.sample(logits)
-            if not grammar_allows(grammar, token):
+            if applies and not grammar_allows(grammar, token):
                 rejected.append(index)
-                if masks is None:
-                    allowed = grammar.allowed()
-                else:
-                    allowed = masks.allowed(grammar, constraint.name, generated)
+                allowed = grammar.allowed() if masks is None else masks.allowed(grammar, constraint.name, fed)
                 token = chain.sample(np.where(allowed, logits, np.float32(-np.inf)).astype(np.float32))
-            grammar.accept(token)
+            if budget is not None:
+                budget.accept(token)
+                end = budget.end_match()
+                if not applies and budget.state == BudgetState.DONE and end is not None:
+                    for end_token in end:
+                        grammar.accept(end_token)
+                        fed.append(end_token)
+            if applies:
+                grammar.accept(token)
+                fed.append(token)
             chain.accept(token)
             generated.append(token)
             if vocab.is_eog(token):
@@ -456,8 +475,15 @@ def test_generation_through_a_unix_socket_is_llama_servers(
 # templates that write JSON calls, on Gemma 3 270M: Llama 3.2's (calls after free text, no marker: tool_choice
 # required; auto has no word to trigger on, so no grammar) and Qwen 2.5's (<tool_call> markers: auto is lazy,
 # required prefilled). The template's stop strings cut the text, not the tokens: neither side is given them.
-TOOL_TEMPLATES = {"llama3.2": "meta-llama-Llama-3.2-3B-Instruct", "qwen2.5": "Qwen-Qwen2.5-7B-Instruct"}
+TOOL_TEMPLATES = {"llama3.2": "meta-llama-Llama-3.2-3B-Instruct", "qwen2.5": "Qwen-Qwen2.5-7B-Instruct",
+                  "qwq": "Qwen-QwQ-32B", "qwen3": "Qwen-Qwen3-0.6B"}
 TOOL_REQUESTS = (("llama3.2", "required"), ("qwen2.5", "auto"), ("qwen2.5", "required"))
+# Thinking templates with a lazy tool grammar (tool_choice auto), where llama-server runs its reasoning
+# budget beside the grammar (sampler_worker.reasoning_budget): QwQ's generation prompt opens the thinking
+# block, so the grammar sees nothing until the block ends (no limit: never, in 48 tokens; 0: the end tag
+# forced at once; 6: after six tokens); Qwen 3's leaves it to the model. The budget's setup is llama-server's
+# from llama.cpp's own chat params (tags, generation prompt) on the reference side, the service's on ours.
+THINKING_REQUESTS = (("qwq", -1), ("qwq", 0), ("qwq", 6), ("qwen3", -1))
 TOOL_CHATS = ("What is the weather in Paris?", "Is it raining in Lisbon right now?", "Tell me a joke.")
 TOOL_MAX_TOKENS = 48
 # The request's time, the same on both sides (templates print the date): not a fixed time, as llama.cpp's
@@ -475,16 +501,23 @@ class ToolCase:
     chat: int  # index in TOOL_CHATS
     settings_name: str
     settings: SamplerSettings
+    budget: int | None = None  # the reasoning budget's tokens (-1: no limit); None: the case runs none
 
     @property
     def id(self) -> str:
-        return f"{self.template}-{self.tool_choice}-c{self.chat}-{self.settings_name}"
+        budget = "" if self.budget is None else f"-budget{self.budget}"
+        return f"{self.template}-{self.tool_choice}{budget}-c{self.chat}-{self.settings_name}"
 
 
 TOOL_CASES = [
     ToolCase(template, choice, chat, name, make(2000 + chat))
     for chat in range(len(TOOL_CHATS))
     for template, choice in TOOL_REQUESTS
+    for name, make in SETTINGS
+] + [
+    ToolCase(template, "auto", chat, name, make(3000 + chat), budget)
+    for chat in range(2)
+    for template, budget in THINKING_REQUESTS
     for name, make in SETTINGS
 ]
 
@@ -496,9 +529,9 @@ def _llama_regex_escape(word: str) -> str:
 
 def llama_tool_constraint(
     binary: Path, model: Model, case: ToolCase, source: str
-) -> tuple[int, list[int], Constraint]:
-    """The time llama.cpp rendered at (whole seconds), and llama-server's prompt tokens and sampler grammar
-    for the case, from llama.cpp's own chat params."""
+) -> tuple[int, list[int], Constraint, ReasoningBudget | None]:
+    """The time llama.cpp rendered at (whole seconds), and llama-server's prompt tokens, sampler grammar and
+    reasoning budget for the case, from llama.cpp's own chat params."""
     from tests.chat_oracle.build import run_harness
 
     while True:
@@ -531,16 +564,26 @@ def llama_tool_constraint(
         else:
             assert token in preserved
             trigger_tokens.append(token)
-    prefill: list[int] = []
-    if not answer["grammar_lazy"]:
-        prefill = model.tokenize(answer["generation_prompt"], add_special=False, parse_special=True)
-        first = model.piece(prefill[0]) if prefill else b""
-        if first[:1].isspace() and not answer["generation_prompt"][:1].isspace():
-            prefill = prefill[1:]
+    generation_prefill = model.tokenize(answer["generation_prompt"], add_special=False, parse_special=True)
+    first = model.piece(generation_prefill[0]) if generation_prefill else b""
+    if first[:1].isspace() and not answer["generation_prompt"][:1].isspace():
+        generation_prefill = generation_prefill[1:]
+    prefill = [] if answer["grammar_lazy"] else generation_prefill
+    budget = None
+    if case.budget is not None:
+        # server-common.cpp and server-schema.cpp: the tags tokenized, the first end tag forced (no message)
+        start = model.tokenize(answer["thinking_start_tag"], add_special=False, parse_special=True)
+        ends = [model.tokenize(tag, add_special=False, parse_special=True)
+                for tag in answer["thinking_end_tags"]]
+        assert start and ends and answer["grammar_lazy"]  # what makes sampling.cpp create the sampler
+        budget = ReasoningBudget([start], ends, ends[0], UNLIMITED if case.budget < 0 else case.budget,
+                                 complete=lambda token: utf8_complete(model.piece(token, special=False)))
+        for token in generation_prefill:
+            budget.accept(token)
     assert answer["grammar"]
     name = f"tools-{case.template}-{case.tool_choice}-c{case.chat}"
     return now, tokens, Constraint(name, {}, answer["grammar"], tuple(patterns), tuple(trigger_tokens),
-                                   tuple(prefill))
+                                   tuple(prefill)), budget
 
 
 @pytest.fixture(scope="module")
@@ -562,7 +605,7 @@ def test_tool_call_generation_is_llama_servers(
     from tests.chat_oracle.cases import template_paths
 
     source = next(p for p in template_paths() if p.stem == TOOL_TEMPLATES[case.template]).read_text()
-    now, tokens, constraint = llama_tool_constraint(chat_oracle_binary, gemma, case, source)
+    now, tokens, constraint, llama_budget = llama_tool_constraint(chat_oracle_binary, gemma, case, source)
     client, handle = local_client
     runs = {}
     for overlap in OVERLAPS:
@@ -571,11 +614,14 @@ def test_tool_call_generation_is_llama_servers(
                        tool_choice=case.tool_choice, template=source, now=now) as chat:
             assert chat.prompt == tokens  # the prompt, with the tools, is llama-server's
             assert chat.session is not None
+            budget = None if case.budget is None else chat.reasoning_budget(gemma, case.budget)
+            assert (budget is None) == (llama_budget is None)
             runs[overlap] = generate(CachedModel(logits_cache), tokens, case.settings, session=chat.session,
-                                     max_tokens=TOOL_MAX_TOKENS, overlap=overlap, special=chat.preserved)
+                                     max_tokens=TOOL_MAX_TOKENS, overlap=overlap, special=chat.preserved,
+                                     budget=budget, grammar_lazy=chat.settings.grammar_lazy)
     expected, rejected = reference(
         lambda generated: logits_cache.after(tokens, generated), llama_vocab, tokens, case.settings,
-        constraint, gemma.suppress_tokens, max_tokens=TOOL_MAX_TOKENS, masks=mask_cache,
+        constraint, gemma.suppress_tokens, max_tokens=TOOL_MAX_TOKENS, masks=mask_cache, budget=llama_budget,
     )
     for overlap, ours in runs.items():
         record(oracle_report, f"gemma-3-270m tools {case.template} {case.tool_choice}, overlap {overlap}",
@@ -583,3 +629,81 @@ def test_tool_call_generation_is_llama_servers(
     for overlap, ours in runs.items():
         assert list(ours.tokens) == expected, f"overlap {overlap}"
         assert list(ours.rejected_at) == rejected, f"overlap {overlap}"
+
+
+# The end of a thinking block, handed to a lazy grammar: llama-server feeds the end sequence to the grammar
+# when its reasoning budget ends the block, as a trigger may sit on it. No ported tool format triggers
+# there, so a grammar that does (`</think>` is its trigger, and it then wants " Answer: yes") is driven by
+# scripted logits that think, close the block and answer " no.": the answer is refused only where the end
+# tag reached the grammar. Once with a natural end, once with the end forced by a budget of 4.
+THINKING_GRAMMAR = 'root ::= "</think>" " Answer: yes."'
+
+
+class ScriptedModel:
+    """`generate`'s model whose logits after each step favour the script's next token (then EOS), over
+    seeded noise, so that a refused token is redrawn among the grammar's in a fixed order."""
+
+    def __init__(self, gemma: Model, script: Sequence[int]) -> None:
+        self.gemma = gemma
+        self.script = list(script)
+        self.n_vocab = gemma.n_vocab
+        self.suppress_tokens = gemma.suppress_tokens
+        self.noise = np.random.default_rng(7).standard_normal(gemma.n_vocab).astype(np.float32)
+        self.eos = gemma.tokenize(gemma.eos_text, add_special=False, parse_special=True)[0]
+        self.generated: int | None = None  # tokens decoded after the prompt
+
+    def logits_after(self, generated: Sequence[int]) -> Logits:
+        logits = self.noise.copy()
+        index = len(generated)
+        logits[self.script[index] if index < len(self.script) else self.eos] = 20.0
+        return logits
+
+    def reset(self) -> None:
+        self.generated = None
+
+    def decode(self, tokens: Sequence[int]) -> Logits:
+        self.generated = 0 if self.generated is None else self.generated + len(tokens)
+        return self.logits_after(range(self.generated))
+
+    def is_eog(self, token: int) -> bool:
+        return self.gemma.is_eog(token)
+
+    def piece(self, token: int, *, special: bool = True) -> bytes:
+        return self.gemma.piece(token, special=special)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("limit", [-1, 4], ids=["natural-end", "budget-4"])
+@pytest.mark.parametrize("overlap", OVERLAPS)
+def test_the_end_of_a_thinking_block_reaches_a_lazy_grammar_as_llama_servers(
+    limit: int, overlap: Overlap, gemma: Model, llama_vocab: LlamaVocab,
+    local_client: tuple[Client, VocabHandle],
+) -> None:
+    def tokens(text: str) -> list[int]:
+        return gemma.tokenize(text, add_special=False, parse_special=True)
+
+    think, end = tokens("<think>"), tokens("</think>")
+    script = [*tokens(" Let me think about the weather today."), *end, *tokens(" Answer: no.")]
+    prompt = gemma.tokenize("Is it sunny?", add_special=True, parse_special=True)
+    model = ScriptedModel(gemma, script)
+
+    def budget() -> ReasoningBudget:
+        made = ReasoningBudget([think], [end], end, UNLIMITED if limit < 0 else limit,
+                               complete=lambda token: utf8_complete(gemma.piece(token, special=False)))
+        for token in think:  # the generation prompt ends in the start tag
+            made.accept(token)
+        return made
+
+    settings = SamplerSettings(seed=5, temperature=0.0)
+    client, handle = local_client
+    with client.session(handle, gbnf=THINKING_GRAMMAR, trigger_patterns=["</think>"]) as session:
+        ours = generate(model, prompt, settings, session=session, max_tokens=40, overlap=overlap,
+                        budget=budget(), grammar_lazy=True)
+    expected, rejected = reference(
+        model.logits_after, llama_vocab, prompt, settings,
+        Constraint("thinking-trigger", {}, THINKING_GRAMMAR, ("</think>",)), gemma.suppress_tokens,
+        max_tokens=40, budget=budget())
+    assert list(ours.tokens) == expected and list(ours.rejected_at) == rejected
+    # the grammar was triggered by the end tag and held the answer
+    text = b"".join(gemma.piece(token, special=False) for token in expected).decode()
+    assert rejected and text.endswith("</think> Answer: yes."), text

@@ -1,11 +1,11 @@
 """The reasoning budget (sampler_worker/reasoning_budget.py) against llama.cpp's sampler.
 
-The oracle test runs llama.cpp's `common_reasoning_budget` (the chat oracle's "budget" mode, linked against the
-pinned sources' llama-common) and the port over the same token streams, and compares after every token: the
-state, what `apply` forces, and the end sequence it reports. The streams are drawn (seeded) from an alphabet
-that reaches every transition: the tokens of overlapping start and end sequences, the forced sequence, the
-Gemma vocabulary's byte tokens that leave a UTF-8 character open (the budget then waits for it), a special
-token whose text is empty; budgets of 0 to 5, and each initial state.
+The oracle test runs llama.cpp's `common_reasoning_budget` (the chat oracle's "budget" mode, linked against
+the pinned sources' llama-common) and the port over the same token streams, and compares after every token:
+the state, what `apply` forces, and the end sequence it reports. The streams are drawn (seeded) from an
+alphabet that reaches every transition: the tokens of overlapping start and end sequences, the forced
+sequence, the Gemma vocabulary's byte tokens that leave a UTF-8 character open (the budget then waits for
+it), a special token whose text is empty; budgets of 0 to 5, and each initial state.
 """
 
 from __future__ import annotations
@@ -105,13 +105,14 @@ def test_the_budget_is_llama_cpps_on_drawn_streams(gemma_path: Path, oracle_repo
             return utf8_complete(vocab.piece(token, special=False))
 
         for run, expected in zip(runs, answer["runs"], strict=True):
-            budget = ReasoningBudget(run["start"], run["end"], run["forced"], run["budget"], complete=complete,
-                                     initial=BudgetState(run["initial"]))
+            budget = ReasoningBudget(run["start"], run["end"], run["forced"], run["budget"],
+                                     complete=complete, initial=BudgetState(run["initial"]))
             ours = []
             for token in [*run["tokens"], None]:
                 forced_token = budget.forced_token()
                 end = budget.end_match()
-                ours.append({"state": int(budget.state), "kept": None if forced_token is None else [forced_token],
+                ours.append({"state": int(budget.state),
+                             "kept": None if forced_token is None else [forced_token],
                              "end_match": None if end is None else list(end)})
                 if token is not None:
                     budget.accept(token)

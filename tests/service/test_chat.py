@@ -150,6 +150,15 @@ def test_a_refused_chat_request_is_remembered_not_resolved_again(monkeypatch: py
     assert len(resolved) == 2 and ops.registry.grammar_count == 1
 
 
+def test_a_lazy_tool_grammar_on_a_thinking_template_is_held_with_its_tags() -> None:
+    # the caller keeps the thinking block from the grammar, as llama-server's reasoning budget does
+    grammar, settings = resolve_chat(ChatRequest(
+        template=TEMPLATES["Qwen-Qwen3-0.6B"], messages=json.dumps([{"role": "user", "content": "Hi"}]),
+        tools=json.dumps([WEATHER]), now=1.0))
+    assert grammar and settings.grammar_lazy and settings.trigger_words == ("<tool_call>\n",)
+    assert (settings.thinking_start_tag, settings.thinking_end_tags) == ("<think>", ("</think>",))
+
+
 def test_free_text_and_not_ported_are_refused_as_their_own_classes() -> None:
     # the worker acts on each by its class (free text generated unconstrained; what is not ported said so)
     with pytest.raises(FreeTextError, match="asks for free text"):
@@ -158,7 +167,7 @@ def test_free_text_and_not_ported_are_refused_as_their_own_classes() -> None:
             tools=json.dumps([WEATHER]), tool_choice="none", now=1.0).to_text()))
     with pytest.raises(NotPortedError, match=r"^not ported yet: "):
         resolve(Constraint(ConstraintKind.CHAT, ChatRequest(
-            template=TEMPLATES["Qwen-Qwen3-0.6B"], messages=json.dumps([{"role": "user", "content": "Hi"}]),
+            template=TEMPLATES["Qwen3-Coder"], messages=json.dumps([{"role": "user", "content": "Hi"}]),
             tools=json.dumps([WEATHER]), now=1.0).to_text()))
     with pytest.raises(ChatTemplateError):
         resolve(Constraint(ConstraintKind.CHAT, ChatRequest(
