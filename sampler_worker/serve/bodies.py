@@ -17,7 +17,9 @@
 #   reads them (an assistant's `tool_calls`, a tool's answer), the tools, the choice. The grammar is then the
 #   chat template's (sampler_worker.prompt.tool_chat, made where the prompt is), so tools beside a
 #   `response_format`, `json_schema` or `grammar` are refused (llama-server refuses a grammar with tools).
-#   `tools` on `/v1/completions` and on the Ollama endpoints is ignored.
+#   `tools` on `/v1/completions` and on the Ollama endpoints is ignored. Its reasoning budget is read as
+#   llama-server reads it: `reasoning_budget_tokens`, else `thinking_budget_tokens` (-1 or absent: the
+#   server's `--reasoning-budget`), and `reasoning_budget_message` (absent: the server's).
 # - Not read: `n` > 1, `logprobs`, `echo`, images; a request that asks for them is refused or the field
 #   ignored as noted on each model.
 from __future__ import annotations
@@ -127,6 +129,10 @@ class ChatCompletionRequest(_OpenAIBody):
     tools: Any = None
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
+    # with tools on a thinking template (llama-server's names; -1: the server's budget)
+    reasoning_budget_tokens: int | None = None
+    thinking_budget_tokens: int | None = None
+    reasoning_budget_message: str | None = None
 
 
 class CompletionRequest(_OpenAIBody):
@@ -173,12 +179,16 @@ class ToolRequest:
         tools: the function tools offered.
         tool_choice: auto, required, none, or a tool's name (that tool alone, required).
         parallel_tool_calls: whether several calls may be made.
+        reasoning_budget: the thinking block's budget in tokens; -1: the server's.
+        reasoning_budget_message: written before a forced end tag; None: the server's.
     """
 
     messages: tuple[TemplateMessage, ...]
     tools: tuple[ChatTool, ...]
     tool_choice: str
     parallel_tool_calls: bool
+    reasoning_budget: int = -1
+    reasoning_budget_message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,10 +304,16 @@ def _tool_request(body: ChatCompletionRequest, text: str) -> ToolRequest | None:
     if read_request(text).text is not None:
         raise RequestError("tools with a response_format, json_schema or grammar are not supported: the "
                            "grammar of a chat with tools is the chat template's", param="tools")
+    budget = next((given for given in (body.reasoning_budget_tokens, body.thinking_budget_tokens)
+                   if given is not None), -1)
+    if budget < -1:
+        raise RequestError(f"reasoning_budget_tokens must be -1 or more, not {budget}",
+                           param="reasoning_budget_tokens")
     return ToolRequest(
         messages=tuple(parse_messages(json.loads(text).get("messages"))), tools=tuple(tools),
         tool_choice=_tool_choice(body.tool_choice, tools),
-        parallel_tool_calls=bool(body.parallel_tool_calls))
+        parallel_tool_calls=bool(body.parallel_tool_calls), reasoning_budget=budget,
+        reasoning_budget_message=body.reasoning_budget_message)
 
 
 def _job(

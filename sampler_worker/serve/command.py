@@ -128,6 +128,12 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     serve.add_argument("--chat-template", type=Path, metavar="FILE",
                        help="a Jinja chat template used instead of the model's, for every chat "
                        "(llama-server's --chat-template-file)")
+    serve.add_argument("--reasoning-budget", type=int, default=-1, metavar="N",
+                       help="a chat with tools on a thinking template: the most tokens of a thinking block "
+                       "before its end tag is forced, when the request sets none (-1, default: no limit; "
+                       "0: no thinking), as llama-server's; not with --parallel above 1")
+    serve.add_argument("--reasoning-budget-message", default="", metavar="TEXT",
+                       help="written before a forced end tag, when the request sets none")
     serve.add_argument("--max-queue", type=int, default=8,
                        help="requests that may wait for a free slot; past it, 429 with Retry-After "
                        "(default 8)")
@@ -195,6 +201,8 @@ def serving(
     overlap: Overlap = "auto",
     honour_strict: bool = False,
     template: str | None = None,
+    reasoning_budget: int = -1,
+    reasoning_budget_message: str = "",
     say: TextIO = sys.stderr,
 ) -> Iterator[Any]:
     """Startup and shutdown around the app: yields the FastAPI app, ready to serve.
@@ -202,7 +210,7 @@ def serving(
     The model is loaded and its vocabulary checked against constraintd's reading of the same GGUF, then
     registered; leaving the block cancels every generation, joins the worker threads, and releases
     constraintd and the model, in that order. `template`: a chat template (Jinja source) used instead of
-    the model's.
+    the model's; `reasoning_budget` and its message: a chat's when its request sets none.
 
     Raises:
         ModelError, SidecarError, ConstraintdError: the model, or constraintd, cannot be had.
@@ -220,6 +228,8 @@ def serving(
         raise ValueError(f"--contexts must be at least 1, not {groups}")
     if max_queue < 0:
         raise ValueError(f"--max-queue must not be negative, not {max_queue}")
+    if reasoning_budget < -1:
+        raise ValueError(f"--reasoning-budget must be -1 (no limit) or more, not {reasoning_budget}")
     path = model_path if model_path is not None else default_model_path()
     threads = threads or default_threads()
     say.write(f"loading {path}\n")
@@ -234,7 +244,9 @@ def serving(
                     raise ModelError("constraintd read a different vocabulary from the GGUF than this worker")
                 metrics = Metrics()
                 generations = Generations(slots, client=client, vocab=handle, max_queue=max_queue,
-                                          metrics=metrics, overlap=overlap, template=template)
+                                          metrics=metrics, overlap=overlap, template=template,
+                                          reasoning_budget=reasoning_budget,
+                                          reasoning_budget_message=reasoning_budget_message)
                 state = ServeState(generations, metrics, alias or Path(path).name, timeout, honour_strict)
                 app = create_app(state)
                 app.state.serve = state
@@ -295,7 +307,8 @@ def run_serve(args: argparse.Namespace, say: TextIO = sys.stderr) -> int:
             model_path=args.model, constraintd=args.constraintd, parallel=args.parallel,
             max_queue=args.max_queue, timeout=args.timeout, n_ctx=args.n_ctx, threads=args.threads,
             groups=args.contexts, alias=args.alias, overlap=args.overlap, honour_strict=args.honour_strict,
-            template=template, say=say,
+            template=template, reasoning_budget=args.reasoning_budget,
+            reasoning_budget_message=args.reasoning_budget_message, say=say,
         ) as app:
             server = uvicorn_server(app)
             say.write(f"listening on {address(sock)}\n")

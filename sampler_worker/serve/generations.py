@@ -28,6 +28,10 @@
 #   answer; a request the service refuses (a template, a tool_choice, what is not ported) fails the run
 #   before `Started`, and so does a format whose parser is not ported (NotPorted).
 # - The chat template is the model's, or the server's `--chat-template` (`Generations(template=)`).
+# - A chat with tools on a thinking template runs llama-server's reasoning budget
+#   (`ToolChat.reasoning_budget`): the request's budget and message, else the server's
+#   (`Generations(reasoning_budget=, reasoning_budget_message=)`). A batched context (n > 1 slots) does not
+#   run it: such a request fails there as not ported, before `Started`.
 # - Metrics are written on the loop only (a done callback), from a tally the worker thread filled; the
 #   gauge of open constraintd sessions moves when a session opens and when it closes (the worker thread
 #   schedules the change on the loop, before it ends: at `wait_idle()` the gauge counts no ended run).
@@ -47,9 +51,11 @@ import numpy as np
 import numpy.typing as npt
 
 from clients import Session
+from constraintd.engine.chat.chat_params import NotPorted
 from sampler_worker.generate import Counters, Generation, Overlap, Step, generate
 from sampler_worker.model import Model
 from sampler_worker.prompt import ToolChat, chat_text, tool_chat
+from sampler_worker.reasoning_budget import ReasoningBudget
 from sampler_worker.serve.bodies import Job, RequestError
 from sampler_worker.serve.contexts import Slot
 from sampler_worker.serve.lockstep import Lockstep, Mode
@@ -210,6 +216,8 @@ class Generations:
         metrics: where results are counted.
         overlap: how each generation meets constraintd (`sampler_worker.generate`'s modes).
         template: a chat template that replaces the model's (llama-server's --chat-template-file).
+        reasoning_budget, reasoning_budget_message: a chat's reasoning budget and message when its request
+            sets none (llama-server's --reasoning-budget, --reasoning-budget-message).
     """
 
     def __init__(
@@ -222,6 +230,8 @@ class Generations:
         metrics: Metrics,
         overlap: Overlap = "auto",
         template: str | None = None,
+        reasoning_budget: int = -1,
+        reasoning_budget_message: str = "",
     ) -> None:
         if not contexts:
             raise ValueError("at least one context is needed")
@@ -239,6 +249,8 @@ class Generations:
         self.metrics = metrics
         self.overlap: Overlap = overlap
         self.template = template
+        self.reasoning_budget = reasoning_budget
+        self.reasoning_budget_message = reasoning_budget_message
         self._runs: set[Run] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -362,7 +374,7 @@ class Generations:
     @contextlib.contextmanager
     def _prepared(
         self, context: Model | Slot, job: Job, run: Run
-    ) -> Iterator[tuple[list[int], ToolChat | None, Session | None]]:
+    ) -> Iterator[tuple[list[int], ToolChat | None, Session | None, ReasoningBudget | None]]:
         # The prompt's tokens, the chat with tools (None without), and the open session (None: no
         # constraint): a chat with tools gets its session from the service with its prompt, any other
         # request's prompt is checked before its session opens.
@@ -371,7 +383,7 @@ class Generations:
             self._check_prompt(context, tokens)
             with self._session(lambda: None if job.constraint is None else
                                self.client.session(self._vocab, **job.constraint), run) as session:
-                yield tokens, None, session
+                yield tokens, None, session, None
             return
         asked = job.tools
         chat: ToolChat | None = None
@@ -388,13 +400,21 @@ class Generations:
             self._check_prompt(context, chat.prompt)
             # a parser not ported for the format says so on any text: before the generation, not after it
             chat.read("")
-            yield chat.prompt, chat, session
+            message = asked.reasoning_budget_message
+            budget = chat.reasoning_budget(
+                context.model if isinstance(context, Slot) else context,
+                self.reasoning_budget if asked.reasoning_budget == -1 else asked.reasoning_budget,
+                self.reasoning_budget_message if message is None else message)
+            if budget is not None and isinstance(context, Slot):
+                raise NotPorted("the reasoning budget of a thinking template in a batched context "
+                                "(serve --parallel)")
+            yield chat.prompt, chat, session, budget
 
     def _work(self, context: Model | Slot, job: Job, run: Run) -> None:
         tally = run.tally
         try:
             run.check()
-            with self._prepared(context, job, run) as (prompt, chat, session):
+            with self._prepared(context, job, run) as (prompt, chat, session, reasoning):
                 tally.prompt_tokens = len(prompt)
                 room = context.n_ctx - len(prompt)
                 budget = room if job.max_tokens is None else min(job.max_tokens, room)
@@ -420,7 +440,8 @@ class Generations:
                     generation = generate(
                         context, prompt, job.settings, session=session, max_tokens=budget, stop=stop,
                         on_step=on_step, overlap=self.overlap, counters=tally.counters, check=run.check,
-                        special=special,
+                        special=special, budget=reasoning,
+                        grammar_lazy=chat is not None and chat.settings.grammar_lazy,
                     )
             run.emit(Finished(generation))
         except _Stopped as exc:

@@ -223,3 +223,43 @@ def test_tool_calls_in_two_slots_at_once(gemma_path: Path) -> None:
     assert [name for name, _ in time_calls] == ["get_time"]
     for _, arguments in weather_calls + time_calls:
         assert isinstance(json.loads(arguments), dict)
+
+
+THINKING = "Qwen-QwQ-32B"  # its generation prompt opens the thinking block; tool_choice auto is lazy
+
+
+@pytest.mark.slow  # the command loads the model again
+def test_a_reasoning_budget_is_the_generate_commands(
+    gemma_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the request's budget and message, then the server's (--reasoning-budget 3); each generation as
+    # `sampler-worker generate --reasoning-budget` makes it, the forced end tag after the message
+    tools, template = tmp_path / "tools.json", tmp_path / "qwq.jinja"
+    tools.write_text(json.dumps(WEATHER_TOOLS[:1]))
+    template.write_text(_template(THINKING))
+    reports = {}
+    for budget, message in ((5, " Done."), (3, "")):
+        with fixed_date():
+            status = main([
+                "generate", "--model", str(gemma_path), "--chat", QUESTION, "--tools", str(tools),
+                "--chat-template", str(template), "--seed", "1", "--max-tokens", "24", "--n-ctx", "1024",
+                "--constraintd", "local", "--output", "json", "--reasoning-budget", str(budget),
+                *(["--reasoning-budget-message", message] if message else []),
+            ])
+        captured = capsys.readouterr()
+        assert status == 0, captured.err
+        reports[budget] = json.loads(captured.out)
+    request: dict[str, Any] = {"messages": MESSAGES, "tools": WEATHER_TOOLS[:1], "seed": 1, "max_tokens": 24,
+                               "return_tokens": True}
+    with fixed_date(), live_server(gemma_path, parallel=1, max_queue=0, timeout=300, n_ctx=1024,
+                                   template=_template(THINKING), reasoning_budget=3) as live, \
+            live.http() as http:
+        asked = http.post("/v1/chat/completions", json={
+            **request, "reasoning_budget_tokens": 5, "reasoning_budget_message": " Done."}).json()
+        default = http.post("/v1/chat/completions", json=request).json()
+        live.wait_idle()
+    assert asked["tokens"] == reports[5]["tokens"] and default["tokens"] == reports[3]["tokens"]
+    assert asked["tokens"] != default["tokens"]
+    # the block ends where the budget forced it: the reasoning is read apart, the message its end
+    assert asked["choices"][0]["message"]["reasoning_content"].endswith(" Done.")
+    assert reports[5]["reasoning_content"] == asked["choices"][0]["message"]["reasoning_content"]
