@@ -65,6 +65,7 @@ from sampler_worker.reasoning_budget import BudgetState, ReasoningBudget
 
 __all__ = [
     "AUTO_MARGIN",
+    "GRAMMAR_STATES",
     "OVERLAP_MODES",
     "PROBE_STEPS",
     "Counters",
@@ -74,6 +75,7 @@ __all__ = [
     "StepMask",
     "TextStream",
     "chain_settings",
+    "forced_logits",
     "generate",
 ]
 
@@ -83,7 +85,7 @@ OVERLAP_MODES: tuple[Overlap, ...] = ("auto", "off", "ahead")
 # auto: steps run ahead, then (where they waited on constraintd) as many without overlap, before it decides
 PROBE_STEPS = 8
 # the reasoning budget's states in which a lazy grammar sees the tokens (llama.cpp's grammar_should_apply)
-_GRAMMAR_STATES = (BudgetState.IDLE, BudgetState.DONE)
+GRAMMAR_STATES = (BudgetState.IDLE, BudgetState.DONE)
 # auto: the share of the probe's time ahead may wait on constraintd and stay; and how much shorter the
 # median step without overlap must be for it to be kept instead of ahead
 AUTO_MARGIN = 0.03
@@ -343,7 +345,7 @@ class _Ahead:
         self._pool.shutdown(wait=True)
 
 
-def _forced(logits: npt.NDArray[np.float32], token: int) -> npt.NDArray[np.float32]:
+def forced_logits(logits: npt.NDArray[np.float32], token: int) -> npt.NDArray[np.float32]:
     """The reasoning budget's `apply` while it forces `token`: every other logit -inf."""
     forced = np.full_like(logits, -np.inf)
     forced[token] = logits[token]
@@ -483,10 +485,10 @@ def _run(
         sampled_before = counters.sampler_seconds
         # common_sampler_sample: the budget's forcing first; the grammar only where it applies
         applies = session is not None and (
-            budget is None or not grammar_lazy or budget.state in _GRAMMAR_STATES)
+            budget is None or not grammar_lazy or budget.state in GRAMMAR_STATES)
         forced = budget.forced_token() if budget is not None else None
         if forced is not None:
-            logits = _forced(logits, forced)
+            logits = forced_logits(logits, forced)
         token = chain.sample(logits)
         counters.sampler_seconds += clock() - started
         counters.draws += 1

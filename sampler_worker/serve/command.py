@@ -131,7 +131,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     serve.add_argument("--reasoning-budget", type=int, default=-1, metavar="N",
                        help="a chat with tools on a thinking template: the most tokens of a thinking block "
                        "before its end tag is forced, when the request sets none (-1, default: no limit; "
-                       "0: no thinking), as llama-server's; not with --parallel above 1")
+                       "0: no thinking), as llama-server's")
     serve.add_argument("--reasoning-budget-message", default="", metavar="TEXT",
                        help="written before a forced end tag, when the request sets none")
     serve.add_argument("--max-queue", type=int, default=8,

@@ -30,8 +30,7 @@
 # - The chat template is the model's, or the server's `--chat-template` (`Generations(template=)`).
 # - A chat with tools on a thinking template runs llama-server's reasoning budget
 #   (`ToolChat.reasoning_budget`): the request's budget and message, else the server's
-#   (`Generations(reasoning_budget=, reasoning_budget_message=)`). A batched context (n > 1 slots) does not
-#   run it: such a request fails there as not ported, before `Started`.
+#   (`Generations(reasoning_budget=, reasoning_budget_message=)`), with one slot or several.
 # - Metrics are written on the loop only (a done callback), from a tally the worker thread filled; the
 #   gauge of open constraintd sessions moves when a session opens and when it closes (the worker thread
 #   schedules the change on the loop, before it ends: at `wait_idle()` the gauge counts no ended run).
@@ -51,7 +50,6 @@ import numpy as np
 import numpy.typing as npt
 
 from clients import Session
-from constraintd.engine.chat.chat_params import NotPorted
 from sampler_worker.generate import Counters, Generation, Overlap, Step, generate
 from sampler_worker.model import Model
 from sampler_worker.prompt import ToolChat, chat_text, tool_chat
@@ -405,9 +403,6 @@ class Generations:
                 context.model if isinstance(context, Slot) else context,
                 self.reasoning_budget if asked.reasoning_budget == -1 else asked.reasoning_budget,
                 self.reasoning_budget_message if message is None else message)
-            if budget is not None and isinstance(context, Slot):
-                raise NotPorted("the reasoning budget of a thinking template in a batched context "
-                                "(serve --parallel)")
             yield chat.prompt, chat, session, budget
 
     def _work(self, context: Model | Slot, job: Job, run: Run) -> None:
@@ -435,6 +430,7 @@ class Generations:
                     generation = self._locksteps[id(context.batched)].generate(
                         context, prompt, job.settings, session=session, max_tokens=budget, stop=stop,
                         on_step=on_step, check=run.check, counters=tally.counters, special=special,
+                        budget=reasoning, grammar_lazy=chat is not None and chat.settings.grammar_lazy,
                     )
                 else:
                     generation = generate(

@@ -20,6 +20,10 @@
 # predicate. A lane's last token is accepted in one more `Step` message (without masks) before it ends.
 # Only this thread calls llama.cpp on the context, and it does the sampling of every lane, so the lanes'
 # Python work never takes turns with another thread's on the interpreter lock mid-step.
+# A lane's reasoning budget is the generation loop's: its forcing in both draws; with a lazy grammar a
+# token drawn inside the thinking block is neither checked nor accepted (ahead: the mask the lane holds
+# stays good), and the end sequence of a block that ends so is accepted by the lane's session there and
+# then, one call a token (rare: once a block), before the lane's next mask is asked.
 #
 # Contract:
 # - `Lockstep.generate(slot, prompt, ...)` runs on the caller's thread (a request's worker thread) and
@@ -46,6 +50,7 @@ import numpy.typing as npt
 from constraintd.engine.masks.bitmask import allowed_tokens, mask_allows
 from sampler_worker.chain import SamplerChain, SamplerSettings
 from sampler_worker.generate import (
+    GRAMMAR_STATES,
     ConstraintSession,
     Counters,
     Generation,
@@ -54,8 +59,10 @@ from sampler_worker.generate import (
     StepMask,
     TextStream,
     chain_settings,
+    forced_logits,
 )
 from sampler_worker.model import ModelError
+from sampler_worker.reasoning_budget import BudgetState, ReasoningBudget
 from sampler_worker.serve.contexts import BatchedContext, Row, Slot
 
 __all__ = ["Lockstep"]
@@ -70,9 +77,10 @@ Ahead = list[tuple["_Lane", Any]]
 class _Lane:
     # One generation on one sequence; touched by the stepping thread only, between queueing and `done`.
     __slots__ = (
-        "chain", "check", "counters", "done", "error", "mask", "max_tokens", "model", "n_ctx", "n_past",
-        "needs_mask", "on_step", "overlap", "pending", "prompt_tokens", "prompting", "rejected_at", "result",
-        "sent", "seq", "session", "special", "stop_reason", "stream", "tokens", "unsent",
+        "applies", "budget", "chain", "check", "counters", "done", "error", "lazy", "mask", "max_tokens",
+        "model", "n_ctx", "n_past", "needs_mask", "on_step", "overlap", "pending", "prompt_tokens",
+        "prompting", "rejected_at", "result", "sent", "seq", "session", "special", "stop_reason", "stream",
+        "tokens", "unsent",
     )
 
     def __init__(
@@ -89,6 +97,8 @@ class _Lane:
         counters: Counters,
         overlap: Mode = "off",
         special: frozenset[int] = frozenset(),
+        budget: ReasoningBudget | None = None,
+        lazy: bool = False,
     ) -> None:
         self.seq = slot.seq
         self.special = special
@@ -118,6 +128,17 @@ class _Lane:
         self.mask: StepMask | None = None
         self.needs_mask = self.overlap == "ahead"
         self.unsent: int | None = None
+        self.budget = budget
+        self.lazy = lazy
+        self.applies = session is not None  # whether the session checks and takes this step's draw
+
+    def logits_for_draw(self, logits: Logits) -> Logits:
+        # the step's first part for this lane: whether its grammar applies, and the budget's forcing
+        budget = self.budget
+        self.applies = self.session is not None and (
+            budget is None or not self.lazy or budget.state in GRAMMAR_STATES)
+        forced = budget.forced_token() if budget is not None else None
+        return logits if forced is None else forced_logits(logits, forced)
 
     def take(self, token: int, rejected: bool) -> bool:
         # the step's last part for this lane: the generation loop's; True when the lane has ended
@@ -127,6 +148,8 @@ class _Lane:
             self.counters.rejections += 1
         self.chain.accept(token)
         self.tokens.append(token)
+        if self.budget is not None:
+            self._budget_accept(token, index)
         last = index + 1 == self.max_tokens
         if self.model.is_eog(token):
             self.stop_reason = "eog"
@@ -150,9 +173,27 @@ class _Lane:
             )
             return True
         self.pending, self.sent = [token], 0
-        if self.overlap == "ahead":
+        if self.overlap == "ahead" and self.applies:
             self.unsent, self.needs_mask = token, True
         return False
+
+    def _budget_accept(self, token: int, index: int) -> None:
+        # common_sampler_accept: the budget takes the token; a block it ends hands its end to the grammar
+        budget = self.budget
+        assert budget is not None
+        budget.accept(token)
+        end = budget.end_match()
+        if self.session is None or self.applies or budget.state != BudgetState.DONE or end is None:
+            return
+        started = time.perf_counter()
+        for end_token in end:
+            if not self.session.accept(end_token):
+                raise GenerationError(f"step {index}: the grammar refused the end of the thinking block "
+                                      f"(token {end_token})")
+        self.counters.constraint_seconds += time.perf_counter() - started
+        self.counters.waits += 1
+        if self.overlap == "ahead":
+            self.mask, self.needs_mask = None, True  # the state moved: the next mask is asked afresh
 
 
 class Lockstep:
@@ -207,6 +248,8 @@ class Lockstep:
         check: Callable[[], None] | None = None,
         counters: Counters | None = None,
         special: frozenset[int] = frozenset(),
+        budget: ReasoningBudget | None = None,
+        grammar_lazy: bool = False,
     ) -> Generation:
         """Generate on the slot's sequence with the other slots' generations; blocks until it has ended.
 
@@ -227,7 +270,7 @@ class Lockstep:
         lane = _Lane(
             slot, prompt, chain, session=session, max_tokens=max_tokens, stop=stop, on_step=on_step,
             check=check, counters=counters if counters is not None else Counters(), overlap=self.overlap,
-            special=special,
+            special=special, budget=budget, lazy=grammar_lazy,
         )
         with self._cond:
             if self._closing:
@@ -403,10 +446,11 @@ class Lockstep:
         first: list[tuple[_Lane, Logits, int]] = []
         for lane, logits in ready:
             try:
+                logits = lane.logits_for_draw(logits)
                 first.append((lane, logits, self._draw(lane, logits)))
             except BaseException as exc:
                 self._end(lane, exc)
-        checked = [(lane, token) for lane, _, token in first if lane.session is not None]
+        checked = [(lane, token) for lane, _, token in first if lane.applies]
         answers = dict(zip([id(lane) for lane, _ in checked], self._accept(checked, masks=True), strict=True))
         final: list[tuple[_Lane, int, bool]] = []
         redrawn: list[tuple[_Lane, int]] = []
@@ -438,9 +482,10 @@ class Lockstep:
         final: list[tuple[_Lane, int, bool]] = []
         for lane, logits in ready:
             try:
+                logits = lane.logits_for_draw(logits)
                 token = self._draw(lane, logits)
                 rejected = False
-                if lane.session is not None:
+                if lane.applies:
                     mask, lane.mask = lane.mask, None
                     assert mask is not None  # every constrained lane's was asked with its decode
                     lane.counters.ahead_steps += 1
@@ -455,7 +500,7 @@ class Lockstep:
                 self._end(lane, exc)
         ended = self._take(final)
         # a lane's last token: accepted by its session (one Step message for them all) before the lane ends
-        last = [(lane, lane.tokens[-1]) for lane in ended if lane.session is not None]
+        last = [(lane, lane.tokens[-1]) for lane in ended if lane.applies]
         answers = {id(lane): answer for (lane, _), answer in zip(last, self._accept(last, masks=False),
                                                                   strict=True)}
         for lane in ended:

@@ -315,3 +315,37 @@ def test_mask_ahead_generations_at_once_each_within_its_grammar(
         pattern = r"Answer: [0-9]+\." if generation.stop_reason == "eog" else r"Answer: [0-9]*"
         assert re.fullmatch(pattern, generation.text)
     assert [cells(slot) for slot in slots] == [-1] * SLOTS
+
+
+def test_a_reasoning_budget_forces_the_end_and_hands_it_to_the_lazy_grammar(
+    slots: list[Slot], lockstep: Lockstep, ahead: Lockstep, client: Client, gemma_path: Path
+) -> None:
+    # the block is open from the first token (as a prompt ending in <think>), its budget is 3 tokens, then
+    # the end tag is forced. The lazy grammar triggers on any character: it must see none of the block, and
+    # then, as the budget's end sequence, the end tag; it holds the answer to " Answer: yes." whatever the
+    # model would write
+    from sampler_worker.reasoning_budget import ReasoningBudget, utf8_complete
+
+    vocab = client.register_vocab(gguf=gemma_path)
+    slot = slots[0]
+    think, end = (slot.tokenize(tag, add_special=False) for tag in ("<think>", "</think>"))
+
+    def budget() -> ReasoningBudget:
+        made = ReasoningBudget([think], [end], end, 3,
+                               complete=lambda token: utf8_complete(slot.piece(token, special=False)))
+        for token in think:
+            made.accept(token)
+        return made
+
+    got = []
+    for stepper in (lockstep, ahead):
+        with client.session(vocab, gbnf='root ::= "</think>" " Answer: yes."',
+                            trigger_patterns=[r"[\s\S]"]) as session:
+            got.append(stepper.generate(slot, slot.tokenize(PROMPTS[0]), SamplerSettings(seed=4),
+                                        session=session, max_tokens=24, budget=budget(), grammar_lazy=True))
+    off, early = got
+    assert (early.tokens, early.rejected_at, early.text) == (off.tokens, off.rejected_at, off.text)
+    assert off.tokens[3 : 3 + len(end)] == tuple(end)  # forced after three tokens
+    assert off.text.endswith("</think> Answer: yes.") and off.stop_reason == "eog"
+    assert off.rejected_at and min(off.rejected_at) >= 3 + len(end)  # the grammar held only the answer
+    assert cells(slot) == -1
