@@ -481,9 +481,12 @@ TOOL_REQUESTS = (("llama3.2", "required"), ("qwen2.5", "auto"), ("qwen2.5", "req
 # Thinking templates with a lazy tool grammar (tool_choice auto), where llama-server runs its reasoning
 # budget beside the grammar (sampler_worker.reasoning_budget): QwQ's generation prompt opens the thinking
 # block, so the grammar sees nothing until the block ends (no limit: never, in 48 tokens; 0: the end tag
-# forced at once; 6: after six tokens); Qwen 3's leaves it to the model. The budget's setup is llama-server's
+# forced at once; 6: after six tokens); Qwen 3's leaves it to the model. With tool_choice required the grammar
+# is not lazy and holds the thinking block itself: a budget (4) is then made only because it has a limit, and
+# its forced end tag goes through the grammar's check like any draw. The budget's setup is llama-server's
 # from llama.cpp's own chat params (tags, generation prompt) on the reference side, the service's on ours.
-THINKING_REQUESTS = (("qwq", -1), ("qwq", 0), ("qwq", 6), ("qwen3", -1))
+THINKING_REQUESTS = (("qwq", "auto", -1), ("qwq", "auto", 0), ("qwq", "auto", 6), ("qwen3", "auto", -1),
+                     ("qwq", "required", 4))
 TOOL_CHATS = ("What is the weather in Paris?", "Is it raining in Lisbon right now?", "Tell me a joke.")
 TOOL_MAX_TOKENS = 48
 # The request's time, the same on both sides (templates print the date): not a fixed time, as llama.cpp's
@@ -515,9 +518,9 @@ TOOL_CASES = [
     for template, choice in TOOL_REQUESTS
     for name, make in SETTINGS
 ] + [
-    ToolCase(template, "auto", chat, name, make(3000 + chat), budget)
+    ToolCase(template, choice, chat, name, make(3000 + chat), budget)
     for chat in range(2)
-    for template, budget in THINKING_REQUESTS
+    for template, choice, budget in THINKING_REQUESTS
     for name, make in SETTINGS
 ]
 
@@ -575,7 +578,8 @@ def llama_tool_constraint(
         start = model.tokenize(answer["thinking_start_tag"], add_special=False, parse_special=True)
         ends = [model.tokenize(tag, add_special=False, parse_special=True)
                 for tag in answer["thinking_end_tags"]]
-        assert start and ends and answer["grammar_lazy"]  # what makes sampling.cpp create the sampler
+        # what makes sampling.cpp create the sampler
+        assert start and ends and (answer["grammar_lazy"] or case.budget >= 0)
         budget = ReasoningBudget([start], ends, ends[0], UNLIMITED if case.budget < 0 else case.budget,
                                  complete=lambda token: utf8_complete(model.piece(token, special=False)))
         for token in generation_prefill:
