@@ -196,13 +196,14 @@ class ToolChat:
         return [*stop, *(s for s in self.stops if s not in stop)]
 
     def reasoning_budget(
-        self, model: PieceModel, tokens: int = -1, message: str = ""
+        self, model: PieceModel, tokens: int = -1, message: str = "", *, control: bool = False
     ) -> ReasoningBudget | None:
         """The reasoning budget llama-server runs for this chat (see `server_budget`), or None where it runs
         none: the template has no thinking tags, or the budget is unlimited and the grammar is not lazy.
 
         `tokens`: the budget (-1: none, llama-server's default); `message`: written before the forced end
-        tag (`reasoning_budget_message`).
+        tag (`reasoning_budget_message`); `control`: made even without a limit or a lazy grammar, so that the
+        block can be ended while it runs (`reasoning_control`).
         """
 
         def tokenize(text: str) -> list[int]:
@@ -213,7 +214,7 @@ class ToolChat:
             start_tag=settings.thinking_start_tag, end_tags=settings.thinking_end_tags, tokens=tokens,
             message=message, lazy=settings.grammar_lazy, tokenize=tokenize,
             complete=lambda token: utf8_complete(model.piece(token, special=False)),
-            prefill=generation_prefill(model, settings.generation_prompt))
+            prefill=generation_prefill(model, settings.generation_prompt), control=control)
 
     def close(self) -> None:
         """Close the session (nothing for free text). Does not raise for a session closed already."""

@@ -194,14 +194,16 @@ def server_budget(
     tokenize: Callable[[str], list[int]],
     complete: Callable[[int], bool] | None,
     prefill: Sequence[int] = (),
+    control: bool = False,
 ) -> ReasoningBudget | None:
     """The budget llama-server runs for a chat whose template has thinking tags, or None where it runs none.
 
     As llama-server: the tags and the message are tokenized as text with special tokens parsed and no BOS
     (`tokenize`); the forced sequence is the message's tokens, then the first end tag's; the sampler is made
-    when the start and end tags give tokens, and either the grammar is lazy or `tokens` is not -1 (no limit);
-    it then accepts the generation prompt's tokens (`prefill`), so that a prompt ending in the start tag
-    opens the block.
+    when the start and end tags give tokens, and the grammar is lazy, or `tokens` is not -1 (no limit), or
+    `control` asks for it (the request's `reasoning_control`: its block may be ended while it runs, with
+    `force`); it then accepts the generation prompt's tokens (`prefill`), so that a prompt ending in the
+    start tag opens the block.
 
     Args:
         start_tag, end_tags: the chat params' thinking tags (none without thinking).
@@ -215,7 +217,7 @@ def server_budget(
         return None
     start = tokenize(start_tag) if start_tag else []
     end = [tokenize(tag) for tag in end_tags if tag]
-    if not start or not end or not (lazy or tokens >= 0):
+    if not start or not end or not (lazy or tokens >= 0 or control):
         return None
     forced = [*(tokenize(message) if message else []), *end[0]]
     budget = ReasoningBudget([start], end, forced, UNLIMITED if tokens < 0 else tokens, complete=complete)

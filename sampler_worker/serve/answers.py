@@ -214,6 +214,10 @@ class Answer:
 
 
 def answer_for(endpoint: str, model: str, *, json_answer: bool, return_tokens: bool = False,
-               include_usage: bool = False, chat: ToolChat | None = None) -> Answer:
-    """A new answer for one request to `endpoint` (`chat`: a chat with tools, as it was prepared)."""
-    return Answer(endpoint, model, json_answer, return_tokens, include_usage, chat)
+               include_usage: bool = False, chat: ToolChat | None = None, id: str | None = None) -> Answer:
+    """A new answer for one request to `endpoint` (`chat`: a chat with tools, as it was prepared; `id`: the
+    answer's, a new one when None)."""
+    answer = Answer(endpoint, model, json_answer, return_tokens, include_usage, chat)
+    if id is not None:
+        answer.id = id
+    return answer

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from sampler_worker.serve.bodies import (
     CompletionRequest,
     OllamaChatRequest,
     OllamaGenerateRequest,
+    RequestError,
     job_from,
 )
 from sampler_worker.serve.errors import HttpError, http_error
@@ -150,7 +152,7 @@ async def _generate(state: ServeState, endpoint: str, request: Request) -> Respo
         answer = answer_for(
             endpoint, state.model_name, json_answer=job.json_answer,
             return_tokens=bool(getattr(body, "return_tokens", False)),
-            include_usage=bool(options is not None and options.include_usage), chat=first.chat,
+            include_usage=bool(options is not None and options.include_usage), chat=first.chat, id=run.id,
         )
         if streaming:
             state.metrics.requests[endpoint, 200] += 1
@@ -187,6 +189,25 @@ def create_app(state: ServeState) -> FastAPI:
 
     for endpoint in ENDPOINTS:
         route(endpoint)
+
+    @app.post("/v1/chat/completions/control")
+    async def control(request: Request) -> Response:
+        # llama-server's control of a running chat completion: {"id": "chatcmpl-...", "action":
+        # "reasoning_end"} ends its thinking block where its request set reasoning_control
+        try:
+            try:
+                body = json.loads((await request.body()).decode("utf-8"))
+            except json.JSONDecodeError as exc:
+                raise RequestError(f"the body is not JSON: {exc}") from None
+            if not isinstance(body, dict):
+                raise RequestError("the body is not a JSON object")
+            id, action = body.get("id"), body.get("action")
+            answer = state.generations.control(id if isinstance(id, str) else "",
+                                               action if isinstance(action, str) else "")
+        except Exception as exc:
+            return _error_response(state, "control", http_error(exc))
+        state.metrics.requests["control", 200] += 1
+        return JSONResponse(answer)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

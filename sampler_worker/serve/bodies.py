@@ -19,7 +19,8 @@
 #   `response_format`, `json_schema` or `grammar` are refused (llama-server refuses a grammar with tools).
 #   `tools` on `/v1/completions` and on the Ollama endpoints is ignored. Its reasoning budget is read as
 #   llama-server reads it: `reasoning_budget_tokens`, else `thinking_budget_tokens` (-1 or absent: the
-#   server's `--reasoning-budget`), and `reasoning_budget_message` (absent: the server's).
+#   server's `--reasoning-budget`), and `reasoning_budget_message` (absent: the server's); with
+#   `reasoning_control` the block may be ended while the answer runs (`POST /v1/chat/completions/control`).
 # - Not read: `n` > 1, `logprobs`, `echo`, images; a request that asks for them is refused or the field
 #   ignored as noted on each model.
 from __future__ import annotations
@@ -133,6 +134,7 @@ class ChatCompletionRequest(_OpenAIBody):
     reasoning_budget_tokens: int | None = None
     thinking_budget_tokens: int | None = None
     reasoning_budget_message: str | None = None
+    reasoning_control: bool = False
 
 
 class CompletionRequest(_OpenAIBody):
@@ -181,6 +183,7 @@ class ToolRequest:
         parallel_tool_calls: whether several calls may be made.
         reasoning_budget: the thinking block's budget in tokens; -1: the server's.
         reasoning_budget_message: written before a forced end tag; None: the server's.
+        reasoning_control: the thinking block may be ended while the answer runs.
     """
 
     messages: tuple[TemplateMessage, ...]
@@ -189,6 +192,7 @@ class ToolRequest:
     parallel_tool_calls: bool
     reasoning_budget: int = -1
     reasoning_budget_message: str | None = None
+    reasoning_control: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +317,7 @@ def _tool_request(body: ChatCompletionRequest, text: str) -> ToolRequest | None:
         messages=tuple(parse_messages(json.loads(text).get("messages"))), tools=tuple(tools),
         tool_choice=_tool_choice(body.tool_choice, tools),
         parallel_tool_calls=bool(body.parallel_tool_calls), reasoning_budget=budget,
-        reasoning_budget_message=body.reasoning_budget_message)
+        reasoning_budget_message=body.reasoning_budget_message, reasoning_control=body.reasoning_control)
 
 
 def _job(

@@ -30,7 +30,9 @@
 # - The chat template is the model's, or the server's `--chat-template` (`Generations(template=)`).
 # - A chat with tools on a thinking template runs llama-server's reasoning budget
 #   (`ToolChat.reasoning_budget`): the request's budget and message, else the server's
-#   (`Generations(reasoning_budget=, reasoning_budget_message=)`), with one slot or several.
+#   (`Generations(reasoning_budget=, reasoning_budget_message=)`), with one slot or several. A run whose
+#   request set `reasoning_control` can be told to end its block (`Generations.control`, from any thread):
+#   the flag is read by the thread that samples, before the next decode, which forces the end tag.
 # - Metrics are written on the loop only (a done callback), from a tally the worker thread filled; the
 #   gauge of open constraintd sessions moves when a session opens and when it closes (the worker thread
 #   schedules the change on the loop, before it ends: at `wait_idle()` the gauge counts no ended run).
@@ -40,6 +42,7 @@ import asyncio
 import contextlib
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -167,12 +170,30 @@ class Run:
         self._loop = loop
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._cancelled = threading.Event()
+        self._reasoning_end = threading.Event()
         self.deadline = deadline
         self.tally = _Tally()
+        self.id = uuid.uuid4().hex  # the answer's id is "chatcmpl-" (or "cmpl-") and this
+        self.controlled = False  # the request armed reasoning control and got a budget (set when prepared)
 
     def cancel(self) -> None:
         """End the generation at its next token (idempotent; nothing once it has ended)."""
         self._cancelled.set()
+
+    def end_reasoning(self) -> bool:
+        """Ask the generation to end its thinking block before its next token (`POST
+        /v1/chat/completions/control`, action `reasoning_end`); False where the request did not arm it."""
+        if not self.controlled:
+            return False
+        self._reasoning_end.set()
+        return True
+
+    def take_reasoning_end(self) -> bool:
+        # the worker thread's: whether an end was asked since it last looked
+        if not self._reasoning_end.is_set():
+            return False
+        self._reasoning_end.clear()
+        return True
 
     async def next(self) -> Event:
         """The next event (waits for it)."""
@@ -274,6 +295,25 @@ class Generations:
         future = loop.run_in_executor(self._executor, self._work, context, job, run)
         future.add_done_callback(lambda _: self._ended(context, run))
         return run
+
+    def control(self, completion_id: str, action: str) -> dict[str, Any]:
+        """llama-server's answer to a control of a running completion (`POST /v1/chat/completions/control`):
+        `reasoning_end` ends its thinking block before its next token, where its request set
+        `reasoning_control` and it runs a reasoning budget.
+
+        Raises:
+            RequestError: no completion id, or an action other than reasoning_end.
+        """
+        if not completion_id:
+            raise RequestError("missing completion id", param="id")
+        if action != "reasoning_end":
+            raise RequestError("unknown control action", param="action")
+        run = next((run for run in self._runs if f"chatcmpl-{run.id}" == completion_id), None)
+        if run is None:
+            return {"success": False, "message": "no active completion for this id"}
+        if not run.end_reasoning():
+            return {"success": False, "message": "reasoning control not enabled for this completion"}
+        return {"success": True}
 
     async def wait_idle(self) -> None:
         """Wait until no generation runs (every worker thread has ended)."""
@@ -402,7 +442,9 @@ class Generations:
             budget = chat.reasoning_budget(
                 context.model if isinstance(context, Slot) else context,
                 self.reasoning_budget if asked.reasoning_budget == -1 else asked.reasoning_budget,
-                self.reasoning_budget_message if message is None else message)
+                self.reasoning_budget_message if message is None else message,
+                control=asked.reasoning_control)
+            run.controlled = asked.reasoning_control and budget is not None
             yield chat.prompt, chat, session, budget
 
     def _work(self, context: Model | Slot, job: Job, run: Run) -> None:
@@ -426,16 +468,22 @@ class Generations:
                     run.emit(Token(step))
                     run.check()
 
+                def check() -> None:
+                    # before each decode, on the thread that samples: a control's end of the thinking block
+                    run.check()
+                    if reasoning is not None and run.take_reasoning_end():
+                        reasoning.force()  # llama-server's too: nothing where the block is not counting
+
                 if isinstance(context, Slot):
                     generation = self._locksteps[id(context.batched)].generate(
                         context, prompt, job.settings, session=session, max_tokens=budget, stop=stop,
-                        on_step=on_step, check=run.check, counters=tally.counters, special=special,
+                        on_step=on_step, check=check, counters=tally.counters, special=special,
                         budget=reasoning, grammar_lazy=chat is not None and chat.settings.grammar_lazy,
                     )
                 else:
                     generation = generate(
                         context, prompt, job.settings, session=session, max_tokens=budget, stop=stop,
-                        on_step=on_step, overlap=self.overlap, counters=tally.counters, check=run.check,
+                        on_step=on_step, overlap=self.overlap, counters=tally.counters, check=check,
                         special=special, budget=reasoning,
                         grammar_lazy=chat is not None and chat.settings.grammar_lazy,
                     )

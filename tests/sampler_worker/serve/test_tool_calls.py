@@ -263,3 +263,40 @@ def test_a_reasoning_budget_is_the_generate_commands(
     # the block ends where the budget forced it: the reasoning is read apart, the message its end
     assert asked["choices"][0]["message"]["reasoning_content"].endswith(" Done.")
     assert reports[5]["reasoning_content"] == asked["choices"][0]["message"]["reasoning_content"]
+
+
+def _holds(tokens: list[int], part: list[int]) -> bool:
+    return any(tokens[i : i + len(part)] == part for i in range(len(tokens)))
+
+
+def test_a_thinking_block_ended_by_a_control_request(gemma_path: Path) -> None:
+    # llama-server's POST /v1/chat/completions/control: reasoning_end forces the end tag of the running
+    # answer's thinking block (no limit otherwise: QwQ's block is open from the first token, and Gemma
+    # never closes it on its own in 40 tokens)
+    request: dict[str, Any] = {"messages": MESSAGES, "tools": WEATHER_TOOLS[:1], "seed": 1, "max_tokens": 40,
+                               "return_tokens": True, "stream": True}
+    with fixed_date(), live_server(gemma_path, parallel=1, max_queue=1, timeout=300, n_ctx=1024,
+                                   template=_template(THINKING)) as live, live.http() as http:
+        end = live.state.generations.contexts[0].tokenize("</think>", add_special=False)
+        answers = []
+        for controlled in (False, True):
+            with http.stream("POST", "/v1/chat/completions",
+                             json={**request, "reasoning_control": controlled}) as response:
+                lines = response.iter_lines()
+                first = json.loads(next(line for line in lines if line.startswith("data: "))[6:])
+                control = http.post("/v1/chat/completions/control",
+                                    json={"id": first["id"], "action": "reasoning_end"}).json()
+                chunks = [first] + [json.loads(line[6:]) for line in lines
+                                    if line.startswith("data: ") and line != "data: [DONE]"]
+            tokens = [token for chunk in chunks for token in chunk.get("tokens", [])]
+            answers.append((control, tokens))
+        refused = [http.post("/v1/chat/completions/control", json=body) for body in (
+            {"id": "chatcmpl-none", "action": "reasoning_end"}, {"id": "chatcmpl-none", "action": "pause"},
+            {"action": "reasoning_end"})]
+        live.wait_idle()
+    (plain_control, plain), (control, ended) = answers
+    assert plain_control == {"success": False, "message": "reasoning control not enabled for this completion"}
+    assert control == {"success": True}
+    assert not _holds(plain, end) and _holds(ended, end)
+    assert refused[0].json() == {"success": False, "message": "no active completion for this id"}
+    assert [answer.status_code for answer in refused[1:]] == [400, 400]
