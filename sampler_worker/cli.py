@@ -315,6 +315,11 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
     tools = tools_from(args)
     constraint = constraint_from(args)
     json_answer = answers_json(constraint)
+    from sampler_worker.prompt import chat_response_schema
+
+    # a chat's JSON constraint is llama-server's chat completion with a response_format: the chat params'
+    # grammar (strict refuses here, before the model loads)
+    chat_schema = chat_response_schema(constraint) if args.chat is not None else None
     template = _read(args.chat_template) if args.chat_template is not None else None
     path = args.model if args.model is not None else default_model_path()
     streaming = args.output == "text"
@@ -343,6 +348,18 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
                     model, chat.prompt, settings, session=chat.session, max_tokens=args.max_tokens,
                     stop=chat.stop_strings(args.stop), on_step=show, overlap=args.overlap,
                     special=chat.preserved, budget=budget, grammar_lazy=chat.settings.grammar_lazy,
+                )
+        elif chat_schema is not None:
+            from sampler_worker.prompt import tool_chat
+
+            # the answer's content is the content rule's (json_answer), as llama-server's chat parser reads it
+            with _served(args, model, path, say) as (client, handle), tool_chat(
+                client, handle, model, args.chat, [], template=template, json_schema=chat_schema,
+            ) as made:
+                generation = generate(
+                    model, made.prompt, settings, session=made.session, max_tokens=args.max_tokens,
+                    stop=made.stop_strings(args.stop), on_step=show, overlap=args.overlap,
+                    special=made.preserved,
                 )
         else:
             tokens = prompt_tokens(model, prompt=args.prompt, chat=args.chat, template=template)

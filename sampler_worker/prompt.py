@@ -28,10 +28,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 from clients import ChatRequest, ChatSettings, Client, Session, VocabHandle
 from constraintd.chat_templates import (
@@ -46,17 +46,18 @@ from constraintd.engine.chat.chat_format import ChatFormat
 from constraintd.engine.chat.chat_params import TOOL_CHOICES, NotPorted, regex_escape
 from constraintd.engine.chat.message_parser import MessageParseError, ParsedMessage
 from constraintd.engine.chat.prompt import CHATML_TEMPLATE, template_source
+from constraintd.engine.chat.requests import JSON_OBJECT_SCHEMA, AnswerFormat, read_request, resolve_request
 from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps
+from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.errors import ChatTemplateError, FreeTextError, NotPortedError
 from sampler_worker.reasoning_budget import ReasoningBudget, server_budget, utf8_complete
 
 # The renderer lives beside the engine (constraintd.chat_templates: the service renders with it too); its
 # names are re-exported here, the worker's as they always were.
 __all__ = [
-    "CHATML_TEMPLATE", "Message", "TemplateError", "ToolChat", "chat_grammar_of",
-    "chat_prompt_of", "chat_text", "generation_prefill", "prompt_tokens", "regex_escape", "render_template",
-    "template_caps",
-    "tool_chat",
+    "CHATML_TEMPLATE", "Message", "TemplateError", "ToolChat", "chat_grammar_of", "chat_prompt_of",
+    "chat_response_schema", "chat_text", "generation_prefill", "prompt_tokens", "regex_escape",
+    "render_template", "template_caps", "tool_chat",
 ]
 
 
@@ -230,19 +231,54 @@ class ToolChat:
         self.close()
 
 
+def chat_response_schema(constraint: Mapping[str, Any] | None) -> str | None:
+    """The response schema of a chat completion with this constraint (`Client.session`'s keyword arguments),
+    which llama-server makes the chat params' response-format grammar of (`tool_chat(json_schema=)`); None
+    where the chat keeps the constraint's own grammar: no constraint, a GBNF grammar, an Ollama request
+    (Ollama's server converts the schema alone), or the extended dialect (the project's, not llama-server's).
+
+    Raises:
+        SchemaError: a request body whose constraint fields are malformed or whose schema the converter
+            refuses (the pointer in the body); with `strict`, a schema the grammar cannot enforce in full.
+    """
+    if constraint is None or constraint.get("dialect", "llama.cpp") != "llama.cpp":
+        return None
+    strict = bool(constraint.get("strict"))
+    if constraint.get("json_object"):
+        return JSON_OBJECT_SCHEMA
+    schema = constraint.get("json_schema")
+    if isinstance(schema, str):
+        if strict:
+            convert_json_schema(schema, strict=True)
+        return schema
+    request = constraint.get("openai_request")
+    if not isinstance(request, str):
+        return None
+    requested = read_request(request)
+    if requested.kind not in (AnswerFormat.JSON_OBJECT, AnswerFormat.JSON_SCHEMA) or requested.text is None:
+        return None
+    # a schema the converter refuses is refused here, at its place in the request's body
+    resolve_request(request, strict=strict)
+    return requested.text
+
+
 def tool_chat(
     client: Client, vocab: VocabHandle, model: TemplateModel, chat: str | Sequence[ChatMessage],
     tools: Sequence[ChatTool], *, tool_choice: str = "auto", parallel_tool_calls: bool = False,
-    template: str | None = None, now: float | None = None,
+    template: str | None = None, now: float | None = None, json_schema: str | None = None,
 ) -> ToolChat:
-    """llama-server's preparation of a chat with tools, by the service: a session made from the chat
-    request (the prompt rendered with the tools, the chat params' grammar with its lazy triggers or the
-    generation prompt's prefill), and the reply's prompt tokenized here. Close the result when done.
+    """llama-server's preparation of a chat with tools or a response schema, by the service: a session made
+    from the chat request (the prompt rendered with the tools, the chat params' grammar with its lazy
+    triggers or the generation prompt's prefill), and the reply's prompt tokenized here. Close the result
+    when done.
 
     `vocab`: the model's vocabulary, registered with `client`.
     `chat`: one user message's text, or the messages (llama.cpp's, `template_inputs.parse_messages`).
     `tool_choice`: auto, required, none, or a tool's name (that tool alone, required).
     `template`: a chat template that replaces the model's.
+    `json_schema`: the response's schema (JSON text; llama-server's `{"type":"object"}` for JSON mode): the
+        grammar is then the chat params' response format (the generation prompt, space, the schema's JSON
+        bare or in a ```json fence), as llama-server's for a chat completion's `response_format`.
 
     Raises:
         InputError: the service refuses the request, in words that name what: a tool_choice that names no
@@ -258,7 +294,8 @@ def tool_chat(
     request = ChatRequest(
         [message.to_json() for message in messages], template=source, tools=[t.to_json() for t in tools],
         tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls, bos_text=model.bos_text,
-        eos_text=model.eos_text, add_bos=model.add_bos, add_eos=model.add_eos, now=now)
+        eos_text=model.eos_text, add_bos=model.add_bos, add_eos=model.add_eos, now=now,
+        json_schema=json_schema)
     session: Session | None
     try:
         session = client.session(vocab, chat=request)

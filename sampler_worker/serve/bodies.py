@@ -6,7 +6,11 @@
 #   goes to constraintd as `openai_request` / `ollama_request`: the constraint fields (`response_format`,
 #   `json_schema`, `grammar`, `format`) are resolved there by the engine's `resolve_request`, so the
 #   grammar is llama-server's byte for byte. `read_request` runs here first only to refuse a malformed
-#   constraint before any work and to know whether the answer is JSON (the content rule applies).
+#   constraint before any work and to know whether the answer is JSON (the content rule applies). An OpenAI
+#   chat completion whose constraint is a JSON schema or JSON mode is llama-server's chat with a
+#   `response_format`: its session is made from a chat request with that schema (`Job.chat_schema`), whose
+#   grammar is the chat params' response format (the generation prompt, space, the value bare or in a
+#   ```json fence), as llama-server's; a GBNF `grammar` keeps its own.
 # - Sampling fields are read as llama-server reads them (`temperature`, `top_k`, `top_p`, `min_p`,
 #   `typical_p`, `seed`, `repeat_penalty`, `repeat_last_n`, `presence_penalty`, `frequency_penalty`;
 #   `max_completion_tokens`, else `max_tokens`, else `n_predict`); a field that is absent or null keeps
@@ -36,7 +40,7 @@ from constraintd.engine.chat.requests import read_request
 from constraintd.engine.chat.template_inputs import ChatMessage as TemplateMessage
 from constraintd.engine.chat.template_inputs import ChatTool, parse_messages, parse_tools
 from sampler_worker.chain import SamplerSettings
-from sampler_worker.prompt import Message
+from sampler_worker.prompt import Message, chat_response_schema
 
 __all__ = [
     "ChatCompletionRequest",
@@ -208,6 +212,8 @@ class Job:
         constraint: keyword arguments of `Client.session`, or None for free text.
         json_answer: whether the constraint asks for JSON (the content rule then shapes chat content).
         tools: a chat with tools (its grammar is the chat template's), or None.
+        chat_schema: an OpenAI chat's response schema, whose grammar is the chat params' response format
+            (`sampler_worker.prompt.chat_response_schema`), or None.
     """
 
     chat: tuple[Message, ...] | None
@@ -218,6 +224,7 @@ class Job:
     constraint: dict[str, Any] | None
     json_answer: bool
     tools: ToolRequest | None = None
+    chat_schema: str | None = None
 
 
 _SETTING_FIELDS = {
@@ -349,7 +356,11 @@ def job_from(body: BaseModel, text: str, *, honour_strict: bool = False) -> Job:
         if isinstance(body, ChatCompletionRequest):
             tools = _tool_request(body, text)
             job = _job(text, "openai", _messages(body.messages), "", body, budget, body.stop, honour_strict)
-            return job if tools is None else replace(job, tools=tools)
+            if tools is not None:
+                return replace(job, tools=tools)
+            # llama-server's chat completion with a response_format: the chat params' grammar (strict refuses
+            # here, before any work)
+            return replace(job, chat_schema=chat_response_schema(job.constraint))
         if isinstance(body, CompletionRequest):
             prompt = body.prompt
             if isinstance(prompt, list):

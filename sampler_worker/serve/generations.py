@@ -26,7 +26,8 @@
 #   (the grammar, its triggers or its prefill), the reply's prompt tokenized, the template's stops added,
 #   the preserved tokens written into the text. `Started` carries that `ToolChat`, whose parser reads the
 #   answer; a request the service refuses (a template, a tool_choice, what is not ported) fails the run
-#   before `Started`, and so does a format whose parser is not ported (NotPorted).
+#   before `Started`, and so does a format whose parser is not ported (NotPorted). A chat with a response
+#   schema (`job.chat_schema`) is prepared the same way, without tools; its answer keeps the content rule.
 # - The chat template is the model's, or the server's `--chat-template` (`Generations(template=)`).
 # - A chat with tools on a thinking template runs llama-server's reasoning budget
 #   (`ToolChat.reasoning_budget`): the request's budget and message, else the server's
@@ -53,6 +54,7 @@ import numpy as np
 import numpy.typing as npt
 
 from clients import Session
+from constraintd.engine.chat.template_inputs import ChatMessage as TemplateMessage
 from sampler_worker.generate import Counters, Generation, Overlap, Step, generate
 from sampler_worker.model import Model
 from sampler_worker.prompt import ToolChat, chat_text, tool_chat
@@ -412,16 +414,35 @@ class Generations:
     @contextlib.contextmanager
     def _prepared(
         self, context: Model | Slot, job: Job, run: Run
-    ) -> Iterator[tuple[list[int], ToolChat | None, Session | None, ReasoningBudget | None]]:
-        # The prompt's tokens, the chat with tools (None without), and the open session (None: no
-        # constraint): a chat with tools gets its session from the service with its prompt, any other
-        # request's prompt is checked before its session opens.
+    ) -> Iterator[tuple[list[int], ToolChat | None, Session | None, ReasoningBudget | None, list[str],
+                        frozenset[int]]]:
+        # The prompt's tokens, the chat with tools (None without), the open session (None: no constraint),
+        # the reasoning budget, the stop strings and the tokens whose text is written: a chat with tools, or
+        # an OpenAI chat with a response schema, gets its session from the service with its prompt (the
+        # template's stops added); any other request's prompt is checked before its session opens.
+        if job.tools is None and job.chat_schema is not None:
+            made: ToolChat | None = None
+            schema = job.chat_schema
+            messages = tuple(TemplateMessage(message.role, message.content) for message in job.chat or ())
+
+            def open_schema_chat() -> Session | None:
+                nonlocal made
+                made = tool_chat(self.client, self._vocab, context, messages, [], template=self.template,
+                                 json_schema=schema)
+                return made.session
+
+            with self._session(open_schema_chat, run) as session:
+                assert made is not None
+                self._check_prompt(context, made.prompt)
+                # the answer's content is the content rule's (job.json_answer), not a tool message
+                yield made.prompt, None, session, None, made.stop_strings(job.stop), made.preserved
+            return
         if job.tools is None:
             tokens = self._tokens(context, job)
             self._check_prompt(context, tokens)
             with self._session(lambda: None if job.constraint is None else
                                self.client.session(self._vocab, **job.constraint), run) as session:
-                yield tokens, None, session, None
+                yield tokens, None, session, None, list(job.stop), frozenset()
             return
         asked = job.tools
         chat: ToolChat | None = None
@@ -445,19 +466,16 @@ class Generations:
                 self.reasoning_budget_message if message is None else message,
                 control=asked.reasoning_control)
             run.controlled = asked.reasoning_control and budget is not None
-            yield chat.prompt, chat, session, budget
+            yield chat.prompt, chat, session, budget, chat.stop_strings(job.stop), chat.preserved
 
     def _work(self, context: Model | Slot, job: Job, run: Run) -> None:
         tally = run.tally
         try:
             run.check()
-            with self._prepared(context, job, run) as (prompt, chat, session, reasoning):
+            with self._prepared(context, job, run) as (prompt, chat, session, reasoning, stop, special):
                 tally.prompt_tokens = len(prompt)
                 room = context.n_ctx - len(prompt)
                 budget = room if job.max_tokens is None else min(job.max_tokens, room)
-                stop, special = list(job.stop), frozenset[int]()
-                if chat is not None:
-                    stop, special = chat.stop_strings(job.stop), chat.preserved
                 run.check()
                 run.emit(Started(len(prompt), chat))
 

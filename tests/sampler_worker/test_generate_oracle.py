@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -530,19 +531,18 @@ def _llama_regex_escape(word: str) -> str:
     return re.sub(r"[.^$|()*+?\[\]{}\\]", lambda m: "\\" + m.group(0), word)
 
 
-def llama_tool_constraint(
-    binary: Path, model: Model, case: ToolCase, source: str
-) -> tuple[int, list[int], Constraint, ReasoningBudget | None]:
-    """The time llama.cpp rendered at (whole seconds), and llama-server's prompt tokens, sampler grammar and
-    reasoning budget for the case, from llama.cpp's own chat params."""
+def llama_chat_params(
+    binary: Path, model: Model, source: str, request: Mapping[str, object]
+) -> tuple[int, list[int], dict[str, Any]]:
+    """The time llama.cpp rendered at (whole seconds), llama-server's prompt tokens, and llama.cpp's own chat
+    params for a chat request (the chat oracle's "apply" of `request`'s fields on the template)."""
     from tests.chat_oracle.build import run_harness
 
     while True:
         now = int(time.time())
         answer = run_harness(binary, {
             "mode": "apply", "template": source, "bos_token": model.bos_text, "eos_token": model.eos_text,
-            "messages": [{"role": "user", "content": TOOL_CHATS[case.chat]}], "tools": [WEATHER_TOOL],
-            "tool_choice": case.tool_choice, "reasoning_format": "auto", "now": now,
+            "reasoning_format": "auto", "now": now, **request,
         })
         if time.gmtime(now)[:3] == time.gmtime()[:3] and time.localtime(now)[:3] == time.localtime()[:3]:
             break
@@ -550,7 +550,27 @@ def llama_tool_constraint(
     prompt = answer["prompt"]
     if model.add_bos and prompt.startswith(model.bos_text):  # the tokenizer adds BOS itself
         prompt = prompt[len(model.bos_text):]
-    tokens = model.tokenize(prompt, add_special=True, parse_special=True)
+    return now, model.tokenize(prompt, add_special=True, parse_special=True), answer
+
+
+def llama_generation_prefill(model: Model, answer: Mapping[str, Any]) -> list[int]:
+    """common_sampler_init's prefill: the generation prompt's tokens, a leading space token dropped where the
+    text starts with none."""
+    tokens = model.tokenize(answer["generation_prompt"], add_special=False, parse_special=True)
+    first = model.piece(tokens[0]) if tokens else b""
+    if first[:1].isspace() and not answer["generation_prompt"][:1].isspace():
+        tokens = tokens[1:]
+    return tokens
+
+
+def llama_tool_constraint(
+    binary: Path, model: Model, case: ToolCase, source: str
+) -> tuple[int, list[int], Constraint, ReasoningBudget | None]:
+    """The time llama.cpp rendered at (whole seconds), and llama-server's prompt tokens, sampler grammar and
+    reasoning budget for the case, from llama.cpp's own chat params."""
+    now, tokens, answer = llama_chat_params(binary, model, source, {
+        "messages": [{"role": "user", "content": TOOL_CHATS[case.chat]}], "tools": [WEATHER_TOOL],
+        "tool_choice": case.tool_choice})
 
     def one_token(text: str) -> int | None:
         ids = model.tokenize(text, add_special=False, parse_special=True)
@@ -567,10 +587,7 @@ def llama_tool_constraint(
         else:
             assert token in preserved
             trigger_tokens.append(token)
-    generation_prefill = model.tokenize(answer["generation_prompt"], add_special=False, parse_special=True)
-    first = model.piece(generation_prefill[0]) if generation_prefill else b""
-    if first[:1].isspace() and not answer["generation_prompt"][:1].isspace():
-        generation_prefill = generation_prefill[1:]
+    generation_prefill = llama_generation_prefill(model, answer)
     prefill = [] if answer["grammar_lazy"] else generation_prefill
     budget = None
     if case.budget is not None:
@@ -711,3 +728,51 @@ def test_the_end_of_a_thinking_block_reaches_a_lazy_grammar_as_llama_servers(
     # the grammar was triggered by the end tag and held the answer
     text = b"".join(gemma.piece(token, special=False) for token in expected).decode()
     assert rejected and text.endswith("</think> Answer: yes."), text
+
+
+# Chats with a response format: llama-server makes the grammar of a chat completion's JSON schema (or JSON
+# mode, its {"type": "object"}) from its chat params, not from the converter alone: the generation prompt
+# (prefilled), space, then the value bare or in a ```json fence (`generate --chat --json/--schema` and serve's
+# chat completions). The reference's prompt, grammar and prefill are llama.cpp's chat layer's; ours come from
+# the session the service makes of the chat request. Gemma's GGUF has no template: ChatML.
+CHAT_SCHEMAS = (("json-mode", {"type": "object"}), ("schema-weather", WEATHER_SCHEMA),
+                ("schema-mood", MOOD_SCHEMA))
+CHAT_JSON_CASES = [(chat, name, schema, settings_name, make(4000 + chat))
+                   for chat in range(4) for name, schema in CHAT_SCHEMAS for settings_name, make in SETTINGS]
+
+
+@pytest.mark.oracle
+@pytest.mark.slow
+@pytest.mark.parametrize(("chat", "name", "schema", "settings_name", "settings"), CHAT_JSON_CASES,
+                         ids=[f"c{c[0]}-{c[1]}-{c[3]}" for c in CHAT_JSON_CASES])
+def test_chat_response_format_generation_is_llama_servers(
+    chat: int, name: str, schema: dict[str, Any], settings_name: str, settings: SamplerSettings, gemma: Model,
+    logits_cache: LogitsCache, mask_cache: MaskCache, llama_vocab: LlamaVocab,
+    local_client: tuple[Client, VocabHandle], chat_oracle_binary: Path, oracle_report: OracleReport,
+) -> None:
+    from constraintd.engine.chat.prompt import CHATML_TEMPLATE
+    from sampler_worker.prompt import tool_chat
+
+    message, _ = PROMPTS[chat]
+    assert message is not None
+    now, tokens, answer = llama_chat_params(chat_oracle_binary, gemma, CHATML_TEMPLATE, {
+        "messages": [{"role": "user", "content": message}], "json_schema": schema})
+    assert answer["grammar"] and not answer["grammar_lazy"]
+    constraint = Constraint(f"chat-{name}", {}, answer["grammar"],
+                            prefill=tuple(llama_generation_prefill(gemma, answer)))
+    client, handle = local_client
+    runs = {}
+    for overlap in OVERLAPS:
+        with tool_chat(client, handle, gemma, message, [], json_schema=json.dumps(schema), now=now) as made:
+            assert made.prompt == tokens and made.session is not None
+            runs[overlap] = generate(CachedModel(logits_cache), tokens, settings, session=made.session,
+                                     max_tokens=MAX_TOKENS, overlap=overlap, special=made.preserved)
+    expected, rejected = reference(
+        lambda generated: logits_cache.after(tokens, generated), llama_vocab, tokens, settings, constraint,
+        gemma.suppress_tokens, masks=mask_cache)
+    for overlap, ours in runs.items():
+        record(oracle_report, f"gemma-3-270m chat response format, overlap {overlap}", ours.tokens,
+               ours.rejected_at, expected, rejected)
+    for overlap, ours in runs.items():
+        assert list(ours.tokens) == expected, f"overlap {overlap}"
+        assert list(ours.rejected_at) == rejected, f"overlap {overlap}"

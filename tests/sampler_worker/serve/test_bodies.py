@@ -80,12 +80,17 @@ def test_openais_strict_is_honoured_only_when_the_server_says_so() -> None:
         "name": "x", "strict": True, "schema": schema}}}
     text = json.dumps(body)
     parsed = ChatCompletionRequest.model_validate_json(text)
-    assert job_from(parsed, text).constraint == {"openai_request": text}
-    assert job_from(parsed, text, honour_strict=True).constraint == {"openai_request": text, "strict": True}
+    plain = job_from(parsed, text)
+    assert plain.constraint == {"openai_request": text}
+    # a chat's schema is llama-server's response format, made from the chat request
+    assert plain.chat_schema is not None and json.loads(plain.chat_schema) == schema
+    # strict, honoured: the schema the grammar cannot hold is refused before any work, at its place
+    with pytest.raises(SchemaError, match=r"minimum.*#/response_format/json_schema/schema/properties/x"):
+        job_from(parsed, text, honour_strict=True)
     not_strict = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
     lenient = json.dumps(dict(body, response_format=not_strict))
     lenient_job = job_from(ChatCompletionRequest.model_validate_json(lenient), lenient, honour_strict=True)
-    assert lenient_job.constraint == {"openai_request": lenient}
+    assert lenient_job.constraint == {"openai_request": lenient} and lenient_job.chat_schema is not None
 
 
 def test_free_text_asks_for_no_constraint() -> None:
