@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --tools: auto (default), required, none, or a tool's name (that tool alone)")
     run.add_argument("--parallel-tool-calls", action="store_true", help="with --tools: allow several calls")
     run.add_argument("--reasoning-budget", type=int, default=-1, metavar="N",
-                     help="with --tools on a thinking template: the most tokens of a thinking block before "
+                     help="with --chat on a thinking template: the most tokens of a thinking block before "
                      "its end tag is forced (-1, default: no limit; 0: no thinking), as llama-server's "
                      "--reasoning-budget")
     run.add_argument("--reasoning-budget-message", default="", metavar="TEXT",
@@ -191,14 +191,14 @@ def tools_from(args: argparse.Namespace) -> list[Any] | None:
         UsageError: the file cannot be read, is not a list of function tools, or --tools comes without
             --chat or beside another constraint.
     """
+    if (args.reasoning_budget != -1 or args.reasoning_budget_message) and args.chat is None:
+        raise UsageError("--reasoning-budget and its message need --chat (a thinking template's block)")
+    if args.reasoning_budget < -1:
+        raise UsageError(f"--reasoning-budget must be -1 (no limit) or more, not {args.reasoning_budget}")
     if args.tools is None:
-        if args.reasoning_budget != -1 or args.reasoning_budget_message:
-            raise UsageError("--reasoning-budget and its message need --tools (a chat with tools)")
         return None
     if args.chat is None:
         raise UsageError("--tools needs --chat")
-    if args.reasoning_budget < -1:
-        raise UsageError(f"--reasoning-budget must be -1 (no limit) or more, not {args.reasoning_budget}")
     if args.json or args.schema is not None or args.grammar is not None or args.request is not None:
         raise UsageError("--tools decides the grammar itself: give no --json, --schema, --grammar or "
                          "--request")
@@ -356,22 +356,30 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
             with _served(args, model, path, say) as (client, handle), tool_chat(
                 client, handle, model, args.chat, [], template=template, json_schema=chat_schema,
             ) as made:
+                budget = made.reasoning_budget(model, args.reasoning_budget, args.reasoning_budget_message)
                 generation = generate(
                     model, made.prompt, settings, session=made.session, max_tokens=args.max_tokens,
                     stop=made.stop_strings(args.stop), on_step=show, overlap=args.overlap,
-                    special=made.preserved,
+                    special=made.preserved, budget=budget,
                 )
         else:
             tokens = prompt_tokens(model, prompt=args.prompt, chat=args.chat, template=template)
+            budget = None
+            if args.chat is not None and args.reasoning_budget >= 0:
+                # a budget needs the template's thinking tags: its chat params, with no grammar to hold
+                from sampler_worker.prompt import chat_settings, reasoning_budget
+
+                budget = reasoning_budget(chat_settings(model, args.chat, template=template), model,
+                                          args.reasoning_budget, args.reasoning_budget_message)
             if constraint is None:
                 generation = generate(model, tokens, settings, max_tokens=args.max_tokens,
-                                      stop=list(args.stop), on_step=show)
+                                      stop=list(args.stop), on_step=show, budget=budget)
             else:
                 with _served(args, model, path, say) as (client, handle), \
                         client.session(handle, **constraint) as session:
                     generation = generate(
                         model, tokens, settings, session=session, max_tokens=args.max_tokens,
-                        stop=list(args.stop), on_step=show, overlap=args.overlap,
+                        stop=list(args.stop), on_step=show, overlap=args.overlap, budget=budget,
                     )
     if streaming:
         out.write("\n")

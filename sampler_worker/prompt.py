@@ -56,8 +56,8 @@ from sampler_worker.reasoning_budget import ReasoningBudget, server_budget, utf8
 # names are re-exported here, the worker's as they always were.
 __all__ = [
     "CHATML_TEMPLATE", "Message", "TemplateError", "ToolChat", "chat_grammar_of", "chat_prompt_of",
-    "chat_response_schema", "chat_text", "generation_prefill", "prompt_tokens", "regex_escape",
-    "render_template", "template_caps", "tool_chat",
+    "chat_response_schema", "chat_settings", "chat_text", "generation_prefill", "prompt_tokens",
+    "reasoning_budget", "regex_escape", "render_template", "template_caps", "tool_chat",
 ]
 
 
@@ -143,6 +143,44 @@ def generation_prefill(model: PieceModel, generation_prompt: str) -> list[int]:
     return tokens
 
 
+def reasoning_budget(
+    settings: ChatSettings, model: PieceModel, tokens: int = -1, message: str = "", *, control: bool = False
+) -> ReasoningBudget | None:
+    """The reasoning budget llama-server runs for a chat with these settings (see `server_budget`), or None
+    where it runs none: the template has no thinking tags, or the budget is unlimited, the grammar is not
+    lazy, and no control was asked.
+
+    `tokens`: the budget (-1: none, llama-server's default); `message`: written before the forced end tag
+    (`reasoning_budget_message`); `control`: made even without a limit or a lazy grammar, so that the block
+    can be ended while it runs (`reasoning_control`).
+    """
+
+    def tokenize(text: str) -> list[int]:
+        return model.tokenize(text, add_special=False, parse_special=True)
+
+    return server_budget(
+        start_tag=settings.thinking_start_tag, end_tags=settings.thinking_end_tags, tokens=tokens,
+        message=message, lazy=settings.grammar_lazy, tokenize=tokenize,
+        complete=lambda token: utf8_complete(model.piece(token, special=False)),
+        prefill=generation_prefill(model, settings.generation_prompt), control=control)
+
+
+def chat_settings(
+    model: TemplateModel, chat: str | Sequence[ChatMessage], *, template: str | None = None,
+    now: float | None = None,
+) -> ChatSettings:
+    """What llama.cpp's chat params give a chat with neither tools nor a response schema (its thinking tags,
+    stops, generation prompt), computed here by the engine's calls: it has no grammar for a session to hold.
+
+    Raises:
+        TemplateError: the template does not render the chat.
+        NotPorted: the template's format is not ported.
+    """
+    source = model.chat_template or "" if template is None else template
+    messages = [ChatMessage("user", chat)] if isinstance(chat, str) else list(chat)
+    return _free_text(model, source, messages, [], "auto", False, time.time() if now is None else now)
+
+
 def _single_token(model: TemplateModel, text: str) -> int | None:
     ids = model.tokenize(text, add_special=False, parse_special=True)
     return ids[0] if len(ids) == 1 else None
@@ -199,23 +237,8 @@ class ToolChat:
     def reasoning_budget(
         self, model: PieceModel, tokens: int = -1, message: str = "", *, control: bool = False
     ) -> ReasoningBudget | None:
-        """The reasoning budget llama-server runs for this chat (see `server_budget`), or None where it runs
-        none: the template has no thinking tags, or the budget is unlimited and the grammar is not lazy.
-
-        `tokens`: the budget (-1: none, llama-server's default); `message`: written before the forced end
-        tag (`reasoning_budget_message`); `control`: made even without a limit or a lazy grammar, so that the
-        block can be ended while it runs (`reasoning_control`).
-        """
-
-        def tokenize(text: str) -> list[int]:
-            return model.tokenize(text, add_special=False, parse_special=True)
-
-        settings = self.settings
-        return server_budget(
-            start_tag=settings.thinking_start_tag, end_tags=settings.thinking_end_tags, tokens=tokens,
-            message=message, lazy=settings.grammar_lazy, tokenize=tokenize,
-            complete=lambda token: utf8_complete(model.piece(token, special=False)),
-            prefill=generation_prefill(model, settings.generation_prompt), control=control)
+        """The reasoning budget llama-server runs for this chat (`reasoning_budget` of its settings)."""
+        return reasoning_budget(self.settings, model, tokens, message, control=control)
 
     def close(self) -> None:
         """Close the session (nothing for free text). Does not raise for a session closed already."""

@@ -21,10 +21,11 @@
 #   reads them (an assistant's `tool_calls`, a tool's answer), the tools, the choice. The grammar is then the
 #   chat template's (sampler_worker.prompt.tool_chat, made where the prompt is), so tools beside a
 #   `response_format`, `json_schema` or `grammar` are refused (llama-server refuses a grammar with tools).
-#   `tools` on `/v1/completions` and on the Ollama endpoints is ignored. Its reasoning budget is read as
-#   llama-server reads it: `reasoning_budget_tokens`, else `thinking_budget_tokens` (-1 or absent: the
-#   server's `--reasoning-budget`), and `reasoning_budget_message` (absent: the server's); with
-#   `reasoning_control` the block may be ended while the answer runs (`POST /v1/chat/completions/control`).
+#   `tools` on `/v1/completions` and on the Ollama endpoints is ignored.
+# - An OpenAI chat completion's reasoning budget (a thinking template's) is read as llama-server reads it:
+#   `reasoning_budget_tokens`, else `thinking_budget_tokens` (-1 or absent: the server's
+#   `--reasoning-budget`), and `reasoning_budget_message` (absent: the server's); with `reasoning_control`
+#   the block may be ended while the answer runs (`POST /v1/chat/completions/control`).
 # - Not read: `n` > 1, `logprobs`, `echo`, images; a request that asks for them is refused or the field
 #   ignored as noted on each model.
 from __future__ import annotations
@@ -185,18 +186,12 @@ class ToolRequest:
         tools: the function tools offered.
         tool_choice: auto, required, none, or a tool's name (that tool alone, required).
         parallel_tool_calls: whether several calls may be made.
-        reasoning_budget: the thinking block's budget in tokens; -1: the server's.
-        reasoning_budget_message: written before a forced end tag; None: the server's.
-        reasoning_control: the thinking block may be ended while the answer runs.
     """
 
     messages: tuple[TemplateMessage, ...]
     tools: tuple[ChatTool, ...]
     tool_choice: str
     parallel_tool_calls: bool
-    reasoning_budget: int = -1
-    reasoning_budget_message: str | None = None
-    reasoning_control: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +209,10 @@ class Job:
         tools: a chat with tools (its grammar is the chat template's), or None.
         chat_schema: an OpenAI chat's response schema, whose grammar is the chat params' response format
             (`sampler_worker.prompt.chat_response_schema`), or None.
+        reasoning_budget: an OpenAI chat's thinking block budget in tokens; -1: the server's; None: not an
+            OpenAI chat completion (no budget: llama-server's API is OpenAI's).
+        reasoning_budget_message: written before a forced end tag; None: the server's.
+        reasoning_control: the thinking block may be ended while the answer runs.
     """
 
     chat: tuple[Message, ...] | None
@@ -225,6 +224,9 @@ class Job:
     json_answer: bool
     tools: ToolRequest | None = None
     chat_schema: str | None = None
+    reasoning_budget: int | None = None
+    reasoning_budget_message: str | None = None
+    reasoning_control: bool = False
 
 
 _SETTING_FIELDS = {
@@ -315,16 +317,20 @@ def _tool_request(body: ChatCompletionRequest, text: str) -> ToolRequest | None:
     if read_request(text).text is not None:
         raise RequestError("tools with a response_format, json_schema or grammar are not supported: the "
                            "grammar of a chat with tools is the chat template's", param="tools")
+    return ToolRequest(
+        messages=tuple(parse_messages(json.loads(text).get("messages"))), tools=tuple(tools),
+        tool_choice=_tool_choice(body.tool_choice, tools),
+        parallel_tool_calls=bool(body.parallel_tool_calls))
+
+
+def _reasoning(job: Job, body: ChatCompletionRequest) -> Job:
     budget = next((given for given in (body.reasoning_budget_tokens, body.thinking_budget_tokens)
                    if given is not None), -1)
     if budget < -1:
         raise RequestError(f"reasoning_budget_tokens must be -1 or more, not {budget}",
                            param="reasoning_budget_tokens")
-    return ToolRequest(
-        messages=tuple(parse_messages(json.loads(text).get("messages"))), tools=tuple(tools),
-        tool_choice=_tool_choice(body.tool_choice, tools),
-        parallel_tool_calls=bool(body.parallel_tool_calls), reasoning_budget=budget,
-        reasoning_budget_message=body.reasoning_budget_message, reasoning_control=body.reasoning_control)
+    return replace(job, reasoning_budget=budget, reasoning_budget_message=body.reasoning_budget_message,
+                   reasoning_control=body.reasoning_control)
 
 
 def _job(
@@ -356,6 +362,7 @@ def job_from(body: BaseModel, text: str, *, honour_strict: bool = False) -> Job:
         if isinstance(body, ChatCompletionRequest):
             tools = _tool_request(body, text)
             job = _job(text, "openai", _messages(body.messages), "", body, budget, body.stop, honour_strict)
+            job = _reasoning(job, body)
             if tools is not None:
                 return replace(job, tools=tools)
             # llama-server's chat completion with a response_format: the chat params' grammar (strict refuses

@@ -29,9 +29,10 @@
 #   before `Started`, and so does a format whose parser is not ported (NotPorted). A chat with a response
 #   schema (`job.chat_schema`) is prepared the same way, without tools; its answer keeps the content rule.
 # - The chat template is the model's, or the server's `--chat-template` (`Generations(template=)`).
-# - A chat with tools on a thinking template runs llama-server's reasoning budget
-#   (`ToolChat.reasoning_budget`): the request's budget and message, else the server's
-#   (`Generations(reasoning_budget=, reasoning_budget_message=)`), with one slot or several. A run whose
+# - An OpenAI chat on a thinking template runs llama-server's reasoning budget (`reasoning_budget` of its
+#   chat settings: the session's for a chat with tools or a schema, the engine's own for any other): the
+#   request's budget and message, else the server's (`Generations(reasoning_budget=,
+#   reasoning_budget_message=)`), with one slot or several. A run whose
 #   request set `reasoning_control` can be told to end its block (`Generations.control`, from any thread):
 #   the flag is read by the thread that samples, before the next decode, which forces the end tag.
 # - Metrics are written on the loop only (a done callback), from a tally the worker thread filled; the
@@ -53,11 +54,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from clients import Session
+from clients import ChatSettings, Session
 from constraintd.engine.chat.template_inputs import ChatMessage as TemplateMessage
 from sampler_worker.generate import Counters, Generation, Overlap, Step, generate
 from sampler_worker.model import Model
-from sampler_worker.prompt import ToolChat, chat_text, tool_chat
+from sampler_worker.prompt import ToolChat, chat_settings, chat_text, reasoning_budget, tool_chat
 from sampler_worker.reasoning_budget import ReasoningBudget
 from sampler_worker.serve.bodies import Job, RequestError
 from sampler_worker.serve.contexts import Slot
@@ -435,14 +436,21 @@ class Generations:
                 assert made is not None
                 self._check_prompt(context, made.prompt)
                 # the answer's content is the content rule's (job.json_answer), not a tool message
-                yield made.prompt, None, session, None, made.stop_strings(job.stop), made.preserved
+                yield (made.prompt, None, session, self._budget(context, job, made.settings, run),
+                       made.stop_strings(job.stop), made.preserved)
             return
         if job.tools is None:
             tokens = self._tokens(context, job)
             self._check_prompt(context, tokens)
+            budget = None
+            if job.chat is not None and (self._budget_tokens(job) >= 0 or job.reasoning_control):
+                # its thinking tags are the chat params' (no grammar to hold: the engine's own reading)
+                thinking = [TemplateMessage(message.role, message.content) for message in job.chat]
+                budget = self._budget(context, job, chat_settings(context, thinking, template=self.template),
+                                      run)
             with self._session(lambda: None if job.constraint is None else
                                self.client.session(self._vocab, **job.constraint), run) as session:
-                yield tokens, None, session, None, list(job.stop), frozenset()
+                yield tokens, None, session, budget, list(job.stop), frozenset()
             return
         asked = job.tools
         chat: ToolChat | None = None
@@ -459,14 +467,25 @@ class Generations:
             self._check_prompt(context, chat.prompt)
             # a parser not ported for the format says so on any text: before the generation, not after it
             chat.read("")
-            message = asked.reasoning_budget_message
-            budget = chat.reasoning_budget(
-                context.model if isinstance(context, Slot) else context,
-                self.reasoning_budget if asked.reasoning_budget == -1 else asked.reasoning_budget,
-                self.reasoning_budget_message if message is None else message,
-                control=asked.reasoning_control)
-            run.controlled = asked.reasoning_control and budget is not None
-            yield chat.prompt, chat, session, budget, chat.stop_strings(job.stop), chat.preserved
+            yield (chat.prompt, chat, session, self._budget(context, job, chat.settings, run),
+                   chat.stop_strings(job.stop), chat.preserved)
+
+    def _budget_tokens(self, job: Job) -> int:
+        if job.reasoning_budget is None:  # not an OpenAI chat completion: none
+            return -1
+        return self.reasoning_budget if job.reasoning_budget == -1 else job.reasoning_budget
+
+    def _budget(
+        self, context: Model | Slot, job: Job, settings: ChatSettings, run: Run
+    ) -> ReasoningBudget | None:
+        # the chat's reasoning budget (None: llama-server runs none); the run is told whether it may be
+        # ended by a control
+        message = job.reasoning_budget_message
+        budget = reasoning_budget(
+            settings, context.model if isinstance(context, Slot) else context, self._budget_tokens(job),
+            self.reasoning_budget_message if message is None else message, control=job.reasoning_control)
+        run.controlled = job.reasoning_control and budget is not None
+        return budget
 
     def _work(self, context: Model | Slot, job: Job, run: Run) -> None:
         tally = run.tally

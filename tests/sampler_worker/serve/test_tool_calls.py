@@ -300,3 +300,40 @@ def test_a_thinking_block_ended_by_a_control_request(gemma_path: Path) -> None:
     assert not _holds(plain, end) and _holds(ended, end)
     assert refused[0].json() == {"success": False, "message": "no active completion for this id"}
     assert [answer.status_code for answer in refused[1:]] == [400, 400]
+
+
+@pytest.mark.slow  # the command loads the model again
+def test_a_chat_without_tools_runs_the_budget_too(
+    gemma_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # llama-server makes the budget for any chat on a thinking template that sets one: a plain chat (its
+    # thinking tags are the chat params'), and a chat with a response format (the grammar holds the block)
+    template = tmp_path / "qwq.jinja"
+    template.write_text(_template(THINKING))
+    schema = tmp_path / "object.json"
+    schema.write_text('{"type": "object"}')
+    reports = []
+    for constraint in ([], ["--schema", str(schema)]):
+        with fixed_date():
+            status = main([
+                "generate", "--model", str(gemma_path), "--chat", QUESTION, "--chat-template", str(template),
+                "--seed", "1", "--max-tokens", "16", "--n-ctx", "1024", "--constraintd", "local",
+                "--output", "json", "--reasoning-budget", "2", *constraint,
+            ])
+        captured = capsys.readouterr()
+        assert status == 0, captured.err
+        reports.append(json.loads(captured.out))
+    request: dict[str, Any] = {"messages": MESSAGES, "seed": 1, "max_tokens": 16, "return_tokens": True}
+    with fixed_date(), live_server(gemma_path, parallel=1, max_queue=0, timeout=300, n_ctx=1024,
+                                   template=_template(THINKING), reasoning_budget=2) as live, \
+            live.http() as http:
+        end = live.state.generations.contexts[0].tokenize("</think>", add_special=False)
+        plain = http.post("/v1/chat/completions", json=request).json()
+        shaped = http.post("/v1/chat/completions", json={
+            **request, "response_format": {"type": "json_object"}}).json()
+        unlimited = http.post("/v1/chat/completions", json={**request, "reasoning_budget_tokens": 100}).json()
+        live.wait_idle()
+    assert plain["tokens"] == reports[0]["tokens"] and shaped["tokens"] == reports[1]["tokens"]
+    # the prompt's newline after <think> is the block's first token: the end is forced after one more
+    assert plain["tokens"][1 : 1 + len(end)] == end and shaped["tokens"][1 : 1 + len(end)] == end
+    assert not _holds(unlimited["tokens"], end)
