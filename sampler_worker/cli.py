@@ -85,12 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tool-choice", default="auto", metavar="auto|required|none|NAME",
                      help="with --tools: auto (default), required, none, or a tool's name (that tool alone)")
     run.add_argument("--parallel-tool-calls", action="store_true", help="with --tools: allow several calls")
-    run.add_argument("--reasoning-budget", type=int, default=-1, metavar="N",
-                     help="with --chat on a thinking template: the most tokens of a thinking block before "
-                     "its end tag is forced (-1, default: no limit; 0: no thinking), as llama-server's "
-                     "--reasoning-budget")
-    run.add_argument("--reasoning-budget-message", default="", metavar="TEXT",
-                     help="with --reasoning-budget: written before the forced end tag")
+    add_reasoning_budget_options(run, scope="a --chat")
     run.add_argument("--chat-template", type=Path, metavar="FILE",
                      help="a Jinja chat template used instead of the model's (llama-server's "
                      "--chat-template-file)")
@@ -182,6 +177,15 @@ def _request_constraint(path: Path) -> dict[str, Any] | None:
         return None
     field = "ollama_request" if requested.source.startswith(_OLLAMA_SOURCE) else "openai_request"
     return {field: text}
+
+
+def add_reasoning_budget_options(parser: argparse.ArgumentParser | Any, *, scope: str) -> None:
+    """llama-server's --reasoning-budget and --reasoning-budget-message, for `scope` (which chats)."""
+    parser.add_argument("--reasoning-budget", type=int, default=-1, metavar="N",
+                        help=f"{scope} on a thinking template: the most tokens of a thinking block before "
+                        "its end tag is forced (-1, default: no limit; 0: no thinking), as llama-server's")
+    parser.add_argument("--reasoning-budget-message", default="", metavar="TEXT",
+                        help=f"{scope}: written before a forced end tag")
 
 
 def tools_from(args: argparse.Namespace) -> list[Any] | None:

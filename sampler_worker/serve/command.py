@@ -128,12 +128,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     serve.add_argument("--chat-template", type=Path, metavar="FILE",
                        help="a Jinja chat template used instead of the model's, for every chat "
                        "(llama-server's --chat-template-file)")
-    serve.add_argument("--reasoning-budget", type=int, default=-1, metavar="N",
-                       help="a chat with tools on a thinking template: the most tokens of a thinking block "
-                       "before its end tag is forced, when the request sets none (-1, default: no limit; "
-                       "0: no thinking), as llama-server's")
-    serve.add_argument("--reasoning-budget-message", default="", metavar="TEXT",
-                       help="written before a forced end tag, when the request sets none")
+    from sampler_worker.cli import add_reasoning_budget_options
+
+    add_reasoning_budget_options(serve, scope="an OpenAI chat completion that sets none")
     serve.add_argument("--max-queue", type=int, default=8,
                        help="requests that may wait for a free slot; past it, 429 with Retry-After "
                        "(default 8)")

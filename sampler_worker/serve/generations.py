@@ -32,9 +32,9 @@
 # - An OpenAI chat on a thinking template runs llama-server's reasoning budget (`reasoning_budget` of its
 #   chat settings: the session's for a chat with tools or a schema, the engine's own for any other): the
 #   request's budget and message, else the server's (`Generations(reasoning_budget=,
-#   reasoning_budget_message=)`), with one slot or several. A run whose
-#   request set `reasoning_control` can be told to end its block (`Generations.control`, from any thread):
-#   the flag is read by the thread that samples, before the next decode, which forces the end tag.
+#   reasoning_budget_message=)`), with one slot or several. A run whose request set `reasoning_control` can
+#   be told to end its block (`Generations.control`, from any thread): the flag is read by the thread that
+#   samples, before the next decode, which forces the end tag.
 # - Metrics are written on the loop only (a done callback), from a tally the worker thread filled; the
 #   gauge of open constraintd sessions moves when a session opens and when it closes (the worker thread
 #   schedules the change on the loop, before it ends: at `wait_idle()` the gauge counts no ended run).
