@@ -47,7 +47,7 @@ from constraintd.engine.chat.chat_params import TOOL_CHOICES, NotPorted, regex_e
 from constraintd.engine.chat.message_parser import MessageParseError, ParsedMessage
 from constraintd.engine.chat.prompt import CHATML_TEMPLATE, template_source
 from constraintd.engine.chat.requests import JSON_OBJECT_SCHEMA, AnswerFormat, read_request, resolve_request
-from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps
+from constraintd.engine.chat.template_inputs import C_SPACE, ChatMessage, ChatTool, TemplateCaps
 from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.errors import ChatTemplateError, FreeTextError, NotPortedError
 from sampler_worker.reasoning_budget import ReasoningBudget, server_budget, utf8_complete
@@ -123,10 +123,6 @@ def prompt_tokens(model: TemplateModel, *, prompt: str | None = None, chat: str 
     return model.tokenize(text, add_special=True, parse_special=True)
 
 
-# C's isspace() in the "C" locale, by one character (the empty string is none of them)
-_C_SPACES = frozenset(" \t\n\v\f\r")
-
-
 class PieceModel(TemplateModel, Protocol):
     """A model whose tokens' text can be read (`sampler_worker.model.Model` is one)."""
 
@@ -138,7 +134,8 @@ def generation_prefill(model: PieceModel, generation_prompt: str) -> list[int]:
     budget: no BOS, special tokens parsed, and a first token dropped whose piece starts with a space the
     text does not start with (a tokenizer may put one before a leading special token)."""
     tokens = model.tokenize(generation_prompt, add_special=False, parse_special=True)
-    if tokens and model.piece(tokens[0])[:1].isspace() and generation_prompt[:1] not in _C_SPACES:
+    leading_space = bool(generation_prompt) and generation_prompt[0] in C_SPACE
+    if tokens and model.piece(tokens[0])[:1].isspace() and not leading_space:
         tokens = tokens[1:]
     return tokens
 
