@@ -32,8 +32,8 @@ order llama.cpp's grammar writes them (required ones first), and why strict conv
 keyword each refused schema's report names. A peer that is not installed is "NOT MEASURED".
 
 A compile is what a session needs before its first mask, from the schema's text: for constraintd, the
-conversion (`convert_json_schema`) and `Grammar.from_gbnf` (parse, checks, the flattened rules and their
-closures, the initial state), the same calls for both dialects; for llguidance, `grammar_from` and the
+conversion (`convert_json_schema`) and `Grammar.from_gbnf` (parse, checks, the flattened rules, the
+closures its initial state needs, the initial state), the same calls for both dialects; for llguidance, `grammar_from` and the
 `LLMatcher`; for XGrammar, `compile_json_schema` (its compiler's cache off, so no compile is served from an
 earlier one). What depends on the vocabulary alone is set up before the run and not counted: the peers'
 tokenizer tables, constraintd's decoded pieces and shared verdicts (warmed by one compile of a small grammar).

@@ -16,8 +16,9 @@
 #   registry): cheap to read (a sum of three numbers). Counted once, at the first read (the registry's,
 #   right after the compile; a grammar no cache keeps never pays for it), from the sizes of the
 #   containers and the counts of what they hold (not by walking every object): the parsed rules, the
-#   flattened rules (element table, alternates, character classes, follow positions, the closures' stacks),
-#   the initial state's stacks, the trigger programs, the key. Counted as it grows: the finished masks
+#   flattened rules (element table, alternates, character classes, follow positions), the initial
+#   state's stacks, the trigger programs, the key. Counted as it grows: the rules' closures (computed as
+#   stacks meet them, grammar/stacks.py, and counted there as they are), the finished masks
 #   and the stack-top verdicts kept for this grammar alone (their arrays), and the states learned while
 #   serving, at a flat `STATE_BYTES` each. Not counted: the
 #   vocabulary and what it owns (decoded pieces, shared verdicts: bounded by its owner), the per-top
@@ -37,7 +38,14 @@ import numpy as np
 
 from constraintd.engine.grammar.gbnf import ParsedGrammar, check_grammar, parse_gbnf
 from constraintd.engine.grammar.stack_sets import State, StateTable
-from constraintd.engine.grammar.stacks import Rules, Stack
+from constraintd.engine.grammar.stacks import (
+    DICT_ENTRY_BYTES,
+    INT_BYTES,
+    PAIR_BYTES,
+    Rules,
+    Stack,
+    stacks_bytes,
+)
 from constraintd.engine.grammar.triggers import Triggers
 from constraintd.engine.masks.ahead import AheadRun, Lookahead
 from constraintd.engine.masks.cache import MaskCache
@@ -54,12 +62,8 @@ _AHEAD_STACK_LIMIT: Final = 10_000
 # A state learned while serving, as `nbytes` counts it: the State, its stack set of a few short stacks, its
 # by-top lists and memo tables with a few entries (a flat estimate, not a walk).
 STATE_BYTES: Final = 2048
-# CPython's sizes (64-bit): an int past the cached small ones, a 2-tuple, a pointer slot, and a dict entry
-# (hash, key, value, index, at the table's usual fill).
-_INT_BYTES: Final = 32
-_PAIR_BYTES: Final = sys.getsizeof((0, 1))
+# A pointer slot (CPython, 64-bit); the other sizes are grammar/stacks.py's.
 _SLOT_BYTES: Final = 8
-_DICT_ENTRY_BYTES: Final = 48
 # a trigger program's instruction (a small tuple)
 _INSTRUCTION_BYTES: Final = 80
 
@@ -212,7 +216,8 @@ class Grammar:
             )
         learned = max(len(self._states) - 1, 0)
         ahead = self._ahead.nbytes if self._ahead is not None else 0
-        return self._fixed_bytes + learned * STATE_BYTES + self._masks.nbytes + ahead
+        closures = self._rules.closure_bytes  # computed as stacks meet them (grammar/stacks.py)
+        return self._fixed_bytes + closures + learned * STATE_BYTES + self._masks.nbytes + ahead
 
     def __repr__(self) -> str:
         lazy = " lazy" if self.lazy else ""
@@ -230,34 +235,27 @@ def _rules_bytes(parsed: ParsedGrammar, rules: Rules) -> int:
     values = np.fromiter(rules.values, dtype=np.int64, count=len(rules.values))
     large_values = int(np.count_nonzero((values > 256) | (values < -5)))
     elements = len(rules.kinds)
-    total = sys.getsizeof(parsed.rules) + sum(map(sys.getsizeof, parsed.rules)) + elements * _PAIR_BYTES
+    total = sys.getsizeof(parsed.rules) + sum(map(sys.getsizeof, parsed.rules)) + elements * PAIR_BYTES
     total += sys.getsizeof(parsed.symbol_ids) + sum(map(sys.getsizeof, parsed.symbol_ids))
-    total += large_values * _INT_BYTES
+    total += large_values * INT_BYTES
     total += sys.getsizeof(rules.kinds) + sys.getsizeof(rules.values) + sys.getsizeof(rules.rule_starts)
     total += sys.getsizeof(rules.alternates) + sum(map(sys.getsizeof, rules.alternates))
-    total += len(rules.after) * (2 * _DICT_ENTRY_BYTES + 2 * _INT_BYTES)  # `after` and `classes` by position
+    total += len(rules.after) * (2 * DICT_ENTRY_BYTES + 2 * INT_BYTES)  # `after` and `classes` by position
     for _, ranges in rules.classes.values():
-        total += _PAIR_BYTES + sys.getsizeof(ranges) + len(ranges) * _PAIR_BYTES
-    for stacks, _ in rules._closures.values():
-        total += _DICT_ENTRY_BYTES + _PAIR_BYTES + sys.getsizeof(stacks) + _stacks_bytes(stacks)
+        total += PAIR_BYTES + sys.getsizeof(ranges) + len(ranges) * PAIR_BYTES
     return total
-
-
-def _stacks_bytes(stacks: Sequence[tuple[int, ...]] | frozenset[tuple[int, ...]]) -> int:
-    # each stack tuple, and an int object per slot
-    return sum(map(sys.getsizeof, stacks)) + sum(map(len, stacks)) * _INT_BYTES
 
 
 def _state_bytes(state: State | None) -> int:
     if state is None:
         return 0
     stacks = state.stacks
-    total = STATE_BYTES + sys.getsizeof(stacks) + _stacks_bytes(stacks)
+    total = STATE_BYTES + sys.getsizeof(stacks) + stacks_bytes(stacks)
     total += sys.getsizeof(state.by_top) + sum(map(sys.getsizeof, state.by_top.values()))
-    return total + sys.getsizeof(state.token_tops) + len(state.token_tops) * _PAIR_BYTES
+    return total + sys.getsizeof(state.token_tops) + len(state.token_tops) * PAIR_BYTES
 
 
 def _triggers_bytes(triggers: Triggers) -> int:
     instructions = sum(len(pattern.program.code) for pattern in triggers.patterns)
     tokens = triggers.tokens
-    return instructions * _INSTRUCTION_BYTES + sys.getsizeof(tokens) + len(tokens) * _INT_BYTES
+    return instructions * _INSTRUCTION_BYTES + sys.getsizeof(tokens) + len(tokens) * INT_BYTES

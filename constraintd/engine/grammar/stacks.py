@@ -12,7 +12,10 @@
 #   `Rules` computes, once per rule-reference position, the stacks that reference expands to (`_Closure`),
 #   in an order that needs no recursion. A cycle there is left recursion; llama.cpp's own check misses
 #   the kind that goes through a rule it does not see may be empty (an alternate of nullable references),
-#   and then never returns, so such a grammar is refused here.
+#   and then never returns, so such a grammar is refused here. Without such a cycle (every grammar the
+#   schema converter writes) a position's closure is computed the first time a stack meets it, with those
+#   it depends on: a session reaches a small part of a large grammar, and the compile pays for none of it.
+#   With one, every closure is computed when the rules are built, and the refusal comes then.
 # - `match_char` and `match_partial_char` are llama.cpp's llama_grammar_match_char and
 #   llama_grammar_match_partial_char, quirks included (a negated class rejects a partial sequence as soon
 #   as one of its ranges overlaps the code points the sequence could still become).
@@ -32,6 +35,7 @@
 #   and whether llama_grammar_apply_impl leaves one token's logit finite.
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Final, cast
 
@@ -52,6 +56,9 @@ from constraintd.engine.grammar.utf8 import FRESH, PartialUtf8, decode_utf8
 from constraintd.errors import GrammarError
 
 __all__ = [
+    "DICT_ENTRY_BYTES",
+    "INT_BYTES",
+    "PAIR_BYTES",
     "TAIL_CHUNK",
     "Rules",
     "Stack",
@@ -62,6 +69,7 @@ __all__ = [
     "accept_token",
     "allows_token",
     "stack_depth",
+    "stacks_bytes",
 ]
 
 # A stack's positions, bottom first; a deep one starts with a `Tail` (its first element only), and is typed
@@ -80,6 +88,11 @@ TOKEN_KINDS: Final = frozenset((TOKEN, TOKEN_NOT))
 _END_OF_SEQUENCE: Final = frozenset((END, ALT))
 _ANY_RANGE: Final = (0, 0xFFFFFFFF)  # `.` behaves as a range over every uint32
 _MAX_CLOSURE: Final = 1 << 16  # stacks one rule reference may expand to, before left recursion is assumed
+# CPython's sizes (64-bit), for the estimates of what grammars hold: an int past the cached small ones, a
+# 2-tuple, and a dict entry (hash, key, value, index, at the table's usual fill).
+INT_BYTES: Final = 32
+PAIR_BYTES: Final = sys.getsizeof((0, 1))
+DICT_ENTRY_BYTES: Final = 48
 
 # A character class: (positive, inclusive ranges). A single char is the range (c, c); `.` is _ANY_RANGE.
 CharClass = tuple[bool, tuple[tuple[int, int], ...]]
@@ -156,10 +169,12 @@ class Rules:
 
     __slots__ = (
         "_closures",
+        "_nullable",
         "_popped",
         "after",
         "alternates",
         "classes",
+        "closure_bytes",
         "escape",
         "kinds",
         "rule_starts",
@@ -197,7 +212,11 @@ class Rules:
         # (-1 when the terminal ends its alternate)
         self.classes: dict[int, CharClass] = classes
         self.after: dict[int, int] = after
-        self._closures: dict[int, _Closure] = self._compute_closures()
+        self._nullable = self._nullable_rules()
+        # position -> its closure: all of them now where the dependencies cycle, else each when first met
+        self._closures: dict[int, _Closure] = self._compute_closures() if self._left_cycle() else {}
+        # an estimate of the bytes the closures hold, kept as they are computed
+        self.closure_bytes = sum(map(_closure_bytes, self._closures.values()))
         # shallow stack -> what popping its terminal gives (`pop_terminal`): a token's first visit steps
         # stacks that other paths stepped before (see MAX_POPPED)
         self._popped: dict[Stack, tuple[Stack, ...]] = {}
@@ -257,7 +276,7 @@ class Rules:
         raise GrammarError("unsupported grammar, left recursion that never ends (llama.cpp does not return)")
 
     def _dependency_order(self) -> tuple[list[int], bool]:
-        nullable = self._nullable_rules()
+        nullable = self._nullable
         order: list[int] = []
         state: dict[int, bool] = {}  # False: in progress, True: done
         cyclic = False
@@ -282,22 +301,100 @@ class Rules:
         return order, cyclic
 
     def _nullable_rules(self) -> list[bool]:
-        # a rule is nullable when one alternate is made only of references to nullable rules
+        # a rule is nullable when one alternate is made only of references to nullable rules: the least
+        # fixed point, found by counting each alternate's references not yet known nullable (linear; a
+        # pass per discovery would be quadratic in a chain of optional repetitions)
+        kinds, values = self.kinds, self.values
         nullable = [False] * len(self.rule_starts)
-        changed = True
-        while changed:
-            changed = False
-            for rule, alternates in enumerate(self.alternates):
-                if nullable[rule]:
+        waiting: list[int] = []  # per candidate alternate: its references not yet known nullable
+        owner: list[int] = []  # per candidate alternate: its rule
+        users: dict[int, list[int]] = {}  # rule -> the candidate alternates referring to it, once a reference
+        found: list[int] = []
+        for rule, alternates in enumerate(self.alternates):
+            for start in alternates:
+                if start < 0:
+                    found.append(rule)
                     continue
-                for start in alternates:
-                    pos = start
-                    while pos >= 0 and self.kinds[pos] == RULE_REF and nullable[self.values[pos]]:
-                        pos += 1
-                    if pos < 0 or self.kinds[pos] in _END_OF_SEQUENCE:
-                        nullable[rule] = changed = True
-                        break
+                pos = start
+                while kinds[pos] == RULE_REF:
+                    pos += 1
+                if kinds[pos] not in _END_OF_SEQUENCE:
+                    continue  # a terminal: never empty
+                alternate = len(owner)
+                owner.append(rule)
+                waiting.append(pos - start)
+                for ref in range(start, pos):
+                    users.setdefault(values[ref], []).append(alternate)
+        while found:
+            rule = found.pop()
+            if nullable[rule]:
+                continue
+            nullable[rule] = True
+            for alternate in users.get(rule, ()):
+                waiting[alternate] -= 1
+                if not waiting[alternate]:
+                    found.append(owner[alternate])
         return nullable
+
+    def _left_cycle(self) -> bool:
+        # Whether the closures' dependencies (`_dependencies`) hold a cycle. Such a cycle enters a rule at an
+        # alternate's start and moves right only past references to nullable rules before it enters the
+        # next, so it is a cycle of rules, each leading to the rules its alternates refer to behind nullable
+        # references only (and back: such a cycle of rules is one of positions).
+        kinds, values, nullable = self.kinds, self.values, self._nullable
+        leftmost: list[list[int]] = []
+        for alternates in self.alternates:
+            refs: list[int] = []
+            for start in alternates:
+                pos = start
+                while pos >= 0 and kinds[pos] == RULE_REF:
+                    refs.append(values[pos])
+                    if not nullable[values[pos]]:
+                        break
+                    pos += 1
+            leftmost.append(refs)
+        new, in_progress, done = 0, 1, 2
+        state = [new] * len(leftmost)
+        for root in range(len(leftmost)):
+            if state[root] != new:
+                continue
+            state[root] = in_progress
+            path = [(root, iter(leftmost[root]))]
+            while path:
+                rule, refs_left = path[-1]
+                ref = next(refs_left, None)
+                if ref is None:
+                    state[rule] = done
+                    path.pop()
+                elif state[ref] == in_progress:
+                    return True
+                elif state[ref] == new:
+                    state[ref] = in_progress
+                    path.append((ref, iter(leftmost[ref])))
+        return False
+
+    def _close(self, pos: int) -> _Closure:
+        # the closure of `pos`, computed with those it depends on that no stack met yet, in depth-first
+        # post-order (acyclic: `_left_cycle` found no cycle, or all were computed when the rules were built)
+        closures, nullable = self._closures, self._nullable
+        todo: list[tuple[int, list[int]]] = [(pos, self._dependencies(pos, nullable))]
+        path = {pos}  # the positions on `todo`: one met again would be a cycle, never ending
+        while todo:
+            at, deps = todo[-1]
+            if deps:
+                dep = deps.pop()
+                if dep not in closures:
+                    if dep in path:
+                        raise AssertionError(f"a cycle of closures through {dep} that _left_cycle missed")
+                    path.add(dep)
+                    todo.append((dep, self._dependencies(dep, nullable)))
+                continue
+            todo.pop()
+            path.discard(at)
+            if at not in closures:
+                closure = closures[at] = self._closure(at, closures)
+                self.closure_bytes += _closure_bytes(closure)
+        return closures[pos]
 
     def _dependencies(self, pos: int, nullable: list[bool]) -> list[int]:
         deps = [a for a in self.alternates[self.values[pos]] if a >= 0 and self.kinds[a] == RULE_REF]
@@ -352,7 +449,7 @@ class Rules:
                 found.append(stack)
                 break
             rest = stack[:-1]
-            above, vanishes = self._closures[top]
+            above, vanishes = self._closures.get(top) or self._close(top)
             found.extend(rest + s for s in above)
             if not vanishes:
                 break
@@ -408,6 +505,17 @@ class Rules:
             if range_low <= high and low <= range_high:
                 return positive
         return not positive
+
+
+def stacks_bytes(stacks: Iterable[Stack]) -> int:
+    """An estimate of the bytes of these stacks: each stack tuple, and an int object per slot."""
+    return sum(sys.getsizeof(stack) + len(stack) * INT_BYTES for stack in stacks)
+
+
+def _closure_bytes(closure: _Closure) -> int:
+    # the dict entry, its pair, the tuple of stacks and the stacks
+    stacks = closure[0]
+    return DICT_ENTRY_BYTES + PAIR_BYTES + sys.getsizeof(stacks) + stacks_bytes(stacks)
 
 
 def _match_token(kind: int, value: int, token: int) -> bool:
