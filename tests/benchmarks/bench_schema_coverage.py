@@ -33,13 +33,13 @@ keyword each refused schema's report names. A peer that is not installed is "NOT
 
 A compile is what a session needs before its first mask, from the schema's text: for constraintd, the
 conversion (`convert_json_schema`) and `Grammar.from_gbnf` (parse, checks, the flattened rules, the
-closures its initial state needs, the initial state), the same calls for both dialects; for llguidance, `grammar_from` and the
-`LLMatcher`; for XGrammar, `compile_json_schema` (its compiler's cache off, so no compile is served from an
-earlier one). What depends on the vocabulary alone is set up before the run and not counted: the peers'
-tokenizer tables, constraintd's decoded pieces and shared verdicts (warmed by one compile of a small grammar).
-What an engine does per grammar and vocabulary is counted where the engine does it: XGrammar's compile
-builds its token mask cache; constraintd builds its mask tables at the first mask, which is not counted
-(nor is llguidance's first mask). How it is timed:
+initial state and the closures it needs), the same calls for both dialects; for llguidance, `grammar_from`
+and the `LLMatcher`; for XGrammar, `compile_json_schema` (its compiler's cache off, so no compile is served
+from an earlier one). What depends on the vocabulary alone is set up before the run and not counted: the
+peers' tokenizer tables, constraintd's decoded pieces and shared verdicts (warmed by one compile of a small
+grammar). What an engine does per grammar and vocabulary is counted where the engine does it: XGrammar's
+compile builds its token mask cache; constraintd builds its mask tables at the first mask, which is not
+counted (nor is llguidance's first mask). How it is timed:
 - after the documents are matched, each engine that compiled a schema compiles it `--repeat` times (default
   3) more; the schema's compile time is the least of them (the one other work on the machine disturbed
   least). The engines take turns, each repetition in another order (rotated by schema and repetition), so
