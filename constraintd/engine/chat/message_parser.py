@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
+from constraintd.engine.chat.content import AnswerState, parse_json_answer
 from constraintd.engine.chat.diff_split import trim_whitespace
 from constraintd.engine.chat.json_tool_grammar import call_keys
 from constraintd.engine.chat.reasoning import ReasoningMode
@@ -358,6 +359,16 @@ def _json_tools(scan: _Scan, analysis: TemplateAnalysis, names: Sequence[str], *
         scan.optional(section)
 
 
+def _response_format(scan: _Scan) -> None:
+    # the answer after the thinking block: the content rule's (chat/content.py), whose content is the
+    # value's text; an answer that cannot parse does not match, one still open is read so far
+    answer = parse_json_answer(scan.text[scan.pos:])
+    if answer.state is AnswerState.INVALID:
+        raise _Fail
+    scan.content.append(answer.content)
+    scan.pos = len(scan.text)
+
+
 def _reasoning(scan: _Scan, analysis: TemplateAnalysis, *, extracting: bool) -> None:
     # analyze_reasoning::build_parser: optional(optspace(start) reasoning(until(end)) optspace(end))
     reasoning = analysis.reasoning
@@ -405,8 +416,6 @@ def parse_message(
     analysis = grammar.analysis
     if analysis is None:
         raise NotPorted("the parser of a request without the auto-parser's analysis")
-    if has_response_format:
-        raise NotPorted("the parser of a response-format answer")
     scan = _Scan(generation_prompt + text)
     reasoning = analysis.reasoning
     start_tag = trim_whitespace(reasoning.start)
@@ -417,7 +426,12 @@ def parse_message(
     with_tools = bool(tools) and tool_choice != "none" and supports_tool_calls
     try:
         scan.literal(prefix)
-        if with_tools:
+        if has_response_format:
+            # prefix << reasoning space ( "```json" space VALUE space "```" | space VALUE space ) end
+            scan.space()
+            _reasoning(scan, analysis, extracting=extracting)
+            _response_format(scan)
+        elif with_tools:
             if analysis.tools.mode is not ToolMode.JSON_NATIVE:
                 if analysis.tools.mode is ToolMode.NONE:
                     raise NotPorted("the parser of a template whose tool-call format is not found")

@@ -4,7 +4,7 @@ chat parser reads it.
 The oracle test runs tests/chat_oracle/messages.py's texts on every auto-parser template through
 llama.cpp's common_chat_parse (the harness's "parse" mode) and through `parse_message`: content, reasoning
 content and tool calls identical, or both sides refusing; requests whose tool grammar is not ported (the tag
-formats) are counted apart.
+formats) are counted apart. A response schema's answers are among the texts.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
 from constraintd.engine.chat.message_parser import MessageParseError, ParsedToolCall, parse_message
-from constraintd.engine.chat.reasoning import ReasoningAnalysis
+from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
 from constraintd.engine.chat.template_analysis import TemplateAnalysis, ToolFormat, ToolMode
 from tests.chat_oracle.cases import template_paths
 from tests.chat_oracle.messages import compare_messages
@@ -55,6 +55,26 @@ def test_an_unknown_tool_does_not_match() -> None:
     text = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
     with pytest.raises(MessageParseError, match="does not match the expected"):
         parse_message(text, HERMES, generation_prompt=PROMPT, tools=TOOLS)
+
+
+# A thinking template (Qwen 3): a response schema's answer after the thinking block
+THINKING = ChatGrammar(analysis=TemplateAnalysis(
+    ReasoningAnalysis(ReasoningMode.TAG_BASED, "<think>", "</think>")))
+
+
+def test_a_response_schemas_answer_is_read_after_the_thinking_block() -> None:
+    text = '<think>\nThe city is Paris.\n</think>\n\n```json\n{"city": "Paris"}\n```'
+    message = parse_message(text, THINKING, generation_prompt=PROMPT, has_response_format=True)
+    assert (message.reasoning_content, message.content) == ("\nThe city is Paris.\n", '{"city": "Paris"}')
+    cut = parse_message('<think>x</think>{"city": "Pa', THINKING, generation_prompt=PROMPT,
+                        has_response_format=True)
+    assert (cut.reasoning_content, cut.content) == ("x", '{"city": "Pa')
+
+
+def test_a_response_schemas_answer_that_is_no_value_does_not_match() -> None:
+    with pytest.raises(MessageParseError, match="does not match the expected"):
+        parse_message('<think>x</think>{"city": "Paris"} and more', THINKING, generation_prompt=PROMPT,
+                      has_response_format=True)
 
 
 def test_a_tag_format_is_not_ported() -> None:
