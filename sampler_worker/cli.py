@@ -16,7 +16,8 @@ grammar refused a first draw, the overlap mode that ran, counters, timings). Pro
 `--tools FILE` (a JSON list of OpenAI tools) renders the tools into the chat prompt and constrains the
 answer as llama-server does for the template, through a session constraintd makes from the chat request
 (see sampler_worker.prompt.tool_chat); the report then holds
-the message llama-server's parser reads: content, reasoning content, tool calls.
+the message llama-server's parser reads: content, reasoning content, tool calls. A chat's `--json` or
+`--schema` is read the same way (content and reasoning content: a thinking block is not content).
 `--overlap` (auto by default) chooses how the constraint's round trip meets the model's forward pass (see
 sampler_worker/generate.py); the tokens are the same in every mode.
 """
@@ -266,12 +267,15 @@ def _constraintd(target: str | None, say: TextIO) -> Iterator[Any]:
 
 
 def _message(chat: Any, text: str) -> dict[str, Any]:
-    # the message llama-server's chat parser reads in a chat with tools (sampler_worker.prompt.ToolChat)
+    # the message llama-server's chat parser reads in a chat with tools or a response schema
+    # (sampler_worker.prompt.ToolChat); tool calls only where there are tools
     message, error = chat.read(text)
     if error is not None:
         return {"content": text, "parse_error": error}
-    return {"content": message.content, "reasoning_content": message.reasoning_content,
-            "tool_calls": [call.to_json() for call in message.tool_calls]}
+    found = {"content": message.content, "reasoning_content": message.reasoning_content}
+    if chat.settings.format.tools:
+        found["tool_calls"] = [call.to_json() for call in message.tool_calls]
+    return found
 
 
 def _report(generation: Generation, settings: SamplerSettings, *, json_answer: bool,
@@ -330,11 +334,16 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
     from constraintd.engine.chat.content import ContentStream
 
     content = ContentStream() if json_answer else None
+    message: Any = None  # a chat with a response schema: its parser's reading of the text so far
 
     def show(step: Step) -> None:
         if streaming and step.text:
-            # a JSON answer streams its content: the value alone, growing
-            out.write(content.push(step.text) if content is not None else step.text)
+            # a JSON answer streams its content: the value alone, growing (on a chat template, as the chat's
+            # parser reads it: a thinking block is not content)
+            if message is not None:
+                out.write("".join(delta.get("content", "") for delta in message.push(step.text)))
+            else:
+                out.write(content.push(step.text) if content is not None else step.text)
             out.flush()
 
     chat = None
@@ -355,11 +364,15 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
                 )
         elif chat_schema is not None:
             from sampler_worker.prompt import tool_chat
+            from sampler_worker.serve.tool_messages import ToolMessage
 
-            # the answer's content is the content rule's (json_answer), as llama-server's chat parser reads it
+            # the answer is the message llama-server's chat parser reads: the thinking block apart, the
+            # content the value alone (the content rule's)
             with _served(args, model, path, say) as (client, handle), tool_chat(
                 client, handle, model, args.chat, [], template=template, json_schema=chat_schema,
             ) as made:
+                made.read("")  # a parser not ported says so before the generation
+                chat, message = made, ToolMessage(made)
                 budget = made.reasoning_budget(model, args.reasoning_budget, args.reasoning_budget_message)
                 generation = generate(
                     model, made.prompt, settings, session=made.session, max_tokens=args.max_tokens,
@@ -386,6 +399,8 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
                         stop=list(args.stop), on_step=show, overlap=args.overlap, budget=budget,
                     )
     if streaming:
+        if message is not None:
+            out.write("".join(delta.get("content", "") for delta in message.finish()))
         out.write("\n")
         if chat is not None:
             for call in _message(chat, generation.text).get("tool_calls", ()):

@@ -5,12 +5,15 @@
 # Contract:
 # - A chat answer whose constraint asks for JSON follows the content rule (constraintd.engine.chat.content):
 #   the content is the JSON value alone (`json_message` whole; `ContentStream` streamed, so a stream's
-#   deltas add up to what llama-server streams). Completions and Ollama's generate give the text as it is.
+#   deltas add up to what llama-server streams). An OpenAI chat with a response schema is read by its chat's
+#   parser, as a chat with tools (below): the thinking block is `reasoning_content`, the value the content.
+#   Completions and Ollama's generate give the text as it is.
 # - `finish_reason` is "stop" (an end-of-generation token or a stop string) or "length" (the token budget);
 #   `usage` counts the prompt's tokens and the generated ones (an end-of-generation token included, as
 #   llama-server counts it).
-# - A chat with tools answers llama-server's message (sampler_worker.serve.tool_messages): whole, its
-#   `tool_calls` and `reasoning_content`; streamed, the deltas of the text's successive readings. Its
+# - A chat with tools (or a response schema) answers llama-server's message
+#   (sampler_worker.serve.tool_messages): whole, its `tool_calls` and `reasoning_content`; streamed, the
+#   deltas of the text's successive readings. Its
 #   `finish_reason` is "tool_calls" when the message has calls and the generation stopped on its own (an
 #   end-of-generation token or a stop string), as llama-server's.
 # - With `return_tokens`, an answer carries the generated token ids (`tokens`); streamed, each chunk
@@ -57,7 +60,7 @@ class Answer:
         json_answer: the content rule applies (chat endpoints with a JSON constraint).
         return_tokens: answers carry the token ids.
         include_usage: a streamed OpenAI answer ends with a usage chunk.
-        chat: a chat with tools (OpenAI's chat endpoint): the answer is its message.
+        chat: a chat with tools or a response schema (OpenAI's chat endpoint): the answer is its message.
     """
 
     endpoint: str
@@ -215,8 +218,8 @@ class Answer:
 
 def answer_for(endpoint: str, model: str, *, json_answer: bool, return_tokens: bool = False,
                include_usage: bool = False, chat: ToolChat | None = None, id: str | None = None) -> Answer:
-    """A new answer for one request to `endpoint` (`chat`: a chat with tools, as it was prepared; `id`: the
-    answer's, a new one when None)."""
+    """A new answer for one request to `endpoint` (`chat`: a chat with tools or a response schema, as it was
+    prepared; `id`: the answer's, a new one when None)."""
     answer = Answer(endpoint, model, json_answer, return_tokens, include_usage, chat)
     if id is not None:
         answer.id = id

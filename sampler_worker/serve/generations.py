@@ -27,7 +27,8 @@
 #   the preserved tokens written into the text. `Started` carries that `ToolChat`, whose parser reads the
 #   answer; a request the service refuses (a template, a tool_choice, what is not ported) fails the run
 #   before `Started`, and so does a format whose parser is not ported (NotPorted). A chat with a response
-#   schema (`job.chat_schema`) is prepared the same way, without tools; its answer keeps the content rule.
+#   schema (`job.chat_schema`) is prepared the same way, without tools, and its `ToolChat` travels the same
+#   way: its parser reads the thinking block apart from the answer, whose content is the content rule's.
 # - The chat template is the model's, or the server's `--chat-template` (`Generations(template=)`).
 # - An OpenAI chat on a thinking template runs llama-server's reasoning budget (`reasoning_budget` of its
 #   chat settings: the session's for a chat with tools or a schema, the engine's own for any other): the
@@ -120,7 +121,8 @@ class Started:
 
     Attributes:
         prompt_tokens: the prompt's length in tokens.
-        chat: a chat with tools as it was prepared (its parser reads the answer), or None.
+        chat: a chat with tools or a response schema as it was prepared (its parser reads the answer), or
+            None.
     """
 
     prompt_tokens: int
@@ -435,8 +437,9 @@ class Generations:
             with self._session(open_schema_chat, run) as session:
                 assert made is not None
                 self._check_prompt(context, made.prompt)
-                # the answer's content is the content rule's (job.json_answer), not a tool message
-                yield (made.prompt, None, session, self._budget(context, job, made.settings, run),
+                made.read("")  # as a chat with tools: a parser not ported says so before the generation
+                # the answer is the chat parser's message: the thinking block, then the content rule's value
+                yield (made.prompt, made, session, self._budget(context, job, made.settings, run),
                        made.stop_strings(job.stop), made.preserved)
             return
         if job.tools is None:

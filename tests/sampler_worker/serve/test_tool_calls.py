@@ -337,3 +337,7 @@ def test_a_chat_without_tools_runs_the_budget_too(
     # the prompt's newline after <think> is the block's first token: the end is forced after one more
     assert plain["tokens"][1 : 1 + len(end)] == end and shaped["tokens"][1 : 1 + len(end)] == end
     assert not _holds(unlimited["tokens"], end)
+    # the shaped answer is read by the chat's parser: the thinking block apart from the JSON content
+    message = shaped["choices"][0]["message"]
+    assert "</think>" not in message["content"] and message["content"] == reports[1]["content"]
+    assert message.get("reasoning_content", "") == reports[1]["reasoning_content"]
