@@ -8,7 +8,8 @@
 # - `check_grammar` refuses exactly what `llama_grammar_init_impl` refuses once parsing succeeded: no rules,
 #   no root symbol, left recursion (llama_grammar_detect_left_recursion, with its notion of a rule that
 #   "may be empty": one with an empty alternate). It also refuses malformed element vectors, which only a
-#   hand-built `ParsedGrammar` can have, with the messages of llama.cpp's print_rule, and a root name
+#   hand-built `ParsedGrammar` can have (the parser's, `well_formed`, are not looked at again), with the
+#   messages of llama.cpp's print_rule, and a root name
 #   whose rule was dropped by a redefinition (`root ::= b` then `root ::= "a"`, root `b`), where llama.cpp
 #   would read past its rules.
 # - Linear time, no recursion: the left-recursion search is an iterative depth-first search that
@@ -145,7 +146,8 @@ def check_grammar(parsed: ParsedGrammar, root: str = "root") -> int:
         raise grammar_error("no_rules")
     if root not in parsed.symbol_ids or parsed.symbol_ids[root] >= len(rules):
         raise grammar_error("no_root", root=root)
-    _check_shape(rules)
+    if not parsed.well_formed:  # the parser's own output needs no second look
+        _check_shape(rules)
     index = _left_recursive_rule(rules)
     if index is not None:
         raise grammar_error("left_recursion", index=index)

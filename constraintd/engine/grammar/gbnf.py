@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from constraintd.engine.grammar.checks import (
@@ -72,10 +72,13 @@ class ParsedGrammar:
     Attributes:
         symbol_ids: every rule name (written or generated) to its id, llama.cpp's numbering.
         rules: `rules[rule_id]` is its elements, alternates separated by `(ALT, 0)`, ended by `(END, 0)`.
+        well_formed: made by `parse_gbnf`, whose element vectors are well-formed by construction, so
+            `check_grammar` does not check their shape again (a hand-built grammar leaves it False).
     """
 
     symbol_ids: Mapping[str, int]
     rules: tuple[tuple[Element, ...], ...]
+    well_formed: bool = field(default=False, compare=False, repr=False)
 
 
 # The escapes llama.cpp's `parse_char` reads: `\` + char -> code point, or -> number of hex digits.
@@ -223,7 +226,7 @@ class _Parser:
             pos = self.parse_rule(pos)
         self.check_defined()
         rules = tuple(rule for rule in self.rules if rule is not None)  # none is None after the check
-        return ParsedGrammar(symbol_ids=dict(self.symbol_ids), rules=rules)
+        return ParsedGrammar(symbol_ids=dict(self.symbol_ids), rules=rules, well_formed=True)
 
     def check_defined(self) -> None:
         # llama.cpp's validation at the end of parse(): every rule slot filled, every reference defined.

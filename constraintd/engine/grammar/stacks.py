@@ -86,6 +86,7 @@ ESCAPE: Final = -1
 TERMINAL_KINDS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY, TOKEN, TOKEN_NOT))
 TOKEN_KINDS: Final = frozenset((TOKEN, TOKEN_NOT))
 _END_OF_SEQUENCE: Final = frozenset((END, ALT))
+_CLASS_MORE: Final = frozenset((CHAR_ALT, CHAR_RNG_UPPER))  # what continues a character class
 _ANY_RANGE: Final = (0, 0xFFFFFFFF)  # `.` behaves as a range over every uint32
 _MAX_CLOSURE: Final = 1 << 16  # stacks one rule reference may expand to, before left recursion is assumed
 # CPython's sizes (64-bit), for the estimates of what grammars hold: an int past the cached small ones, a
@@ -187,9 +188,13 @@ class Rules:
         starts: list[int] = []
         for rule in parsed.rules:
             starts.append(len(kinds))
-            for kind, value in rule:
-                kinds.append(int(kind))
-                values.append(int(value))
+            rule_kinds, rule_values = zip(*rule, strict=True)
+            if parsed.well_formed:  # the parser's elements are plain ints already
+                kinds += rule_kinds
+                values += rule_values
+            else:  # a hand-built grammar may hold GreType members
+                kinds += map(int, rule_kinds)
+                values += map(int, rule_values)
         # A position past the rules, of kind ESCAPE: a stack (escape, p) is position p with the rest of the
         # stack unknown. Advancing stops on it as on a terminal; nothing matches it.
         self.escape = len(kinds)
@@ -202,8 +207,16 @@ class Rules:
         self.alternates: tuple[tuple[int, ...], ...] = tuple(self._alternates(s) for s in starts)
         classes: dict[int, CharClass] = {}
         after: dict[int, int] = {}
+        single: dict[int, CharClass] = {}  # a literal character's class, one object per character
         for pos, kind in enumerate(kinds):
-            if kind in (CHAR, CHAR_NOT, CHAR_ANY):
+            if kind == CHAR and kinds[pos + 1] not in _CLASS_MORE:  # one character (most of a grammar's)
+                value = values[pos]
+                found = single.get(value)
+                if found is None:
+                    found = single[value] = (True, ((value, value),))
+                classes[pos] = found
+                after[pos] = -1 if kinds[pos + 1] in _END_OF_SEQUENCE else pos + 1
+            elif kind in (CHAR, CHAR_NOT, CHAR_ANY):
                 classes[pos], end = self._char_class(pos)
                 after[pos] = -1 if kinds[end] in _END_OF_SEQUENCE else end
             elif kind in TOKEN_KINDS:

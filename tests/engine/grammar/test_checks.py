@@ -6,7 +6,9 @@ llama.cpp deciding the same grammars is in test_gbnf.py's oracle tests, which bu
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
 
+from constraintd.engine.grammar import checks
 from constraintd.engine.grammar.gbnf import (
     ERRORS,
     GreType,
@@ -16,6 +18,7 @@ from constraintd.engine.grammar.gbnf import (
     parse_gbnf,
 )
 from constraintd.errors import GrammarError
+from tests.strategies import grammars
 
 # (message key, grammar, root, message fields): refused by check_grammar, at no one spot.
 CHECK_REFUSALS: list[tuple[str, str, str, dict[str, object]]] = [
@@ -80,6 +83,16 @@ def test_check_refuses_malformed_hand_built_grammars(
     with pytest.raises(GrammarError) as refused:
         check_grammar(ParsedGrammar(symbol_ids={"root": 0}, rules=rules))
     assert refused.value.reason == ERRORS[key].format(**fields)
+
+
+@settings(max_examples=60, deadline=None)
+@given(grammars())
+def test_the_parsers_grammars_are_well_formed_by_construction(text: str) -> None:
+    # what lets check_grammar skip their shape: every grammar the parser makes passes the shape check
+    parsed = parse_gbnf(text)
+    assert parsed.well_formed
+    checks._check_shape(parsed.rules)
+    assert not ParsedGrammar(symbol_ids=parsed.symbol_ids, rules=parsed.rules).well_formed
 
 
 def test_left_recursion_search_finishes_each_rule_once() -> None:
