@@ -46,6 +46,7 @@ __all__ = [
     "MAX_REPEATED_ELEMENTS",
     "MAX_REPETITION_THRESHOLD",
     "check_grammar",
+    "first_cycle",
     "format_gbnf",
     "grammar_error",
 ]
@@ -198,25 +199,30 @@ def _left_recursive_rule(rules: Sequence[Sequence[tuple[int, int]]]) -> int | No
             else:
                 recurse = kind in _END_OF_SEQUENCE
         leftmost.append(refs)
+    return first_cycle(leftmost)
 
+
+def first_cycle(edges: Sequence[Sequence[int]]) -> int | None:
+    """The first node, in index order, from which a cycle of `edges` (node -> the nodes it leads to) is
+    reachable, or None: an iterative depth-first search that finishes each node once."""
     new, in_progress, done = 0, 1, 2
-    state = [new] * len(rules)
-    for start in range(len(rules)):
+    state = [new] * len(edges)
+    for start in range(len(edges)):
         if state[start] == done:
             continue
         state[start] = in_progress
-        path = [(start, iter(leftmost[start]))]
+        path = [(start, iter(edges[start]))]
         while path:
-            rule_id, refs_left = path[-1]
-            ref = next(refs_left, None)
-            if ref is None:
-                state[rule_id] = done
+            node, left = path[-1]
+            target = next(left, None)
+            if target is None:
+                state[node] = done
                 path.pop()
-            elif state[ref] == in_progress:
+            elif state[target] == in_progress:
                 return start
-            elif state[ref] == new:
-                state[ref] = in_progress
-                path.append((ref, iter(leftmost[ref])))
+            elif state[target] == new:
+                state[target] = in_progress
+                path.append((target, iter(edges[target])))
     return None
 
 

@@ -39,6 +39,7 @@ import sys
 from collections.abc import Iterable
 from typing import Final, cast
 
+from constraintd.engine.grammar.checks import first_cycle
 from constraintd.engine.grammar.elements import (
     ALT,
     CHAR,
@@ -366,25 +367,7 @@ class Rules:
                         break
                     pos += 1
             leftmost.append(refs)
-        new, in_progress, done = 0, 1, 2
-        state = [new] * len(leftmost)
-        for root in range(len(leftmost)):
-            if state[root] != new:
-                continue
-            state[root] = in_progress
-            path = [(root, iter(leftmost[root]))]
-            while path:
-                rule, refs_left = path[-1]
-                ref = next(refs_left, None)
-                if ref is None:
-                    state[rule] = done
-                    path.pop()
-                elif state[ref] == in_progress:
-                    return True
-                elif state[ref] == new:
-                    state[ref] = in_progress
-                    path.append((ref, iter(leftmost[ref])))
-        return False
+        return first_cycle(leftmost) is not None
 
     def _close(self, pos: int) -> _Closure:
         # the closure of `pos`, computed with those it depends on that no stack met yet, in depth-first
