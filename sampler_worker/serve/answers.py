@@ -139,19 +139,21 @@ class Answer:
     def whole(self, generation: Generation, usage: Usage) -> dict[str, Any]:
         """The answer of a request that does not stream."""
         finish = FINISH_REASONS[generation.stop_reason]
-        text = json_message(generation.text) if self._content is not None else generation.text
         self._tokens = list(generation.tokens)
-        if self.streams_ndjson:
-            return self._ollama(text, finish, usage, done=True)
-        body = self._envelope("chat.completion" if self.endpoint == "chat" else "text_completion")
-        if self._message is not None:
+        choice: dict[str, Any]
+        if self._message is not None:  # the chat's parser reads the text (no content rule beside it)
             message = self._message.whole(generation.text)
-            choice: dict[str, Any] = {"index": 0, "message": message}
+            choice = {"index": 0, "message": message}
             finish = self._finish_reason(generation, "tool_calls" in message)
-        elif self.endpoint == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}}
         else:
-            choice = {"index": 0, "text": text}
+            text = json_message(generation.text) if self._content is not None else generation.text
+            if self.streams_ndjson:
+                return self._ollama(text, finish, usage, done=True)
+            if self.endpoint == "chat":
+                choice = {"index": 0, "message": {"role": "assistant", "content": text}}
+            else:
+                choice = {"index": 0, "text": text}
+        body = self._envelope("chat.completion" if self.endpoint == "chat" else "text_completion")
         choice.update(finish_reason=finish, logprobs=None)
         body.update(choices=[choice], usage=usage.openai())
         self._take_tokens(body)

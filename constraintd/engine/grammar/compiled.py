@@ -241,7 +241,8 @@ def _rules_bytes(parsed: ParsedGrammar, rules: Rules) -> int:
     total += sys.getsizeof(rules.kinds) + sys.getsizeof(rules.values) + sys.getsizeof(rules.rule_starts)
     total += sys.getsizeof(rules.alternates) + sum(map(sys.getsizeof, rules.alternates))
     total += len(rules.after) * (2 * DICT_ENTRY_BYTES + 2 * INT_BYTES)  # `after` and `classes` by position
-    for _, ranges in rules.classes.values():
+    # each class object once: a literal character's is shared by its positions (grammar/stacks.py)
+    for _, ranges in {id(klass): klass for klass in rules.classes.values()}.values():
         total += PAIR_BYTES + sys.getsizeof(ranges) + len(ranges) * PAIR_BYTES
     return total
 
