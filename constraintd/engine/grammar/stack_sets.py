@@ -43,7 +43,15 @@ import numpy as np
 import numpy.typing as npt
 
 from constraintd.engine.grammar.elements import CHAR, CHAR_ANY, CHAR_NOT, TOKEN, TOKEN_NOT
-from constraintd.engine.grammar.stacks import ESCAPE, CharClass, Rules, Stack, StackSet, stack_depth
+from constraintd.engine.grammar.stacks import (
+    ESCAPE,
+    TAIL_CHUNK,
+    CharClass,
+    Rules,
+    Stack,
+    StackSet,
+    stack_depth,
+)
 from constraintd.engine.grammar.utf8 import PartialUtf8
 from constraintd.errors import LimitError
 
@@ -97,7 +105,9 @@ class StateTable:
             raise LimitError(f"the grammar reached {len(key)} stacks, above the limit of {limit}")
         state = self._states.get(key)
         if state is None:
-            depth = max(map(stack_depth, key))
+            depth = max(map(len, key))
+            if depth > TAIL_CHUNK:  # a stack may hold a tail: count its positions
+                depth = max(map(stack_depth, key))
             if depth > MAX_STACK_DEPTH:
                 raise LimitError(
                     f"the grammar's stacks reached a depth of {depth}, above the limit of {MAX_STACK_DEPTH} "
@@ -137,12 +147,26 @@ class StateTable:
 
 
 def _step_stacks(rules: Rules, stacks: Iterable[Stack], code_point: int) -> set[Stack]:
-    # llama_grammar_accept of one code point on stacks as they are (no state): what State.step interns
+    # llama_grammar_accept of one code point on stacks as they are (no state): what State.step interns.
+    # Every token's first visit steps here, so Rules.match_char and the memo of Rules.pop_terminal are
+    # read inline, without two method calls per stack and code point.
     found: set[Stack] = set()
-    kinds, match, pop = rules.kinds, rules.match_char, rules.pop_terminal
+    classes, popped = rules.classes, rules.popped
     for stack in stacks:
-        if stack and kinds[stack[-1]] in _CHAR_KINDS and match(stack[-1], code_point):
-            found.update(pop(stack))
+        if not stack:
+            continue
+        char_class = classes.get(stack[-1])  # None on a token or an escape mark
+        if char_class is None:
+            continue
+        positive, ranges = char_class
+        for low, high in ranges:
+            if low <= code_point <= high:
+                break
+        else:
+            positive = not positive
+        if positive:
+            after = popped.get(stack)
+            found.update(rules.pop_terminal(stack) if after is None else after)
     return found
 
 
@@ -434,7 +458,7 @@ class State:
                     if size > peak:
                         peak = size
                     continue
-            elif not allowed:
+            elif not allowed and table.rules.has_tokens:
                 allowed = _takes_token(table.rules, stacks, token)
             found = _step_stacks(table.rules, stacks, code_point)
             if not found:

@@ -172,13 +172,14 @@ class Rules:
     __slots__ = (
         "_closures",
         "_nullable",
-        "_popped",
         "after",
         "alternates",
         "classes",
         "closure_bytes",
         "escape",
+        "has_tokens",
         "kinds",
+        "popped",
         "rule_starts",
         "values",
     )
@@ -202,6 +203,8 @@ class Rules:
         kinds.append(ESCAPE)
         values.append(0)
         self.kinds: tuple[int, ...] = tuple(kinds)
+        # whether some element is a token terminal (most grammars have none: no stack is ever token-topped)
+        self.has_tokens = not TOKEN_KINDS.isdisjoint(self.kinds)
         self.values: tuple[int, ...] = tuple(values)
         self.rule_starts: tuple[int, ...] = tuple(starts)
         # alternates[rule]: where each alternate starts; -1 for an empty alternate
@@ -232,8 +235,8 @@ class Rules:
         # an estimate of the bytes the closures hold, kept as they are computed
         self.closure_bytes = sum(map(_closure_bytes, self._closures.values()))
         # shallow stack -> what popping its terminal gives (`pop_terminal`): a token's first visit steps
-        # stacks that other paths stepped before (see MAX_POPPED)
-        self._popped: dict[Stack, tuple[Stack, ...]] = {}
+        # stacks that other paths stepped before (see MAX_POPPED); stack_sets.py reads it, only this writes it
+        self.popped: dict[Stack, tuple[Stack, ...]] = {}
 
     def _alternates(self, start: int) -> tuple[int, ...]:
         found: list[int] = []
@@ -464,7 +467,7 @@ class Rules:
 
     def pop_terminal(self, stack: Stack) -> tuple[Stack, ...]:
         """The stacks after the terminal on top of `stack` matched: top replaced by what follows, advanced."""
-        popped = self._popped
+        popped = self.popped
         found = popped.get(stack)
         if found is None:
             follow = self.after[stack[-1]]
@@ -472,7 +475,7 @@ class Rules:
             # kept for stacks without a tail only: a deep stack is its session's, never the grammar's
             if len(stack) < TAIL_CHUNK:
                 if len(popped) >= MAX_POPPED:
-                    popped = self._popped = {}
+                    popped = self.popped = {}
                 popped[stack] = found
         return found
 

@@ -343,7 +343,7 @@ def test_pop_terminal_remembers_shallow_stacks_and_gives_what_advancing_gives() 
         expected = rules.advance_stack(stack[:-1] if follow < 0 else (*stack[:-1], follow))
         assert rules.pop_terminal(stack) == tuple(expected)
         assert rules.pop_terminal(stack) == tuple(expected)  # from memory the second time
-        assert (stack in rules._popped) == (len(stack) < TAIL_CHUNK)
+        assert (stack in rules.popped) == (len(stack) < TAIL_CHUNK)
     assert any(isinstance(stack[0], Tail) for stack in stacks)  # deep ones were met, and not kept
 
 
@@ -352,8 +352,8 @@ def test_pop_terminal_starts_afresh_past_its_bound(monkeypatch: pytest.MonkeyPat
     rules, initial = compile_rules('root ::= "a" "b" "c" "d"')
     (stack,) = initial
     for _ in range(4):
-        assert len(rules._popped) <= 2
+        assert len(rules.popped) <= 2
         (stack,) = rules.pop_terminal(stack) or ((),)
         if not stack:
             break
-    assert len(rules._popped) <= 2
+    assert len(rules.popped) <= 2
