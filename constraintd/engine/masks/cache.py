@@ -658,15 +658,16 @@ class MaskCache:
         return runs
 
     def _verdict(self, words: Words | None, ids: IntArray, uncertain: IntArray) -> TopVerdict:
-        ids = np.sort(ids)
-        nbytes = ids.nbytes + uncertain.nbytes
-        if ids.size * 64 >= self.vocab.n_tokens:  # a mask takes less room than the ids
+        if ids.size * 64 >= self.vocab.n_tokens:  # a mask takes less room than the ids (in any order)
             bits = np.zeros(self.vocab.n_tokens, dtype=np.bool_)
             bits[ids] = True
             own = pack_mask(bits)
             words = own if words is None else words | own
             ids = np.zeros(0, dtype=np.int64)
             nbytes = words.nbytes + uncertain.nbytes
+        else:
+            ids = np.sort(ids)
+            nbytes = ids.nbytes + uncertain.nbytes
         for array in (words, ids, uncertain):
             if array is not None:
                 array.flags.writeable = False
