@@ -37,6 +37,10 @@
 #   the same stack decide alike the tokens starting with a code point both match. The keys outside an
 #   object's known set (llama.cpp's trie: `[^"a] char*`, `[^"b] char*`, ...) cost one walk per vocabulary,
 #   and each class after it walks only the rows starting with a code point no class before it matched.
+#   A longer marked top (escape, ..., q) whose class starts more than 1/FEW_SHARE of the rows is decided
+#   the same way once its structural key misses, by the stack (escape, ..., after q): the trie's class
+#   under the closing quote and the colon of `additional-kv` learns once per vocabulary, not once per
+#   class. A top learned the usual way leaves what it decided of its class's rows there for the next.
 # - First visits inside bounded repetitions (`x{0,n}`, unrolled by the parser into a chain of rules,
 #   each position a structure of its own within the horizon) borrow from the loop `x*`: the top is also
 #   keyed with its chains made loops (masks/structural_ids.py, `loops`), and every token that looks at no
@@ -83,7 +87,7 @@ import numpy.typing as npt
 from constraintd.engine.grammar.chains import ChainAliases, takes_input
 from constraintd.engine.grammar.elements import RULE_REF, TOKEN
 from constraintd.engine.grammar.stack_sets import State, StateTable
-from constraintd.engine.grammar.stacks import Stack
+from constraintd.engine.grammar.stacks import CharClass, Stack
 from constraintd.engine.grammar.utf8 import FRESH, PartialUtf8
 from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.bitmask import allow_tokens, mask_words, pack_mask
@@ -396,8 +400,99 @@ class MaskCache:
         key = structure.stack(top)
         verdict = self.shared.get(key)
         if verdict is None:
-            verdict = self._learn_top(top, key, limit, deadline)
+            shift = self._long_shift(top)
+            if shift is not None:
+                verdict = self._from_long_shift(top, *shift, limit, deadline)
+            if verdict is not None:
+                self.shared.put(key, verdict, verdict[NBYTES])
+            else:
+                verdict = self._learn_top(top, key, limit, deadline)  # kept under `key` there
+                if shift is not None:
+                    self._keep_long_shift(verdict, *shift)
         return verdict
+
+    def _long_shift(self, top: Stack) -> tuple[tuple[int, ...], CharClass] | None:
+        # For a marked top longer than the shortest, (escape, ..., q), whose q is a wide char class (one
+        # that starts more than 1/FEW_SHARE of the rows): the key of the stack q leaves once it matched,
+        # and q's class. As for the shortest top (`_shifted`), a row starting with a code point of the
+        # class goes on from that stack with the rest of its code points, and any other row with a code
+        # point dies at q. A key trie's `[^"a] char*`, `[^"b] char*`, ... below the closing quote and the
+        # colon of `additional-kv` leave stacks with one key, so they share one verdict per vocabulary.
+        # None for any other top (a narrow class's own walk costs little: it is not kept).
+        rules = self.states.rules
+        if len(top) < 3 or top[0] != rules.escape:
+            return None
+        char_class = rules.classes.get(top[-1])
+        if char_class is None:
+            return None
+        table = self.vocab.fresh_table()
+        if self._class_runs().count_starting(char_class) * FEW_SHARE <= table.ids.size:
+            return None
+        assert self.structure is not None
+        follow = rules.after[top[-1]]
+        left = top[:-1] if follow < 0 else (*top[:-1], follow)
+        return (SHIFT_MARK, *self.structure.stack(left)), char_class
+
+    def _from_long_shift(
+        self, top: Stack, key: tuple[int, ...], char_class: CharClass, limit: int, deadline: float | None
+    ) -> TopVerdict | None:
+        # the verdict of `top` (see `_long_shift`) from the shifted verdict kept under `key`, walking only
+        # the rows starting with a code point it does not decide (and the bare unfinished sequences,
+        # judged against the class itself); None when none is kept, or those rows are many
+        known = self.shared.shifted.get(key)
+        if known is None:
+            return None
+        table = self.vocab.fresh_table()
+        in_class = class_members(char_class, table.first_code_points)
+        rows = np.flatnonzero((in_class & ~known.firsts)[table.first_index])
+        if rows.size * FEW_SHARE > table.ids.size:
+            return None
+        bare = table.row_groups().bare_rows
+        allowed_rows, uncertain = self._walk_rows(
+            top, np.concatenate((rows, bare)) if bare.size else rows, limit, deadline
+        )
+        have = (in_class & known.firsts)[table.first_index]
+        verdict = self._verdict(
+            None,
+            table.ids[np.concatenate((np.flatnonzero(known.allowed & have), allowed_rows))],
+            union_rows([np.flatnonzero(known.uncertain & have), uncertain], table.ids.size),
+        )
+        if rows.size:
+            self._keep_long_shift(verdict, key, char_class)
+        return verdict
+
+    def _keep_long_shift(self, verdict: TopVerdict, key: tuple[int, ...], char_class: CharClass) -> None:
+        # what `verdict`, the whole verdict of a top of `char_class` whose terminal leaves the stack of
+        # `key`, says of the rows starting with a code point of the class, kept under `key` with what
+        # was kept there before (the rows both decide, they decide alike)
+        table = self.vocab.fresh_table()
+        n_first = table.count_from[0] if table.count_from else 0
+        in_class = class_members(char_class, table.first_code_points)
+        rows_in = in_class[table.first_index]
+        words, ids = verdict[WORDS], verdict[IDS]
+        tokens = table.ids[:n_first]
+        allowed = np.zeros(n_first, dtype=np.bool_)
+        if words is not None:
+            allowed |= ((words[tokens >> 5] >> (tokens & 31)) & 1).astype(np.bool_)
+        if ids.size:
+            allowed |= np.isin(tokens, ids, assume_unique=True)
+        uncertain = np.zeros(n_first, dtype=np.bool_)
+        left = verdict[UNCERTAIN]
+        uncertain[left[left < n_first]] = True
+        allowed &= rows_in
+        uncertain &= rows_in
+        shared = self.shared.shifted
+        known = shared.get(key)
+        firsts = in_class
+        if known is not None:
+            firsts = known.firsts | in_class
+            allowed |= known.allowed
+            uncertain |= known.uncertain
+            shared.pop(key)
+        for array in (firsts, allowed, uncertain):
+            array.flags.writeable = False
+        learned = ShiftedVerdict(firsts, allowed, uncertain)
+        shared.put(key, learned, learned.nbytes)
 
     def _learn_top(self, top: Stack, key: tuple[int, ...], limit: int, deadline: float | None) -> TopVerdict:
         # the verdict of a top not seen on this vocabulary: from its loop's where that leaves few tokens

@@ -399,6 +399,44 @@ def test_classes_leaving_one_stack_share_what_the_rest_of_a_token_does(
     assert met <= set(table.first_code_points[learned.firsts].tolist()) <= met | {ord(c) for c in "abc"}
 
 
+
+# The same trie deep in a stack: the tops under the escape mark hold the closing quote and what follows
+# the key below it (`"` ":" ";" ","), and every grammar after the first decides its class's tops of each
+# length from what the tokens' rest did after the first grammar's class.
+DEEP_TRIE_PIECES = [*TRIE_PIECES, b"{", b"}", b",", b";", b'":;', b'b":;,}', b'a":', b";,"]
+DEEP_TRIE = (
+    'root ::= "{" a "}"\na ::= b ","\nb ::= c ";"\nc ::= key ":"\nkey ::= "\\"" ([^"{}] [abc]*)? "\\""\n'
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "b", "c", "ab", "bc", "abc"]), min_size=2, max_size=4, unique=True),
+    st.lists(st.integers(0, 10**6), max_size=8),
+)
+def test_deeper_tops_of_classes_leaving_one_stack_share_it_too(
+    excluded: list[str], choices: list[int]
+) -> None:
+    vocab = Vocab(DEEP_TRIE_PIECES, eog_ids=[0])
+    shifted = vocab.decoded().verdicts().shifted
+    for chars in excluded:
+        grammar = Grammar.from_gbnf(DEEP_TRIE.replace("{}", chars), vocab)
+        matcher = Matcher(grammar)
+        assert matcher.accept(DEEP_TRIE_PIECES.index(b"{"))
+        assert matcher.accept(DEEP_TRIE_PIECES.index(b'"'))
+        follow_choices(matcher, len(vocab), choices)
+    rules = grammar._states.rules
+    (excluding,) = [pos for pos, char_class in rules.classes.items() if not char_class[0]]
+    matcher = Matcher(grammar)
+    assert matcher.accept(DEEP_TRIE_PIECES.index(b"{")) and matcher.accept(DEEP_TRIE_PIECES.index(b'"'))
+    (stack,) = [stack for stack in matcher.stacks if stack[-1] == excluding]
+    assert len(stack) > mask_cache.CONTEXT_DEPTH  # its tops are marked ones
+    assert grammar._masks.structure is not None
+    for length in (2, 3):  # the closing quote, then the colon under it
+        left = (rules.escape, *stack[-length:-1], rules.after[excluding])
+        assert shifted.peek((SHIFT_MARK, *grammar._masks.structure.stack(left))) is not None
+
+
 # Whitespace runs and what may follow them: pieces that start with blanks and go on, or stop, or run on
 WHITESPACE_PIECES = [
     b"</s>",
