@@ -151,7 +151,7 @@ def _step_stacks(rules: Rules, stacks: Iterable[Stack], code_point: int) -> set[
     # Every token's first visit steps here, so Rules.match_char and the memo of Rules.pop_terminal are
     # read inline, without two method calls per stack and code point.
     found: set[Stack] = set()
-    classes, popped = rules.classes, rules.popped
+    classes, popped, next_terminal = rules.classes, rules.popped, rules.next_terminal
     for stack in stacks:
         if not stack:
             continue
@@ -165,6 +165,10 @@ def _step_stacks(rules: Rules, stacks: Iterable[Stack], code_point: int) -> set[
         else:
             positive = not positive
         if positive:
+            follow = next_terminal.get(stack[-1])
+            if follow is not None:  # the next terminal of a sequence: the same depth, still canonical
+                found.add((*stack[:-1], follow))
+                continue
             after = popped.get(stack)
             found.update(rules.pop_terminal(stack) if after is None else after)
     return found

@@ -179,6 +179,7 @@ class Rules:
         "escape",
         "has_tokens",
         "kinds",
+        "next_terminal",
         "popped",
         "rule_starts",
         "values",
@@ -229,6 +230,10 @@ class Rules:
         # (-1 when the terminal ends its alternate)
         self.classes: dict[int, CharClass] = classes
         self.after: dict[int, int] = after
+        # a terminal followed by another terminal -> that one: popping it replaces the top, nothing to advance
+        self.next_terminal: dict[int, int] = {
+            pos: follow for pos, follow in after.items() if follow >= 0 and kinds[follow] in TERMINAL_KINDS
+        }
         self._nullable = self._nullable_rules()
         # position -> its closure: all of them now where the dependencies cycle, else each when first met
         self._closures: dict[int, _Closure] = self._compute_closures() if self._left_cycle() else {}
