@@ -475,7 +475,8 @@ class MaskCache:
         if words is not None:
             allowed |= ((words[tokens >> 5] >> (tokens & 31)) & 1).astype(np.bool_)
         if ids.size:
-            allowed |= np.isin(tokens, ids, assume_unique=True)
+            rows = table.row_of[ids]
+            allowed[rows[(rows >= 0) & (rows < n_first)]] = True
         uncertain = np.zeros(n_first, dtype=np.bool_)
         left = verdict[UNCERTAIN]
         uncertain[left[left < n_first]] = True
