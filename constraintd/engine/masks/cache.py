@@ -157,6 +157,7 @@ COPY_SHARE: Final = 8
 
 Words = npt.NDArray[np.int32]
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
 
 class MaskCache:
@@ -451,20 +452,14 @@ class MaskCache:
         allowed_rows, uncertain = self._walk_rows(
             top, np.concatenate((rows, bare)) if bare.size else rows, limit, deadline
         )
-        have = (in_class & known.firsts)[table.first_index]
-        verdict = self._verdict(
-            None,
-            table.ids[np.concatenate((np.flatnonzero(known.allowed & have), allowed_rows))],
-            union_rows([np.flatnonzero(known.uncertain & have), uncertain], table.ids.size),
-        )
+        verdict = self._with_known(known, in_class, allowed_rows, uncertain)
         if rows.size:
             self._keep_long_shift(verdict, key, char_class)
         return verdict
 
     def _keep_long_shift(self, verdict: TopVerdict, key: tuple[int, ...], char_class: CharClass) -> None:
         # what `verdict`, the whole verdict of a top of `char_class` whose terminal leaves the stack of
-        # `key`, says of the rows starting with a code point of the class, kept under `key` with what
-        # was kept there before (the rows both decide, they decide alike)
+        # `key`, says of the rows starting with a code point of the class, kept under `key`
         table = self.vocab.fresh_table()
         n_first = table.count_from[0] if table.count_from else 0
         in_class = class_members(char_class, table.first_code_points)
@@ -480,20 +475,7 @@ class MaskCache:
         uncertain = np.zeros(n_first, dtype=np.bool_)
         left = verdict[UNCERTAIN]
         uncertain[left[left < n_first]] = True
-        allowed &= rows_in
-        uncertain &= rows_in
-        shared = self.shared.shifted
-        known = shared.get(key)
-        firsts = in_class
-        if known is not None:
-            firsts = known.firsts | in_class
-            allowed |= known.allowed
-            uncertain |= known.uncertain
-            shared.pop(key)
-        for array in (firsts, allowed, uncertain):
-            array.flags.writeable = False
-        learned = ShiftedVerdict(firsts, allowed, uncertain)
-        shared.put(key, learned, learned.nbytes)
+        self._keep_shifted(key, in_class, allowed & rows_in, uncertain & rows_in)
 
     def _learn_top(self, top: Stack, key: tuple[int, ...], limit: int, deadline: float | None) -> TopVerdict:
         # the verdict of a top not seen on this vocabulary: from its loop's where that leaves few tokens
@@ -612,8 +594,7 @@ class MaskCache:
         assert start is not None and self.structure is not None
         follow = rules.after[top[1]]
         key = (SHIFT_MARK, *self.structure.stack((top[0],) if follow < 0 else (top[0], follow)))
-        shared = self.shared.shifted
-        known = shared.get(key)
+        known = self.shared.shifted.get(key)
         n_first = table.count_from[0] if table.count_from else 0
         in_class = class_members(rules.classes[top[1]], table.first_code_points)
         rows = None if known is None else np.flatnonzero((in_class & ~known.firsts)[table.first_index])
@@ -634,32 +615,48 @@ class MaskCache:
                 runs=self._class_runs(),
                 deadline=deadline,
             )
-            have = (in_class & known.firsts)[table.first_index]
-            found = np.flatnonzero(known.allowed & have)
-            left = np.flatnonzero(known.uncertain & have)
-            verdict = self._verdict(
-                None,
-                table.ids[np.concatenate((found, allowed_rows))],
-                union_rows([left, uncertain], table.ids.size),
-            )
+            verdict = self._with_known(known, in_class, allowed_rows, uncertain)
         if not (in_class.any() if rows is None else rows.size):
             return verdict  # nothing new to keep
-        if known is None:
-            firsts = in_class
-            allowed = np.zeros(n_first, dtype=np.bool_)
-            kept_uncertain = np.zeros(n_first, dtype=np.bool_)
-        else:
-            firsts = known.firsts | in_class
-            allowed = known.allowed.copy()
-            kept_uncertain = known.uncertain.copy()
-            shared.pop(key)
+        allowed = np.zeros(n_first, dtype=np.bool_)
         allowed[allowed_rows[allowed_rows < n_first]] = True
+        kept_uncertain = np.zeros(n_first, dtype=np.bool_)
         kept_uncertain[uncertain[uncertain < n_first]] = True
-        for array in (firsts, allowed, kept_uncertain):
-            array.flags.writeable = False
-        learned = ShiftedVerdict(firsts, allowed, kept_uncertain)
-        shared.put(key, learned, learned.nbytes)
+        self._keep_shifted(key, in_class, allowed, kept_uncertain)
         return verdict
+
+    def _with_known(
+        self, known: ShiftedVerdict, in_class: BoolArray, allowed_rows: IntArray, uncertain: IntArray
+    ) -> TopVerdict:
+        # the verdict of a top whose class starts with the code points `in_class` marks: its rows that
+        # `known` decides, as it decides them, and the rows walked from the top (`allowed_rows` allowed,
+        # `uncertain`)
+        table = self.vocab.fresh_table()
+        have = (in_class & known.firsts)[table.first_index]
+        return self._verdict(
+            None,
+            table.ids[np.concatenate((np.flatnonzero(known.allowed & have), allowed_rows))],
+            union_rows([np.flatnonzero(known.uncertain & have), uncertain], table.ids.size),
+        )
+
+    def _keep_shifted(
+        self, key: tuple[int, ...], in_class: BoolArray, allowed: BoolArray, uncertain: BoolArray
+    ) -> None:
+        # keeps under `key` what a top of a class starting with the code points `in_class` marks decided
+        # (`allowed`, `uncertain`: per row with a code point), with what was kept there before (the rows
+        # both decide, they decide alike)
+        shared = self.shared.shifted
+        known = shared.get(key)
+        firsts = in_class
+        if known is not None:
+            firsts = known.firsts | in_class
+            allowed = allowed | known.allowed
+            uncertain = uncertain | known.uncertain
+            shared.pop(key)
+        for array in (firsts, allowed, uncertain):
+            array.flags.writeable = False
+        learned = ShiftedVerdict(firsts, allowed, uncertain)
+        shared.put(key, learned, learned.nbytes)
 
     def _walk_uncertain(
         self, top: Stack, shorter: TopVerdict, limit: int, deadline: float | None, *, keyed: bool = False
