@@ -454,7 +454,9 @@ class MaskCache:
         )
         verdict = self._with_known(known, in_class, allowed_rows, uncertain)
         if rows.size:
-            self._keep_long_shift(verdict, key, char_class)
+            n_first = table.count_from[0] if table.count_from else 0
+            allowed, left = _row_flags(allowed_rows, n_first), _row_flags(uncertain, n_first)
+            self._keep_shifted(key, in_class, allowed, left)
         return verdict
 
     def _keep_long_shift(self, verdict: TopVerdict, key: tuple[int, ...], char_class: CharClass) -> None:
@@ -472,9 +474,7 @@ class MaskCache:
         if ids.size:
             rows = table.row_of[ids]
             allowed[rows[(rows >= 0) & (rows < n_first)]] = True
-        uncertain = np.zeros(n_first, dtype=np.bool_)
-        left = verdict[UNCERTAIN]
-        uncertain[left[left < n_first]] = True
+        uncertain = _row_flags(verdict[UNCERTAIN], n_first)
         self._keep_shifted(key, in_class, allowed & rows_in, uncertain & rows_in)
 
     def _learn_top(self, top: Stack, key: tuple[int, ...], limit: int, deadline: float | None) -> TopVerdict:
@@ -618,11 +618,7 @@ class MaskCache:
             verdict = self._with_known(known, in_class, allowed_rows, uncertain)
         if not (in_class.any() if rows is None else rows.size):
             return verdict  # nothing new to keep
-        allowed = np.zeros(n_first, dtype=np.bool_)
-        allowed[allowed_rows[allowed_rows < n_first]] = True
-        kept_uncertain = np.zeros(n_first, dtype=np.bool_)
-        kept_uncertain[uncertain[uncertain < n_first]] = True
-        self._keep_shifted(key, in_class, allowed, kept_uncertain)
+        self._keep_shifted(key, in_class, _row_flags(allowed_rows, n_first), _row_flags(uncertain, n_first))
         return verdict
 
     def _with_known(
@@ -789,6 +785,13 @@ class MaskCache:
     def tops(self) -> int:
         """How many stack tops this grammar has met and keeps a shortcut to."""
         return len(self._tops)
+
+
+def _row_flags(rows: IntArray, n_first: int) -> BoolArray:
+    # per row with a code point (the first `n_first` of the table), whether it is among `rows`
+    flags = np.zeros(n_first, dtype=np.bool_)
+    flags[rows[rows < n_first]] = True
+    return flags
 
 
 def _past(table: ColumnTable, reach: int) -> tuple[int, int]:
