@@ -150,7 +150,7 @@ class Tally:
     compared: Counter[str] = field(default_factory=Counter)
     cache_bytes: list[int] = field(default_factory=list)  # constraintd, per grammar
     cache_states: list[int] = field(default_factory=list)
-    shared_bytes: int = 0  # constraintd's shared verdicts, after the last grammar
+    shared_bytes: int = 0  # constraintd's shared verdicts and run ends, after the last grammar
     shared_tops: int = 0
 
 
@@ -585,7 +585,8 @@ def print_report(
             f"constraintd caches per grammar after its walks: masks p50 {np.percentile(sizes, 50):.2f} MiB, "
             f"max {sizes.max():.2f} MiB; interned states p50 {np.percentile(states, 50):.0f}, "
             f"max {states.max():.0f}\n"
-            f"constraintd caches of the vocabulary: verdicts shared by its grammars {shared:.1f} MiB "
+            "constraintd caches of the vocabulary: verdicts shared by its grammars, and run ends, "
+            f"{shared:.1f} MiB "
             f"({tally.shared_tops:,} stack tops); with every grammar's masks kept "
             f"({sizes.size} grammars) {shared + sizes.sum():.1f} MiB"
         )

@@ -120,13 +120,17 @@ class ConstraintdEngine:
 
 def constraintd_cache(cursor: Cursor) -> tuple[int, int, int, int]:
     """What constraintd's caches hold after a grammar's walks: (bytes of the grammar's finished masks,
-    its interned states, bytes of the vocabulary's shared verdicts, their count).
+    its interned states, bytes of the vocabulary's shared verdicts and of its table's run ends, the
+    verdicts' count).
 
-    Arrays only, not the dicts and objects around them (`MaskCache.nbytes`, `SharedVerdicts.nbytes`).
+    Arrays only, not the dicts and objects around them (`MaskCache.nbytes`, `SharedVerdicts.nbytes`,
+    `ColumnTable.run_end_bytes`).
     """
     assert isinstance(cursor, ConstraintdCursor)
-    masks = cursor.grammar._masks
-    return masks.nbytes, len(cursor.grammar._states), masks.shared.nbytes, len(masks.shared)
+    grammar = cursor.grammar
+    masks = grammar._masks
+    shared = masks.shared.nbytes + grammar._decoded.fresh_table().run_end_bytes
+    return masks.nbytes, len(grammar._states), shared, len(masks.shared)
 
 
 # -- llama.cpp ----------------------------------------------------------------------------------------

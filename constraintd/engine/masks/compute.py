@@ -17,6 +17,13 @@
 #   below decide it); every other verdict is the same whatever lies below. Given an `escapes` list, it
 #   also records at which column each uncertain row met the mark (`escape_columns` reads it):
 #   masks/cache.py then walks a longer top over only the rows whose code point there could go on below.
+# - A state that moves a set of code points back to itself (a string's `char*`: every character but the
+#   quote, the backslash and controls) keeps a row there until its first code point outside the set, and
+#   the table knows where that is for every row and column (`ColumnTable.run_ends`, counted once per set
+#   and vocabulary): such rows skip to that column, or, when none is left, end in that state and are
+#   judged at once. What the state decides of a row (a token on top, an escape mark) it decides alike at
+#   every column the row stays, so it is judged once, with every column the mark was met at. A long
+#   token inside a string (a run of dashes or spaces) costs one step, not one column loop per character.
 # - Fixed-length repetitions of one char class (a UUID's `[0-9a-f]{8}`, a literal's repeated character:
 #   `State.class_run`) are not walked column by column when the caller hands `walk` a `ClassRuns` of the
 #   table: a row's fate inside the run is decided by how many of its first code points the class
@@ -312,6 +319,85 @@ def walk(
     count_from = table.count_from
     # every row of the table, with its own column 0: that column moves once per distinct code point
     whole = rows is None and bool(columns) and columns[0] is table.columns[0]
+    # rows carried through a loop to a later column, by that column (`carry`)
+    later: dict[int, list[tuple[IntArray, IntArray]]] = {}
+    # the columns from which on `columns` are the table's own, whose run ends `carry` reads
+    own_from = len(columns)
+    if columns is table.columns:
+        own_from = 0
+    elif len(columns) == len(table.columns) and all(
+        mine is theirs for mine, theirs in zip(columns[1:], table.columns[1:], strict=True)
+    ):
+        own_from = 0 if not columns or columns[0] is table.columns[0] else 1
+    ends_at = np.array((*count_from, 0), dtype=np.int64)  # rows with a code point at a column, past the last
+    loop_ends: dict[int, tuple[npt.NDArray[np.integer], ...] | None] = {}
+
+    def run_ends(index: int) -> tuple[npt.NDArray[np.integer], ...] | None:
+        # the run ends of the code points a local state moves back to itself (None: there are none)
+        if index in loop_ends:
+            return loop_ends[index]
+        state = states[index]
+        found = None
+        if state is not None:
+            bounds, after = state.segments(limit)
+            lows = [0, *bounds.tolist()]
+            highs = [high - 1 for high in bounds.tolist()] + [_LOW_BITS]
+            ranges: list[tuple[int, int]] = []
+            for low, high, target in zip(lows, highs, after, strict=True):
+                if target is state and low <= high:
+                    if ranges and ranges[-1][1] + 1 == low:
+                        ranges[-1] = (ranges[-1][0], high)
+                    else:
+                        ranges.append((low, high))
+            if ranges:
+                found = table.run_ends(tuple(ranges))
+        loop_ends[index] = found
+        return found
+
+    def carry(j: int, rows: IntArray, at: IntArray, loops: list[int]) -> tuple[IntArray, IntArray]:
+        # Rows at column j in a state that moves a set of code points back to itself stay there for as
+        # long as their code points are in the set: each goes on from the first column where one is not
+        # (kept in `later` until the column loop gets there), or ends in that state and is judged at once.
+        # What the state decides where a row is (a token on top, an escape mark) it decides alike at every
+        # column the row stays there: judged now, with every column an escape mark was met at. Returns the
+        # rows left at j.
+        moved = np.zeros(rows.size, dtype=np.bool_)
+        for index in loops:
+            ends = run_ends(index)
+            assert ends is not None
+            here = np.flatnonzero(at == index)
+            stop = ends[j][rows[here]].astype(np.int64)
+            going = stop > j
+            if not going.any():
+                continue
+            here, stop = here[going], stop[going]
+            moved[here] = True
+            gone = rows[here]
+            state = states[index]
+            assert state is not None
+            if state.token_tops:
+                _judge_token_tops(table, state, gone, allowed)
+            if state.has_escape and escapes is not None:
+                # met at each column from j to where the row goes on or ends (that column's record, and
+                # the row's place among the uncertain, are made there)
+                stays = stop - j
+                escapes.append((np.repeat(gone, stays),
+                                np.arange(int(stays.sum()), dtype=np.int64)
+                                - np.repeat(np.cumsum(stays) - stays - j, stays)))
+            ended = gone >= ends_at[stop]
+            if ended.any():
+                _judge_ends(table, gone[ended], np.full(int(ended.sum()), index, dtype=np.int64), states,
+                            allowed, uncertain, escapes)
+                gone, stop = gone[~ended], stop[~ended]
+                if not gone.size:
+                    continue
+            order = np.argsort(stop, kind="stable")  # rows stay ascending within a column
+            gone, stop = gone[order], stop[order]
+            cuts = np.flatnonzero(stop[1:] != stop[:-1]) + 1
+            for part, column in zip(np.split(gone, cuts), stop[np.r_[0, cuts]].tolist(), strict=True):
+                later.setdefault(column, []).append((part, np.full(part.size, index, dtype=np.int64)))
+        return rows[~moved], at[~moved]
+
     first = 0
     if whole and not start.token_tops and not start.has_escape:
         # nothing to decide at column 0 but the move: only the rows it keeps alive are ever listed
@@ -341,6 +427,19 @@ def walk(
         first = column
     for j in range(first, len(columns)):
         check_deadline(deadline)
+        waiting = later.pop(j, None)
+        if waiting:
+            rows = np.concatenate([rows, *(part for part, _ in waiting)])
+            at = np.concatenate([at, *(states_at for _, states_at in waiting)])
+            order = np.argsort(rows, kind="stable")
+            rows, at = rows[order], at[order]
+        present: IntArray | None = None
+        if j >= own_from and rows.size > _FEW_ROWS and not (j == 0 and whole):
+            present = np.flatnonzero(np.bincount(at, minlength=len(states)))
+            loops = [index for index in present.tolist() if run_ends(index) is not None]
+            if loops:
+                rows, at = carry(j, rows, at, loops)
+                present = None
         if rows.size <= _FEW_ROWS and not (j == 0 and whole):
             if rows.size:
                 starts: list[State] = []
@@ -353,9 +452,13 @@ def walk(
                 )
                 allowed.append(np.array(rows_allowed, dtype=np.int64))
                 uncertain.append(np.array(rows_unsure, dtype=np.int64))
-            break
+            if not later:
+                break
+            rows, at = rows[:0], at[:0]
+            continue
         code_points = columns[j]
-        present = np.flatnonzero(np.bincount(at, minlength=len(states)))
+        if present is None:
+            present = np.flatnonzero(np.bincount(at, minlength=len(states)))
         for index in present.tolist():
             state = states[index]
             if state is not None and state.token_tops:

@@ -8,8 +8,9 @@
 # - What is learned per vocabulary is owned here too, built on first use: the top verdicts every grammar
 #   on it shares (`verdicts()`, masks/verdicts.py, with the table numbering their structural ids) and the
 #   mask allowing every token (`all_allowed()`). Each `ColumnTable` owns the index of its rows by first
-#   code point (`row_groups()`) and its columns as indexes into their distinct code points
-#   (`dense_columns()`). Nothing is kept in the module.
+#   code point (`row_groups()`), its columns as indexes into their distinct code points
+#   (`dense_columns()`), and, per set of code points a grammar state loops on, where each row's run in
+#   the set ends from each column (`run_ends()`, bounded in bytes). Nothing is kept in the module.
 # - `kinds[token]`: END_OF_GENERATION (decided by the grammar's completeness alone), NEVER (empty piece or
 #   one starting with NUL: llama.cpp never allows it) or PLAIN (decided by decoding its piece); the same
 #   as bytes (`kind_of`, for one token at a time) and the END_OF_GENERATION ids (`eog_tokens`).
@@ -27,12 +28,14 @@ import numpy as np
 import numpy.typing as npt
 
 from constraintd.engine.grammar.utf8 import FRESH, INVALID, PartialUtf8, decode_utf8
+from constraintd.engine.lru import LruCache
 from constraintd.engine.masks.bitmask import pack_mask
 from constraintd.engine.masks.verdicts import SharedVerdicts
 from constraintd.engine.vocab.vocab import Vocab
 
 __all__ = [
     "END_OF_GENERATION",
+    "MAX_RUN_END_BYTES",
     "NEVER",
     "PLAIN",
     "ColumnTable",
@@ -49,6 +52,11 @@ END_OF_GENERATION: Final = 1
 NEVER: Final = 2
 
 IntArray = npt.NDArray[np.int64]
+# Code points as sorted, disjoint, inclusive ranges: the ones a state loops on (`ColumnTable.run_ends`).
+Ranges = tuple[tuple[int, int], ...]
+# Default bound of the run ends one table keeps (two bytes per code point of the table per set: about
+# 2 MiB for a vocabulary of 150,000 pieces).
+MAX_RUN_END_BYTES: Final = 16 << 20
 
 
 def encode_partial(partial: PartialUtf8) -> int:
@@ -130,6 +138,54 @@ class ColumnTable:
     _dense: tuple[IntArray, tuple[npt.NDArray[np.int32], ...]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    _run_ends: LruCache[Ranges, tuple[npt.NDArray[np.integer], ...]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    @property
+    def run_end_bytes(self) -> int:
+        """Bytes of the run ends kept (`run_ends`)."""
+        kept = self._run_ends
+        return 0 if kept is None else kept.size
+
+    def run_ends(self, ranges: Ranges) -> tuple[npt.NDArray[np.integer], ...]:
+        """Per column j, for each row with a code point there (rows < count_from[j]): the first column
+        from j on whose code point `ranges` does not hold, or the row's length where it holds all of them.
+        A state that moves every code point of `ranges` back to itself keeps a row there up to that column
+        (masks/compute.py's `walk`). Made on first use, then kept by the table (read-only), the least
+        recently used set dropped past MAX_RUN_END_BYTES."""
+        kept = self._run_ends
+        if kept is None:
+            kept = LruCache(MAX_RUN_END_BYTES)
+            object.__setattr__(self, "_run_ends", kept)  # as `row_groups`: a derived index
+        ends = kept.get(ranges)
+        if ends is None:
+            ends = self._count_run_ends(ranges)
+            kept.put(ranges, ends, sum(column.nbytes for column in ends))
+        return ends
+
+    def _count_run_ends(self, ranges: Ranges) -> tuple[npt.NDArray[np.integer], ...]:
+        # from the last column back: a row's end at j is j where its code point is not held, else its end
+        # at j + 1 (j + 1 itself for the rows whose last code point is at j)
+        distinct, indexes = self.dense_columns()
+        held = np.zeros(distinct.size, dtype=np.bool_)
+        for low, high in ranges:
+            first = int(np.searchsorted(distinct, low, side="left"))
+            held[first : int(np.searchsorted(distinct, high, side="right"))] = True
+        count_from = self.count_from
+        short = len(count_from) < np.iinfo(np.uint16).max  # no row of 65,535 code points: two bytes each
+        ends: list[npt.NDArray[np.integer]] = []
+        after: npt.NDArray[np.integer] = np.zeros(0, dtype=np.uint16)
+        for j in range(len(count_from) - 1, -1, -1):
+            here: npt.NDArray[np.integer] = (
+                np.full(count_from[j], j + 1, dtype=np.uint16) if short else np.full(count_from[j], j + 1)
+            )
+            here[: after.size] = after
+            here[~held[indexes[j]]] = j
+            here.flags.writeable = False
+            ends.append(here)
+            after = here
+        return tuple(reversed(ends))
 
     def dense_columns(self) -> tuple[IntArray, tuple[npt.NDArray[np.int32], ...]]:
         """The distinct code points of every column (ascending) and each column as indexes into them

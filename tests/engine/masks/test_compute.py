@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, GrammarError, LimitError, Matcher, Vocab, unpack_mask
 from constraintd.engine.chat.requests import json_object_grammar
+from constraintd.engine.grammar.stack_sets import State
 from constraintd.engine.grammar.stacks import allows_token
 from constraintd.engine.grammar.utf8 import decode_utf8
 from constraintd.engine.masks import compute
@@ -358,3 +359,87 @@ def test_a_run_counts_a_rows_code_points_in_its_class() -> None:
     second = start.step(ord("a"), 10**6)
     assert second is not None
     assert start.class_run(10**6, 2) == (char_class, 2, second.step(ord("b"), 10**6))
+
+
+# States that move some code points back to themselves (a string's `char*`, a right-recursive rule, `.*`),
+# where the walk carries rows to the first code point outside the loop (compute.walk's `carry`): loops
+# with escapes inside, loops ended by a literal, by another loop, by a token terminal, or by the end.
+LOOP_GRAMMARS = (
+    'root ::= "\\"" char* "\\"" ("," "\\"" char* "\\"")*\nchar ::= [^"\\\\] | "\\\\" ["\\\\n]',
+    'root ::= [a-c]* "-" [a-c]+ | "a" x\nx ::= "b" x | "c" x | "-"',
+    'root ::= ([ab] | "c" "a")* "." [^.]*',
+    # token 11, the first of LOOP_RUNS, taken by its id inside the loop, then cut short in a character
+    # the loop's class cannot hold
+    'root ::= "a" [a-c]* <[11]> [a-c]* | [^"a]* <[1]>',
+    'root ::= .* "é" | [abé]+ "\\""',
+)
+# pieces that run on in a loop, or leave it, past their first code point, in every drawn vocabulary
+LOOP_RUNS = (b"ab\xe4", b"abcab", b"ab-c", b'a"b', b"b\\n", b"cccc.", "éaé".encode(), b'ab"')
+LOOP_PIECES = st.text(alphabet='abc"\\-.,é', min_size=1, max_size=9).map(str.encode)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.one_of(st.sampled_from(LOOP_GRAMMARS), grammars()),
+    st.lists(st.one_of(LOOP_PIECES, st.sampled_from([b"\xc3", b"a\xe4\xb8", b"\xf0\x9f"])), max_size=60),
+    st.lists(st.integers(0, 10**6), max_size=6),
+)
+def test_rows_carried_through_loops_get_the_verdicts_of_the_walk_a_column_at_a_time(
+    text: str, extra: list[bytes], choices: list[int]
+) -> None:
+    # Every row walked column by column (no few rows walked singly) from every stack top cut short by an
+    # escape mark and from the states a path reaches: the same rows allowed, the same uncertain, and the
+    # same columns at which rows met the mark as when each row is walked alone, one code point at a time.
+    base = sorted({bytes((b,)) for ch in 'abc"\\-.,é' for b in ch.encode()})
+    vocab = Vocab([b"</s>", *base, *dict.fromkeys([*LOOP_RUNS, *extra])], eog_ids=[0])
+    assert vocab.pieces[11] == LOOP_RUNS[0]
+    grammar = compile_or_skip(text, vocab)
+    rules = grammar._rules
+    table = grammar._decoded.fresh_table()
+    starts = [grammar._states.intern([(rules.escape, pos)], 10**6) for pos in sorted(rules.classes)]
+    reached: set[State] = set()  # states without an escape mark, also held to llama.cpp's apply
+    matcher = Matcher(grammar, max_stacks=300)
+    with contextlib.suppress(LimitError):
+        for choice in choices:
+            state = grammar._states.intern(matcher.stacks, 10**6)
+            if state is None:
+                break
+            starts.append(state)
+            reached.add(state)
+            allowed = np.flatnonzero(unpack_mask(matcher.mask(), len(vocab)))
+            if allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
+                break
+    for start in starts:
+        assert start is not None
+        found = {}
+        for few in (0, 10**9):
+            escapes: compute.Escapes = []
+            with mock.patch.object(compute, "_FEW_ROWS", few):
+                allowed_rows, unsure = walk(table, table.columns, start, 10**6, escapes=escapes)
+            met, columns = compute.escape_columns(escapes)
+            met_at = list(zip(met.tolist(), columns.tolist(), strict=True))
+            found[few] = (allowed_rows.tolist(), unsure.tolist(), met_at)
+        assert found[0] == found[10**9]
+        if start in reached:
+            assert set(found[0][0]) == {
+                row for row, token in enumerate(table.ids.tolist())
+                if allows_token(rules, start.stacks, token, vocab.pieces[token])
+            }
+
+
+def test_run_ends_say_where_each_row_leaves_a_set_of_code_points() -> None:
+    pieces = [b"</s>", b"abc", b"a-b", b"-", b"ab\xc3", b"\xc3", "aé-b".encode(), b"bbbbbb", b"c"]
+    vocab = Vocab(pieces, eog_ids=[0])
+    table = Grammar.from_gbnf('root ::= [a-c]*', vocab)._decoded.fresh_table()
+    ranges = ((ord("a"), ord("b")), (ord("é"), ord("é")))
+    ends = table.run_ends(ranges)
+    assert table.run_ends(ranges) is ends  # kept
+    assert table.run_end_bytes == sum(column.nbytes for column in ends)
+    held = {ord("a"), ord("b"), ord("é")}
+    for row, token in enumerate(table.ids.tolist()):
+        code_points = decode_utf8(vocab.pieces[token])[0]
+        for j in range(len(code_points)):
+            expected = next((k for k in range(j, len(code_points)) if code_points[k] not in held),
+                            len(code_points))
+            assert int(ends[j][row]) == expected, (vocab.pieces[token], j)
+    assert [column.size for column in ends] == list(table.count_from)
