@@ -50,6 +50,7 @@ from constraintd.engine.vocab.decoded import (
     ColumnTable,
     DecodedVocab,
     PartialBounds,
+    Ranges,
     decode_partial,
     partial_bounds,
 )
@@ -83,6 +84,9 @@ _LOW_BITS: Final = (1 << _STATE_SHIFT) - 1
 _FEW_ROWS: Final = 32
 # Rows at least that one state moves through a table over the distinct code points (a column's move).
 _DENSE_ROWS: Final = 16384
+# A set a state loops on has its run ends counted (`ColumnTable.run_ends`) when the rows a walk has in
+# that state times the columns left are at least 1/RUN_END_SHARE of the table's code points.
+RUN_END_SHARE: Final = 4
 # Default bound of the run counts one `ClassRuns` keeps (two bytes a row per class).
 MAX_RUN_BYTES: Final = 4 << 20
 
@@ -330,12 +334,12 @@ def walk(
     ):
         own_from = 0 if not columns or columns[0] is table.columns[0] else 1
     ends_at = np.array((*count_from, 0), dtype=np.int64)  # rows with a code point at a column, past the last
-    loop_ends: dict[int, tuple[npt.NDArray[np.integer], ...] | None] = {}
+    loop_ranges: dict[int, Ranges | None] = {}
 
-    def run_ends(index: int) -> tuple[npt.NDArray[np.integer], ...] | None:
-        # the run ends of the code points a local state moves back to itself (None: there are none)
-        if index in loop_ends:
-            return loop_ends[index]
+    def looped(index: int) -> Ranges | None:
+        # the code points a local state moves back to itself, as ranges (None: there are none)
+        if index in loop_ranges:
+            return loop_ranges[index]
         state = states[index]
         found = None
         if state is not None:
@@ -349,9 +353,8 @@ def walk(
                         ranges[-1] = (ranges[-1][0], high)
                     else:
                         ranges.append((low, high))
-            if ranges:
-                found = table.run_ends(tuple(ranges))
-        loop_ends[index] = found
+            found = tuple(ranges) or None
+        loop_ranges[index] = found
         return found
 
     def carry(j: int, rows: IntArray, at: IntArray, loops: list[int]) -> tuple[IntArray, IntArray]:
@@ -363,9 +366,15 @@ def walk(
         # rows left at j.
         moved = np.zeros(rows.size, dtype=np.bool_)
         for index in loops:
-            ends = run_ends(index)
-            assert ends is not None
+            ranges = looped(index)
+            assert ranges is not None
             here = np.flatnonzero(at == index)
+            # counting a set's run ends reads every code point of the table once: worth it where these
+            # rows could take a good share of that many steps, and kept for every later walk
+            build = here.size * (len(columns) - j) * RUN_END_SHARE >= table.code_points
+            ends = table.run_ends(ranges, build=build)
+            if ends is None:
+                continue
             stop = ends[j][rows[here]].astype(np.int64)
             going = stop > j
             if not going.any():
@@ -436,7 +445,7 @@ def walk(
         present: IntArray | None = None
         if j >= own_from and rows.size > _FEW_ROWS and not (j == 0 and whole):
             present = np.flatnonzero(np.bincount(at, minlength=len(states)))
-            loops = [index for index in present.tolist() if run_ends(index) is not None]
+            loops = [index for index in present.tolist() if looped(index) is not None]
             if loops:
                 rows, at = carry(j, rows, at, loops)
                 present = None

@@ -42,6 +42,7 @@ __all__ = [
     "DecodedVocab",
     "PartialBounds",
     "PartialTable",
+    "Ranges",
     "RowGroups",
     "encode_partial",
     "partial_bounds",
@@ -148,18 +149,25 @@ class ColumnTable:
         kept = self._run_ends
         return 0 if kept is None else kept.size
 
-    def run_ends(self, ranges: Ranges) -> tuple[npt.NDArray[np.integer], ...]:
+    @property
+    def code_points(self) -> int:
+        """The code points of all rows: what counting a set's run ends reads."""
+        return sum(self.count_from)
+
+    def run_ends(self, ranges: Ranges, *, build: bool = True) -> tuple[npt.NDArray[np.integer], ...] | None:
         """Per column j, for each row with a code point there (rows < count_from[j]): the first column
         from j on whose code point `ranges` does not hold, or the row's length where it holds all of them.
         A state that moves every code point of `ranges` back to itself keeps a row there up to that column
-        (masks/compute.py's `walk`). Made on first use, then kept by the table (read-only), the least
-        recently used set dropped past MAX_RUN_END_BYTES."""
+        (masks/compute.py's `walk`). Counted on first use (None instead when `build` is False), then kept
+        by the table (read-only), the least recently used set dropped past MAX_RUN_END_BYTES."""
         kept = self._run_ends
         if kept is None:
             kept = LruCache(MAX_RUN_END_BYTES)
             object.__setattr__(self, "_run_ends", kept)  # as `row_groups`: a derived index
         ends = kept.get(ranges)
         if ends is None:
+            if not build:
+                return None
             ends = self._count_run_ends(ranges)
             kept.put(ranges, ends, sum(column.nbytes for column in ends))
         return ends
