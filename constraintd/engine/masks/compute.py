@@ -20,10 +20,11 @@
 # - A state that moves a set of code points back to itself (a string's `char*`: every character but the
 #   quote, the backslash and controls) keeps a row there until its first code point outside the set, and
 #   the table knows where that is for every row and column (`ColumnTable.run_ends`, counted once per set
-#   and vocabulary): such rows skip to that column, or, when none is left, end in that state and are
-#   judged at once. What the state decides of a row (a token on top, an escape mark) it decides alike at
-#   every column the row stays, so it is judged once, with every column the mark was met at. A long
-#   token inside a string (a run of dashes or spaces) costs one step, not one column loop per character.
+#   and vocabulary, by the first walk with rows enough in the loop to pay for it; RUN_END_SHARE): such
+#   rows skip to that column, or, when none is left, end in that state and are judged at once. What the
+#   state decides of a row (a token on top, an escape mark) it decides alike at every column the row
+#   stays, so it is judged once, with every column the mark was met at. A long token inside a string (a
+#   run of dashes or spaces) costs one step, not one column loop per character.
 # - Fixed-length repetitions of one char class (a UUID's `[0-9a-f]{8}`, a literal's repeated character:
 #   `State.class_run`) are not walked column by column when the caller hands `walk` a `ClassRuns` of the
 #   table: a row's fate inside the run is decided by how many of its first code points the class
@@ -390,9 +391,9 @@ def walk(
                 # met at each column from j to where the row goes on or ends (that column's record, and
                 # the row's place among the uncertain, are made there)
                 stays = stop - j
-                escapes.append((np.repeat(gone, stays),
-                                np.arange(int(stays.sum()), dtype=np.int64)
-                                - np.repeat(np.cumsum(stays) - stays - j, stays)))
+                first_of_row = np.repeat(np.cumsum(stays) - stays, stays)
+                met_at = j + np.arange(int(stays.sum()), dtype=np.int64) - first_of_row
+                escapes.append((np.repeat(gone, stays), met_at))
             ended = gone >= ends_at[stop]
             if ended.any():
                 _judge_ends(table, gone[ended], np.full(int(ended.sum()), index, dtype=np.int64), states,
