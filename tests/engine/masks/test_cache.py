@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, LimitError, Matcher, Vocab, unpack_mask
 from constraintd.engine.masks import cache as mask_cache
+from constraintd.engine.masks.bitmask import pack_mask
 from constraintd.engine.masks.cache import MaskCache, SharedVerdicts
-from constraintd.engine.masks.compute import compute_mask
-from constraintd.engine.masks.verdicts import SHIFT_MARK
+from constraintd.engine.masks.compute import compute_mask, walk
+from constraintd.engine.masks.verdicts import SHIFT_MARK, top_verdict
 from constraintd.errors import DeadlineError
 from tests.strategies import compile_or_skip, grammars, vocabs
 
@@ -442,6 +443,45 @@ def test_deeper_tops_of_classes_leaving_one_stack_share_it_too(
     for length in (2, 3):  # the closing quote, then the colon under it
         left = (rules.escape, *stack[-length:-1], rules.after[excluding])
         assert shifted.peek((SHIFT_MARK, *grammar._masks.structure.stack(left))) is not None
+
+
+def test_a_deeper_tops_verdict_keeps_the_same_shift_as_ids_and_as_words() -> None:
+    # A deeper top's verdict, learned the usual way, leaves what it decided of its class's rows under the
+    # key of the stack its class leaves (`_keep_long_shift`). Its allowed tokens may be kept as ids (few)
+    # or as a packed mask (many): both forms keep the same rows.
+    vocab = Vocab(FILLED_TRIE_PIECES, eog_ids=[0])
+    grammar = Grammar.from_gbnf(DEEP_TRIE.replace("{}", "a"), vocab)
+    matcher = Matcher(grammar)
+    assert matcher.accept(DEEP_TRIE_PIECES.index(b"{")) and matcher.accept(DEEP_TRIE_PIECES.index(b'"'))
+    matcher.mask()  # the grammar's structural ids exist from here on
+    rules = grammar._states.rules
+    (excluding,) = [pos for pos, char_class in rules.classes.items() if not char_class[0]]
+    (stack,) = [stack for stack in matcher.stacks if stack[-1] == excluding]
+    masks = grammar._masks
+    top = (rules.escape, *stack[-2:])
+    shift = masks._long_shift(top)
+    assert shift is not None
+    key, char_class = shift
+    table = grammar._decoded.fresh_table()
+    start = grammar._states.intern([top], 10**6)
+    assert start is not None
+    allowed_rows, uncertain = walk(table, table.columns, start, 10**6)
+    ids = np.sort(table.ids[allowed_rows])
+    assert ids.size and uncertain.size  # both forms have something to keep
+    bits = np.zeros(len(vocab), dtype=np.bool_)
+    bits[ids] = True
+    kept = []
+    for verdict in (
+        top_verdict(None, ids, uncertain, 0),
+        top_verdict(pack_mask(bits), np.zeros(0, dtype=np.int64), uncertain, 0),
+    ):
+        masks.shared.shifted.pop(key)
+        masks._keep_long_shift(verdict, key, char_class)
+        learned = masks.shared.shifted.peek(key)
+        assert learned is not None
+        kept.append((learned.firsts.tolist(), learned.allowed.tolist(), learned.uncertain.tolist()))
+    assert kept[0] == kept[1]
+    assert any(kept[0][1])  # some row of the class is allowed
 
 
 # Whitespace runs and what may follow them: pieces that start with blanks and go on, or stop, or run on
