@@ -334,7 +334,9 @@ def walk(
         mine is theirs for mine, theirs in zip(columns[1:], table.columns[1:], strict=True)
     ):
         own_from = 0 if not columns or columns[0] is table.columns[0] else 1
-    ends_at = np.array((*count_from, 0), dtype=np.int64)  # rows with a code point at a column, past the last
+    # for `carry`, made at its first call: rows with a code point at each column (0 past the last), and
+    # the table's code points
+    sizes: tuple[IntArray, int] | None = None
     loop_ranges: dict[int, Ranges | None] = {}
 
     def looped(index: int) -> Ranges | None:
@@ -365,6 +367,10 @@ def walk(
         # What the state decides where a row is (a token on top, an escape mark) it decides alike at every
         # column the row stays there: judged now, with every column an escape mark was met at. Returns the
         # rows left at j.
+        nonlocal sizes
+        if sizes is None:
+            sizes = np.array((*count_from, 0), dtype=np.int64), table.code_points
+        ends_at, code_points = sizes
         moved = np.zeros(rows.size, dtype=np.bool_)
         for index in loops:
             ranges = looped(index)
@@ -372,7 +378,7 @@ def walk(
             here = np.flatnonzero(at == index)
             # counting a set's run ends reads every code point of the table once: worth it where these
             # rows could take a good share of that many steps, and kept for every later walk
-            build = here.size * (len(columns) - j) * RUN_END_SHARE >= table.code_points
+            build = here.size * (len(columns) - j) * RUN_END_SHARE >= code_points
             ends = table.run_ends(ranges, build=build)
             if ends is None:
                 continue
