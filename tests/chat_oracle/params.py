@@ -2,12 +2,13 @@
 tests/chat_oracle/cases.py's PARAMS_CASES.
 
 Compared, byte for byte: the grammar, the lazy flag, the triggers, the additional stops, supports_thinking and
-the thinking tags; and the preserved tokens apart, where the project knows them (not for the tag formats,
-whose markers it does not analyse yet). A case the project does not compute yet (`NotPorted`: a hand-written
-format, or a grammar of tool calls) is counted apart, never as identical.
+the thinking tags; and the preserved tokens apart. A case the project does not compute yet (`NotPorted`: a
+hand-written format, or a grammar of the tag formats' tool calls) is counted apart, never as identical.
 
 `compare_analysis` compares the auto-parser's analysis of a template (harness "analyze" mode) with the
-project's (constraintd.engine.chat.template_analysis), field by field where the project computes them.
+project's (constraintd.engine.chat.template_analysis), field by field: reasoning, content, the tool-call
+format's mode, markers and JSON fields, the function, argument and call id markers, the preserved tokens and
+the additional stops (not the user and assistant start markers, which the project does not compute).
 """
 
 from __future__ import annotations
@@ -120,36 +121,46 @@ def compare_params(binary: Path, path: Path, *, now: int, parallel_tool_calls: b
     return comparisons
 
 
-def _llama_analysis(answer: dict[str, Any], ours: TemplateAnalysis) -> dict[str, Any]:
-    tools = answer["tools"]["format"]
-    fields: dict[str, Any] = {
+def _llama_analysis(answer: dict[str, Any]) -> dict[str, Any]:
+    tools = answer["tools"]
+    return {
         "reasoning": [answer["reasoning"][k] for k in ("mode", "start", "end")],
         "content": [answer["content"][k] for k in ("mode", "start", "end")],
-        "tool mode": tools["mode"], "additional stops": answer["additional_stops"],
+        "tool mode": tools["format"]["mode"], "additional stops": answer["additional_stops"],
+        "tool format": [tools["format"][k] for k in TOOL_FORMAT_FIELDS],
+        "function": [tools["function"][k] for k in FUNCTION_FIELDS],
+        "arguments": [tools["arguments"][k] for k in ARGUMENTS_FIELDS],
+        "call id": [tools["call_id"][k] for k in CALL_ID_FIELDS],
+        "preserved tokens": answer["preserved_tokens"],
     }
-    if ours.tools_complete:
-        fields["tool format"] = [tools[k] for k in TOOL_FORMAT_FIELDS]
-    if ours.preserved_tokens is not None:
-        fields["preserved tokens"] = answer["preserved_tokens"]
-    return fields
 
 
 TOOL_FORMAT_FIELDS = ("section_start", "section_end", "per_call_start", "per_call_end", "fun_name_is_key",
                       "tools_array_wrapped", "openai_wrapper_trigger", "function_field", "name_field",
                       "args_field", "id_field", "gen_id_field", "parameter_order")
+# llama.cpp's names in its tool_function_analysis, tool_arguments_analysis and tool_id_analysis; the project's
+# ToolFormat names each one after its struct where the bare name would be ambiguous
+FUNCTION_FIELDS = {"name_prefix": "name_prefix", "name_suffix": "name_suffix",
+                   "args_separator": "args_separator", "close": "function_close"}
+ARGUMENTS_FIELDS = {"start": "args_start", "end": "args_end", "name_prefix": "arg_name_prefix",
+                    "name_suffix": "arg_name_suffix", "value_prefix": "arg_value_prefix",
+                    "value_suffix": "arg_value_suffix", "separator": "arg_separator",
+                    "tolerate_intertag_whitespace": "tolerate_intertag_whitespace"}
+CALL_ID_FIELDS = {"pos": "call_id_position", "prefix": "call_id_prefix", "suffix": "call_id_suffix"}
 
 
 def _our_analysis(ours: TemplateAnalysis) -> dict[str, Any]:
-    fields: dict[str, Any] = {
+    tools = ours.tools
+    return {
         "reasoning": [ours.reasoning.mode.name, ours.reasoning.start, ours.reasoning.end],
         "content": [ours.content_mode.name, ours.content_start, ours.content_end],
-        "tool mode": ours.tools.mode.name, "additional stops": ours.additional_stops,
+        "tool mode": tools.mode.name, "additional stops": ours.additional_stops,
+        "tool format": [getattr(tools, k) for k in TOOL_FORMAT_FIELDS],
+        "function": [getattr(tools, k) for k in FUNCTION_FIELDS.values()],
+        "arguments": [getattr(tools, k) for k in ARGUMENTS_FIELDS.values()],
+        "call id": [tools.call_id_position.name, tools.call_id_prefix, tools.call_id_suffix],
+        "preserved tokens": ours.preserved_tokens,
     }
-    if ours.tools_complete:
-        fields["tool format"] = [getattr(ours.tools, k) for k in TOOL_FORMAT_FIELDS]
-    if ours.preserved_tokens is not None:
-        fields["preserved tokens"] = ours.preserved_tokens
-    return fields
 
 
 def compare_analysis(binary: Path, path: Path, *, now: float) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -159,4 +170,4 @@ def compare_analysis(binary: Path, path: Path, *, now: float) -> tuple[dict[str,
                                   "eos_token": EOS_TOKEN})
     ours = analyze_template(source, lambda context: render_template(source, context, now=now),
                             template_caps(source, now=now), bos_token=BOS_TOKEN, eos_token=EOS_TOKEN)
-    return _our_analysis(ours), _llama_analysis(answer, ours)
+    return _our_analysis(ours), _llama_analysis(answer)

@@ -12,8 +12,9 @@
     jinja_values  values as llama.cpp's Jinja writes them (tojson, the string filter, printing)
     diff_split  the auto-parser's text tools: markers and text, where two renderings differ
     reasoning  a template's thinking tags, found by the auto-parser's probe conversations
-    template_analysis  the auto-parser's analysis: reasoning, content, the tool-call format (JSON calls in
-              full), preserved tokens, the patches of known templates
+    template_analysis  the auto-parser's analysis: reasoning, content, the tool-call format (JSON calls'
+              fields, the tag formats' function, argument and call id markers), preserved tokens, the
+              patches of known templates
     json_tool_grammar  the lazy tool-call grammar of templates that write JSON calls
     chat_params  the grammar side of llama.cpp's chat params (grammar, lazy flag, triggers, preserved
               tokens, stops, thinking tags) for the auto-parser's templates, where ported

@@ -19,12 +19,18 @@ from typing import Any
 from constraintd.engine.chat.chat_params import ChatGrammar
 from constraintd.engine.chat.message_parser import ParsedMessage, parse_message
 from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
-from constraintd.engine.chat.template_analysis import ContentMode, TemplateAnalysis, ToolFormat, ToolMode
+from constraintd.engine.chat.template_analysis import (
+    CallIdPosition,
+    ContentMode,
+    TemplateAnalysis,
+    ToolFormat,
+    ToolMode,
+)
 
 __all__ = ["ChatFormat"]
 
-# The version of the JSON layout: a reader refuses another.
-_VERSION = 1
+# The version of the JSON layout: a reader refuses another. 2: the tag formats' markers.
+_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +73,6 @@ class ChatFormat:
                 "content_start": analysis.content_start,
                 "content_end": analysis.content_end,
                 "tools": {f.name: _plain(getattr(tools, f.name)) for f in fields(ToolFormat)},
-                "tools_complete": analysis.tools_complete,
                 "preserved_tokens": analysis.preserved_tokens,
                 "additional_stops": analysis.additional_stops,
             },
@@ -94,6 +99,7 @@ class ChatFormat:
             found = data["analysis"]
             tool_fields = dict(found["tools"])
             tool_fields["mode"] = ToolMode(tool_fields["mode"])
+            tool_fields["call_id_position"] = CallIdPosition(tool_fields["call_id_position"])
             reasoning = found["reasoning"]
             analysis = TemplateAnalysis(
                 reasoning=ReasoningAnalysis(ReasoningMode(reasoning["mode"]), _text(reasoning["start"]),
@@ -102,9 +108,7 @@ class ChatFormat:
                 content_start=_text(found["content_start"]),
                 content_end=_text(found["content_end"]),
                 tools=ToolFormat(**tool_fields),
-                tools_complete=bool(found["tools_complete"]),
-                preserved_tokens=None if found["preserved_tokens"] is None else
-                _texts(found["preserved_tokens"]),
+                preserved_tokens=_texts(found["preserved_tokens"]),
                 additional_stops=_texts(found["additional_stops"]),
             )
             return cls(
@@ -117,7 +121,7 @@ class ChatFormat:
 
 
 def _plain(value: Any) -> Any:
-    return value.value if isinstance(value, ToolMode) else value
+    return value.value if isinstance(value, (ToolMode, CallIdPosition)) else value
 
 
 def _text(value: Any) -> str:

@@ -14,8 +14,7 @@
 #   lazy, no triggers; on a template that writes JSON calls, tool_choice auto gives the lazy tool grammar
 #   (json_tool_grammar.py) and its word triggers, required the non-lazy one; parallel_tool_calls lets the
 #   calls repeat after commas, as standard_json_tools does. NotPorted: the tag formats' tool grammars.
-# - The preserved tokens are the analysis's (template_analysis.py): None where it has not analysed the
-#   template's tool-call markers (the tag formats).
+# - The preserved tokens are the analysis's (template_analysis.py), the tag formats' markers included.
 # - The response-format grammar is the auto-parser's: the generation prompt up to the reasoning start tag,
 #   the optional reasoning block where reasoning is extracted (reasoning_format other than none, and the
 #   template has reasoning), then the schema's JSON, bare or in a ```json fence. Its rule names, order and
@@ -134,7 +133,7 @@ class ChatGrammar:
     supports_thinking: bool = False
     thinking_start_tag: str = ""
     thinking_end_tags: tuple[str, ...] = ()
-    preserved_tokens: tuple[str, ...] | None = None  # None: the template's tool-call markers are not analysed
+    preserved_tokens: tuple[str, ...] | None = None  # None: made without a template's analysis
     analysis: TemplateAnalysis | None = field(default=None, compare=False)
 
 
@@ -368,7 +367,7 @@ def chat_params(
         "additional_stops": tuple(analysis.additional_stops), "supports_thinking": supports_thinking,
         "thinking_start_tag": trim_whitespace(reasoning.start) if supports_thinking else "",
         "thinking_end_tags": (end_tag,) if supports_thinking and end_tag else (),
-        "preserved_tokens": None if preserved is None else tuple(preserved), "analysis": analysis,
+        "preserved_tokens": tuple(preserved), "analysis": analysis,
     }
     if isinstance(json_schema, dict) and json_schema:
         grammar = _response_format_grammar(json_schema, generation_prompt, reasoning,
@@ -377,7 +376,7 @@ def chat_params(
     has_tools = bool(tools) and analysis.tools.mode is not ToolMode.NONE
     if not has_tools or tool_choice == "none" or (tool_choice == "auto" and analysis.trigger_marker == ""):
         return ChatGrammar(**common)  # no grammar: no tool syntax, no tools wanted, or nothing to trigger on
-    if analysis.tools.mode is not ToolMode.JSON_NATIVE or analysis.trigger_marker is None:
+    if analysis.tools.mode is not ToolMode.JSON_NATIVE:
         raise NotPorted("tool-call grammars of the tag formats")
     if tool_choice == "required":
         grammar = _json_tool_grammar(tools, analysis, force=True, generation_prompt=generation_prompt,

@@ -61,7 +61,7 @@ def test_the_settings_read_back_equal_and_parse_the_same(path: Path) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "{}", '{"version": 2}', json.dumps({"version": 1, "analysis": {}})],
+    ["", "{}", '{"version": 1}', json.dumps({"version": 2, "analysis": {}})],
     ids=["empty", "no-version", "other-version", "no-fields"],
 )
 def test_what_to_json_does_not_write_is_refused(text: str) -> None:

@@ -5,8 +5,8 @@ llama.cpp's chat layer (tests/chat_oracle/harness.cpp) and through the project's
 grammar, lazy flag, triggers, additional stops and thinking tags byte for byte. What is ported is asserted
 per template: on the auto-parser's templates every case but the tool-call grammars of the tag formats (tools
 offered with tool_choice auto, required or named, no schema) is identical; the hand-written formats
-(SPECIALISED) are not ported. Preserved tokens are compared where the project knows them (every auto-parser
-template but the tag formats), and the analysis itself on every template.
+(SPECIALISED) are not ported. Preserved tokens are compared on every ported case, and the analysis itself
+(the tag formats' markers included) on every template.
 """
 
 from __future__ import annotations
@@ -59,21 +59,19 @@ NO_TOOL_SYNTAX = {
 # JSON tool calls with no marker before them: tool_choice auto has no word to trigger on, so no grammar.
 NO_TRIGGER = {"meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct",
               "meta-llama-Llama-3.3-70B-Instruct"}
-# Auto-parser templates with a tag format (<function=...>, <arg_key>...): their function and argument markers,
-# hence their preserved tokens and tool grammars, are not ported; Functionary 3.1's preserved tokens are a
-# patch's whole list.
+# Auto-parser templates with a tag format (<function=...>, <arg_key>...): their analysis and preserved tokens
+# are compared as every other template's, their tool grammars are not ported.
 TAG_FORMATS = {
     "ByteDance-Seed-OSS", "GLM-4.6", "GLM-4.7-Flash", "MiniMax-M2", "Mistral-Small-3.2-24B-Instruct-2506",
     "Spark2.5", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-ai-DeepSeek-V3.1",
     "llama-cpp-deepseek-r1", "meetkai-functionary-medium-v3.1", "poolside-Laguna-S-2.1",
     "poolside-Laguna-XS-2.1", "poolside-Laguna-XS.2", "tencent-Hy3", "upstage-Solar-Open-100B",
 }
-PRESERVED_BY_PATCH = {"meetkai-functionary-medium-v3.1"}
 # Where the project's analysis still parts from llama.cpp's: template -> (field, why). Functionary 3.2 has its
 # own format (SPECIALISED), so its chat params do not depend on it.
 ANALYSIS_DIFFERENCES = {
     "meetkai-functionary-medium-v3.2": (
-        ("tool mode", "tool format", "preserved tokens"),
+        ("tool mode", "function", "arguments", "preserved tokens"),
         "the template joins a string and the arguments object with +: llama.cpp's Jinja writes the object, "
         "the project's renderer refuses (its capability probes count on that refusal): the probe finds no "
         "call"),
@@ -93,10 +91,6 @@ def _expected_ported(template: str) -> set[str]:
         if not tool_grammar or template not in TAG_FORMATS:
             ported.add(case.name)
     return ported
-
-
-def _preserved_known(template: str) -> bool:
-    return template not in SPECIALISED and (template not in TAG_FORMATS or template in PRESERVED_BY_PATCH)
 
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
@@ -218,7 +212,7 @@ def test_chat_params_are_llama_cpps(path: Path, chat_oracle: Path, oracle_report
     known = [c for c in comparisons if c.preserved_tokens is not None]
     same = [c for c in known if c.same_preserved_tokens]
     oracle_report.add("chat params: preserved tokens", path.stem, identical=len(same), total=len(comparisons))
-    assert len(known) == (len(ported) if _preserved_known(path.stem) else 0)
+    assert len(known) == len(ported)
     assert len(same) == len(known), [
         (c.case, c.preserved_tokens, c.llama.get("preserved_tokens")) for c in known]
 
@@ -242,9 +236,10 @@ def test_parallel_tool_call_grammars_are_llama_cpps(
 @pytest.mark.oracle
 @pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
 def test_template_analysis_is_llama_cpps(path: Path, chat_oracle: Path, oracle_report: OracleReport) -> None:
-    """The auto-parser's analysis (reasoning, content, tool format's mode; the JSON format's markers and
-    fields; the preserved tokens where known; stops) is llama.cpp's on every template, the specialised ones
-    too (llama.cpp analyses them as well, though it then uses their own formats)."""
+    """The auto-parser's analysis (reasoning, content, the tool format's mode, markers and JSON fields, the
+    tag formats' function, argument and call id markers; the preserved tokens; stops) is llama.cpp's on every
+    template, the specialised ones too (llama.cpp analyses them as well, though it then uses their own
+    formats)."""
     ours, llama = compare_analysis(chat_oracle, path, now=time.time())
     oracle_report.add("chat auto-parser analysis", "every template", identical=int(ours == llama), total=1)
     if path.stem in ANALYSIS_DIFFERENCES:
@@ -252,8 +247,6 @@ def test_template_analysis_is_llama_cpps(path: Path, chat_oracle: Path, oracle_r
         assert ours["tool mode"] != llama["tool mode"], why
         ours = {k: v for k, v in ours.items() if k not in fields}
         llama = {k: v for k, v in llama.items() if k not in fields}
-    else:
-        assert ("tool format" in ours) == (llama["tool mode"] in ("NONE", "JSON_NATIVE"))
     assert ours == llama
 
 
