@@ -164,8 +164,13 @@ def _our_analysis(ours: TemplateAnalysis) -> dict[str, Any]:
 
 
 def compare_analysis(binary: Path, path: Path, *, now: float) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The auto-parser's analysis of one template: (the project's fields, llama.cpp's same fields)."""
-    source = template_source(path.read_text())
+    """The auto-parser's analysis of one template file: (the project's fields, llama.cpp's same fields)."""
+    return compare_source_analysis(binary, template_source(path.read_text()), now=now)
+
+
+def compare_source_analysis(binary: Path, source: str, *, now: float
+                            ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The auto-parser's analysis of a template's source, as `compare_analysis`."""
     answer = run_harness(binary, {"mode": "analyze", "template": source, "bos_token": BOS_TOKEN,
                                   "eos_token": EOS_TOKEN})
     ours = analyze_template(source, lambda context: render_template(source, context, now=now),

@@ -420,8 +420,9 @@ def _function_markers(probe: Probe, tools: ToolFormat) -> None:
     else:
         at = diff.suffix.find(suffix_marker)
         closer = diff.suffix if at < 0 else diff.suffix[:at]
+    # (llama.cpp then trims the close's leading whitespace: neither branch leaves any)
     if closer and tools.mode is ToolMode.TAG_WITH_TAGGED:
-        # after the last value and the marker that closes it
+        # after the last value and the marker that closes it, and the whitespace after that
         close = _match(f"{_until('YYYY')}YYYY{SP}{MARKER}{SP}(?P<close>.*)", closer)
         if close is not None:
             tools.function_close = close["close"]
@@ -433,7 +434,6 @@ def _function_markers(probe: Probe, tools: ToolFormat) -> None:
             at = max(post.rfind("}"), post.rfind("]"))
             if 0 <= at < len(post) - 1:
                 tools.function_close = post[at + 1:].lstrip(C_SPACE)
-    tools.function_close = tools.function_close.lstrip(C_SPACE)
 
 
 def _argument_names(probe: Probe, tools: ToolFormat) -> None:
