@@ -649,9 +649,7 @@ class MaskCache:
             allowed = allowed | known.allowed
             uncertain = uncertain | known.uncertain
             shared.pop(key)
-        for array in (firsts, allowed, uncertain):
-            array.flags.writeable = False
-        learned = ShiftedVerdict(firsts, allowed, uncertain)
+        learned = ShiftedVerdict.of(firsts, allowed, uncertain)
         shared.put(key, learned, learned.nbytes)
 
     def _walk_uncertain(

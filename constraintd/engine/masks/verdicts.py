@@ -10,7 +10,8 @@
 # - Under (SHIFT_MARK, *ids), keyed by the ids of the stack a char terminal leaves once it matched, a
 #   `ShiftedVerdict`: what that stack decides of each token's rest after its first code point. Every top
 #   whose terminal leaves a stack with those ids decides alike the tokens whose first code point both
-#   classes match (masks/cache.py): a key trie's `[^"a] char*`, `[^"b] char*`, ... are one walk.
+#   classes match (masks/cache.py): a key trie's `[^"a] char*`, `[^"b] char*`, ... are one walk. Its
+#   flags are packed a bit a row.
 # - In `escapes`, by the ids of a top, an `EscapeIndex`: where the rows the top leaves uncertain met the
 #   escape mark (compute.py's `escape_columns`). Equal ids match the same code points to the same ends,
 #   so every top with those ids meets the mark at the same columns (masks/cache.py reads them to walk a
@@ -93,22 +94,46 @@ def top_verdict(
 class ShiftedVerdict:
     """What the stack a char terminal leaves decides of the tokens' rest after their first code point.
 
+    Its per-row flags are kept a bit a row (`np.packbits`): a vocabulary's store holds eight times as
+    many verdicts in its bound, and reading one back unpacks a few tens of kilobytes.
+
     Attributes:
         firsts: per distinct first code point of the fresh table (`ColumnTable.first_code_points`),
             whether the rows starting with it are decided here.
-        allowed: per row of the fresh table that has a code point, whether its rest is allowed (False
-            outside `firsts`).
-        uncertain: per such row, whether its rest reaches the stacks below (False outside `firsts`).
+        allowed_bits: per row of the fresh table that has a code point, packed: whether its rest is
+            allowed (not set outside `firsts`).
+        uncertain_bits: per such row, packed: whether its rest reaches the stacks below (not set outside
+            `firsts`).
+        rows: the rows the packed flags hold.
     """
 
     firsts: BoolArray
-    allowed: BoolArray
-    uncertain: BoolArray
+    allowed_bits: npt.NDArray[np.uint8]
+    uncertain_bits: npt.NDArray[np.uint8]
+    rows: int
+
+    @classmethod
+    def of(cls, firsts: BoolArray, allowed: BoolArray, uncertain: BoolArray) -> ShiftedVerdict:
+        """A verdict of these flags (`allowed` and `uncertain` a flag per row), its arrays read-only."""
+        packed = (np.packbits(allowed), np.packbits(uncertain))
+        for array in (firsts, *packed):
+            array.flags.writeable = False
+        return cls(firsts, *packed, allowed.size)
+
+    @property
+    def allowed(self) -> BoolArray:
+        """Per row with a code point, whether its rest is allowed (a new array)."""
+        return np.unpackbits(self.allowed_bits, count=self.rows).view(np.bool_)
+
+    @property
+    def uncertain(self) -> BoolArray:
+        """Per row with a code point, whether its rest reaches the stacks below (a new array)."""
+        return np.unpackbits(self.uncertain_bits, count=self.rows).view(np.bool_)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the arrays."""
-        return self.firsts.nbytes + self.allowed.nbytes + self.uncertain.nbytes
+        return self.firsts.nbytes + self.allowed_bits.nbytes + self.uncertain_bits.nbytes
 
 
 @dataclass(frozen=True, slots=True)

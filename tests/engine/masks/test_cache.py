@@ -19,7 +19,7 @@ from constraintd.engine.masks import cache as mask_cache
 from constraintd.engine.masks.bitmask import pack_mask
 from constraintd.engine.masks.cache import MaskCache, SharedVerdicts
 from constraintd.engine.masks.compute import compute_mask, walk
-from constraintd.engine.masks.verdicts import SHIFT_MARK, top_verdict
+from constraintd.engine.masks.verdicts import SHIFT_MARK, ShiftedVerdict, top_verdict
 from constraintd.errors import DeadlineError
 from tests.strategies import compile_or_skip, grammars, vocabs
 
@@ -400,6 +400,17 @@ def test_classes_leaving_one_stack_share_what_the_rest_of_a_token_does(
     assert met <= set(table.first_code_points[learned.firsts].tolist()) <= met | {ord(c) for c in "abc"}
 
 
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.booleans()), max_size=70), st.integers(1, 40))
+def test_a_shifted_verdict_keeps_its_flags_a_bit_a_row(flags: list[tuple[bool, bool]], firsts: int) -> None:
+    allowed = np.array([a for a, _ in flags], dtype=np.bool_)
+    uncertain = np.array([u for _, u in flags], dtype=np.bool_)
+    learned = ShiftedVerdict.of(np.ones(firsts, dtype=np.bool_), allowed, uncertain)
+    assert learned.allowed.tolist() == allowed.tolist()
+    assert learned.uncertain.tolist() == uncertain.tolist()
+    assert learned.nbytes == firsts + 2 * ((len(flags) + 7) // 8)
+    assert not learned.allowed_bits.flags.writeable and not learned.firsts.flags.writeable
 
 # The same trie deep in a stack: the tops under the escape mark hold the closing quote and what follows
 # the key below it (`"` ":" ";" ","), and every grammar after the first decides its class's tops of each
