@@ -40,7 +40,11 @@
 #   A longer marked top (escape, ..., q) whose class starts more than 1/FEW_SHARE of the rows is decided
 #   the same way once its structural key misses, by the stack (escape, ..., after q): the trie's class
 #   under the closing quote and the colon of `additional-kv` learns once per vocabulary, not once per
-#   class. A top learned the usual way leaves what it decided of its class's rows there for the next.
+#   class. A top learned the usual way leaves what it decided of its class's rows there for the next,
+#   once that stack's key is met a second time (`SharedVerdicts.met_before`): most such keys are one
+#   top's alone (a string's class under one schema's property), and keeping each costs passes over the
+#   vocabulary (a one-off count over bench_masks's 60 schemas of seed 11 on qwen2: 6,400 kept, about
+#   0.3 ms each, for 230 keys ever met again).
 # - First visits inside bounded repetitions (`x{0,n}`, unrolled by the parser into a chain of rules,
 #   each position a structure of its own within the horizon) borrow from the loop `x*`: the top is also
 #   keyed with its chains made loops (masks/structural_ids.py, `loops`), and every token that looks at no
@@ -408,7 +412,7 @@ class MaskCache:
                 self.shared.put(key, verdict, verdict[NBYTES])
             else:
                 verdict = self._learn_top(top, key, limit, deadline)  # kept under `key` there
-                if shift is not None:
+                if shift is not None and self.shared.met_before(shift[0]):
                     self._keep_long_shift(verdict, *shift)
         return verdict
 

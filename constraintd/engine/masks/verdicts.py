@@ -11,7 +11,8 @@
 #   `ShiftedVerdict`: what that stack decides of each token's rest after its first code point. Every top
 #   whose terminal leaves a stack with those ids decides alike the tokens whose first code point both
 #   classes match (masks/cache.py): a key trie's `[^"a] char*`, `[^"b] char*`, ... are one walk. Its
-#   flags are packed a bit a row.
+#   flags are packed a bit a row. The keys of longer tops' shifted verdicts met once are remembered
+#   (`met_before`, bounded by a count), so that only a key met again gets its verdict kept.
 # - In `escapes`, by the ids of a top, an `EscapeIndex`: where the rows the top leaves uncertain met the
 #   escape mark (compute.py's `escape_columns`). Equal ids match the same code points to the same ends,
 #   so every top with those ids meets the mark at the same columns (masks/cache.py reads them to walk a
@@ -34,6 +35,7 @@ __all__ = [
     "LOOP_MARK",
     "MAX_ESCAPE_BYTES",
     "MAX_SHIFTED_BYTES",
+    "MAX_SHIFT_MET",
     "MAX_VERDICT_BYTES",
     "NBYTES",
     "REACH",
@@ -57,6 +59,10 @@ MAX_VERDICT_BYTES: Final = 192 << 20
 MAX_SHIFTED_BYTES: Final = 16 << 20
 # Default bound of one vocabulary's escape indexes.
 MAX_ESCAPE_BYTES: Final = 32 << 20
+# Keys of longer tops' shifted verdicts a vocabulary remembers having met (`SharedVerdicts.shift_met`), a
+# count, and what one costs as `SharedVerdicts.nbytes` counts it: a tuple of a few ints and its entries.
+MAX_SHIFT_MET: Final = 16384
+_MET_KEY_BYTES: Final = 256
 
 Words = npt.NDArray[np.int32]
 IntArray = npt.NDArray[np.int64]
@@ -165,11 +171,12 @@ class SharedVerdicts(LruCache[tuple[int, ...], TopVerdict]):
     Attributes:
         forms: the table that numbers the structural ids keying these verdicts.
         shifted: the shifted verdicts, by (SHIFT_MARK, *ids), sized in bytes.
+        shift_met: the keys of longer tops' shifted verdicts met once (`met_before`), counted.
         escapes: by the ids of a top, where the rows it leaves uncertain met the escape mark, sized in
             bytes.
     """
 
-    __slots__ = ("escapes", "forms", "shifted")
+    __slots__ = ("escapes", "forms", "shift_met", "shifted")
 
     def __init__(
         self,
@@ -181,9 +188,19 @@ class SharedVerdicts(LruCache[tuple[int, ...], TopVerdict]):
         super().__init__(max_bytes)
         self.forms = FormTable()
         self.shifted: LruCache[tuple[int, ...], ShiftedVerdict] = LruCache(max_shifted_bytes)
+        self.shift_met: LruCache[tuple[int, ...], bool] = LruCache(MAX_SHIFT_MET)
         self.escapes: LruCache[tuple[int, ...], EscapeIndex] = LruCache(max_escape_bytes)
+
+    def met_before(self, key: tuple[int, ...]) -> bool:
+        """Whether `key` was met before (then a verdict kept under it may serve again); the first time it
+        is remembered, and False."""
+        if self.shift_met.get(key) is not None:
+            return True
+        self.shift_met.put(key, True)
+        return False
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the verdicts' own arrays, shifted ones and escape columns included."""
-        return self.size + self.shifted.size + self.escapes.size
+        """Bytes of the verdicts' own arrays, shifted ones and escape columns included, and an estimate
+        of the shift keys remembered."""
+        return self.size + self.shifted.size + self.escapes.size + len(self.shift_met) * _MET_KEY_BYTES

@@ -401,6 +401,7 @@ def test_classes_leaving_one_stack_share_what_the_rest_of_a_token_does(
 
 
 
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.booleans()), max_size=70), st.integers(1, 40))
 def test_a_shifted_verdict_keeps_its_flags_a_bit_a_row(flags: list[tuple[bool, bool]], firsts: int) -> None:
@@ -451,9 +452,30 @@ def test_deeper_tops_of_classes_leaving_one_stack_share_it_too(
     (stack,) = [stack for stack in matcher.stacks if stack[-1] == excluding]
     assert len(stack) > mask_cache.CONTEXT_DEPTH  # its tops are marked ones
     assert grammar._masks.structure is not None
-    for length in (2, 3):  # the closing quote, then the colon under it
-        left = (rules.escape, *stack[-length:-1], rules.after[excluding])
-        assert shifted.peek((SHIFT_MARK, *grammar._masks.structure.stack(left))) is not None
+    # the top under the closing quote: every grammar after the first meets the key of the stack its class
+    # leaves again, and keeps what its class's rows did there (met once, a key is only remembered)
+    left = (rules.escape, stack[-2], rules.after[excluding])
+    assert shifted.peek((SHIFT_MARK, *grammar._masks.structure.stack(left))) is not None
+
+
+def test_a_longer_tops_shift_is_kept_once_its_key_is_met_again() -> None:
+    # Most longer tops' shift keys belong to one top alone (a string's class under a property of one
+    # schema): what a top decided there is kept when its key comes back, not the first time it is met.
+    vocab = Vocab(FILLED_TRIE_PIECES, eog_ids=[0])
+    kept = []
+    for chars in "abc":
+        grammar = Grammar.from_gbnf(DEEP_TRIE.replace("{}", chars), vocab)
+        matcher = Matcher(grammar)
+        assert matcher.accept(DEEP_TRIE_PIECES.index(b"{")) and matcher.accept(DEEP_TRIE_PIECES.index(b'"'))
+        assert matcher.mask().tolist() == expected_mask(matcher).tolist()
+        rules = grammar._states.rules
+        (excluding,) = [pos for pos, char_class in rules.classes.items() if not char_class[0]]
+        (stack,) = [stack for stack in matcher.stacks if stack[-1] == excluding]
+        assert grammar._masks.structure is not None
+        left = (rules.escape, stack[-2], rules.after[excluding])
+        key = (SHIFT_MARK, *grammar._masks.structure.stack(left))
+        kept.append(vocab.decoded().verdicts().shifted.peek(key) is not None)
+    assert kept == [False, True, True]
 
 
 def test_a_deeper_tops_verdict_keeps_the_same_shift_as_ids_and_as_words() -> None:
