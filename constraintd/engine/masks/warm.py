@@ -66,6 +66,7 @@ SCHEMA_WARMUP: Final = json.dumps(
                 "type": "object",
                 "properties": {"key": {"type": "string"}, "value": {"type": "number"}},
                 "required": ["key"],
+                "additionalProperties": True,
             },
             "extra": {"type": "object"},
         },
@@ -87,7 +88,7 @@ _SCHEMA_DOCUMENT: Final = {
     "when": "2024-01-31T12:00:00Z",
     "day": "2024-02-29",
     "uuid": "123e4567-e89b-12d3-a456-426614174000",
-    "meta": {"key": "k", "value": 0.5},
+    "meta": {"key": "k", "value": 0.5, "unit": "m", "k2": 1},
     "extra": {"any": [1, {"x": "y"}], "b": False},
 }
 # documents of SCHEMA_WARMUP, compact (as a model usually writes them) and with spaces

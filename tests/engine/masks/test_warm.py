@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from constraintd.engine import Grammar, Matcher, Vocab, json_object_grammar
 from constraintd.engine.masks.compute import compute_mask
+from constraintd.engine.masks.verdicts import SHIFT_MARK
 from constraintd.engine.masks.warm import (
     JSON_SAMPLES,
     SCHEMA_SAMPLES,
@@ -56,3 +59,20 @@ def test_the_schema_samples_are_whole_documents_of_the_converted_schema() -> Non
         matcher = Matcher(grammar)
         assert all(matcher.accept_bytes(char.encode("utf-8")) for char in sample), sample
         assert matcher.is_complete(), sample
+
+
+def test_a_key_trie_after_the_warm_up_finds_what_a_keys_rest_does() -> None:
+    # An object with properties and other keys: llama.cpp's converter writes the other keys as a trie
+    # (`[^"a] char*`, ...), whose classes all leave one stack. The warm-up's own trie has left what that
+    # stack does with a token's rest (masks/cache.py's shifted verdicts), for every later schema.
+    vocab = Vocab(PIECES, eog_ids=[0])
+    warm_vocabulary(vocab)
+    schema = {"type": "object", "properties": {"ab": {"type": "integer"}}, "additionalProperties": True}
+    grammar = Grammar.from_gbnf(json_schema_to_gbnf(json.dumps(schema)), vocab)
+    Matcher(grammar).mask()  # the grammar's structural ids exist from its first mask on
+    rules = grammar._states.rules
+    (other_keys,) = [pos for pos, cls in rules.classes.items() if cls == (False, ((34, 34), (97, 97)))]
+    structure = grammar._masks.structure
+    assert structure is not None
+    key = (SHIFT_MARK, *structure.stack((rules.escape, rules.after[other_keys])))
+    assert vocab.decoded().verdicts().shifted.peek(key) is not None
