@@ -13,7 +13,9 @@
 #   no grammar; a schema (with or without tools, any tool_choice) gives the response-format grammar, never
 #   lazy, no triggers; on a template that writes JSON calls, tool_choice auto gives the lazy tool grammar
 #   (json_tool_grammar.py) and its word triggers, required the non-lazy one; parallel_tool_calls lets the
-#   calls repeat after commas, as standard_json_tools does. NotPorted: the tag formats' tool grammars.
+#   calls repeat after commas, as standard_json_tools does. On a tag format with JSON arguments
+#   (`<function=name>{...}`), tool_choice auto gives its lazy grammar (json_tool_grammar.py, where ported).
+#   NotPorted: the tag formats' other tool grammars.
 # - The preserved tokens are the analysis's (template_analysis.py), the tag formats' markers included.
 # - The response-format grammar is the auto-parser's: the generation prompt up to the reasoning start tag,
 #   the optional reasoning block where reasoning is extracted (reasoning_format other than none, and the
@@ -32,7 +34,11 @@ from typing import Any, Final
 
 from constraintd.engine.aho_corasick import AhoCorasick
 from constraintd.engine.chat.diff_split import C_SPACE, Render, trim_whitespace
-from constraintd.engine.chat.json_tool_grammar import json_tool_parsers, json_tool_rules
+from constraintd.engine.chat.json_tool_grammar import (
+    json_tool_parsers,
+    json_tool_rules,
+    tag_json_tool_rules,
+)
 from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
 from constraintd.engine.chat.template_analysis import (
     ContentMode,
@@ -325,6 +331,22 @@ def _json_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAna
     return built.text()
 
 
+def _tag_json_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAnalysis, *,
+                           parallel_tool_calls: bool) -> str:
+    """The lazy grammar (trigger rules only) of a tag format with JSON arguments."""
+    built = _GrammarText()
+    try:
+        triggers = tag_json_tool_rules(tools, analysis.tools, add_rule=built.add_rule,
+                                       add_schema=built.add_schema, literal=_literal,
+                                       parallel_tool_calls=parallel_tool_calls)
+    except NotImplementedError as exc:
+        raise NotPorted(str(exc)) from None
+    for name, rule in _JSON_RULES.items():
+        built.add_rule(name, rule)
+    built.add_rule("root", " | ".join(sorted(triggers)))
+    return built.text()
+
+
 def chat_params(
     source: str,
     render: Render,
@@ -376,8 +398,11 @@ def chat_params(
     has_tools = bool(tools) and analysis.tools.mode is not ToolMode.NONE
     if not has_tools or tool_choice == "none" or (tool_choice == "auto" and analysis.trigger_marker == ""):
         return ChatGrammar(**common)  # no grammar: no tool syntax, no tools wanted, or nothing to trigger on
+    if analysis.tools.mode is ToolMode.TAG_WITH_JSON and tool_choice == "auto":
+        lazy = _tag_json_tool_grammar(tools, analysis, parallel_tool_calls=parallel_tool_calls)
+        return ChatGrammar(lazy, True, (GrammarTrigger("word", analysis.trigger_marker),), **common)
     if analysis.tools.mode is not ToolMode.JSON_NATIVE:
-        raise NotPorted("tool-call grammars of the tag formats")
+        raise NotPorted("tool-call grammars of the tag formats, but the lazy one of JSON arguments")
     if tool_choice == "required":
         grammar = _json_tool_grammar(tools, analysis, force=True, generation_prompt=generation_prompt,
                                      extract_reasoning=reasoning_format != "none",

@@ -14,15 +14,23 @@
 #   non-lazy grammar (tool_choice required) names its `until-N` rules by that count.
 # - Not done: the fields nested under a function object.
 #   Where llama.cpp would set the sequence of a field's parsers apart in parentheses, so does the text here.
+# - `tag_json_tool_rules` is the lazy grammar of the tag formats with JSON arguments
+#   (build_tool_parser_tag_json: `<function=name>{...}</function>`): each tool's rule is its name between the
+#   function's name prefix and suffix, then its arguments' schema and the function's close. Not done there
+#   (NotImplementedError): a call id before the arguments, argument or separator markers, a name without a
+#   suffix (the atomic forms), calls marked by their section alone, and calls with no close nor end marker.
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from constraintd.engine.chat.template_analysis import ToolFormat
+from constraintd.engine.chat.template_analysis import CallIdPosition, ToolFormat
 
-__all__ = ["JSON_STRING_CONTENT", "call_keys", "json_tool_parsers", "json_tool_rules", "rule_name"]
+__all__ = [
+    "JSON_STRING_CONTENT", "call_keys", "json_tool_parsers", "json_tool_rules", "rule_name",
+    "tag_json_tool_rules",
+]
 
 AddRule = Callable[[str, str], str]
 AddSchema = Callable[[str, Any], str]
@@ -167,6 +175,47 @@ def json_tool_rules(
     if not per_call:
         return ["tool-call"]
     add_rule("tool-calls", "(tool-call space)+" if force else "(tool-call? space)+")
+    return ["tool-call", "tool-calls"]
+
+
+def tag_json_tool_rules(
+    tool_defs: Sequence[Mapping[str, Any]], tools: ToolFormat, *, add_rule: AddRule, add_schema: AddSchema,
+    literal: Literal, parallel_tool_calls: bool = False,
+) -> list[str]:
+    """Add the lazy tool-call grammar's rules of a tag format with JSON arguments; give the trigger rules'
+    names (arguments as for `json_tool_rules`).
+
+    Raises:
+        NotImplementedError: a part of build_tool_parser_tag_json not ported (the module's contract).
+    """
+    if (tools.call_id_position is CallIdPosition.BETWEEN_FUNC_AND_ARGS and tools.call_id_prefix
+            and (tools.call_id_suffix or tools.args_start)):
+        raise NotImplementedError("the tag formats' call ids")
+    if tools.args_separator or tools.args_start or tools.args_end or not tools.name_suffix:
+        raise NotImplementedError("the tag formats' argument markers and atomic function names")
+    if not tools.per_call_start or (tools.section_start and not tools.section_end):
+        raise NotImplementedError("tag-format calls marked by their section alone")
+    if not tools.function_close and not tools.per_call_end:
+        raise NotImplementedError("tag-format calls with neither a close nor an end marker")
+    choices = []
+    for tool_def in tool_defs:
+        function = tool_def.get("function")
+        if not isinstance(function, Mapping):
+            continue
+        name = str(function["name"])
+        # build_func_parser: open (name prefix, name, name suffix), space, the arguments, then the close: the
+        # function's (after space), or nothing where the call's end closes it (a peek)
+        schema = add_schema(f"tool-{name}-schema", _parameters(function))
+        body = f"({literal(tools.name_prefix)} {literal(name)} {literal(tools.name_suffix)}) space {schema}"
+        if tools.function_close:
+            body += f" space {literal(tools.function_close)}"
+        choices.append(add_rule(rule_name(f"tool-{name}"), body))
+    wrapped = f"{literal(tools.per_call_start)} ({' | '.join(choices)}) {literal(tools.per_call_end)}"
+    add_rule("tool-call", f"{wrapped} (space {wrapped})*" if parallel_tool_calls else wrapped)
+    if not tools.section_start:
+        return ["tool-call"]
+    section = f"{literal(tools.section_start)} space tool-call space {literal(tools.section_end)}"
+    add_rule("tool-calls", section)
     return ["tool-call", "tool-calls"]
 
 

@@ -60,7 +60,8 @@ NO_TOOL_SYNTAX = {
 NO_TRIGGER = {"meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct",
               "meta-llama-Llama-3.3-70B-Instruct"}
 # Auto-parser templates with a tag format (<function=...>, <arg_key>...): their analysis and preserved tokens
-# are compared as every other template's, their tool grammars are not ported.
+# are compared as every other template's; of their tool grammars only the lazy one of JSON arguments
+# (tool_choice auto) is ported, where no call id comes before the arguments (TAG_JSON_LAZY).
 TAG_FORMATS = {
     "ByteDance-Seed-OSS", "GLM-4.6", "GLM-4.7-Flash", "MiniMax-M2", "Mistral-Small-3.2-24B-Instruct-2506",
     "Spark2.5", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-ai-DeepSeek-V3.1",
@@ -69,6 +70,10 @@ TAG_FORMATS = {
 }
 # Where the project's analysis still parts from llama.cpp's: template -> (field, why). Functionary 3.2 has its
 # own format (SPECIALISED), so its chat params do not depend on it.
+TAG_JSON_LAZY = {
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-ai-DeepSeek-V3.1", "llama-cpp-deepseek-r1",
+    "meetkai-functionary-medium-v3.1", "upstage-Solar-Open-100B",
+}
 ANALYSIS_DIFFERENCES = {
     "meetkai-functionary-medium-v3.2": (
         ("tool mode", "function", "arguments", "preserved tokens"),
@@ -87,8 +92,10 @@ def _expected_ported(template: str) -> set[str]:
         tool_grammar = not case.schema and case.tool_choice in TOOL_GRAMMAR_CHOICES
         if template in NO_TOOL_SYNTAX or (template in NO_TRIGGER and case.tool_choice == "auto"):
             tool_grammar = False
-        # tool grammars are ported for JSON tool calls, lazy (auto) and not (required, named)
-        if not tool_grammar or template not in TAG_FORMATS:
+        # tool grammars are ported for JSON tool calls, lazy (auto) and not (required, named), and the lazy
+        # ones of TAG_JSON_LAZY
+        lazy_tag_json = template in TAG_JSON_LAZY and case.tool_choice == "auto"
+        if not tool_grammar or template not in TAG_FORMATS or lazy_tag_json:
             ported.add(case.name)
     return ported
 
