@@ -84,7 +84,9 @@ class CallIdPosition(enum.Enum):
 
 @dataclass(slots=True)
 class ToolFormat:
-    """The tool-call format's markers and JSON fields (tool_format_analysis, tool_function_analysis)."""
+    """The tool-call format's markers and JSON fields (llama.cpp's tool_format_analysis, and its
+    tool_function_analysis, tool_arguments_analysis and tool_id_analysis, their fields named after their
+    struct where the bare name would be ambiguous)."""
 
     mode: ToolMode = ToolMode.NONE
     section_start: str = ""
@@ -105,7 +107,8 @@ class ToolFormat:
     name_suffix: str = ""
     args_separator: str = ""
     function_close: str = ""
-    # tool_arguments_analysis: around each argument's name and value (tagged arguments)
+    # tool_arguments_analysis: around each argument's name and value (tagged arguments); llama.cpp's analysis
+    # sets args_start, args_end and arg_separator to nothing but the empty text, and a patch trims the latter
     args_start: str = ""
     args_end: str = ""
     arg_name_prefix: str = ""
