@@ -4,7 +4,9 @@ on texts written in each template's own tool-call format.
 For every auto-parser template and a few requests (tools with tool_choice auto, required, parallel calls on;
 no tools; a response schema), texts are made from the template's analysis, as a model would write them: plain
 content, a call, content then a call, two calls, a thinking block first (where the template has thinking
-tags), the JSON spaced differently, and an unfinished text (the content or a call cut short); for the
+tags), the JSON spaced differently, and an unfinished text (the content or a call cut short); in a tag format
+with JSON arguments also a call cut in its name, its markers or the second call, an unknown tool, arguments
+that are no object, and space around the section's calls, the arguments and the call's end; for the
 response schema, the value plain, spaced, fenced, after a thinking block, cut short, and texts that are no
 such answer. The harness's "parse" mode answers llama.cpp's message for each (the same chat params, the
 parser llama-server loads); the project's comes from `parse_message` on its own chat params. Compared:
@@ -68,6 +70,20 @@ def _calls(tools: ToolFormat, calls: list[str]) -> str:
     return tools.section_start + joined + tools.section_end
 
 
+def _tag_call(tools: ToolFormat, name: str, arguments: Any, *, spaced: bool, gap: str = "",
+              before_end: str = "") -> str:
+    # a tag format with JSON arguments: the call's markers, the name between its prefix and suffix, `gap`, the
+    # JSON, the function's close (after a newline where the JSON is spaced), `before_end`, the call's end
+    args = json.dumps(arguments, ensure_ascii=False, separators=(", ", ": ") if spaced else (",", ":"))
+    close = ("\n" if spaced else "") + tools.function_close if tools.function_close else ""
+    opened = f"{tools.per_call_start}{tools.name_prefix}{name}{tools.name_suffix}"
+    return f"{opened}{gap}{args}{close}{before_end}{tools.per_call_end}"
+
+
+def _tag_calls(tools: ToolFormat, calls: list[str], *, around: str = "") -> str:
+    return tools.section_start + around + "\n".join(calls) + around + tools.section_end
+
+
 def answers(grammar: ChatGrammar) -> dict[str, str]:
     """The texts tried on a template with a response schema: by name."""
     analysis = grammar.analysis
@@ -100,12 +116,42 @@ def texts(grammar: ChatGrammar) -> dict[str, str]:
         made["content and call"] = "Let me look.\n" + made["call"]
         made["two calls"] = _calls(tools, [weather, search])
         made["cut call"] = made["call"][: len(made["call"]) * 2 // 3]
+    elif tools.mode is ToolMode.TAG_WITH_JSON:
+        weather = _tag_call(tools, "get_weather", WEATHER_ARGS, spaced=True)
+        search = _tag_call(tools, "search", SEARCH_ARGS, spaced=False)
+        made["call"] = _tag_calls(tools, [weather])
+        made["content and call"] = "Let me look.\n" + made["call"]
+        made["two calls"] = _tag_calls(tools, [weather, search])
+        made["spaced section"] = _tag_calls(tools, [weather, search], around="\n ")
+        made["cut call"] = made["call"][: len(made["call"]) * 2 // 3]
+        # the text ending inside the second call's name, its arguments, or the first call's markers
+        named = tools.section_start + weather + "\n" + tools.per_call_start + tools.name_prefix
+        made["cut name"] = named + "sea"
+        made["cut second call"] = made["two calls"][: len(made["two calls"]) - len(tools.section_end) - 12]
+        made["cut marker"] = tools.section_start + tools.per_call_start[:-1]
+        made["unknown tool"] = _tag_calls(tools, [_tag_call(tools, "get_time", {}, spaced=False)])
+        # arguments that are JSON but no object, whole and cut short
+        no_object = _tag_call(tools, "get_weather", "Paris", spaced=False)
+        made["arguments no object"] = _tag_calls(tools, [no_object])
+        made["cut arguments no object"] = made["arguments no object"].split('"Par')[0] + '"Par'
+        made["unclosed arguments no object"] = made["arguments no object"].split('"Paris"')[0] + '"Paris"'
+        # space between the name and the arguments, and between the arguments and the call's end
+        spaced = _tag_call(tools, "get_weather", WEATHER_ARGS, spaced=True, gap="\n ")
+        made["spaced call"] = _tag_calls(tools, [spaced])
+        ended = _tag_call(tools, "get_weather", WEATHER_ARGS, spaced=True, before_end=" \n")
+        made["space before the end"] = _tag_calls(tools, [ended])
     reasoning = analysis.reasoning
     if reasoning.end:
         thought = f"{reasoning.start}I should check.{reasoning.end}"
         made["thinking"] = thought + "It is mild."
         if "call" in made:
             made["thinking and call"] = thought + made["call"]
+        if tools.mode is ToolMode.TAG_WITH_JSON:
+            # where the generation prompt opens the thinking block, the calls are read after it only
+            for name in ("content and call", "two calls", "cut call", "cut name", "cut second call",
+                         "unknown tool", "arguments no object", "unclosed arguments no object", "spaced call",
+                         "space before the end", "spaced section"):
+                made[f"thinking, {name}"] = thought + made[name]
     return made
 
 

@@ -29,7 +29,7 @@ from constraintd.engine.chat.template_analysis import CallIdPosition, ToolFormat
 
 __all__ = [
     "JSON_STRING_CONTENT", "call_keys", "json_tool_parsers", "json_tool_rules", "rule_name",
-    "tag_json_tool_rules",
+    "tag_json_not_done", "tag_json_tool_rules",
 ]
 
 AddRule = Callable[[str, str], str]
@@ -178,6 +178,21 @@ def json_tool_rules(
     return ["tool-call", "tool-calls"]
 
 
+def tag_json_not_done(tools: ToolFormat) -> str:
+    """What of build_tool_parser_tag_json a tag format with JSON arguments needs and is not ported here
+    (the module's contract), or "" when nothing is; the message parser ports the same part."""
+    if (tools.call_id_position is CallIdPosition.BETWEEN_FUNC_AND_ARGS and tools.call_id_prefix
+            and (tools.call_id_suffix or tools.args_start)):
+        return "the tag formats' call ids"
+    if tools.args_separator or tools.args_start or tools.args_end or not tools.name_suffix:
+        return "the tag formats' argument markers and atomic function names"
+    if not tools.per_call_start or (tools.section_start and not tools.section_end):
+        return "tag-format calls marked by their section alone"
+    if not tools.function_close and not tools.per_call_end:
+        return "tag-format calls with neither a close nor an end marker"
+    return ""
+
+
 def tag_json_tool_rules(
     tool_defs: Sequence[Mapping[str, Any]], tools: ToolFormat, *, add_rule: AddRule, add_schema: AddSchema,
     literal: Literal, parallel_tool_calls: bool = False,
@@ -188,15 +203,9 @@ def tag_json_tool_rules(
     Raises:
         NotImplementedError: a part of build_tool_parser_tag_json not ported (the module's contract).
     """
-    if (tools.call_id_position is CallIdPosition.BETWEEN_FUNC_AND_ARGS and tools.call_id_prefix
-            and (tools.call_id_suffix or tools.args_start)):
-        raise NotImplementedError("the tag formats' call ids")
-    if tools.args_separator or tools.args_start or tools.args_end or not tools.name_suffix:
-        raise NotImplementedError("the tag formats' argument markers and atomic function names")
-    if not tools.per_call_start or (tools.section_start and not tools.section_end):
-        raise NotImplementedError("tag-format calls marked by their section alone")
-    if not tools.function_close and not tools.per_call_end:
-        raise NotImplementedError("tag-format calls with neither a close nor an end marker")
+    missing = tag_json_not_done(tools)
+    if missing:
+        raise NotImplementedError(missing)
     choices = []
     for tool_def in tool_defs:
         function = tool_def.get("function")

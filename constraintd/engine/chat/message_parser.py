@@ -1,18 +1,23 @@
 # The assistant's message from a generated text, as llama.cpp's chat layer parses a whole (non-streamed)
 # text on the templates its auto-parser handles: the PEG parser autoparser::build_parser builds
-# (chat-auto-parser-generator.cpp, standard_json_tools in chat-peg-parser.cpp) and common_chat_peg_mapper,
+# (chat-auto-parser-generator.cpp: build_tool_parser_json_native with standard_json_tools in
+# chat-peg-parser.cpp, build_tool_parser_tag_json with build_func_parser) and common_chat_peg_mapper,
 # run on the generation prompt followed by the text (common_chat_peg_parse), written here as a direct scan.
 #
 # Contract:
 # - `parse_message` gives the content, the reasoning content and the tool calls (name, arguments as the JSON
 #   text the model wrote, id) llama.cpp's parser gives, for: a request without tools (or tool_choice none),
-#   and tools on a template that writes tool calls as JSON with flat fields or the name as the key.
+#   and tools on a template that writes tool calls as JSON with flat fields or the name as the key, or in a
+#   tag format with JSON arguments (`<function=name>{...}</function>`, the part json_tool_grammar.py ports).
 # - The parse is llama.cpp's: the generation prompt's text up to the thinking tag is matched, then (unless the
 #   template is pure content) whitespace; the optional thinking block; the content up to the first tool-call
 #   marker (or the wrapped content); the calls; the end of the text. Where llama.cpp's parser stops for more
-#   input at the end of the text (the content or the thinking reaching it), what was read is the message.
+#   input at the end of the text (the content, the thinking or a call reaching it), what was read is the
+#   message: a call cut short is kept once its name is read (a tag format's: once its whole open is read),
+#   with the arguments read so far.
 # - A text that does not match raises MessageParseError with llama.cpp's words; what is not ported
-#   (the tag formats, a response schema, hand-written formats, partial texts) raises NotPorted.
+#   (the tag formats' tagged arguments and the parts of build_tool_parser_tag_json json_tool_grammar.py does
+#   not port, fields nested under a function object, hand-written formats) raises NotPorted.
 from __future__ import annotations
 
 import json
@@ -23,7 +28,7 @@ from typing import Any
 from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
 from constraintd.engine.chat.content import AnswerState, parse_json_answer
 from constraintd.engine.chat.diff_split import trim_whitespace
-from constraintd.engine.chat.json_tool_grammar import call_keys
+from constraintd.engine.chat.json_tool_grammar import call_keys, tag_json_not_done
 from constraintd.engine.chat.reasoning import ReasoningMode
 from constraintd.engine.chat.template_analysis import ContentMode, TemplateAnalysis, ToolFormat, ToolMode
 
@@ -359,6 +364,79 @@ def _json_tools(scan: _Scan, analysis: TemplateAnalysis, names: Sequence[str], *
         scan.optional(section)
 
 
+def _tag_json_call(scan: _Scan, names: Sequence[str], tools: ToolFormat) -> None:
+    # build_func_parser with a name suffix: the call's open (the name between the function's name prefix and
+    # suffix), space, the arguments' JSON, then the close: space and the function's close, or a look at the
+    # call's end marker. The open is atomic (tool_open): the mapper keeps the call once the whole open is
+    # read, never from a part of it; its arguments are the JSON where it is an object, else "{", which a
+    # close makes "{}".
+    for name in names:
+        start = scan.pos
+        opened = False
+        arguments = "{"
+        try:
+            scan.literal(tools.name_prefix + name + tools.name_suffix)
+            opened = True
+            scan.space()
+            try:
+                value = scan.json_value().rstrip(_SPACE)
+            except _NeedMore:
+                if scan.partial.startswith("{"):
+                    arguments = scan.partial
+                raise
+            if value.startswith("{"):
+                arguments = value
+            if tools.function_close:
+                scan.space()
+                scan.literal(tools.function_close)
+            else:
+                before = scan.pos
+                scan.literal(tools.per_call_end)
+                scan.pos = before
+            if arguments == "{":
+                arguments = "{}"
+        except _Fail:
+            scan.pos = start
+            continue
+        except _NeedMore:
+            if opened:
+                scan.calls.append(ParsedToolCall(name, arguments))
+            raise
+        scan.calls.append(ParsedToolCall(name, arguments))
+        return
+    raise _Fail
+
+
+def _tag_json_tools(scan: _Scan, names: Sequence[str], tools: ToolFormat, *, parallel: bool) -> None:
+    # build_tool_parser_tag_json: each call between the per-call markers, more after space when parallel,
+    # all in the section where there is one; optional (llama.cpp's are not where tool_choice is required,
+    # which no text tells apart: the end of the text follows them, and a text ending inside them stands)
+    def wrapped() -> None:
+        scan.literal(tools.per_call_start)
+        _tag_json_call(scan, names, tools)
+        scan.literal(tools.per_call_end)
+
+    def calls() -> None:
+        if tools.section_start:
+            scan.literal(tools.section_start)
+            scan.space()
+        wrapped()
+        while parallel:
+            before = scan.pos
+
+            def another() -> None:
+                scan.space()
+                wrapped()
+            scan.optional(another)
+            if scan.pos == before:
+                break
+        if tools.section_start:
+            scan.space()
+            scan.literal(tools.section_end)
+
+    scan.optional(calls)
+
+
 def _response_format(scan: _Scan) -> None:
     # the answer after the thinking block: the content rule's (chat/content.py), whose content is the
     # value's text; an answer that cannot parse does not match, one still open is read so far
@@ -424,6 +502,10 @@ def parse_message(
     extracting = reasoning_format != "none" and reasoning.mode is not ReasoningMode.NONE
     wrapped = analysis.content_mode is ContentMode.ALWAYS_WRAPPED
     with_tools = bool(tools) and tool_choice != "none" and supports_tool_calls
+    if with_tools and analysis.tools.mode is ToolMode.TAG_WITH_JSON and not has_response_format:
+        missing = tag_json_not_done(analysis.tools)
+        if missing:
+            raise NotPorted(f"the parser of {missing}")
     try:
         scan.literal(prefix)
         if has_response_format:
@@ -431,11 +513,17 @@ def parse_message(
             scan.space()
             _reasoning(scan, analysis, extracting=extracting)
             _response_format(scan)
+        elif with_tools and analysis.tools.mode is ToolMode.TAG_WITH_JSON:
+            # reasoning, optional content up to the trigger marker (no wrapped content), the calls, the end
+            scan.space()
+            _reasoning(scan, analysis, extracting=extracting)
+            scan.optional(lambda: _content_until(scan, [analysis.trigger_marker]))
+            _tag_json_tools(scan, _tool_names(tools), analysis.tools, parallel=parallel_tool_calls)
         elif with_tools:
             if analysis.tools.mode is not ToolMode.JSON_NATIVE:
                 if analysis.tools.mode is ToolMode.NONE:
                     raise NotPorted("the parser of a template whose tool-call format is not found")
-                raise NotPorted("the parser of the tag formats' tool calls")
+                raise NotPorted("the parser of the tag formats' tagged arguments")
             scan.space()
             _reasoning(scan, analysis, extracting=extracting)
             if wrapped:

@@ -3,8 +3,9 @@ chat parser reads it.
 
 The oracle test runs tests/chat_oracle/messages.py's texts on every auto-parser template through
 llama.cpp's common_chat_parse (the harness's "parse" mode) and through `parse_message`: content, reasoning
-content and tool calls identical, or both sides refusing; requests whose tool grammar is not ported (the tag
-formats) are counted apart. A response schema's answers are among the texts.
+content and tool calls identical, or both sides refusing; requests whose tool grammar or parser is not ported
+(the tag formats' grammars but the lazy one with JSON arguments, tagged arguments) are counted apart. A
+response schema's answers are among the texts.
 """
 
 from __future__ import annotations
@@ -77,11 +78,49 @@ def test_a_response_schemas_answer_that_is_no_value_does_not_match() -> None:
                       has_response_format=True)
 
 
-def test_a_tag_format_is_not_ported() -> None:
-    analysis = TemplateAnalysis(ReasoningAnalysis(), tools=ToolFormat(ToolMode.TAG_WITH_JSON))
-    tags = ChatGrammar(analysis=analysis)
-    with pytest.raises(NotPorted, match="tag formats"):
-        parse_message("x", tags, generation_prompt=PROMPT, tools=TOOLS)
+# A tag format with JSON arguments (Functionary 3.1): <function=name>{...}</function>
+FUNCTIONARY = ChatGrammar(analysis=TemplateAnalysis(ReasoningAnalysis(), tools=ToolFormat(
+    ToolMode.TAG_WITH_JSON, per_call_start="<function=", per_call_end="</function>", name_suffix=">")))
+
+
+def test_a_tag_formats_call_after_content_is_read() -> None:
+    text = 'Let me look.\n<function=get_weather>{"city": "Paris"}</function>'
+    message = parse_message(text, FUNCTIONARY, generation_prompt=PROMPT, tools=TOOLS)
+    assert message.content == "Let me look.\n"
+    assert message.tool_calls == (ParsedToolCall("get_weather", '{"city": "Paris"}'),)
+
+
+def test_a_tag_formats_call_is_kept_once_its_open_is_read() -> None:
+    cut = parse_message('<function=get_weather>{"ci', FUNCTIONARY, generation_prompt=PROMPT, tools=TOOLS)
+    assert cut.tool_calls == (ParsedToolCall("get_weather", '{"ci'),)
+    opened = parse_message("<function=get_weather>", FUNCTIONARY, generation_prompt=PROMPT, tools=TOOLS)
+    assert opened.tool_calls == (ParsedToolCall("get_weather", "{"),)
+    inside = parse_message("<function=get_weather", FUNCTIONARY, generation_prompt=PROMPT, tools=TOOLS)
+    assert inside.tool_calls == ()
+
+
+def test_a_tag_formats_second_call_needs_parallel_calls() -> None:
+    text = '<function=get_weather>{}</function>\n<function=get_weather>{"city": "Paris"}</function>'
+    with pytest.raises(MessageParseError, match="does not match the expected"):
+        parse_message(text, FUNCTIONARY, generation_prompt=PROMPT, tools=TOOLS)
+    message = parse_message(text, FUNCTIONARY, generation_prompt=PROMPT, tools=TOOLS,
+                            parallel_tool_calls=True)
+    assert message.tool_calls == (ParsedToolCall("get_weather", "{}"),
+                                  ParsedToolCall("get_weather", '{"city": "Paris"}'))
+
+
+def test_a_tag_format_with_argument_markers_is_not_ported() -> None:
+    analysis = TemplateAnalysis(ReasoningAnalysis(), tools=ToolFormat(
+        ToolMode.TAG_WITH_JSON, per_call_start="<function=", per_call_end="</function>", name_suffix=">",
+        args_start="<args>"))
+    with pytest.raises(NotPorted, match="argument markers"):
+        parse_message("x", ChatGrammar(analysis=analysis), generation_prompt=PROMPT, tools=TOOLS)
+
+
+def test_tagged_arguments_are_not_ported() -> None:
+    analysis = TemplateAnalysis(ReasoningAnalysis(), tools=ToolFormat(ToolMode.TAG_WITH_TAGGED))
+    with pytest.raises(NotPorted, match="tagged arguments"):
+        parse_message("x", ChatGrammar(analysis=analysis), generation_prompt=PROMPT, tools=TOOLS)
 
 
 @pytest.mark.oracle
