@@ -47,6 +47,16 @@ def rule_name(name: str) -> str:
     return _INVALID_RULE_CHARS.sub("-", name)
 
 
+def _functions(tool_defs: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
+    # (name, function object) of each tool definition that has a function object, in order
+    found = []
+    for tool_def in tool_defs:
+        function = tool_def.get("function")
+        if isinstance(function, Mapping):
+            found.append((str(function["name"]), function))
+    return found
+
+
 def _parameters(function: Mapping[str, Any]) -> Any:
     # common_chat_tool_parameters: the parameters, or an object schema with no properties
     params = function.get("parameters")
@@ -151,11 +161,7 @@ def json_tool_rules(
         raise NotImplementedError("JSON tool calls nested under a function object")
     args_key, effective_name, effective_args = keys
     choices = []
-    for tool_def in tool_defs:
-        function = tool_def.get("function")
-        if not isinstance(function, Mapping):
-            continue
-        name = str(function["name"])
+    for name, function in _functions(tool_defs):
         if tools.fun_name_is_key:
             body = _keyed_tool(literal, add_schema, name, _parameters(function), tools, args_key,
                                effective_args)
@@ -207,11 +213,7 @@ def tag_json_tool_rules(
     if missing:
         raise NotImplementedError(missing)
     choices = []
-    for tool_def in tool_defs:
-        function = tool_def.get("function")
-        if not isinstance(function, Mapping):
-            continue
-        name = str(function["name"])
+    for name, function in _functions(tool_defs):
         # build_func_parser: open (name prefix, name, name suffix), space, the arguments, then the close: the
         # function's (after space), or nothing where the call's end closes it (a peek)
         schema = add_schema(f"tool-{name}-schema", _parameters(function))
