@@ -16,6 +16,7 @@
               fields, the tag formats' function, argument and call id markers), preserved tokens, the
               patches of known templates
     json_tool_grammar  the lazy tool-call grammar of templates that write JSON calls
+    tagged_tool_grammar  the lazy tool-call grammar of the tag formats whose arguments are tagged one by one
     chat_params  the grammar side of llama.cpp's chat params (grammar, lazy flag, triggers, preserved
               tokens, stops, thinking tags) for the auto-parser's templates, where ported
     message_parser  the assistant's message (content, reasoning content, tool calls) from a whole generated

@@ -14,8 +14,9 @@
 #   lazy, no triggers; on a template that writes JSON calls, tool_choice auto gives the lazy tool grammar
 #   (json_tool_grammar.py) and its word triggers, required the non-lazy one; parallel_tool_calls lets the
 #   calls repeat after commas, as standard_json_tools does. On a tag format with JSON arguments
-#   (`<function=name>{...}`), tool_choice auto gives its lazy grammar (json_tool_grammar.py, where ported).
-#   NotPorted: the tag formats' other tool grammars.
+#   (`<function=name>{...}`), tool_choice auto gives its lazy grammar (json_tool_grammar.py, where ported);
+#   on one with tagged arguments (`<arg_key>k</arg_key><arg_value>v</arg_value>`), its lazy grammar
+#   (tagged_tool_grammar.py, where ported). NotPorted: the tag formats' non-lazy tool grammars.
 # - The preserved tokens are the analysis's (template_analysis.py), the tag formats' markers included.
 # - The response-format grammar is the auto-parser's: the generation prompt up to the reasoning start tag,
 #   the optional reasoning block where reasoning is extracted (reasoning_format other than none, and the
@@ -40,6 +41,7 @@ from constraintd.engine.chat.json_tool_grammar import (
     tag_json_tool_rules,
 )
 from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
+from constraintd.engine.chat.tagged_tool_grammar import tagged_tool_rules
 from constraintd.engine.chat.template_analysis import (
     ContentMode,
     TemplateAnalysis,
@@ -182,8 +184,11 @@ def _char_class(cpts: Sequence[int], *, negate: bool) -> str:
     return ("[^" if negate else "[") + "".join(map(_escape_class_char, cpts)) + "]"
 
 
-def _excluding_grammar(add_rule: Any, prefix: str, strings: Sequence[str]) -> str:
-    """gbnf_excluding_grammar: the strings that contain none of `strings`, one rule per automaton state."""
+def _state_grammar(add_rule: Any, prefix: str, strings: Sequence[str], *, including: bool) -> str:
+    """gbnf_ac_grammar: one rule per state of the strings' automaton that matches none of them; with
+    `including`, gbnf_including_grammar (the text up to and including the first of the strings: a character
+    that completes one ends the rule), else gbnf_excluding_grammar (the text that contains none of them:
+    every state may end, a completing character has no way on)."""
     automaton = AhoCorasick([list(map(ord, word)) for word in strings])
 
     def state_name(state: int) -> str:
@@ -193,22 +198,31 @@ def _excluding_grammar(add_rule: Any, prefix: str, strings: Sequence[str]) -> st
         if automaton.terminal(state):
             continue
         buckets: dict[int, list[int]] = {}
+        completing: list[int] = []
         specific: list[int] = []
         for cpt in automaton.alphabet:
             target = automaton.next(state, cpt)
             if automaton.terminal(target):
+                completing.append(cpt)
                 specific.append(cpt)
             elif target != 0:
                 buckets.setdefault(target, []).append(cpt)
                 specific.append(cpt)
-        rhs = "|"
-        for target in sorted(buckets):
-            rhs += f" {_char_class(buckets[target], negate=False)} {state_name(target)} |"
-        rhs += f" {_char_class(specific, negate=True)} {state_name(0)}"
-        add_rule(state_name(state), rhs)
+        alternatives = [] if including else [""]
+        if including and completing:
+            alternatives.append(_char_class(completing, negate=False))
+        alternatives += [f"{_char_class(buckets[target], negate=False)} {state_name(target)}"
+                         for target in sorted(buckets)]
+        alternatives.append(f"{_char_class(specific, negate=True)} {state_name(0)}")
+        add_rule(state_name(state), " | ".join(alternatives).lstrip(" "))
     if automaton.terminal(0):
         add_rule(prefix, "|")
     return state_name(0)
+
+
+def _excluding_grammar(add_rule: Any, prefix: str, strings: Sequence[str]) -> str:
+    """gbnf_excluding_grammar: the strings that contain none of `strings`, one rule per automaton state."""
+    return _state_grammar(add_rule, prefix, strings, including=False)
 
 
 def _optspace(tag: str) -> tuple[list[str], int]:
@@ -347,6 +361,31 @@ def _tag_json_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: Templat
     return built.text()
 
 
+def _tagged_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAnalysis, *,
+                         extract_reasoning: bool, parallel_tool_calls: bool) -> str:
+    """The lazy grammar (trigger rules only) of a tag format with tagged arguments."""
+    built = _GrammarText()
+
+    def until(prefix: str, delimiter: str) -> str:
+        return _state_grammar(built.add_rule, prefix, [delimiter], including=False)
+
+    def ac(prefix: str, delimiter: str) -> str:
+        return _state_grammar(built.add_rule, prefix, [delimiter], including=True)
+
+    # the arena before the tools parser: the context's eps(), the reasoning, the parser's eps()
+    first = 1 + _reasoning_parsers(analysis.reasoning, extract=extract_reasoning) + 1
+    try:
+        triggers, json_values = tagged_tool_rules(
+            tools, analysis.tools, add_rule=built.add_rule, add_schema=built.add_schema, literal=_literal,
+            until=until, ac=ac, first_parser=first, parallel_tool_calls=parallel_tool_calls)
+    except NotImplementedError as exc:
+        raise NotPorted(str(exc)) from None
+    for name, rule in _JSON_RULES.items() if json_values else ():
+        built.add_rule(name, rule)
+    built.add_rule("root", " | ".join(sorted(triggers)))
+    return built.text()
+
+
 def chat_params(
     source: str,
     render: Render,
@@ -401,8 +440,12 @@ def chat_params(
     if analysis.tools.mode is ToolMode.TAG_WITH_JSON and tool_choice == "auto":
         lazy = _tag_json_tool_grammar(tools, analysis, parallel_tool_calls=parallel_tool_calls)
         return ChatGrammar(lazy, True, (GrammarTrigger("word", analysis.trigger_marker),), **common)
+    if analysis.tools.mode is ToolMode.TAG_WITH_TAGGED and tool_choice == "auto":
+        lazy = _tagged_tool_grammar(tools, analysis, extract_reasoning=reasoning_format != "none",
+                                    parallel_tool_calls=parallel_tool_calls)
+        return ChatGrammar(lazy, True, (GrammarTrigger("word", analysis.trigger_marker),), **common)
     if analysis.tools.mode is not ToolMode.JSON_NATIVE:
-        raise NotPorted("tool-call grammars of the tag formats, but the lazy one of JSON arguments")
+        raise NotPorted("the tag formats' non-lazy tool-call grammars (tool_choice required)")
     if tool_choice == "required":
         grammar = _json_tool_grammar(tools, analysis, force=True, generation_prompt=generation_prompt,
                                      extract_reasoning=reasoning_format != "none",

@@ -3,8 +3,9 @@
 The oracle test runs tests/chat_oracle/cases.py's PARAMS_CASES on every template of the reference through
 llama.cpp's chat layer (tests/chat_oracle/harness.cpp) and through the project's port, and compares the
 grammar, lazy flag, triggers, additional stops and thinking tags byte for byte. What is ported is asserted
-per template: on the auto-parser's templates every case but the tool-call grammars of the tag formats (tools
-offered with tool_choice auto, required or named, no schema) is identical; the hand-written formats
+per template: on the auto-parser's templates every case but the non-lazy tool-call grammars of the tag
+formats (tools offered with tool_choice required or named, no schema; and auto where a call id comes before
+JSON arguments) is identical; the hand-written formats
 (SPECIALISED) are not ported. Preserved tokens are compared on every ported case, and the analysis itself
 (the tag formats' markers included) on every template.
 """
@@ -60,8 +61,9 @@ NO_TOOL_SYNTAX = {
 NO_TRIGGER = {"meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct",
               "meta-llama-Llama-3.3-70B-Instruct"}
 # Auto-parser templates with a tag format (<function=...>, <arg_key>...): their analysis and preserved tokens
-# are compared as every other template's; of their tool grammars only the lazy one of JSON arguments
-# (tool_choice auto) is ported, where no call id comes before the arguments (TAG_JSON_LAZY).
+# are compared as every other template's; of their tool grammars only the lazy ones (tool_choice auto) are
+# ported: of JSON arguments where no call id comes before them (TAG_JSON_LAZY), and of tagged arguments
+# (TAG_TAGGED_LAZY).
 TAG_FORMATS = {
     "ByteDance-Seed-OSS", "GLM-4.6", "GLM-4.7-Flash", "MiniMax-M2", "Mistral-Small-3.2-24B-Instruct-2506",
     "Spark2.5", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-ai-DeepSeek-V3.1",
@@ -73,6 +75,10 @@ TAG_FORMATS = {
 TAG_JSON_LAZY = {
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-ai-DeepSeek-V3.1", "llama-cpp-deepseek-r1",
     "meetkai-functionary-medium-v3.1", "upstage-Solar-Open-100B",
+}
+TAG_TAGGED_LAZY = {
+    "ByteDance-Seed-OSS", "GLM-4.6", "GLM-4.7-Flash", "MiniMax-M2", "Spark2.5", "poolside-Laguna-S-2.1",
+    "poolside-Laguna-XS-2.1", "poolside-Laguna-XS.2", "tencent-Hy3",
 }
 ANALYSIS_DIFFERENCES = {
     "meetkai-functionary-medium-v3.2": (
@@ -93,9 +99,9 @@ def _expected_ported(template: str) -> set[str]:
         if template in NO_TOOL_SYNTAX or (template in NO_TRIGGER and case.tool_choice == "auto"):
             tool_grammar = False
         # tool grammars are ported for JSON tool calls, lazy (auto) and not (required, named), and the lazy
-        # ones of TAG_JSON_LAZY
-        lazy_tag_json = template in TAG_JSON_LAZY and case.tool_choice == "auto"
-        if not tool_grammar or template not in TAG_FORMATS or lazy_tag_json:
+        # ones of TAG_JSON_LAZY and TAG_TAGGED_LAZY
+        lazy_tag = template in TAG_JSON_LAZY | TAG_TAGGED_LAZY and case.tool_choice == "auto"
+        if not tool_grammar or template not in TAG_FORMATS or lazy_tag:
             ported.add(case.name)
     return ported
 
