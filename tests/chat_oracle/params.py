@@ -84,15 +84,16 @@ class ParamsComparison:
             for name in FIELDS if self.ours[name] != llama[name])
 
 
-def project_params(source: str, case: ParamsCase, *, now: int,
-                   parallel_tool_calls: bool = False) -> ChatGrammar:
-    """The project's chat params for this case.
+def project_params(source: str, case: ParamsCase, *, now: int, parallel_tool_calls: bool = False,
+                   tools: list[dict[str, Any]] | None = None) -> ChatGrammar:
+    """The project's chat params for this case (with `tools` in place of the case's).
 
     Raises:
         NotPorted: the case needs a part of llama.cpp's chat layer not ported yet.
     """
     return chat_grammar_of(
-        source, parse_messages(MESSAGE_SETS["system+user"]), tools=parse_tools(case.tool_list),
+        source, parse_messages(MESSAGE_SETS["system+user"]),
+        tools=parse_tools(case.tool_list if tools is None else tools),
         tool_choice=case.llama_tool_choice, json_schema=RESPONSE_SCHEMA if case.schema else None,
         reasoning_format=case.reasoning_format, bos_text=BOS_TOKEN, eos_text=EOS_TOKEN,
         enable_thinking=case.thinking, now=now, parallel_tool_calls=parallel_tool_calls)

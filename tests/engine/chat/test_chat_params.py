@@ -22,7 +22,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import _excluding_grammar, chat_params, specialised_format
+from constraintd.engine.chat.chat_params import (
+    _excluding_grammar,
+    _state_grammar,
+    chat_params,
+    specialised_format,
+)
 from constraintd.engine.chat.diff_split import DiffSplit, Segment, diff_split, segments, trim_whitespace
 from constraintd.engine.chat.prompt import template_source
 from constraintd.engine.chat.reasoning import ReasoningMode
@@ -30,8 +35,8 @@ from constraintd.engine.chat.template_analysis import analyze_template
 from constraintd.engine.chat.template_inputs import TemplateCaps
 from sampler_worker.prompt import render_template
 from tests.chat_oracle.build import run_harness
-from tests.chat_oracle.cases import PARAMS_CASES, template_paths
-from tests.chat_oracle.params import ParamsComparison, compare_analysis, compare_params
+from tests.chat_oracle.cases import PARAMS_CASES, ParamsCase, template_paths
+from tests.chat_oracle.params import ParamsComparison, compare_analysis, compare_params, project_params
 from tests.conftest import OracleReport
 
 TEMPLATES = template_paths()
@@ -162,14 +167,15 @@ def test_trim_is_c_isspace() -> None:
 BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
 
 
-def _excluding(delimiter: str) -> Grammar:
+def _excluding(delimiter: str, *, including: bool = False) -> Grammar:
     rules: dict[str, str] = {}
 
     def add_rule(name: str, rule: str) -> str:
         rules[name] = rule
         return name
 
-    start = _excluding_grammar(add_rule, "until-4", [delimiter])
+    start = _state_grammar(add_rule, "ac-4", [delimiter], including=True) if including else \
+        _excluding_grammar(add_rule, "until-4", [delimiter])
     text = f"root ::= {start}\n" + "".join(f"{name} ::= {rule}\n" for name, rule in rules.items())
     return Grammar.from_gbnf(text, BYTES)
 
@@ -180,6 +186,18 @@ def test_until_grammar_takes_exactly_the_texts_without_the_delimiter(delimiter: 
     matcher = Matcher(_excluding(delimiter))
     taken = matcher.accept_bytes(text.encode()) and matcher.is_complete()
     assert taken == (delimiter not in text)
+
+
+@pytest.mark.parametrize("delimiter", ["</arg_value>", "aab", "</parameter>\n", "<｜DSML｜parameter>"])
+@given(st.text(alphabet="ab</arg_value>\n｜▁", max_size=12), st.booleans(),
+       st.text(alphabet="ab</arg_value>\n｜▁", max_size=4))
+def test_ac_grammar_takes_exactly_the_texts_up_to_the_first_delimiter(
+    delimiter: str, head: str, inserted: bool, tail: str
+) -> None:
+    text = head + (delimiter if inserted else "") + tail
+    matcher = Matcher(_excluding(delimiter, including=True))
+    taken = matcher.accept_bytes(text.encode()) and matcher.is_complete()
+    assert taken == (text.find(delimiter) == len(text) - len(delimiter) and delimiter in text)
 
 
 def test_reasoning_of_a_chatml_template_with_think_tags() -> None:
@@ -244,6 +262,42 @@ def test_parallel_tool_call_grammars_are_llama_cpps(
     assert [c for c in ported if not c.identical] == [], _describe([c for c in ported if not c.identical])
     expected = {c.case for c in comparisons} & _expected_ported(path.stem)
     assert {c.case for c in ported} == expected
+
+
+# Tools whose arguments reach the tagged grammar's other branches: no arguments at all and optional ones only
+# (first, so their parsers number the later rules), a value that is no string before a string (the JSON value
+# rules made once, then named again), and the schemas whose may-be-a-string answer reads an enum, a const,
+# an anyOf, a pattern or a list of types.
+TAGGED_TOOLS = [
+    {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "maybe", "parameters": {"properties": {
+        "note": {"anyOf": [{"type": "null"}, {"type": "string"}]}, "flag": {"type": ["boolean", "null"]},
+        "tag": {"type": ["null", "string"]}, "code": {"pattern": "^[a-z]+$"}}}}},
+    {"type": "function", "function": {"name": "count", "parameters": {"type": "object", "properties": {
+        "n": {"type": "integer"}, "label": {"type": "string"}, "unit": {"enum": ["m", "s"]},
+        "scale": {"enum": [1, 2]}, "mode": {"const": "fast"}, "size": {"type": "array"}},
+        "required": ["n", "label", "unit"]}}},
+]
+# Seed-OSS's template reads every property's type, so llama.cpp refuses these tools there
+TAGGED = sorted(path for path in TEMPLATES if path.stem in TAG_TAGGED_LAZY - {"ByteDance-Seed-OSS"})
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("path", TAGGED, ids=[path.stem for path in TAGGED])
+@pytest.mark.parametrize("parallel", [False, True], ids=["one call", "parallel calls"])
+def test_tagged_tool_grammars_of_other_arguments_are_llama_cpps(
+    path: Path, parallel: bool, chat_oracle: Path, oracle_report: OracleReport
+) -> None:
+    """The lazy grammar of tagged arguments with TAGGED_TOOLS, tool_choice auto: llama.cpp's byte for byte."""
+    source, now, case = path.read_text(), int(time.time()), ParamsCase("auto", True, False)
+    llama = run_harness(chat_oracle, case.request(source, now=now, tools=TAGGED_TOOLS,
+                                                  parallel_tool_calls=parallel))
+    ours = project_params(source, case, now=now, tools=TAGGED_TOOLS, parallel_tool_calls=parallel)
+    oracle_report.add("chat params: tagged arguments, other tools", path.stem,
+                      identical=int(ours.grammar == llama["grammar"]), total=1)
+    assert ours.grammar == llama["grammar"]
+    assert [[t.kind, t.value] for t in ours.grammar_triggers] == [
+        [t["type"], t["value"]] for t in llama["grammar_triggers"]]
 
 
 @pytest.mark.oracle
