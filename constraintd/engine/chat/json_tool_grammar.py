@@ -28,8 +28,8 @@ from typing import Any, Final
 from constraintd.engine.chat.template_analysis import CallIdPosition, ToolFormat
 
 __all__ = [
-    "JSON_STRING_CONTENT", "call_keys", "json_tool_parsers", "json_tool_rules", "rule_name",
-    "tag_json_not_done", "tag_json_tool_rules",
+    "JSON_STRING_CONTENT", "JSON_VALUE_AGAIN", "JSON_VALUE_FIRST", "call_keys", "json_tool_parsers",
+    "json_tool_rules", "rule_name", "tag_json_not_done", "tag_json_tool_rules",
 ]
 
 AddRule = Callable[[str, str], str]
@@ -234,9 +234,9 @@ def tag_json_tool_rules(
 # chat-peg-parser.cpp): a rule of the non-lazy grammar is named by its parser's number in the arena
 # (`until-N`), so the number of parsers made before it must be llama.cpp's. Each count follows the builder's
 # code, in the order the compiler llama.cpp is built with evaluates it (the right operand of `+` first).
-_JSON_VALUE_FIRST: Final = 86  # p.json() the first time: json-value and its json-object / array / string /
+JSON_VALUE_FIRST: Final = 86  # p.json() the first time: json-value and its json-object / array / string /
 # number / bool / null rules (each rule: a placeholder, the rule, its body, the rule again, a reference)
-_JSON_VALUE_AGAIN: Final = 1  # a reference to the json-value rule
+JSON_VALUE_AGAIN: Final = 1  # a reference to the json-value rule
 _ID_FIELD: Final = 20  # atomic("\"id\"" space ":" space ("\"" string "\"" | json-number))
 _KEYED_ID_FIELD: Final = 24  # optional(id + space + optional("," space)), the string-only id
 _KEYED_GEN_ID_FIELD: Final = 28  # the same with the string-or-number id
@@ -245,7 +245,7 @@ _KEYED_GEN_ID_FIELD: Final = 28  # the same with the string-or-number id
 def _flat_parsers(tool_count: int, tools: ToolFormat) -> int:
     count = 3  # choice(), the name key's and the arguments key's literals
     for at in range(tool_count):
-        json_value = _JSON_VALUE_FIRST if at == 0 else _JSON_VALUE_AGAIN
+        json_value = JSON_VALUE_FIRST if at == 0 else JSON_VALUE_AGAIN
         pairs = 2 + bool(tools.id_field) + bool(tools.gen_id_field)
         count += 15  # "name" space ":" space atomic("\"" name "\"")
         count += json_value + 2 + 7  # "arguments" space ":" space tool_args(schema(json()))
@@ -260,7 +260,7 @@ def _flat_parsers(tool_count: int, tools: ToolFormat) -> int:
 def _keyed_parsers(tool_count: int, tools: ToolFormat, args_key: str) -> int:
     count = 1  # choice()
     for at in range(tool_count):
-        json_value = _JSON_VALUE_FIRST if at == 0 else _JSON_VALUE_AGAIN
+        json_value = JSON_VALUE_FIRST if at == 0 else JSON_VALUE_AGAIN
         fields = 1 + bool(tools.id_field) + bool(tools.gen_id_field)
         count += _KEYED_ID_FIELD if tools.id_field else 0
         count += _KEYED_GEN_ID_FIELD if tools.gen_id_field else 0

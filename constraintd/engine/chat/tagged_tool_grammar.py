@@ -27,7 +27,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from constraintd.engine.chat.json_tool_grammar import AddRule, AddSchema, Literal, rule_name
+from constraintd.engine.chat.json_tool_grammar import (
+    JSON_VALUE_AGAIN,
+    JSON_VALUE_FIRST,
+    AddRule,
+    AddSchema,
+    Literal,
+    rule_name,
+)
 from constraintd.engine.chat.template_analysis import CallIdPosition, ToolFormat
 
 __all__ = ["TaggedArgument", "may_be_string", "tagged_arguments", "tagged_tool_rules"]
@@ -35,8 +42,6 @@ __all__ = ["TaggedArgument", "may_be_string", "tagged_arguments", "tagged_tool_r
 StateGrammar = Callable[[str, str], str]
 """(rule prefix, delimiter) -> the start rule of gbnf_excluding_grammar or gbnf_including_grammar."""
 
-_JSON_VALUE_FIRST: Final = 86  # p.json() the first time in the arena (json_tool_grammar.py)
-_JSON_VALUE_AGAIN: Final = 1  # a reference to its json-value rule
 _STRING_VALUE: Final = 6  # ac(tool_arg_string_value(until-suffix) + tool_arg_close(literal(suffix)))
 _ARGUMENT: Final = 15  # the rest of an argument: its open (9), the value prefix (2), the sequence, the tag,
 # the rule and its reference
@@ -159,7 +164,7 @@ def tagged_tool_rules(
             else:
                 schema = add_schema(f"tool-{name}-arg-{argument.name}-schema", argument.schema)
                 value = f"{schema} {literal(suffix)}"
-                arena += 6 + (_JSON_VALUE_AGAIN if json_made else _JSON_VALUE_FIRST)
+                arena += 6 + (JSON_VALUE_AGAIN if json_made else JSON_VALUE_FIRST)
                 json_made = True
             arena += _ARGUMENT
             rule = add_rule(rule_name(f"tool-{name}-arg-{argument.name}"), f"{open_text} {value}")
