@@ -3,7 +3,7 @@ tests/chat_oracle/cases.py's PARAMS_CASES.
 
 Compared, byte for byte: the grammar, the lazy flag, the triggers, the additional stops, supports_thinking and
 the thinking tags; and the preserved tokens apart. A case the project does not compute yet (`NotPorted`: a
-hand-written format, or a grammar of the tag formats' tool calls) is counted apart, never as identical.
+hand-written format, or a tag format's call ids) is counted apart, never as identical.
 
 `compare_analysis` compares the auto-parser's analysis of a template (harness "analyze" mode) with the
 project's (constraintd.engine.chat.template_analysis), field by field: reasoning, content, the tool-call

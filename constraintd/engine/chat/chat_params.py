@@ -13,10 +13,12 @@
 #   no grammar; a schema (with or without tools, any tool_choice) gives the response-format grammar, never
 #   lazy, no triggers; on a template that writes JSON calls, tool_choice auto gives the lazy tool grammar
 #   (json_tool_grammar.py) and its word triggers, required the non-lazy one; parallel_tool_calls lets the
-#   calls repeat after commas, as standard_json_tools does. On a tag format with JSON arguments
-#   (`<function=name>{...}`), tool_choice auto gives its lazy grammar (json_tool_grammar.py, where ported);
-#   on one with tagged arguments (`<arg_key>k</arg_key><arg_value>v</arg_value>`), its lazy grammar
-#   (tagged_tool_grammar.py, where ported). NotPorted: the tag formats' non-lazy tool grammars.
+#   calls repeat after commas, as standard_json_tools does. On a tag format, with JSON arguments
+#   (`<function=name>{...}`, json_tool_grammar.py) or tagged ones (`<arg_key>k</arg_key><arg_value>v
+#   </arg_value>`, tagged_tool_grammar.py), tool_choice auto gives the lazy grammar of its calls and the
+#   trigger word, required the non-lazy one (the generation prompt, the reasoning, text up to the calls'
+#   marker, then the calls). NotPorted there: the parts those modules do not port (a call id before the
+#   arguments, ...), and calls with no start marker.
 # - The preserved tokens are the analysis's (template_analysis.py), the tag formats' markers included.
 # - The response-format grammar is the auto-parser's: the generation prompt up to the reasoning start tag,
 #   the optional reasoning block where reasoning is extracted (reasoning_format other than none, and the
@@ -345,44 +347,43 @@ def _json_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAna
     return built.text()
 
 
-def _tag_json_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAnalysis, *,
-                           parallel_tool_calls: bool) -> str:
-    """The lazy grammar (trigger rules only) of a tag format with JSON arguments."""
+def _tag_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAnalysis, *, force: bool,
+                      generation_prompt: str = "", extract_reasoning: bool = False,
+                      parallel_tool_calls: bool = False) -> str:
+    """The grammar of a tag format's calls (JSON or tagged arguments): the lazy one (trigger rules only), or
+    with `force` the non-lazy one: the generation prompt, the reasoning, text up to the first call's marker,
+    then the calls (build_tool_parser_tag_json and build_tool_parser_tag_tagged end the same way)."""
     built = _GrammarText()
-    try:
-        triggers = tag_json_tool_rules(tools, analysis.tools, add_rule=built.add_rule,
-                                       add_schema=built.add_schema, literal=_literal,
-                                       parallel_tool_calls=parallel_tool_calls)
-    except NotImplementedError as exc:
-        raise NotPorted(str(exc)) from None
-    for name, rule in _JSON_RULES.items():
-        built.add_rule(name, rule)
-    built.add_rule("root", " | ".join(sorted(triggers)))
-    return built.text()
-
-
-def _tagged_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAnalysis, *,
-                         extract_reasoning: bool, parallel_tool_calls: bool) -> str:
-    """The lazy grammar (trigger rules only) of a tag format with tagged arguments."""
-    built = _GrammarText()
-
-    def until(prefix: str, delimiter: str) -> str:
-        return _state_grammar(built.add_rule, prefix, [delimiter], including=False)
-
-    def ac(prefix: str, delimiter: str) -> str:
-        return _state_grammar(built.add_rule, prefix, [delimiter], including=True)
-
+    reasoning = analysis.reasoning
+    block = _reasoning_block(built.add_rule, reasoning) if force and extract_reasoning else ""
     # the arena before the tools parser: the context's eps(), the reasoning, the parser's eps()
-    first = 1 + _reasoning_parsers(analysis.reasoning, extract=extract_reasoning) + 1
+    first = 1 + _reasoning_parsers(reasoning, extract=extract_reasoning) + 1
     try:
-        triggers, json_values = tagged_tool_rules(
-            tools, analysis.tools, add_rule=built.add_rule, add_schema=built.add_schema, literal=_literal,
-            until=until, ac=ac, first_parser=first, parallel_tool_calls=parallel_tool_calls)
+        if analysis.tools.mode is ToolMode.TAG_WITH_JSON:
+            rules = tag_json_tool_rules(tools, analysis.tools, add_rule=built.add_rule,
+                                        add_schema=built.add_schema, literal=_literal, first_parser=first,
+                                        parallel_tool_calls=parallel_tool_calls, force=force)
+        else:
+            rules = tagged_tool_rules(
+                tools, analysis.tools, add_rule=built.add_rule, add_schema=built.add_schema, literal=_literal,
+                until=lambda prefix, end: _state_grammar(built.add_rule, prefix, [end], including=False),
+                ac=lambda prefix, end: _state_grammar(built.add_rule, prefix, [end], including=True),
+                first_parser=first, parallel_tool_calls=parallel_tool_calls, force=force)
     except NotImplementedError as exc:
         raise NotPorted(str(exc)) from None
-    for name, rule in _JSON_RULES.items() if json_values else ():
+    for name, rule in _JSON_RULES.items() if rules.json_values else ():
         built.add_rule(name, rule)
-    built.add_rule("root", " | ".join(sorted(triggers)))
+    if not force:
+        built.add_rule("root", " | ".join(sorted(rules.triggers)))
+        return built.text()
+    start = trim_whitespace(reasoning.start)
+    prompt = generation_prompt if not start or start not in generation_prompt else \
+        generation_prompt[:generation_prompt.find(start)]
+    # optional(content(until(the trigger marker))), made right after the calls
+    content = _excluding_grammar(built.add_rule, f"until-{rules.next_parser}", [analysis.trigger_marker])
+    body = [_literal(prompt)] if prompt else []
+    body += ["space"] + ([block] if block else []) + [content + "?", rules.triggers[-1]]
+    built.add_rule("root", " ".join(body))
     return built.text()
 
 
@@ -409,7 +410,8 @@ def chat_params(
     arguments makes; by default that is called).
 
     Raises:
-        NotPorted: the template has a hand-written format, or the request's grammar holds tool calls.
+        NotPorted: the template has a hand-written format, or the request's grammar holds tool calls of a
+            form not ported (a tag format's call ids, JSON calls nested under a function object, ...).
         SchemaError: llama.cpp refuses the response schema.
         ValueError: a tool_choice llama.cpp does not take.
     """
@@ -437,18 +439,21 @@ def chat_params(
     has_tools = bool(tools) and analysis.tools.mode is not ToolMode.NONE
     if not has_tools or tool_choice == "none" or (tool_choice == "auto" and analysis.trigger_marker == ""):
         return ChatGrammar(**common)  # no grammar: no tool syntax, no tools wanted, or nothing to trigger on
-    if analysis.tools.mode is ToolMode.TAG_WITH_JSON and tool_choice == "auto":
-        lazy = _tag_json_tool_grammar(tools, analysis, parallel_tool_calls=parallel_tool_calls)
-        return ChatGrammar(lazy, True, (GrammarTrigger("word", analysis.trigger_marker),), **common)
-    if analysis.tools.mode is ToolMode.TAG_WITH_TAGGED and tool_choice == "auto":
-        lazy = _tagged_tool_grammar(tools, analysis, extract_reasoning=reasoning_format != "none",
+    extract_reasoning = reasoning_format != "none"
+    if analysis.tools.mode in (ToolMode.TAG_WITH_JSON, ToolMode.TAG_WITH_TAGGED):
+        if analysis.trigger_marker == "":
+            # llama.cpp writes an optional of nothing there, a "?" alone in its root
+            raise NotPorted("the tag formats' calls with no start marker (tool_choice required)")
+        force = tool_choice == "required"
+        grammar = _tag_tool_grammar(tools, analysis, force=force, generation_prompt=generation_prompt,
+                                    extract_reasoning=extract_reasoning,
                                     parallel_tool_calls=parallel_tool_calls)
-        return ChatGrammar(lazy, True, (GrammarTrigger("word", analysis.trigger_marker),), **common)
-    if analysis.tools.mode is not ToolMode.JSON_NATIVE:
-        raise NotPorted("the tag formats' non-lazy tool-call grammars (tool_choice required)")
+        if force:
+            return ChatGrammar(grammar, **common)
+        return ChatGrammar(grammar, True, (GrammarTrigger("word", analysis.trigger_marker),), **common)
     if tool_choice == "required":
         grammar = _json_tool_grammar(tools, analysis, force=True, generation_prompt=generation_prompt,
-                                     extract_reasoning=reasoning_format != "none",
+                                     extract_reasoning=extract_reasoning,
                                      parallel_tool_calls=parallel_tool_calls)
         return ChatGrammar(grammar, **common)
     triggers = [GrammarTrigger("word", analysis.trigger_marker)]

@@ -14,22 +14,27 @@
 #   non-lazy grammar (tool_choice required) names its `until-N` rules by that count.
 # - Not done: the fields nested under a function object.
 #   Where llama.cpp would set the sequence of a field's parsers apart in parentheses, so does the text here.
-# - `tag_json_tool_rules` is the lazy grammar of the tag formats with JSON arguments
+# - `tag_json_tool_rules` writes the trigger rules of the tag formats with JSON arguments
 #   (build_tool_parser_tag_json: `<function=name>{...}</function>`): each tool's rule is its name between the
-#   function's name prefix and suffix, then its arguments' schema and the function's close. Not done there
-#   (NotImplementedError): a call id before the arguments, argument or separator markers, a name without a
-#   suffix (the atomic forms), calls marked by their section alone, and calls with no close nor end marker.
+#   function's name prefix and suffix, then its arguments' schema and the function's close. The lazy grammar
+#   (tool_choice auto) is those rules; the non-lazy one (required) puts them under the root chat_params.py
+#   writes, after the text before the calls, an `until-N` rule numbered by the arena's count that
+#   `TagToolRules.next_parser` gives. Not done there (NotImplementedError): a call id before the arguments,
+#   argument or separator markers, a name without a suffix (the atomic forms), calls marked by their section
+#   alone, and calls with no close nor end marker.
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from constraintd.engine.chat.template_analysis import CallIdPosition, ToolFormat
 
 __all__ = [
-    "JSON_STRING_CONTENT", "JSON_VALUE_AGAIN", "JSON_VALUE_FIRST", "call_keys", "json_tool_parsers",
-    "json_tool_rules", "rule_name", "tag_json_not_done", "tag_json_tool_rules",
+    "JSON_STRING_CONTENT", "JSON_VALUE_AGAIN", "JSON_VALUE_FIRST", "TagToolRules", "call_id_not_done",
+    "call_keys", "function_parsers", "json_tool_parsers", "json_tool_rules", "rule_name", "tag_json_not_done",
+    "tag_json_tool_rules", "tool_functions", "tool_parameters",
 ]
 
 AddRule = Callable[[str, str], str]
@@ -47,8 +52,9 @@ def rule_name(name: str) -> str:
     return _INVALID_RULE_CHARS.sub("-", name)
 
 
-def _functions(tool_defs: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
-    # (name, function object) of each tool definition that has a function object, in order
+def tool_functions(tool_defs: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(name, function object) of each tool definition that has a function object, in order
+    (foreach_function)."""
     found = []
     for tool_def in tool_defs:
         function = tool_def.get("function")
@@ -57,8 +63,8 @@ def _functions(tool_defs: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mappin
     return found
 
 
-def _parameters(function: Mapping[str, Any]) -> Any:
-    # common_chat_tool_parameters: the parameters, or an object schema with no properties
+def tool_parameters(function: Mapping[str, Any]) -> Any:
+    """common_chat_tool_parameters: the function's parameters, or an object schema with no properties."""
     params = function.get("parameters")
     if params is not None and params != {}:
         return params
@@ -161,12 +167,12 @@ def json_tool_rules(
         raise NotImplementedError("JSON tool calls nested under a function object")
     args_key, effective_name, effective_args = keys
     choices = []
-    for name, function in _functions(tool_defs):
+    for name, function in tool_functions(tool_defs):
         if tools.fun_name_is_key:
-            body = _keyed_tool(literal, add_schema, name, _parameters(function), tools, args_key,
+            body = _keyed_tool(literal, add_schema, name, tool_parameters(function), tools, args_key,
                                effective_args)
         else:
-            body = _flat_tool(literal, add_schema, name, _parameters(function), tools, effective_name,
+            body = _flat_tool(literal, add_schema, name, tool_parameters(function), tools, effective_name,
                               effective_args)
         choices.append(add_rule(rule_name(f"tool-{name}"), body))
     calls = "(" + " | ".join(choices) + ")"
@@ -184,12 +190,20 @@ def json_tool_rules(
     return ["tool-call", "tool-calls"]
 
 
-def tag_json_not_done(tools: ToolFormat) -> str:
-    """What of build_tool_parser_tag_json a tag format with JSON arguments needs and is not ported here
-    (the module's contract), or "" when nothing is; the message parser ports the same part."""
+def call_id_not_done(tools: ToolFormat) -> str:
+    """"the tag formats' call ids" where the format writes a call id between the function's name and its
+    arguments (not ported, in either tag format), else ""."""
     if (tools.call_id_position is CallIdPosition.BETWEEN_FUNC_AND_ARGS and tools.call_id_prefix
             and (tools.call_id_suffix or tools.args_start)):
         return "the tag formats' call ids"
+    return ""
+
+
+def tag_json_not_done(tools: ToolFormat) -> str:
+    """What of build_tool_parser_tag_json a tag format with JSON arguments needs and is not ported here
+    (the module's contract), or "" when nothing is; the message parser ports the same part."""
+    if call_id_not_done(tools):
+        return call_id_not_done(tools)
     if tools.args_separator or tools.args_start or tools.args_end or not tools.name_suffix:
         return "the tag formats' argument markers and atomic function names"
     if not tools.per_call_start or (tools.section_start and not tools.section_end):
@@ -199,12 +213,25 @@ def tag_json_not_done(tools: ToolFormat) -> str:
     return ""
 
 
+@dataclass(frozen=True, slots=True)
+class TagToolRules:
+    """What a tag format's tool-call rules give the grammar written around them."""
+
+    triggers: tuple[str, ...]
+    """The trigger rules' names, the outermost (the one a non-lazy root reaches) last."""
+    json_values: bool
+    """Whether an argument's schema reaches the JSON value rules (p.json())."""
+    next_parser: int
+    """The arena's count once the calls are built (and made optional where they are not forced): the
+    number of the parser the tools parser makes next, the `until` of the text before the calls."""
+
+
 def tag_json_tool_rules(
     tool_defs: Sequence[Mapping[str, Any]], tools: ToolFormat, *, add_rule: AddRule, add_schema: AddSchema,
-    literal: Literal, parallel_tool_calls: bool = False,
-) -> list[str]:
-    """Add the lazy tool-call grammar's rules of a tag format with JSON arguments; give the trigger rules'
-    names (arguments as for `json_tool_rules`).
+    literal: Literal, first_parser: int, parallel_tool_calls: bool = False, force: bool = False,
+) -> TagToolRules:
+    """Add the tool-call rules of a tag format with JSON arguments (the arguments as for `json_tool_rules`;
+    `first_parser` is the arena's count before the tools parser, `force` tool_choice required).
 
     Raises:
         NotImplementedError: a part of build_tool_parser_tag_json not ported (the module's contract).
@@ -212,22 +239,29 @@ def tag_json_tool_rules(
     missing = tag_json_not_done(tools)
     if missing:
         raise NotImplementedError(missing)
+    arena = first_parser + 1  # the empty choice of tools
     choices = []
-    for name, function in _functions(tool_defs):
+    for at, (name, function) in enumerate(tool_functions(tool_defs)):
         # build_func_parser: open (name prefix, name, name suffix), space, the arguments, then the close: the
         # function's (after space), or nothing where the call's end closes it (a peek)
-        schema = add_schema(f"tool-{name}-schema", _parameters(function))
+        schema = add_schema(f"tool-{name}-schema", tool_parameters(function))
         body = f"({literal(tools.name_prefix)} {literal(name)} {literal(tools.name_suffix)}) space {schema}"
         if tools.function_close:
             body += f" space {literal(tools.function_close)}"
         choices.append(add_rule(rule_name(f"tool-{name}"), body))
+        # tool_args(schema(json())), then the function
+        arena += (JSON_VALUE_AGAIN if at else JSON_VALUE_FIRST) + 2 + function_parsers(tools, peek=False)
     wrapped = f"{literal(tools.per_call_start)} ({' | '.join(choices)}) {literal(tools.per_call_end)}"
     add_rule("tool-call", f"{wrapped} (space {wrapped})*" if parallel_tool_calls else wrapped)
-    if not tools.section_start:
-        return ["tool-call"]
-    section = f"{literal(tools.section_start)} space tool-call space {literal(tools.section_end)}"
-    add_rule("tool-calls", section)
-    return ["tool-call", "tool-calls"]
+    # eps(), start + choice + end, zero_or_more(space + call) and its sequence, the trigger rule
+    arena += 1 + 4 + (4 if parallel_tool_calls else 0) + 2
+    triggers: tuple[str, ...] = ("tool-call",)
+    if tools.section_start:
+        section = f"{literal(tools.section_start)} space tool-call space {literal(tools.section_end)}"
+        add_rule("tool-calls", section)
+        arena += 8 + 2  # start space calls space end, the trigger rule
+        triggers = ("tool-call", "tool-calls")
+    return TagToolRules(triggers, True, arena + (0 if force else 1))  # optional(calls) where not forced
 
 
 # How many parsers llama.cpp's PEG builder adds to its arena for each construct (peg-parser.cpp,
@@ -240,6 +274,28 @@ JSON_VALUE_AGAIN: Final = 1  # a reference to the json-value rule
 _ID_FIELD: Final = 20  # atomic("\"id\"" space ":" space ("\"" string "\"" | json-number))
 _KEYED_ID_FIELD: Final = 24  # optional(id + space + optional("," space)), the string-only id
 _KEYED_GEN_ID_FIELD: Final = 28  # the same with the string-or-number id
+_OPEN: Final = 9  # tool_open(prefix + tool_name(literal(name)) + suffix)
+
+
+def function_parsers(tools: ToolFormat, *, peek: bool) -> int:
+    """The parsers a tag format's tools parser adds for one function from its call id section (no call
+    id) to the choice of tools, its arguments apart (build_func_parser; `peek`: the atomic peek at the
+    first argument's marker)."""
+    count = 1 + (2 if peek else 0)  # eps() for the call id section, peek(literal(arg name prefix))
+    count += _OPEN + 1 + (4 if tools.args_separator else 0)  # the open, eps(), space + separator
+    if tools.name_suffix or not peek:
+        count += 4  # open + call id + space + args
+    else:
+        count += 6  # atomic(open + call id + space + peek) + args
+    if tools.function_close:
+        count += 6  # space + tool_close(literal(close))
+    elif tools.per_call_end:
+        count += (4 if tools.tolerate_intertag_whitespace else 2) + 3  # tool_close(peek(...))
+    else:
+        count += 4  # tool_close(space())
+    if not tools.name_suffix and not peek:
+        count += 1  # atomic(the whole function)
+    return count + 2 + 1  # the rule and its reference, the choice
 
 
 def _flat_parsers(tool_count: int, tools: ToolFormat) -> int:

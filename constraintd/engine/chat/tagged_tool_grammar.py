@@ -1,12 +1,14 @@
-# The lazy tool-call grammar (tool_choice auto) of llama.cpp's auto-parser for the tag formats whose arguments
-# are tagged one by one (analyze_tools::build_tool_parser_tag_tagged: `<arg_key>city</arg_key><arg_value>
-# Paris</arg_value>`), with the PEG arena's GBNF writer (common_peg_arena::build_grammar).
+# The tool-call rules of llama.cpp's auto-parser for the tag formats whose arguments are tagged one by one
+# (analyze_tools::build_tool_parser_tag_tagged: `<arg_key>city</arg_key><arg_value>Paris</arg_value>`), with
+# the PEG arena's GBNF writer (common_peg_arena::build_grammar).
 #
 # Contract:
-# - The grammar holds the trigger rules only: `tool-call` (the calls, each between the per-call markers, or
-#   the section with its calls after ", " where the template marks no call), `tool-calls` (the section around
-#   `tool-call`, where the template marks both), the rules they reach, and `root` as the trigger rules' names
-#   joined by " | " in sorted order (chat_params.py writes it).
+# - The rules are the trigger rules: `tool-call` (the calls, each between the per-call markers, or the
+#   section with its calls after ", " where the template marks no call), `tool-calls` (the section around
+#   `tool-call`, where the template marks both), and the rules they reach. chat_params.py writes the root: the
+#   trigger rules' names joined by " | " in sorted order for the lazy grammar (tool_choice auto), or for the
+#   non-lazy one (required) the text before the calls, an `until-N` rule numbered by
+#   `TagToolRules.next_parser`, then the outermost trigger rule.
 # - Each tool is a rule `tool-<name>`: its name between the function's name prefix and suffix, its
 #   required arguments in the order of the parameters' properties, then its optional ones in any order,
 #   each a rule `tool-<name>-arg-<param>`: the parameter's name between the argument name markers, the value
@@ -33,9 +35,14 @@ from constraintd.engine.chat.json_tool_grammar import (
     AddRule,
     AddSchema,
     Literal,
+    TagToolRules,
+    call_id_not_done,
+    function_parsers,
     rule_name,
+    tool_functions,
+    tool_parameters,
 )
-from constraintd.engine.chat.template_analysis import CallIdPosition, ToolFormat
+from constraintd.engine.chat.template_analysis import ToolFormat
 
 __all__ = ["TaggedArgument", "may_be_string", "tagged_arguments", "tagged_tool_rules"]
 
@@ -45,7 +52,6 @@ StateGrammar = Callable[[str, str], str]
 _STRING_VALUE: Final = 6  # ac(tool_arg_string_value(until-suffix) + tool_arg_close(literal(suffix)))
 _ARGUMENT: Final = 15  # the rest of an argument: its open (9), the value prefix (2), the sequence, the tag,
 # the rule and its reference
-_OPEN: Final = 9  # tool_open(prefix + tool_name(literal(name)) + suffix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +120,8 @@ def tagged_arguments(parameters: Mapping[str, Any]) -> list[TaggedArgument]:
 
 
 def _not_done(tools: ToolFormat) -> str:
-    if (tools.call_id_position is CallIdPosition.BETWEEN_FUNC_AND_ARGS and tools.call_id_prefix
-            and (tools.call_id_suffix or tools.args_start)):
-        return "the tag formats' call ids"
+    if call_id_not_done(tools):
+        return call_id_not_done(tools)
     if not tools.arg_value_suffix:
         return "tagged arguments with no value suffix"
     return ""
@@ -125,13 +130,13 @@ def _not_done(tools: ToolFormat) -> str:
 def tagged_tool_rules(
     tool_defs: Sequence[Mapping[str, Any]], tools: ToolFormat, *, add_rule: AddRule, add_schema: AddSchema,
     literal: Literal, until: StateGrammar, ac: StateGrammar, first_parser: int,
-    parallel_tool_calls: bool = False,
-) -> tuple[list[str], bool]:
-    """Add the lazy tool-call grammar's rules of a tag format with tagged arguments; give the trigger rules'
-    names, and whether an argument's schema reaches the JSON value rules.
+    parallel_tool_calls: bool = False, force: bool = False,
+) -> TagToolRules:
+    """Add the tool-call rules of a tag format with tagged arguments.
 
     `first_parser` is the number of parsers llama.cpp's arena holds before the tools parser; `until` and `ac`
-    write the excluding and including grammars (the other arguments as for json_tool_rules).
+    write the excluding and including grammars; `force` is tool_choice required (the other arguments as for
+    json_tool_rules).
 
     Raises:
         NotImplementedError: a part of build_tool_parser_tag_tagged not ported (the module's contract).
@@ -144,14 +149,8 @@ def tagged_tool_rules(
     arena = first_parser + 1 + 2 + 1  # until(suffix), its rule and reference, the empty choice of tools
     json_made = string_made = False
     choices = []
-    for tool_def in tool_defs:
-        function = tool_def.get("function")
-        if not isinstance(function, Mapping):
-            continue
-        name = str(function["name"])
-        params = function.get("parameters")
-        arguments = tagged_arguments(params if params is not None and params != {} else
-                                     {"type": "object", "properties": {}})
+    for name, function in tool_functions(tool_defs):
+        arguments = tagged_arguments(tool_parameters(function))
         required: list[str] = []
         optional: list[str] = []
         for argument in arguments:
@@ -182,11 +181,13 @@ def tagged_tool_rules(
             args.append(literal(tools.args_end))
             arena += 2
         body = _function(tools, name, args, literal, peek=bool(tools.arg_name_prefix and required))
-        arena += _function_parsers(tools, peek=bool(tools.arg_name_prefix and required))
+        arena += function_parsers(tools, peek=bool(tools.arg_name_prefix and required))
         choices.append(add_rule(rule_name(f"tool-{name}"), body))
     if string_made:
         add_rule("until-suffix", until(f"until-{until_id}", suffix))
-    return _calls(tools, choices, add_rule, literal, parallel_tool_calls=parallel_tool_calls), json_made
+    triggers = _calls(tools, choices, add_rule, literal, parallel_tool_calls=parallel_tool_calls)
+    arena += _calls_parsers(tools, parallel_tool_calls=parallel_tool_calls)
+    return TagToolRules(triggers, json_made, arena + (0 if force else 1))  # optional(calls) where not forced
 
 
 def _function(tools: ToolFormat, name: str, args: list[str], literal: Literal, *, peek: bool) -> str:
@@ -207,27 +208,22 @@ def _function(tools: ToolFormat, name: str, args: list[str], literal: Literal, *
     return " ".join(body)
 
 
-def _function_parsers(tools: ToolFormat, *, peek: bool) -> int:
-    # the parsers build_tool_parser_tag_tagged adds from the call id section to the choice of tools
-    count = 1 + (2 if peek else 0)  # eps() for the call id section, peek(literal(arg name prefix))
-    count += _OPEN + 1 + (4 if tools.args_separator else 0)  # the open, eps(), space + separator
-    if tools.name_suffix or not peek:
-        count += 4  # open + call id + space + args
-    else:
-        count += 6  # atomic(open + call id + space + peek) + args
-    if tools.function_close:
-        count += 6  # space + tool_close(literal(close))
-    elif tools.per_call_end:
-        count += (4 if tools.tolerate_intertag_whitespace else 2) + 3  # tool_close(peek(...))
-    else:
-        count += 4  # tool_close(space())
-    if not tools.name_suffix and not peek:
-        count += 1  # atomic(the whole function)
-    return count + 2 + 1  # the rule and its reference, the choice
+def _calls_parsers(tools: ToolFormat, *, parallel_tool_calls: bool) -> int:
+    # the parsers build_tool_parser_tag_tagged adds after the choice of tools, as _calls writes them: eps(),
+    # the calls and their trigger rule, the section and its trigger rule
+    if not tools.per_call_start:
+        # start + space + choice (+ zero_or_more(", " + choice)) + space + end
+        return 1 + (12 if parallel_tool_calls else 8) + 2
+    # start + space + choice + space + end, then (zero_or_more(space + call)) + space
+    count = 1 + 8 + (6 if parallel_tool_calls else 2) + 2
+    if tools.section_start:
+        # start + space + calls + space + (end + space, or end())
+        count += 7 + (3 if tools.section_end else 1) + 2
+    return count
 
 
 def _calls(tools: ToolFormat, choices: list[str], add_rule: AddRule, literal: Literal, *,
-           parallel_tool_calls: bool) -> list[str]:
+           parallel_tool_calls: bool) -> tuple[str, ...]:
     # the trigger rules: calls between the per-call markers (repeated after space where parallel calls are
     # on), in the section where there is one; else the section's calls, repeated after ", "
     alternatives = f"({' | '.join(choices)})"
@@ -235,12 +231,12 @@ def _calls(tools: ToolFormat, choices: list[str], add_rule: AddRule, literal: Li
         repeat = f' ({literal(", ")} {alternatives})*' if parallel_tool_calls else ""
         add_rule("tool-call", f"{literal(tools.section_start)} space {alternatives}{repeat} space "
                               f"{literal(tools.section_end)}")
-        return ["tool-call"]
+        return ("tool-call",)
     wrapped = f"{literal(tools.per_call_start)} space {alternatives} space {literal(tools.per_call_end)}"
     calls = f"{wrapped} (space {wrapped})* space" if parallel_tool_calls else f"{wrapped} space"
     add_rule("tool-call", calls)
     if not tools.section_start:
-        return ["tool-call"]
+        return ("tool-call",)
     end = f" {literal(tools.section_end)} space" if tools.section_end else ""
     add_rule("tool-calls", f"{literal(tools.section_start)} space tool-call space{end}")
-    return ["tool-call", "tool-calls"]
+    return ("tool-call", "tool-calls")

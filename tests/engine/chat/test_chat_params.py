@@ -3,11 +3,10 @@
 The oracle test runs tests/chat_oracle/cases.py's PARAMS_CASES on every template of the reference through
 llama.cpp's chat layer (tests/chat_oracle/harness.cpp) and through the project's port, and compares the
 grammar, lazy flag, triggers, additional stops and thinking tags byte for byte. What is ported is asserted
-per template: on the auto-parser's templates every case but the non-lazy tool-call grammars of the tag
-formats (tools offered with tool_choice required or named, no schema; and auto where a call id comes before
-JSON arguments) is identical; the hand-written formats
-(SPECIALISED) are not ported. Preserved tokens are compared on every ported case, and the analysis itself
-(the tag formats' markers included) on every template.
+per template: on the auto-parser's templates every case but the tool-call grammars of a tag format whose call
+id comes before the arguments (TAG_CALL_IDS) is identical; the hand-written formats (SPECIALISED) are not
+ported. Preserved tokens are compared on every ported case, and the analysis itself (the tag formats' markers
+included) on every template.
 """
 
 from __future__ import annotations
@@ -23,17 +22,19 @@ from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, Matcher, Vocab
 from constraintd.engine.chat.chat_params import (
+    NotPorted,
     _excluding_grammar,
     _state_grammar,
     chat_params,
     specialised_format,
 )
 from constraintd.engine.chat.diff_split import DiffSplit, Segment, diff_split, segments, trim_whitespace
+from constraintd.engine.chat.json_tool_grammar import call_id_not_done
 from constraintd.engine.chat.prompt import template_source
 from constraintd.engine.chat.reasoning import ReasoningMode
-from constraintd.engine.chat.template_analysis import analyze_template
+from constraintd.engine.chat.template_analysis import ToolMode, analyze_template
 from constraintd.engine.chat.template_inputs import TemplateCaps
-from sampler_worker.prompt import render_template
+from sampler_worker.prompt import render_template, template_caps
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import PARAMS_CASES, ParamsCase, template_paths
 from tests.chat_oracle.params import ParamsComparison, compare_analysis, compare_params, project_params
@@ -66,9 +67,9 @@ NO_TOOL_SYNTAX = {
 NO_TRIGGER = {"meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct",
               "meta-llama-Llama-3.3-70B-Instruct"}
 # Auto-parser templates with a tag format (<function=...>, <arg_key>...): their analysis and preserved tokens
-# are compared as every other template's; of their tool grammars only the lazy ones (tool_choice auto) are
-# ported: of JSON arguments where no call id comes before them (TAG_JSON_LAZY), and of tagged arguments
-# (TAG_TAGGED_LAZY).
+# are compared as every other template's; their tool grammars, lazy (tool_choice auto) and not (required,
+# named), are ported for JSON arguments (TAG_JSON) and tagged ones (TAG_TAGGED), not where a call id comes
+# before the arguments (TAG_CALL_IDS).
 TAG_FORMATS = {
     "ByteDance-Seed-OSS", "GLM-4.6", "GLM-4.7-Flash", "MiniMax-M2", "Mistral-Small-3.2-24B-Instruct-2506",
     "Spark2.5", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-ai-DeepSeek-V3.1",
@@ -77,14 +78,15 @@ TAG_FORMATS = {
 }
 # Where the project's analysis still parts from llama.cpp's: template -> (field, why). Functionary 3.2 has its
 # own format (SPECIALISED), so its chat params do not depend on it.
-TAG_JSON_LAZY = {
+TAG_JSON = {
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-ai-DeepSeek-V3.1", "llama-cpp-deepseek-r1",
     "meetkai-functionary-medium-v3.1", "upstage-Solar-Open-100B",
 }
-TAG_TAGGED_LAZY = {
+TAG_TAGGED = {
     "ByteDance-Seed-OSS", "GLM-4.6", "GLM-4.7-Flash", "MiniMax-M2", "Spark2.5", "poolside-Laguna-S-2.1",
     "poolside-Laguna-XS-2.1", "poolside-Laguna-XS.2", "tencent-Hy3",
 }
+TAG_CALL_IDS = {"Mistral-Small-3.2-24B-Instruct-2506"}
 ANALYSIS_DIFFERENCES = {
     "meetkai-functionary-medium-v3.2": (
         ("tool mode", "function", "arguments", "preserved tokens"),
@@ -103,10 +105,9 @@ def _expected_ported(template: str) -> set[str]:
         tool_grammar = not case.schema and case.tool_choice in TOOL_GRAMMAR_CHOICES
         if template in NO_TOOL_SYNTAX or (template in NO_TRIGGER and case.tool_choice == "auto"):
             tool_grammar = False
-        # tool grammars are ported for JSON tool calls, lazy (auto) and not (required, named), and the lazy
-        # ones of TAG_JSON_LAZY and TAG_TAGGED_LAZY
-        lazy_tag = template in TAG_JSON_LAZY | TAG_TAGGED_LAZY and case.tool_choice == "auto"
-        if not tool_grammar or template not in TAG_FORMATS or lazy_tag:
+        # tool grammars are ported, lazy (auto) and not (required, named), but where a tag format's call id
+        # comes before the arguments
+        if not tool_grammar or template not in TAG_CALL_IDS:
             ported.add(case.name)
     return ported
 
@@ -228,6 +229,98 @@ def test_reasoning_of_a_chatml_template_with_think_tags() -> None:
     assert not made.grammar_lazy and not made.grammar_triggers
 
 
+@pytest.mark.parametrize("path", sorted(path for path in TEMPLATES if path.stem in TAG_FORMATS),
+                         ids=lambda path: path.stem)
+def test_the_tag_format_sets_follow_the_analysis(path: Path) -> None:
+    assert TAG_FORMATS == TAG_JSON | TAG_TAGGED | TAG_CALL_IDS
+    source = template_source(path.read_text())
+    tools = analyze_template(source, lambda context: render_template(source, context, now=0),
+                             template_caps(source, now=0)).tools
+    assert tools.mode is (ToolMode.TAG_WITH_TAGGED if path.stem in TAG_TAGGED else ToolMode.TAG_WITH_JSON)
+    assert bool(call_id_not_done(tools)) is (path.stem in TAG_CALL_IDS)
+
+
+# A tag format of each kind, required: (template, the grammar's generation prompt, one call of get_weather,
+# the same call of search, the section around the calls or "" where there is none)
+REQUIRED_TAG_FORMATS = [
+    ("deepseek-ai-DeepSeek-V3.1", "<\uff5cAssistant\uff5c>",
+     '<\uff5ctool\u2581call\u2581begin\uff5c>get_weather<\uff5ctool\u2581sep\uff5c>{"city": "Paris"}'
+     '<\uff5ctool\u2581call\u2581end\uff5c>',
+     '<\uff5ctool\u2581call\u2581begin\uff5c>search<\uff5ctool\u2581sep\uff5c>{"query": "Paris"}'
+     '<\uff5ctool\u2581call\u2581end\uff5c>',
+     "<\uff5ctool\u2581calls\u2581begin\uff5c>{}<\uff5ctool\u2581calls\u2581end\uff5c>"),
+    ("GLM-4.6", "<|assistant|>\n",
+     "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>",
+     "<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>", ""),
+]
+
+
+def _required_tag_matcher(template: str, tool_choice: str, *, parallel: bool = False) -> Matcher:
+    path = next(path for path in TEMPLATES if path.stem == template)
+    made = project_params(path.read_text(), ParamsCase(tool_choice, False, False), now=1_767_000_000,
+                          parallel_tool_calls=parallel)
+    assert not made.grammar_lazy and made.grammar_triggers == ()  # the grammar holds from the first token
+    return Matcher(Grammar.from_gbnf(made.grammar, BYTES))
+
+
+def _takes(matcher: Matcher, text: str) -> bool:
+    return matcher.fork().accept_bytes(text.encode())
+
+
+def _completes(matcher: Matcher, text: str) -> bool:
+    fork = matcher.fork()
+    return fork.accept_bytes(text.encode()) and fork.is_complete()
+
+
+@pytest.mark.parametrize(("template", "prompt", "call", "other", "section"), REQUIRED_TAG_FORMATS,
+                         ids=["JSON arguments", "tagged arguments"])
+def test_a_tag_formats_required_grammar_takes_a_call_and_no_answer_without_one(
+    template: str, prompt: str, call: str, other: str, section: str
+) -> None:
+    matcher = _required_tag_matcher(template, "required")
+    wrap = section.format if section else str
+    assert _completes(matcher, prompt + wrap(call))
+    assert _completes(matcher, prompt + wrap(other))
+    assert _completes(matcher, prompt + "Let me look it up." + wrap(call))  # text before the call
+    # the reasoning before both: its text may hold the calls' marker, the text before the calls may not
+    marker = section[:section.find("{")] if section else call[:call.find(">") + 1]
+    assert _completes(matcher, prompt + f"<think>I shall write {marker} next.</think>" + wrap(call))
+    assert not _takes(matcher, prompt + f"I shall write {marker} next.")
+    assert _takes(matcher, prompt + "Let me look it up.")
+    assert not _completes(matcher, prompt + "Let me look it up.")  # the answer may not end without a call
+    assert not _completes(matcher, prompt)
+    assert not _takes(matcher, prompt + wrap(call) + "Done.")  # nothing after the call
+
+
+@pytest.mark.parametrize(("template", "prompt", "call", "other", "section"), REQUIRED_TAG_FORMATS,
+                         ids=["JSON arguments", "tagged arguments"])
+def test_a_tag_formats_required_grammar_repeats_calls_only_where_parallel_calls_are_on(
+    template: str, prompt: str, call: str, other: str, section: str
+) -> None:
+    wrap = section.format if section else str
+    two = prompt + wrap(call + other)
+    assert not _takes(_required_tag_matcher(template, "required"), two)
+    assert _completes(_required_tag_matcher(template, "required", parallel=True), two)
+
+
+@pytest.mark.parametrize(("template", "prompt", "call", "other", "section"), REQUIRED_TAG_FORMATS,
+                         ids=["JSON arguments", "tagged arguments"])
+def test_a_tag_formats_grammar_for_a_named_tool_calls_that_tool_alone(
+    template: str, prompt: str, call: str, other: str, section: str
+) -> None:
+    matcher = _required_tag_matcher(template, "named")  # the named tool alone, tool_choice required
+    wrap = section.format if section else str
+    assert _completes(matcher, prompt + wrap(call))
+    assert not _takes(matcher, prompt + wrap(other))
+
+
+def test_a_tag_format_whose_call_id_comes_before_the_arguments_is_not_ported() -> None:
+    path = next(path for path in TEMPLATES if path.stem in TAG_CALL_IDS)
+    for tool_choice in ("auto", "required"):
+        with pytest.raises(NotPorted, match=r"^the tag formats' call ids$"):
+            project_params(path.read_text(), ParamsCase(tool_choice, True, False), now=1_767_000_000)
+
+
 @pytest.mark.oracle
 @pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
 def test_chat_params_are_llama_cpps(path: Path, chat_oracle: Path, oracle_report: OracleReport) -> None:
@@ -253,8 +346,8 @@ def test_chat_params_are_llama_cpps(path: Path, chat_oracle: Path, oracle_report
 def test_parallel_tool_call_grammars_are_llama_cpps(
     path: Path, chat_oracle: Path, oracle_report: OracleReport
 ) -> None:
-    """With parallel_tool_calls on, tool_choice auto and required: identical wherever ported (the JSON-call
-    templates' tool grammars, and the templates with no tool grammar)."""
+    """With parallel_tool_calls on, tool_choice auto and required: identical wherever ported (every tool
+    grammar but TAG_CALL_IDS', and the templates with no tool grammar)."""
     comparisons = compare_params(chat_oracle, path, now=int(time.time()), parallel_tool_calls=True)
     ported = [c for c in comparisons if c.not_ported is None]
     oracle_report.add("chat params: parallel tool calls", path.stem,
@@ -279,23 +372,26 @@ TAGGED_TOOLS = [
         "required": ["n", "label", "unit"]}}},
 ]
 # Seed-OSS's template reads every property's type, so llama.cpp refuses these tools there
-TAGGED = sorted(path for path in TEMPLATES if path.stem in TAG_TAGGED_LAZY - {"ByteDance-Seed-OSS"})
+TAGGED = sorted(path for path in TEMPLATES if path.stem in TAG_TAGGED - {"ByteDance-Seed-OSS"})
 
 
 @pytest.mark.oracle
 @pytest.mark.parametrize("path", TAGGED, ids=[path.stem for path in TAGGED])
 @pytest.mark.parametrize("parallel", [False, True], ids=["one call", "parallel calls"])
+@pytest.mark.parametrize("tool_choice", ["auto", "required"])
 def test_tagged_tool_grammars_of_other_arguments_are_llama_cpps(
-    path: Path, parallel: bool, chat_oracle: Path, oracle_report: OracleReport
+    path: Path, parallel: bool, tool_choice: str, chat_oracle: Path, oracle_report: OracleReport
 ) -> None:
-    """The lazy grammar of tagged arguments with TAGGED_TOOLS, tool_choice auto: llama.cpp's byte for byte."""
-    source, now, case = path.read_text(), int(time.time()), ParamsCase("auto", True, False)
+    """The grammar of tagged arguments with TAGGED_TOOLS, lazy (tool_choice auto) and not (required):
+    llama.cpp's byte for byte."""
+    source, now, case = path.read_text(), int(time.time()), ParamsCase(tool_choice, True, False)
     llama = run_harness(chat_oracle, case.request(source, now=now, tools=TAGGED_TOOLS,
                                                   parallel_tool_calls=parallel))
     ours = project_params(source, case, now=now, tools=TAGGED_TOOLS, parallel_tool_calls=parallel)
     oracle_report.add("chat params: tagged arguments, other tools", path.stem,
                       identical=int(ours.grammar == llama["grammar"]), total=1)
     assert ours.grammar == llama["grammar"]
+    assert ours.grammar_lazy is llama["grammar_lazy"]
     assert [[t.kind, t.value] for t in ours.grammar_triggers] == [
         [t["type"], t["value"]] for t in llama["grammar_triggers"]]
 
