@@ -6,12 +6,14 @@ no tools; a response schema), texts are made from the template's analysis, as a 
 content, a call, content then a call, two calls, a thinking block first (where the template has thinking
 tags), the JSON spaced differently, and an unfinished text (the content or a call cut short); in a tag format
 with JSON arguments also a call cut in its name, its markers or the second call, an unknown tool, arguments
-that are no object, and space around the section's calls, the arguments and the call's end; for the
-response schema, the value plain, spaced, fenced, after a thinking block, cut short, and texts that are no
-such answer. The harness's "parse" mode answers llama.cpp's message for each (the same chat params, the
-parser llama-server loads); the project's comes from `parse_message` on its own chat params. Compared:
-content, reasoning content, tool calls (name, arguments, id), or both sides refusing the text. A case the
-project does not parse (`NotPorted`) is counted apart.
+that are no object, and space around the section's calls, the arguments and the call's end; in a tag
+format with tagged arguments string and JSON values (empty, escaped, spaced, no JSON), the text cut in each
+of a call's parts, calls apart or after ", ", arguments out of order, left out or unknown, each after a
+thinking block too; for the response schema, the value plain, spaced, fenced, after a thinking block, cut
+short, and texts that are no such answer. The harness's "parse" mode answers llama.cpp's message for each
+(the same chat params, the parser llama-server loads); the project's comes from `parse_message` on its own
+chat params. Compared: content, reasoning content, tool calls (name, arguments, id), or both sides refusing
+the text. A case the project does not parse (`NotPorted`) is counted apart.
 """
 
 from __future__ import annotations
@@ -84,6 +86,63 @@ def _tag_calls(tools: ToolFormat, calls: list[str], *, around: str = "") -> str:
     return tools.section_start + around + "\n".join(calls) + around + tools.section_end
 
 
+def _tagged_call(tools: ToolFormat, name: str, arguments: list[tuple[str, str]], *, end: bool = True) -> str:
+    # a tag format with tagged arguments: the call's markers, the name between its prefix and suffix, the
+    # separator, each argument's name and value (`arguments`: the values as written) between their markers,
+    # the function's close and the call's end (unless `end` is off: a text cut there)
+    written = "".join(f"{tools.arg_name_prefix}{key}{tools.arg_name_suffix}{tools.arg_value_prefix}{value}"
+                      f"{tools.arg_value_suffix}" for key, value in arguments)
+    opened = f"{tools.per_call_start}{tools.name_prefix}{name}{tools.name_suffix}{tools.args_separator}"
+    return opened + written + (f"{tools.function_close}{tools.per_call_end}" if end else "")
+
+
+def _tagged_calls(tools: ToolFormat, calls: list[str], *, between: str = "\n") -> str:
+    return tools.section_start + between.join(calls) + tools.section_end
+
+
+def _tagged_texts(tools: ToolFormat) -> dict[str, str]:
+    # calls as a model writes them in a tag format with tagged arguments: string and JSON values, content
+    # before, cut at each of the call's parts, spaced differently, and texts llama.cpp does not match
+    weather = _tagged_call(tools, "get_weather", [("city", "Paris")])
+    search = _tagged_call(tools, "search", [("query", "café « crème »"), ("filters", '{"max": 3}')])
+
+    def one(name: str, arguments: list[tuple[str, str]]) -> str:
+        return _tagged_calls(tools, [_tagged_call(tools, name, arguments)])
+
+    made = {"call": _tagged_calls(tools, [weather])}
+    made["content and call"] = "Let me look.\n" + made["call"]
+    made["two calls"] = _tagged_calls(tools, [weather, search])
+    made["two calls, no space"] = _tagged_calls(tools, [weather, search], between="")
+    made["two calls, comma"] = _tagged_calls(tools, [weather, search], between=", ")
+    made["cut call"] = made["call"][: len(made["call"]) * 2 // 3]
+    made["cut name"] = tools.section_start + tools.per_call_start + tools.name_prefix + "get_wea"
+    made["cut marker"] = tools.section_start + tools.per_call_start[:-1]
+    made["cut after the name"] = tools.section_start + _tagged_call(tools, "get_weather", [], end=False)
+    made["cut argument name"] = made["cut after the name"] + tools.arg_name_prefix + "ci"
+    made["cut string value"] = made["call"].split("Par")[0] + "Par"
+    made["cut value suffix"] = made["call"].split("Paris")[0] + "Paris" + tools.arg_value_suffix[:3]
+    made["cut before the close"] = tools.section_start + _tagged_call(tools, "get_weather",
+                                                                      [("city", "Paris")], end=False)
+    made["cut JSON value"] = made["two calls"].split('"max": ')[0] + '"max": 3'
+    made["cut JSON string"] = made["two calls"].split('"max": ')[0] + '"site": "ex\\'
+    made["cut second call"] = made["two calls"][: len(made["two calls"]) - len(tools.section_end) - 12]
+    made["empty value"] = one("get_weather", [("city", "")])
+    made["escaped value"] = one("get_weather", [("city", 'He said "hi" \\ {x}\n\tthere')])
+    made["spaced value"] = one("get_weather", [("city", "\n Paris \n")])
+    made["spaced JSON value"] = one("search", [("query", "x"), ("filters", ' {"max": 3}\n')])
+    made["JSON value, raw newline"] = one("search", [
+        ("query", "x"), ("filters", '{"site": "a\nb", "max": [1, 2.5e3, true, null]}')])
+    made["no JSON value"] = one("search", [("query", "x"), ("filters", "cheap")])
+    made["arguments out of order"] = one("search", [("filters", '{"max": 3}'), ("query", "x")])
+    made["optional argument left out"] = one("search", [("query", "x")])
+    made["unknown tool"] = one("get_time", [])
+    made["unknown argument"] = one("get_weather", [("town", "Paris")])
+    made["space before the end"] = made["call"].replace(tools.function_close + tools.per_call_end,
+                                                        " \n" + tools.function_close + tools.per_call_end)
+    made["text after the call"] = made["call"] + "\nDone."
+    return made
+
+
 def answers(grammar: ChatGrammar) -> dict[str, str]:
     """The texts tried on a template with a response schema: by name."""
     analysis = grammar.analysis
@@ -140,12 +199,20 @@ def texts(grammar: ChatGrammar) -> dict[str, str]:
         made["spaced call"] = _tag_calls(tools, [spaced])
         ended = _tag_call(tools, "get_weather", WEATHER_ARGS, spaced=True, before_end=" \n")
         made["space before the end"] = _tag_calls(tools, [ended])
+    elif tools.mode is ToolMode.TAG_WITH_TAGGED:
+        made.update(_tagged_texts(tools))
     reasoning = analysis.reasoning
     if reasoning.end:
         thought = f"{reasoning.start}I should check.{reasoning.end}"
         made["thinking"] = thought + "It is mild."
         if "call" in made:
             made["thinking and call"] = thought + made["call"]
+        if tools.mode is ToolMode.TAG_WITH_TAGGED:
+            # every call text after a thinking block too: where the generation prompt opens the block, the
+            # calls are read after it only
+            for name in _tagged_texts(tools):
+                if name != "call":
+                    made[f"thinking, {name}"] = thought + made[name]
         if tools.mode is ToolMode.TAG_WITH_JSON:
             # where the generation prompt opens the thinking block, the calls are read after it only
             for name in ("content and call", "two calls", "cut call", "cut name", "cut second call",

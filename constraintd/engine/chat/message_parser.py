@@ -1,14 +1,17 @@
 # The assistant's message from a generated text, as llama.cpp's chat layer parses a whole (non-streamed)
 # text on the templates its auto-parser handles: the PEG parser autoparser::build_parser builds
 # (chat-auto-parser-generator.cpp: build_tool_parser_json_native with standard_json_tools in
-# chat-peg-parser.cpp, build_tool_parser_tag_json with build_func_parser) and common_chat_peg_mapper,
-# run on the generation prompt followed by the text (common_chat_peg_parse), written here as a direct scan.
+# chat-peg-parser.cpp, build_tool_parser_tag_json and build_tool_parser_tag_tagged with build_func_parser)
+# and common_chat_peg_mapper, run on the generation prompt followed by the text (common_chat_peg_parse),
+# written here as a direct scan (message_scan.py; the tagged arguments' calls in tagged_message_parser.py).
 #
 # Contract:
 # - `parse_message` gives the content, the reasoning content and the tool calls (name, arguments as the JSON
 #   text the model wrote, id) llama.cpp's parser gives, for: a request without tools (or tool_choice none),
 #   and tools on a template that writes tool calls as JSON with flat fields or the name as the key, or in a
-#   tag format with JSON arguments (`<function=name>{...}</function>`, the part json_tool_grammar.py ports).
+#   tag format with JSON arguments (`<function=name>{...}</function>`, the part json_tool_grammar.py ports),
+#   or with tagged arguments (`<arg_key>city</arg_key><arg_value>Paris</arg_value>`: the arguments are the
+#   JSON text llama.cpp's mapper writes from them).
 # - The parse is llama.cpp's: the generation prompt's text up to the thinking tag is matched, then (unless the
 #   template is pure content) whitespace; the optional thinking block; the content up to the first tool-call
 #   marker (or the wrapped content); the calls; the end of the text. Where llama.cpp's parser stops for more
@@ -16,11 +19,10 @@
 #   message: a call cut short is kept once its name is read (a tag format's: once its whole open is read),
 #   with the arguments read so far.
 # - A text that does not match raises MessageParseError with llama.cpp's words; what is not ported
-#   (the tag formats' tagged arguments and the parts of build_tool_parser_tag_json json_tool_grammar.py does
-#   not port, fields nested under a function object, hand-written formats) raises NotPorted.
+#   (the parts of build_tool_parser_tag_json json_tool_grammar.py does not port, the tag formats' call ids,
+#   fields nested under a function object, hand-written formats) raises NotPorted.
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,28 +31,16 @@ from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
 from constraintd.engine.chat.content import AnswerState, parse_json_answer
 from constraintd.engine.chat.diff_split import trim_whitespace
 from constraintd.engine.chat.json_tool_grammar import call_keys, tag_json_not_done
+from constraintd.engine.chat.message_scan import SPACE, NeedMore, ParsedToolCall, Scan, ScanFail
 from constraintd.engine.chat.reasoning import ReasoningMode
+from constraintd.engine.chat.tagged_message_parser import tagged_functions, tagged_tool_calls
 from constraintd.engine.chat.template_analysis import ContentMode, TemplateAnalysis, ToolFormat, ToolMode
 
 __all__ = ["MessageParseError", "ParsedMessage", "ParsedToolCall", "parse_message"]
 
-_SPACE = " \t\n\v\f\r"  # C's isspace
-
 
 class MessageParseError(ValueError):
     """A generated text llama.cpp's parser does not match (it throws the same words)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedToolCall:
-    """One tool call: the function's name, its arguments as the JSON text written, and its id (or "")."""
-
-    name: str
-    arguments: str
-    id: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "arguments": self.arguments, "id": self.id}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,94 +52,7 @@ class ParsedMessage:
     tool_calls: tuple[ParsedToolCall, ...] = ()
 
 
-class _NeedMore(Exception):
-    # llama.cpp's parser reached the end of the text while reading (NEED_MORE_INPUT): what was read stands
-    pass
-
-
-class _Fail(Exception):
-    pass
-
-
-class _Scan:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.pos = 0
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
-        self.calls: list[ParsedToolCall] = []
-        self.partial = ""  # the arguments read when the text ends inside them
-
-    def space(self) -> None:
-        while self.pos < len(self.text) and self.text[self.pos] in _SPACE:
-            self.pos += 1
-
-    def literal(self, word: str) -> None:
-        if self.text.startswith(word, self.pos):
-            self.pos += len(word)
-            return
-        rest = self.text[self.pos:]
-        if word.startswith(rest):
-            raise _NeedMore  # the text ends inside the literal
-        raise _Fail
-
-    def optspace(self, tag: str) -> None:
-        # common_chat_peg_builder::optspace: the tag's whitespace around its core optional, char by char
-        lead = len(tag) - len(tag.lstrip(_SPACE))
-        core_end = len(tag) if lead == len(tag) else len(tag.rstrip(_SPACE))
-        for c in tag[:lead]:
-            self.optional(lambda c=c: self.literal(c))
-        self.literal(tag[lead:core_end])
-        for c in tag[core_end:]:
-            self.optional(lambda c=c: self.literal(c))
-
-    def optional(self, parse: Any) -> None:
-        start = self.pos
-        marks = (len(self.content), len(self.reasoning), len(self.calls))
-        try:
-            parse()
-        except _Fail:
-            self.pos = start
-            del self.content[marks[0]:], self.reasoning[marks[1]:], self.calls[marks[2]:]
-
-    def until(self, delimiters: Sequence[str]) -> str:
-        # common_peg_until_parser: up to the first delimiter, or one begun at the end of the text
-        start = self.pos
-        for at in range(start, len(self.text)):
-            rest = self.text[at:]
-            if any(rest.startswith(d) or d.startswith(rest) for d in delimiters if d):
-                self.pos = at
-                return self.text[start:at]
-        self.pos = len(self.text)
-        raise _NeedMore  # lenient: more text might hold a delimiter
-
-    def end(self) -> None:
-        if self.pos != len(self.text):
-            raise _Fail
-
-    def json_value(self) -> str:
-        decoder = json.JSONDecoder(parse_constant=_no_constant)
-        try:
-            _, end = decoder.raw_decode(self.text, self.pos)
-        except json.JSONDecodeError as exc:
-            # a value the text ends inside: read so far, as llama.cpp's lenient JSON parser reads it
-            if exc.pos >= len(self.text.rstrip(_SPACE)) or exc.msg.startswith("Unterminated string"):
-                self.partial = self.text[self.pos:].rstrip(_SPACE)
-                self.pos = len(self.text)
-                raise _NeedMore from None
-            raise _Fail from None
-        except ValueError:
-            raise _Fail from None
-        value = self.text[self.pos:end]
-        self.pos = end
-        return value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(name)  # NaN and Infinity are no JSON
-
-
-def _string_content(scan: _Scan) -> str:
+def _string_content(scan: Scan) -> str:
     # a JSON string's characters up to its closing quote (string_content('"'))
     start = scan.pos
     text = scan.text
@@ -158,15 +61,15 @@ def _string_content(scan: _Scan) -> str:
         if c == '"':
             return text[start:scan.pos]
         scan.pos += 2 if c == "\\" else 1
-    raise _NeedMore
+    raise NeedMore
 
 
-def _comma(scan: _Scan) -> None:
+def _comma(scan: Scan) -> None:
     scan.literal(",")
     scan.space()
 
 
-def _key(scan: _Scan, key: str) -> None:
+def _key(scan: Scan, key: str) -> None:
     # `"key"` and its colon, with the spaces around the colon
     scan.literal(f'"{key}"')
     scan.space()
@@ -174,16 +77,16 @@ def _key(scan: _Scan, key: str) -> None:
     scan.space()
 
 
-def _number(scan: _Scan) -> str:
+def _number(scan: Scan) -> str:
     start = scan.pos
     value = scan.json_value()
     if not value or value[0] not in "-0123456789":
         scan.pos = start
-        raise _Fail
+        raise ScanFail
     return value
 
 
-def _call_id(scan: _Scan, key: str, *, numbers: bool) -> str:
+def _call_id(scan: Scan, key: str, *, numbers: bool) -> str:
     _key(scan, key)
     if scan.text.startswith('"', scan.pos):
         scan.literal('"')
@@ -191,11 +94,11 @@ def _call_id(scan: _Scan, key: str, *, numbers: bool) -> str:
         scan.literal('"')
         return value
     if not numbers:
-        raise _Fail
+        raise ScanFail
     return _number(scan)
 
 
-def _flat_call(scan: _Scan, names: Sequence[str], tools: ToolFormat, name_key: str, args_key: str) -> None:
+def _flat_call(scan: Scan, names: Sequence[str], tools: ToolFormat, name_key: str, args_key: str) -> None:
     # build_json_tools_flat_keys: "{" [type] the fields in the template's order "}", one choice per tool
     fields = [name_key, args_key]
     if tools.id_field:
@@ -223,7 +126,7 @@ def _flat_call(scan: _Scan, names: Sequence[str], tools: ToolFormat, name_key: s
                     found["name"] = name
                 elif key == args_key:
                     _key(scan, args_key)
-                    found["arguments"] = scan.json_value().rstrip(_SPACE)
+                    found["arguments"] = scan.json_value().rstrip(SPACE)
                 else:
                     def read_id(key: str = key, found: dict[str, str] = found) -> None:
                         found["id"] = _call_id(scan, key, numbers=True)
@@ -234,20 +137,20 @@ def _flat_call(scan: _Scan, names: Sequence[str], tools: ToolFormat, name_key: s
                     scan.space()
             scan.space()
             scan.literal("}")
-        except _Fail:
+        except ScanFail:
             scan.pos = start
             continue
-        except _NeedMore:
+        except NeedMore:
             if found["name"]:  # the mapper keeps a call once it has its name
                 scan.calls.append(ParsedToolCall(found["name"], found["arguments"] or scan.partial or "{",
                                                  found["id"]))
             raise
         scan.calls.append(ParsedToolCall(found["name"], found["arguments"], found["id"]))
         return
-    raise _Fail
+    raise ScanFail
 
 
-def _keyed_call(scan: _Scan, names: Sequence[str], tools: ToolFormat, args_key: str,
+def _keyed_call(scan: Scan, names: Sequence[str], tools: ToolFormat, args_key: str,
                 effective_args: str) -> None:
     # build_json_tools_function_is_key: {"<name>": <arguments>} or {"<name>": {ids, "<args>": <arguments>}}
     for name in names:
@@ -259,7 +162,7 @@ def _keyed_call(scan: _Scan, names: Sequence[str], tools: ToolFormat, args_key: 
             _key(scan, name)
             inner = [key for key in (tools.id_field, tools.gen_id_field) if key]
             if not args_key and not inner:
-                found["arguments"] = scan.json_value().rstrip(_SPACE)
+                found["arguments"] = scan.json_value().rstrip(SPACE)
             else:
                 scan.literal("{")
                 scan.space()
@@ -276,29 +179,29 @@ def _keyed_call(scan: _Scan, names: Sequence[str], tools: ToolFormat, args_key: 
                     scan.space()
                 if args_key:
                     _key(scan, effective_args)
-                found["arguments"] = scan.json_value().rstrip(_SPACE)
+                found["arguments"] = scan.json_value().rstrip(SPACE)
                 scan.space()
                 scan.literal("}")
             scan.space()
             scan.literal("}")
-        except _Fail:
+        except ScanFail:
             scan.pos = start
             continue
-        except _NeedMore:
+        except NeedMore:
             if scan.pos > start + 1 + len(name):  # past the name
                 arguments = found["arguments"] or scan.partial or "{"
                 scan.calls.append(ParsedToolCall(name, arguments, found["id"]))
             raise
         scan.calls.append(ParsedToolCall(name, found["arguments"], found["id"]))
         return
-    raise _Fail
+    raise ScanFail
 
 
 def _tool_names(tools: Sequence[Mapping[str, Any]]) -> list[str]:
     return [str(tool["function"]["name"]) for tool in tools if isinstance(tool.get("function"), Mapping)]
 
 
-def _calls(scan: _Scan, names: Sequence[str], tools: ToolFormat, *, parallel: bool) -> None:
+def _calls(scan: Scan, names: Sequence[str], tools: ToolFormat, *, parallel: bool) -> None:
     # standard_json_tools: the choice of tools, more after commas when parallel, in [ ] when wrapped
     keys = call_keys(tools)
     if keys is None:
@@ -322,7 +225,7 @@ def _calls(scan: _Scan, names: Sequence[str], tools: ToolFormat, *, parallel: bo
             scan.literal(",")
             scan.space()
             one()
-        except _Fail:
+        except ScanFail:
             scan.pos = start
             del scan.calls[count:]
             break
@@ -331,7 +234,7 @@ def _calls(scan: _Scan, names: Sequence[str], tools: ToolFormat, *, parallel: bo
         scan.literal("]")
 
 
-def _section(scan: _Scan, start: str, end: str, names: Sequence[str], tools: ToolFormat, *,
+def _section(scan: Scan, start: str, end: str, names: Sequence[str], tools: ToolFormat, *,
              parallel: bool) -> None:
     scan.literal(start)
     scan.space()
@@ -340,7 +243,7 @@ def _section(scan: _Scan, start: str, end: str, names: Sequence[str], tools: Too
     scan.literal(end)
 
 
-def _json_tools(scan: _Scan, analysis: TemplateAnalysis, names: Sequence[str], *, required: bool,
+def _json_tools(scan: Scan, analysis: TemplateAnalysis, names: Sequence[str], *, required: bool,
                 parallel: bool) -> None:
     tools = analysis.tools
     if not tools.section_start and tools.per_call_start:
@@ -364,7 +267,7 @@ def _json_tools(scan: _Scan, analysis: TemplateAnalysis, names: Sequence[str], *
         scan.optional(section)
 
 
-def _tag_json_call(scan: _Scan, names: Sequence[str], tools: ToolFormat) -> None:
+def _tag_json_call(scan: Scan, names: Sequence[str], tools: ToolFormat) -> None:
     # build_func_parser with a name suffix: the call's open (the name between the function's name prefix and
     # suffix), space, the arguments' JSON, then the close: space and the function's close, or a look at the
     # call's end marker. The open is atomic (tool_open): the mapper keeps the call once the whole open is
@@ -379,8 +282,8 @@ def _tag_json_call(scan: _Scan, names: Sequence[str], tools: ToolFormat) -> None
             opened = True
             scan.space()
             try:
-                value = scan.json_value().rstrip(_SPACE)
-            except _NeedMore:
+                value = scan.json_value().rstrip(SPACE)
+            except NeedMore:
                 if scan.partial.startswith("{"):
                     arguments = scan.partial
                 raise
@@ -395,19 +298,19 @@ def _tag_json_call(scan: _Scan, names: Sequence[str], tools: ToolFormat) -> None
                 scan.pos = before
             if arguments == "{":
                 arguments = "{}"
-        except _Fail:
+        except ScanFail:
             scan.pos = start
             continue
-        except _NeedMore:
+        except NeedMore:
             if opened:
                 scan.calls.append(ParsedToolCall(name, arguments))
             raise
         scan.calls.append(ParsedToolCall(name, arguments))
         return
-    raise _Fail
+    raise ScanFail
 
 
-def _tag_json_tools(scan: _Scan, names: Sequence[str], tools: ToolFormat, *, parallel: bool) -> None:
+def _tag_json_tools(scan: Scan, names: Sequence[str], tools: ToolFormat, *, parallel: bool) -> None:
     # build_tool_parser_tag_json: each call between the per-call markers, more after space when parallel,
     # all in the section where there is one; optional (llama.cpp's are not where tool_choice is required,
     # which no text tells apart: the end of the text follows them, and a text ending inside them stands)
@@ -437,17 +340,17 @@ def _tag_json_tools(scan: _Scan, names: Sequence[str], tools: ToolFormat, *, par
     scan.optional(calls)
 
 
-def _response_format(scan: _Scan) -> None:
+def _response_format(scan: Scan) -> None:
     # the answer after the thinking block: the content rule's (chat/content.py), whose content is the
     # value's text; an answer that cannot parse does not match, one still open is read so far
     answer = parse_json_answer(scan.text[scan.pos:])
     if answer.state is AnswerState.INVALID:
-        raise _Fail
+        raise ScanFail
     scan.content.append(answer.content)
     scan.pos = len(scan.text)
 
 
-def _reasoning(scan: _Scan, analysis: TemplateAnalysis, *, extracting: bool) -> None:
+def _reasoning(scan: Scan, analysis: TemplateAnalysis, *, extracting: bool) -> None:
     # analyze_reasoning::build_parser: optional(optspace(start) reasoning(until(end)) optspace(end))
     reasoning = analysis.reasoning
     if not extracting or reasoning.mode not in (ReasoningMode.TAG_BASED, ReasoningMode.TOOLS_ONLY) \
@@ -460,7 +363,7 @@ def _reasoning(scan: _Scan, analysis: TemplateAnalysis, *, extracting: bool) -> 
         start = scan.pos
         try:
             text = scan.until([trim_whitespace(reasoning.end)])
-        except _NeedMore:
+        except NeedMore:
             scan.reasoning.append(scan.text[start:])
             raise
         scan.reasoning.append(text)
@@ -468,11 +371,11 @@ def _reasoning(scan: _Scan, analysis: TemplateAnalysis, *, extracting: bool) -> 
     scan.optional(block)
 
 
-def _content_until(scan: _Scan, delimiters: Sequence[str]) -> None:
+def _content_until(scan: Scan, delimiters: Sequence[str]) -> None:
     start = scan.pos
     try:
         scan.content.append(scan.until(delimiters))
-    except _NeedMore:
+    except NeedMore:
         scan.content.append(scan.text[start:])
         raise
 
@@ -494,7 +397,7 @@ def parse_message(
     analysis = grammar.analysis
     if analysis is None:
         raise NotPorted("the parser of a request without the auto-parser's analysis")
-    scan = _Scan(generation_prompt + text)
+    scan = Scan(generation_prompt + text)
     reasoning = analysis.reasoning
     start_tag = trim_whitespace(reasoning.start)
     prefix = generation_prompt[:generation_prompt.find(start_tag)] \
@@ -506,6 +409,8 @@ def parse_message(
         missing = tag_json_not_done(analysis.tools)
         if missing:
             raise NotPorted(f"the parser of {missing}")
+    functions = tagged_functions(tools, analysis.tools) \
+        if with_tools and analysis.tools.mode is ToolMode.TAG_WITH_TAGGED and not has_response_format else []
     try:
         scan.literal(prefix)
         if has_response_format:
@@ -519,11 +424,17 @@ def parse_message(
             _reasoning(scan, analysis, extracting=extracting)
             scan.optional(lambda: _content_until(scan, [analysis.trigger_marker]))
             _tag_json_tools(scan, _tool_names(tools), analysis.tools, parallel=parallel_tool_calls)
+        elif with_tools and analysis.tools.mode is ToolMode.TAG_WITH_TAGGED:
+            # the same, with the calls' arguments tagged one by one (tagged_message_parser.py)
+            scan.space()
+            _reasoning(scan, analysis, extracting=extracting)
+            if analysis.trigger_marker:
+                scan.optional(lambda: _content_until(scan, [analysis.trigger_marker]))
+            tagged_tool_calls(scan, functions, analysis.tools, parallel=parallel_tool_calls,
+                              required=tool_choice == "required")
         elif with_tools:
             if analysis.tools.mode is not ToolMode.JSON_NATIVE:
-                if analysis.tools.mode is ToolMode.NONE:
-                    raise NotPorted("the parser of a template whose tool-call format is not found")
-                raise NotPorted("the parser of the tag formats' tagged arguments")
+                raise NotPorted("the parser of a template whose tool-call format is not found")
             scan.space()
             _reasoning(scan, analysis, extracting=extracting)
             if wrapped:
@@ -553,9 +464,9 @@ def parse_message(
                 scan.content.append(scan.text[scan.pos:])
                 scan.pos = len(scan.text)
         scan.end()
-    except _NeedMore:
+    except NeedMore:
         pass
-    except _Fail:
+    except ScanFail:
         raise MessageParseError(
             "The model produced output that does not match the expected peg-native format") from None
     reasoning_text = "".join(scan.reasoning)

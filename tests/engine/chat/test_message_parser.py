@@ -4,12 +4,13 @@ chat parser reads it.
 The oracle test runs tests/chat_oracle/messages.py's texts on every auto-parser template through
 llama.cpp's common_chat_parse (the harness's "parse" mode) and through `parse_message`: content, reasoning
 content and tool calls identical, or both sides refusing; requests whose tool grammar or parser is not ported
-(the tag formats' grammars but the lazy one with JSON arguments, tagged arguments) are counted apart. A
-response schema's answers are among the texts.
+(the tag formats' grammars llama.cpp's chat params build that are not ported) are counted apart. A response
+schema's answers are among the texts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
 from constraintd.engine.chat.message_parser import MessageParseError, ParsedToolCall, parse_message
 from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
-from constraintd.engine.chat.template_analysis import TemplateAnalysis, ToolFormat, ToolMode
+from constraintd.engine.chat.template_analysis import CallIdPosition, TemplateAnalysis, ToolFormat, ToolMode
 from tests.chat_oracle.cases import template_paths
 from tests.chat_oracle.messages import compare_messages
 from tests.conftest import OracleReport
@@ -117,10 +118,133 @@ def test_a_tag_format_with_argument_markers_is_not_ported() -> None:
         parse_message("x", ChatGrammar(analysis=analysis), generation_prompt=PROMPT, tools=TOOLS)
 
 
-def test_tagged_arguments_are_not_ported() -> None:
-    analysis = TemplateAnalysis(ReasoningAnalysis(), tools=ToolFormat(ToolMode.TAG_WITH_TAGGED))
-    with pytest.raises(NotPorted, match="tagged arguments"):
-        parse_message("x", ChatGrammar(analysis=analysis), generation_prompt=PROMPT, tools=TOOLS)
+# A tag format with tagged arguments (GLM 4.6):
+# <tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>
+TAGGED_FORMAT = ToolFormat(
+    ToolMode.TAG_WITH_TAGGED, per_call_start="<tool_call>", per_call_end="</tool_call>", name_suffix="\n",
+    arg_name_prefix="<arg_key>", arg_name_suffix="</arg_key>\n", arg_value_prefix="<arg_value>",
+    arg_value_suffix="</arg_value>\n")
+TAGGED = ChatGrammar(analysis=TemplateAnalysis(ReasoningAnalysis(), tools=TAGGED_FORMAT))
+# a string argument, a required one, and an optional JSON one
+SEARCH = [{"type": "function", "function": {"name": "search", "parameters": {
+    "type": "object", "properties": {"query": {"type": "string"}, "max": {"type": "integer"}},
+    "required": ["query"]}}}]
+
+
+def _tagged(name: str, *arguments: tuple[str, str]) -> str:
+    written = "".join(f"<arg_key>{key}</arg_key>\n<arg_value>{value}</arg_value>\n"
+                      for key, value in arguments)
+    return f"<tool_call>{name}\n{written}</tool_call>"
+
+
+def test_tagged_arguments_become_the_json_object_llama_cpp_writes() -> None:
+    text = "Let me look.\n" + _tagged("search", ("max", "[3, {\"a\": 1}]"), ("query", "café"))
+    with pytest.raises(MessageParseError):  # the required argument comes first
+        parse_message(text, TAGGED, generation_prompt=PROMPT, tools=SEARCH)
+    text = "Let me look.\n" + _tagged("search", ("query", "café"), ("max", "[3, {\"a\": 1}]"))
+    message = parse_message(text, TAGGED, generation_prompt=PROMPT, tools=SEARCH)
+    assert message.content == "Let me look.\n"
+    assert message.tool_calls == (ParsedToolCall("search", '{"query":"café","max":[3, {"a": 1}]}'),)
+
+
+def test_a_tagged_string_value_is_escaped_and_never_trimmed() -> None:
+    text = _tagged("search", ("query", '\n "hi" \\ {\t'))
+    message = parse_message(text, TAGGED, generation_prompt=PROMPT, tools=SEARCH)
+    assert message.tool_calls == (ParsedToolCall("search", '{"query":"\\n \\"hi\\" \\\\ {\\t"}'),)
+    empty = parse_message(_tagged("search", ("query", "")), TAGGED, generation_prompt=PROMPT, tools=SEARCH)
+    assert empty.tool_calls == (ParsedToolCall("search", '{"query":""}'),)
+
+
+@pytest.mark.parametrize(("value", "arguments"), [
+    ('{"site": "a\nb"}', '{"query":"x","max":{"site": "a\nb"}}'),  # a raw newline: llama.cpp's JSON takes it
+    (" 3", None), ("3 ", None), ("three", None), ("01", None), ('"\\q"', None),
+], ids=["raw newline", "space before", "space after", "no JSON", "leading zero", "bad escape"])
+def test_a_tagged_json_value_is_read_as_llama_cpps_peg_json(value: str, arguments: str | None) -> None:
+    text = _tagged("search", ("query", "x"), ("max", value))
+    if arguments is None:
+        with pytest.raises(MessageParseError):
+            parse_message(text, TAGGED, generation_prompt=PROMPT, tools=SEARCH)
+        return
+    message = parse_message(text, TAGGED, generation_prompt=PROMPT, tools=SEARCH)
+    assert message.tool_calls == (ParsedToolCall("search", arguments),)
+
+
+@pytest.mark.parametrize(("text", "arguments"), [
+    ("<tool_call>sea", None),  # inside the open: no call
+    ("<tool_call>search\n", "{"),
+    ("<tool_call>search\n<arg_key>que", "{"),  # inside an argument's open: nothing of it
+    ("<tool_call>search\n<arg_key>query</arg_key>\n<arg_val", '{"query":'),
+    ("<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>caf", '{"query":"caf'),
+    ("<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>café</arg_", '{"query":"café'),
+    ("<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>x</arg_value>\n", '{"query":"x"'),
+    ("<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>x</arg_value>\n<arg_key>max</arg_key>\n"
+     "<arg_value>[1, 2", '{"query":"x","max":[1, 2'),
+    ("<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>x</arg_value>\n<arg_key>max</arg_key>\n"
+     '<arg_value>{"a": "b\\', '{"query":"x","max":{"a": "b'),  # a backslash begun is not read
+    ("<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>x</arg_value>\n</tool_c", '{"query":"x"'),
+], ids=["name", "open", "argument name", "value prefix", "string value", "value suffix", "argument",
+        "JSON value", "JSON escape", "call's end"])
+def test_a_tagged_call_cut_short_keeps_what_the_mapper_read(text: str, arguments: str | None) -> None:
+    message = parse_message(text, TAGGED, generation_prompt=PROMPT, tools=SEARCH)
+    assert message.tool_calls == (() if arguments is None else (ParsedToolCall("search", arguments),))
+
+
+def test_a_second_tagged_call_needs_parallel_calls() -> None:
+    text = _tagged("search", ("query", "a")) + "\n" + _tagged("search", ("query", "b"))
+    with pytest.raises(MessageParseError, match="does not match the expected"):
+        parse_message(text, TAGGED, generation_prompt=PROMPT, tools=SEARCH)
+    message = parse_message(text, TAGGED, generation_prompt=PROMPT, tools=SEARCH, parallel_tool_calls=True)
+    assert message.tool_calls == (ParsedToolCall("search", '{"query":"a"}'),
+                                  ParsedToolCall("search", '{"query":"b"}'))
+
+
+def test_tagged_calls_in_a_section_are_parted_by_a_comma() -> None:
+    # MiniMax M2: no call markers, the section holds the calls, more after ", "
+    tools = dataclasses.replace(TAGGED_FORMAT, per_call_start="", per_call_end="", section_start="<calls>",
+                                section_end="</calls>", function_close="</invoke>")
+    grammar = ChatGrammar(analysis=TemplateAnalysis(ReasoningAnalysis(), tools=tools))
+    one = "search\n<arg_key>query</arg_key>\n<arg_value>a</arg_value>\n</invoke>"
+    with pytest.raises(MessageParseError):
+        parse_message(f"<calls>{one}\n{one}</calls>", grammar, generation_prompt=PROMPT, tools=SEARCH,
+                      parallel_tool_calls=True)
+    message = parse_message(f"<calls>{one}, {one}</calls>", grammar, generation_prompt=PROMPT, tools=SEARCH,
+                            parallel_tool_calls=True)
+    assert len(message.tool_calls) == 2
+
+
+def test_a_name_without_suffix_keeps_its_call_once_an_argument_shows() -> None:
+    # GLM 4.7: the name has no suffix; the open is atomic up to a look at the first argument's marker, the
+    # whole function where no argument is required
+    tools = dataclasses.replace(TAGGED_FORMAT, name_suffix="", arg_name_suffix="</arg_key>",
+                                arg_value_suffix="</arg_value>")
+    grammar = ChatGrammar(analysis=TemplateAnalysis(ReasoningAnalysis(), tools=tools))
+    for cut, calls in (("<tool_call>search", 0), ("<tool_call>search<arg_k", 0),
+                       ("<tool_call>search<arg_key>q", 1)):
+        assert len(parse_message(cut, grammar, generation_prompt=PROMPT, tools=SEARCH).tool_calls) == calls
+    optional = [{"type": "function", "function": {"name": "search", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string"}}}}}]
+    cut = "<tool_call>search<arg_key>query</arg_key><arg_value>x</arg_value>"
+    assert parse_message(cut, grammar, generation_prompt=PROMPT, tools=optional).tool_calls == ()
+    whole = parse_message(cut + "</tool_call>", grammar, generation_prompt=PROMPT, tools=optional)
+    assert whole.tool_calls == (ParsedToolCall("search", '{"query":"x"}'),)
+
+
+def test_space_before_the_calls_end_where_the_template_tolerates_it() -> None:
+    text = _tagged("search", ("query", "x")).replace("</tool_call>", " \n</tool_call>")
+    with pytest.raises(MessageParseError):
+        parse_message(text, TAGGED, generation_prompt=PROMPT, tools=SEARCH)
+    tolerant = dataclasses.replace(TAGGED_FORMAT, tolerate_intertag_whitespace=True)
+    grammar = ChatGrammar(analysis=TemplateAnalysis(ReasoningAnalysis(), tools=tolerant))
+    message = parse_message(text, grammar, generation_prompt=PROMPT, tools=SEARCH)
+    assert message.tool_calls == (ParsedToolCall("search", '{"query":"x"}'),)
+
+
+def test_tagged_call_ids_are_not_ported() -> None:
+    tools = dataclasses.replace(TAGGED_FORMAT, call_id_position=CallIdPosition.BETWEEN_FUNC_AND_ARGS,
+                                call_id_prefix="[ID]", call_id_suffix="[ARGS]")
+    with pytest.raises(NotPorted, match="the parser of the tag formats' call ids"):
+        parse_message("x", ChatGrammar(analysis=TemplateAnalysis(ReasoningAnalysis(), tools=tools)),
+                      generation_prompt=PROMPT, tools=SEARCH)
 
 
 @pytest.mark.oracle
