@@ -229,7 +229,7 @@ def test_parse_reads_content_and_a_call_of_a_lazy_session_back(client: Client) -
     [
         ("Qwen3-Coder", "auto", TOOLS, "not ported yet: the qwen3-coder format's chat params"),
         ("Mistral-Small-3.2-24B-Instruct-2506", "required", TOOLS,
-         "not ported yet: the tag formats' call ids"),
+         "not ported yet: the tag formats' argument markers and atomic function names"),
         ("Qwen-Qwen2.5-7B-Instruct", "none", TOOLS, "asks for free text"),
         ("meta-llama-Llama-3.2-3B-Instruct", "auto", TOOLS, "asks for free text"),
         ("Qwen-Qwen2.5-7B-Instruct", "get_date", TOOLS, "tool_choice 'get_date' names none of the tools"),

@@ -17,8 +17,8 @@
 #   (`<function=name>{...}`, json_tool_grammar.py) or tagged ones (`<arg_key>k</arg_key><arg_value>v
 #   </arg_value>`, tagged_tool_grammar.py), tool_choice auto gives the lazy grammar of its calls and the
 #   trigger word, required the non-lazy one (the generation prompt, the reasoning, text up to the calls'
-#   marker, then the calls). NotPorted there: the parts those modules do not port (a call id before the
-#   arguments, ...), and calls with no start marker.
+#   marker, then the calls). NotPorted there: the parts those modules do not port (argument markers,
+#   a tagged format's call ids, ...), and calls with no start marker.
 # - The preserved tokens are the analysis's (template_analysis.py), the tag formats' markers included.
 # - The response-format grammar is the auto-parser's: the generation prompt up to the reasoning start tag,
 #   the optional reasoning block where reasoning is extracted (reasoning_format other than none, and the
@@ -358,17 +358,23 @@ def _tag_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAnal
     block = _reasoning_block(built.add_rule, reasoning) if force and extract_reasoning else ""
     # the arena before the tools parser: the context's eps(), the reasoning, the parser's eps()
     first = 1 + _reasoning_parsers(reasoning, extract=extract_reasoning) + 1
+
+    def until(prefix: str, end: str) -> str:
+        return _state_grammar(built.add_rule, prefix, [end], including=False)
+
+    def ac(prefix: str, end: str) -> str:
+        return _state_grammar(built.add_rule, prefix, [end], including=True)
+
     try:
         if analysis.tools.mode is ToolMode.TAG_WITH_JSON:
             rules = tag_json_tool_rules(tools, analysis.tools, add_rule=built.add_rule,
-                                        add_schema=built.add_schema, literal=_literal, first_parser=first,
-                                        parallel_tool_calls=parallel_tool_calls, force=force)
+                                        add_schema=built.add_schema, literal=_literal, until=until,
+                                        first_parser=first, parallel_tool_calls=parallel_tool_calls,
+                                        force=force)
         else:
             rules = tagged_tool_rules(
                 tools, analysis.tools, add_rule=built.add_rule, add_schema=built.add_schema, literal=_literal,
-                until=lambda prefix, end: _state_grammar(built.add_rule, prefix, [end], including=False),
-                ac=lambda prefix, end: _state_grammar(built.add_rule, prefix, [end], including=True),
-                first_parser=first, parallel_tool_calls=parallel_tool_calls, force=force)
+                until=until, ac=ac, first_parser=first, parallel_tool_calls=parallel_tool_calls, force=force)
     except NotImplementedError as exc:
         raise NotPorted(str(exc)) from None
     for name, rule in _JSON_RULES.items() if rules.json_values else ():
@@ -411,7 +417,8 @@ def chat_params(
 
     Raises:
         NotPorted: the template has a hand-written format, or the request's grammar holds tool calls of a
-            form not ported (a tag format's call ids, JSON calls nested under a function object, ...).
+            form not ported (a tag format's argument markers, JSON calls nested under a function
+            object, ...).
         SchemaError: llama.cpp refuses the response schema.
         ValueError: a tool_choice llama.cpp does not take.
     """

@@ -19,9 +19,12 @@
 #   function's name prefix and suffix, then its arguments' schema and the function's close. The lazy grammar
 #   (tool_choice auto) is those rules; the non-lazy one (required) puts them under the root chat_params.py
 #   writes, after the text before the calls, an `until-N` rule numbered by the arena's count that
-#   `TagToolRules.next_parser` gives. Not done there (NotImplementedError): a call id before the arguments,
-#   argument or separator markers, a name without a suffix (the atomic forms), calls marked by their section
-#   alone, and calls with no close nor end marker.
+#   `TagToolRules.next_parser` gives. A call id between the name and the arguments is an optional
+#   `until-N` between its prefix and suffix; a function with neither a close nor a call's end marker ends
+#   with space. Not done there (NotImplementedError): argument or separator markers (and with them a call
+#   id with no suffix), a name without a suffix (the atomic forms), and calls marked by their section alone.
+#   `tag_json_not_done` is what the message parser does not port: these, call ids, and calls with no close
+#   nor end marker.
 from __future__ import annotations
 
 import re
@@ -32,14 +35,17 @@ from typing import Any, Final
 from constraintd.engine.chat.template_analysis import CallIdPosition, ToolFormat
 
 __all__ = [
-    "JSON_STRING_CONTENT", "JSON_VALUE_AGAIN", "JSON_VALUE_FIRST", "TagToolRules", "call_id_not_done",
-    "call_keys", "function_parsers", "json_tool_parsers", "json_tool_rules", "rule_name", "tag_json_not_done",
-    "tag_json_tool_rules", "tool_functions", "tool_parameters",
+    "JSON_STRING_CONTENT", "JSON_VALUE_AGAIN", "JSON_VALUE_FIRST", "StateGrammar", "TagToolRules",
+    "call_id_not_done", "call_keys", "function_parsers", "json_tool_parsers", "json_tool_rules", "rule_name",
+    "tag_json_grammar_not_done", "tag_json_not_done", "tag_json_tool_rules", "tool_functions",
+    "tool_parameters",
 ]
 
 AddRule = Callable[[str, str], str]
 AddSchema = Callable[[str, Any], str]
 Literal = Callable[[str], str]
+StateGrammar = Callable[[str, str], str]
+"""(rule prefix, delimiter) -> the start rule of gbnf_excluding_grammar or gbnf_including_grammar."""
 
 JSON_STRING_CONTENT = '( [^"\\\\] | "\\\\" ( ["\\\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )*'
 """The GBNF the arena writes for string_content('"') (a JSON string's characters)."""
@@ -200,16 +206,24 @@ def call_id_not_done(tools: ToolFormat) -> str:
 
 
 def tag_json_not_done(tools: ToolFormat) -> str:
-    """What of build_tool_parser_tag_json a tag format with JSON arguments needs and is not ported here
-    (the module's contract), or "" when nothing is; the message parser ports the same part."""
-    if call_id_not_done(tools):
-        return call_id_not_done(tools)
+    """What of build_tool_parser_tag_json the message parser of a tag format with JSON arguments needs and
+    is not ported, or "" when nothing is: the grammar's missing parts (`tag_json_grammar_not_done`), and
+    besides a call id before the arguments and calls with neither a close nor an end marker."""
+    missing = call_id_not_done(tools) or tag_json_grammar_not_done(tools)
+    if missing:
+        return missing
+    if not tools.function_close and not tools.per_call_end:
+        return "tag-format calls with neither a close nor an end marker"
+    return ""
+
+
+def tag_json_grammar_not_done(tools: ToolFormat) -> str:
+    """What of build_tool_parser_tag_json a tag format with JSON arguments needs and the grammar does not
+    port (the module's contract), or "" when nothing is."""
     if tools.args_separator or tools.args_start or tools.args_end or not tools.name_suffix:
         return "the tag formats' argument markers and atomic function names"
     if not tools.per_call_start or (tools.section_start and not tools.section_end):
         return "tag-format calls marked by their section alone"
-    if not tools.function_close and not tools.per_call_end:
-        return "tag-format calls with neither a close nor an end marker"
     return ""
 
 
@@ -228,26 +242,39 @@ class TagToolRules:
 
 def tag_json_tool_rules(
     tool_defs: Sequence[Mapping[str, Any]], tools: ToolFormat, *, add_rule: AddRule, add_schema: AddSchema,
-    literal: Literal, first_parser: int, parallel_tool_calls: bool = False, force: bool = False,
+    literal: Literal, until: StateGrammar, first_parser: int, parallel_tool_calls: bool = False,
+    force: bool = False,
 ) -> TagToolRules:
     """Add the tool-call rules of a tag format with JSON arguments (the arguments as for `json_tool_rules`;
-    `first_parser` is the arena's count before the tools parser, `force` tool_choice required).
+    `until` writes an excluding grammar, `first_parser` is the arena's count before the tools parser, `force`
+    tool_choice required).
 
     Raises:
         NotImplementedError: a part of build_tool_parser_tag_json not ported (the module's contract).
     """
-    missing = tag_json_not_done(tools)
+    missing = tag_json_grammar_not_done(tools)
     if missing:
         raise NotImplementedError(missing)
+    # a call id between the name and the arguments: here always closed by its suffix (an empty one comes
+    # with the arguments' start marker, not ported)
+    call_id = bool(call_id_not_done(tools))
     arena = first_parser + 1  # the empty choice of tools
     choices = []
     for at, (name, function) in enumerate(tool_functions(tool_defs)):
-        # build_func_parser: open (name prefix, name, name suffix), space, the arguments, then the close: the
-        # function's (after space), or nothing where the call's end closes it (a peek)
+        # build_func_parser: open (name prefix, name, name suffix), the call id, space, the arguments, then
+        # the close: the function's (after space), nothing where the call's end closes it (a peek), else space
+        head = f"({literal(tools.name_prefix)} {literal(name)} {literal(tools.name_suffix)})"
+        if call_id:
+            # optional(prefix + tool_id(until(suffix))) + suffix, after the section's eps()
+            text = until(f"until-{arena + 1}", tools.call_id_suffix)
+            head += f" ({literal(tools.call_id_prefix)} {text})? {literal(tools.call_id_suffix)}"
+            arena += _CALL_ID
         schema = add_schema(f"tool-{name}-schema", tool_parameters(function))
-        body = f"({literal(tools.name_prefix)} {literal(name)} {literal(tools.name_suffix)}) space {schema}"
+        body = f"{head} space {schema}"
         if tools.function_close:
             body += f" space {literal(tools.function_close)}"
+        elif not tools.per_call_end:
+            body += " space"
         choices.append(add_rule(rule_name(f"tool-{name}"), body))
         # tool_args(schema(json())), then the function
         arena += (JSON_VALUE_AGAIN if at else JSON_VALUE_FIRST) + 2 + function_parsers(tools, peek=False)
@@ -275,6 +302,7 @@ _ID_FIELD: Final = 20  # atomic("\"id\"" space ":" space ("\"" string "\"" | jso
 _KEYED_ID_FIELD: Final = 24  # optional(id + space + optional("," space)), the string-only id
 _KEYED_GEN_ID_FIELD: Final = 28  # the same with the string-or-number id
 _OPEN: Final = 9  # tool_open(prefix + tool_name(literal(name)) + suffix)
+_CALL_ID: Final = 8  # optional(prefix + tool_id(until(suffix))) + suffix
 
 
 def function_parsers(tools: ToolFormat, *, peek: bool) -> int:

@@ -25,7 +25,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -35,6 +35,7 @@ from constraintd.engine.chat.json_tool_grammar import (
     AddRule,
     AddSchema,
     Literal,
+    StateGrammar,
     TagToolRules,
     call_id_not_done,
     function_parsers,
@@ -46,8 +47,6 @@ from constraintd.engine.chat.template_analysis import ToolFormat
 
 __all__ = ["TaggedArgument", "may_be_string", "tagged_arguments", "tagged_tool_rules"]
 
-StateGrammar = Callable[[str, str], str]
-"""(rule prefix, delimiter) -> the start rule of gbnf_excluding_grammar or gbnf_including_grammar."""
 
 _STRING_VALUE: Final = 6  # ac(tool_arg_string_value(until-suffix) + tool_arg_close(literal(suffix)))
 _ARGUMENT: Final = 15  # the rest of an argument: its open (9), the value prefix (2), the sequence, the tag,

@@ -3,10 +3,9 @@
 The oracle test runs tests/chat_oracle/cases.py's PARAMS_CASES on every template of the reference through
 llama.cpp's chat layer (tests/chat_oracle/harness.cpp) and through the project's port, and compares the
 grammar, lazy flag, triggers, additional stops and thinking tags byte for byte. What is ported is asserted
-per template: on the auto-parser's templates every case but the tool-call grammars of a tag format whose call
-id comes before the arguments (TAG_CALL_IDS) is identical; the hand-written formats (SPECIALISED) are not
-ported. Preserved tokens are compared on every ported case, and the analysis itself (the tag formats' markers
-included) on every template.
+per template: on the auto-parser's templates every case is identical; the hand-written formats
+(SPECIALISED) are not ported. Preserved tokens are compared on every ported case, and the analysis itself
+(the tag formats' markers included) on every template.
 """
 
 from __future__ import annotations
@@ -22,14 +21,12 @@ from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, Matcher, Vocab
 from constraintd.engine.chat.chat_params import (
-    NotPorted,
     _excluding_grammar,
     _state_grammar,
     chat_params,
     specialised_format,
 )
 from constraintd.engine.chat.diff_split import DiffSplit, Segment, diff_split, segments, trim_whitespace
-from constraintd.engine.chat.json_tool_grammar import call_id_not_done
 from constraintd.engine.chat.prompt import template_source
 from constraintd.engine.chat.reasoning import ReasoningMode
 from constraintd.engine.chat.template_analysis import ToolMode, analyze_template
@@ -58,18 +55,9 @@ SPECIALISED = {
     "moonshotai-Kimi-K2": "kimi-k2", "muse-glimmer": "muse-glimmer", "openai-gpt-oss-120b": "gpt-oss",
     "openbmb-MiniCPM5-1B": "minicpm5", "unsloth-mistral-Devstral-Small-2507": "ministral-3",
 }
-# Auto-parser templates in which llama.cpp's analysis finds no tool-call syntax: no tool grammar, ever.
-NO_TOOL_SYNTAX = {
-    "HuggingFaceTB-SmolLM3-3B", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "google-gemma-2-2b-it",
-    "ibm-granite-granite-3.3-2B-Instruct", "llama-cpp-rwkv-world", "microsoft-Phi-3.5-mini-instruct",
-}
-# JSON tool calls with no marker before them: tool_choice auto has no word to trigger on, so no grammar.
-NO_TRIGGER = {"meta-llama-Llama-3.1-8B-Instruct", "meta-llama-Llama-3.2-3B-Instruct",
-              "meta-llama-Llama-3.3-70B-Instruct"}
 # Auto-parser templates with a tag format (<function=...>, <arg_key>...): their analysis and preserved tokens
-# are compared as every other template's; their tool grammars, lazy (tool_choice auto) and not (required,
-# named), are ported for JSON arguments (TAG_JSON) and tagged ones (TAG_TAGGED), not where a call id comes
-# before the arguments (TAG_CALL_IDS).
+# are compared as every other template's, and their tool grammars, lazy (tool_choice auto) and not
+# (required, named), of JSON arguments (TAG_JSON) and tagged ones (TAG_TAGGED).
 TAG_FORMATS = {
     "ByteDance-Seed-OSS", "GLM-4.6", "GLM-4.7-Flash", "MiniMax-M2", "Mistral-Small-3.2-24B-Instruct-2506",
     "Spark2.5", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-ai-DeepSeek-V3.1",
@@ -80,13 +68,12 @@ TAG_FORMATS = {
 # own format (SPECIALISED), so its chat params do not depend on it.
 TAG_JSON = {
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-ai-DeepSeek-V3.1", "llama-cpp-deepseek-r1",
-    "meetkai-functionary-medium-v3.1", "upstage-Solar-Open-100B",
+    "meetkai-functionary-medium-v3.1", "upstage-Solar-Open-100B", "Mistral-Small-3.2-24B-Instruct-2506",
 }
 TAG_TAGGED = {
     "ByteDance-Seed-OSS", "GLM-4.6", "GLM-4.7-Flash", "MiniMax-M2", "Spark2.5", "poolside-Laguna-S-2.1",
     "poolside-Laguna-XS-2.1", "poolside-Laguna-XS.2", "tencent-Hy3",
 }
-TAG_CALL_IDS = {"Mistral-Small-3.2-24B-Instruct-2506"}
 ANALYSIS_DIFFERENCES = {
     "meetkai-functionary-medium-v3.2": (
         ("tool mode", "function", "arguments", "preserved tokens"),
@@ -94,22 +81,11 @@ ANALYSIS_DIFFERENCES = {
         "the project's renderer refuses (its capability probes count on that refusal): the probe finds no "
         "call"),
 }
-TOOL_GRAMMAR_CHOICES = {"auto", "required", "named"}
 
 
 def _expected_ported(template: str) -> set[str]:
-    if template in SPECIALISED:
-        return set()
-    ported = set()
-    for case in PARAMS_CASES:
-        tool_grammar = not case.schema and case.tool_choice in TOOL_GRAMMAR_CHOICES
-        if template in NO_TOOL_SYNTAX or (template in NO_TRIGGER and case.tool_choice == "auto"):
-            tool_grammar = False
-        # tool grammars are ported, lazy (auto) and not (required, named), but where a tag format's call id
-        # comes before the arguments
-        if not tool_grammar or template not in TAG_CALL_IDS:
-            ported.add(case.name)
-    return ported
+    # every case of the auto-parser's templates, tool grammars of every tool_choice included
+    return set() if template in SPECIALISED else {case.name for case in PARAMS_CASES}
 
 
 @pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
@@ -232,27 +208,51 @@ def test_reasoning_of_a_chatml_template_with_think_tags() -> None:
 @pytest.mark.parametrize("path", sorted(path for path in TEMPLATES if path.stem in TAG_FORMATS),
                          ids=lambda path: path.stem)
 def test_the_tag_format_sets_follow_the_analysis(path: Path) -> None:
-    assert TAG_FORMATS == TAG_JSON | TAG_TAGGED | TAG_CALL_IDS
+    assert TAG_FORMATS == TAG_JSON | TAG_TAGGED
     source = template_source(path.read_text())
     tools = analyze_template(source, lambda context: render_template(source, context, now=0),
                              template_caps(source, now=0)).tools
     assert tools.mode is (ToolMode.TAG_WITH_TAGGED if path.stem in TAG_TAGGED else ToolMode.TAG_WITH_JSON)
-    assert bool(call_id_not_done(tools)) is (path.stem in TAG_CALL_IDS)
 
 
-# A tag format of each kind, required: (template, the grammar's generation prompt, one call of get_weather,
-# the same call of search, the section around the calls or "" where there is none)
-REQUIRED_TAG_FORMATS = [
-    ("deepseek-ai-DeepSeek-V3.1", "<\uff5cAssistant\uff5c>",
-     '<\uff5ctool\u2581call\u2581begin\uff5c>get_weather<\uff5ctool\u2581sep\uff5c>{"city": "Paris"}'
-     '<\uff5ctool\u2581call\u2581end\uff5c>',
-     '<\uff5ctool\u2581call\u2581begin\uff5c>search<\uff5ctool\u2581sep\uff5c>{"query": "Paris"}'
-     '<\uff5ctool\u2581call\u2581end\uff5c>',
-     "<\uff5ctool\u2581calls\u2581begin\uff5c>{}<\uff5ctool\u2581calls\u2581end\uff5c>"),
-    ("GLM-4.6", "<|assistant|>\n",
-     "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>",
-     "<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>", ""),
+@dataclasses.dataclass(frozen=True, slots=True)
+class TagFormatCase:
+    """A tag format's texts: the grammar's generation prompt, one call of get_weather, the same call of
+    search, the section around the calls ("" where there is none), the calls' marker, whether the template
+    has a reasoning block."""
+
+    template: str
+    prompt: str
+    call: str
+    other: str
+    section: str
+    marker: str
+    reasoning: bool = True
+
+    def calls(self, calls: str) -> str:
+        return self.prompt + (self.section.format(calls) if self.section else calls)
+
+
+DEEPSEEK_CALL = ("<\uff5ctool\u2581call\u2581begin\uff5c>{}<\uff5ctool\u2581sep\uff5c>{}"
+                 "<\uff5ctool\u2581call\u2581end\uff5c>")
+TAG_FORMAT_CASES = [
+    TagFormatCase("deepseek-ai-DeepSeek-V3.1", "<\uff5cAssistant\uff5c>",
+                  DEEPSEEK_CALL.format("get_weather", '{"city": "Paris"}'),
+                  DEEPSEEK_CALL.format("search", '{"query": "Paris"}'),
+                  "<\uff5ctool\u2581calls\u2581begin\uff5c>{}<\uff5ctool\u2581calls\u2581end\uff5c>",
+                  "<\uff5ctool\u2581calls\u2581begin\uff5c>"),
+    TagFormatCase("GLM-4.6", "<|assistant|>\n",
+                  "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>",
+                  "<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>",
+                  "", "<tool_call>"),
+    # a call id between the name and the arguments (optional), no close nor end marker after the arguments;
+    # llama.cpp's analysis reads the call id's suffix [ARGS] as the name's suffix too, so its grammar (and
+    # this one) writes [ARGS] before the call id as well as after it
+    TagFormatCase("Mistral-Small-3.2-24B-Instruct-2506", "",
+                  '[TOOL_CALLS]get_weather[ARGS][CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}',
+                  '[TOOL_CALLS]search[ARGS][ARGS]{"query": "Paris"}', "", "[TOOL_CALLS]", reasoning=False),
 ]
+TAG_FORMAT_IDS = ["JSON arguments", "tagged arguments", "call id"]
 
 
 def _required_tag_matcher(template: str, tool_choice: str, *, parallel: bool = False) -> Matcher:
@@ -272,53 +272,48 @@ def _completes(matcher: Matcher, text: str) -> bool:
     return fork.accept_bytes(text.encode()) and fork.is_complete()
 
 
-@pytest.mark.parametrize(("template", "prompt", "call", "other", "section"), REQUIRED_TAG_FORMATS,
-                         ids=["JSON arguments", "tagged arguments"])
-def test_a_tag_formats_required_grammar_takes_a_call_and_no_answer_without_one(
-    template: str, prompt: str, call: str, other: str, section: str
-) -> None:
-    matcher = _required_tag_matcher(template, "required")
-    wrap = section.format if section else str
-    assert _completes(matcher, prompt + wrap(call))
-    assert _completes(matcher, prompt + wrap(other))
-    assert _completes(matcher, prompt + "Let me look it up." + wrap(call))  # text before the call
-    # the reasoning before both: its text may hold the calls' marker, the text before the calls may not
-    marker = section[:section.find("{")] if section else call[:call.find(">") + 1]
-    assert _completes(matcher, prompt + f"<think>I shall write {marker} next.</think>" + wrap(call))
-    assert not _takes(matcher, prompt + f"I shall write {marker} next.")
-    assert _takes(matcher, prompt + "Let me look it up.")
-    assert not _completes(matcher, prompt + "Let me look it up.")  # the answer may not end without a call
-    assert not _completes(matcher, prompt)
-    assert not _takes(matcher, prompt + wrap(call) + "Done.")  # nothing after the call
+@pytest.mark.parametrize("case", TAG_FORMAT_CASES, ids=TAG_FORMAT_IDS)
+def test_a_tag_formats_required_grammar_takes_a_call_and_no_answer_without_one(case: TagFormatCase) -> None:
+    matcher = _required_tag_matcher(case.template, "required")
+    assert _completes(matcher, case.calls(case.call))
+    assert _completes(matcher, case.calls(case.other))
+    assert _completes(matcher, case.prompt + "Let me look it up." + case.calls(case.call)[len(case.prompt):])
+    assert _takes(matcher, case.prompt + "Let me look it up.")
+    assert not _completes(matcher, case.prompt + "Let me look it up.")  # no end without a call
+    assert not _completes(matcher, case.prompt)
+    assert not _takes(matcher, case.calls(case.call) + "Done.")  # nothing after the call
+    # the text before the calls may not hold their marker; a reasoning block before them may
+    assert not _takes(matcher, case.prompt + f"I shall write {case.marker} next.")
+    thought = case.prompt + f"<think>I shall write {case.marker} next.</think>" + case.calls(case.call)[
+        len(case.prompt):]
+    assert _completes(matcher, thought) is case.reasoning
 
 
-@pytest.mark.parametrize(("template", "prompt", "call", "other", "section"), REQUIRED_TAG_FORMATS,
-                         ids=["JSON arguments", "tagged arguments"])
+@pytest.mark.parametrize("case", TAG_FORMAT_CASES, ids=TAG_FORMAT_IDS)
 def test_a_tag_formats_required_grammar_repeats_calls_only_where_parallel_calls_are_on(
-    template: str, prompt: str, call: str, other: str, section: str
+    case: TagFormatCase,
 ) -> None:
-    wrap = section.format if section else str
-    two = prompt + wrap(call + other)
-    assert not _takes(_required_tag_matcher(template, "required"), two)
-    assert _completes(_required_tag_matcher(template, "required", parallel=True), two)
+    two = case.calls(case.call + case.other)
+    assert not _takes(_required_tag_matcher(case.template, "required"), two)
+    assert _completes(_required_tag_matcher(case.template, "required", parallel=True), two)
 
 
-@pytest.mark.parametrize(("template", "prompt", "call", "other", "section"), REQUIRED_TAG_FORMATS,
-                         ids=["JSON arguments", "tagged arguments"])
-def test_a_tag_formats_grammar_for_a_named_tool_calls_that_tool_alone(
-    template: str, prompt: str, call: str, other: str, section: str
-) -> None:
-    matcher = _required_tag_matcher(template, "named")  # the named tool alone, tool_choice required
-    wrap = section.format if section else str
-    assert _completes(matcher, prompt + wrap(call))
-    assert not _takes(matcher, prompt + wrap(other))
+@pytest.mark.parametrize("case", TAG_FORMAT_CASES, ids=TAG_FORMAT_IDS)
+def test_a_tag_formats_grammar_for_a_named_tool_calls_that_tool_alone(case: TagFormatCase) -> None:
+    matcher = _required_tag_matcher(case.template, "named")  # the named tool alone, tool_choice required
+    assert _completes(matcher, case.calls(case.call))
+    assert not _takes(matcher, case.calls(case.other))
 
 
-def test_a_tag_format_whose_call_id_comes_before_the_arguments_is_not_ported() -> None:
-    path = next(path for path in TEMPLATES if path.stem in TAG_CALL_IDS)
-    for tool_choice in ("auto", "required"):
-        with pytest.raises(NotPorted, match=r"^the tag formats' call ids$"):
-            project_params(path.read_text(), ParamsCase(tool_choice, True, False), now=1_767_000_000)
+def test_a_tag_formats_call_id_is_optional_and_ends_at_its_suffix() -> None:
+    matcher = _required_tag_matcher("Mistral-Small-3.2-24B-Instruct-2506", "required")
+    assert _completes(matcher, '[TOOL_CALLS]get_weather[ARGS][ARGS]{"city": "Paris"}')
+    assert _completes(matcher, '[TOOL_CALLS]get_weather[ARGS][CALL_ID]any text[ARGS]{"city": "Paris"}')
+    assert not _takes(matcher, "[TOOL_CALLS]get_weather[ARGS][CALL_ID]a[ARGS]b")  # the id stops at [ARGS]
+    assert not _takes(matcher, '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}')  # the suffix is not optional
+    assert not _takes(matcher, "[TOOL_CALLS]get_weather[CALL_ID]")  # see TAG_FORMAT_CASES
+    # with neither a close nor an end marker, the function ends with space
+    assert _completes(matcher, '[TOOL_CALLS]get_weather[ARGS][ARGS]{"city": "Paris"}\n  ')
 
 
 @pytest.mark.oracle
@@ -347,7 +342,7 @@ def test_parallel_tool_call_grammars_are_llama_cpps(
     path: Path, chat_oracle: Path, oracle_report: OracleReport
 ) -> None:
     """With parallel_tool_calls on, tool_choice auto and required: identical wherever ported (every tool
-    grammar but TAG_CALL_IDS', and the templates with no tool grammar)."""
+    grammar of the auto-parser's templates, and the templates with no tool grammar)."""
     comparisons = compare_params(chat_oracle, path, now=int(time.time()), parallel_tool_calls=True)
     ported = [c for c in comparisons if c.not_ported is None]
     oracle_report.add("chat params: parallel tool calls", path.stem,
