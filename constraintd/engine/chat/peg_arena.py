@@ -1,0 +1,304 @@
+# llama.cpp's PEG parser arena as far as its GBNF goes (common/peg-parser.cpp: common_peg_parser_builder and
+# common_peg_arena::build_grammar; chat-peg-parser.cpp's tags and permute): a hand-written chat format builds
+# its parser here, with the same calls in the same order as llama.cpp, and the arena writes the same grammar.
+#
+# Contract:
+# - Every builder call adds its parsers to the arena exactly as llama.cpp's does (a rule built by a function:
+#   a placeholder, the rule, its body, the rule again, then a reference; a rule of a parser: the rule, then a
+#   reference; sequences and choices flatten their nested sequences and choices), so a parser's number is
+#   llama.cpp's: the `until-N` and `ac-N` rules are named by it. Handles are plain ints, and a caller makes
+#   the parsers of an expression in the order the compiler llama.cpp is built with evaluates it (the right
+#   operand of `+` and `|` first, the left one of `<<` first).
+# - `build_grammar` is common_peg_arena::build_grammar: the rules reachable from the root (or, lazy, from the
+#   trigger rules, the root then their names sorted and joined by " | "), each written by the arena's GBNF
+#   writer into the caller's grammar (its add_rule, add_schema and the excluding / including automaton
+#   grammars, which chat_params.py writes). Lookaheads write nothing; a sequence or choice inside a sequence
+#   or repetition, and a choice inside a choice, is put in parentheses.
+# - Not here: parsing text with the arena (message_parser.py and its kin parse), and the raw schema parsers
+#   whose string values the child parses (schema_delegates with `raw`).
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from constraintd.engine.chat.json_tool_grammar import JSON_STRING_CONTENT, rule_name
+from constraintd.engine.schema.rules import format_literal, to_bytes
+
+__all__ = ["AcGrammar", "PegArena"]
+
+AcGrammar = Callable[[str, Sequence[str], bool], str]
+"""(rule prefix, strings, including) -> the start rule of gbnf_including_grammar (including) or
+gbnf_excluding_grammar, its rules added to the grammar being built."""
+
+
+@dataclass(slots=True)
+class _Parser:
+    kind: str
+    children: list[int] = field(default_factory=list)
+    text: str = ""  # a literal, a char class, a rule's or schema's name, a gbnf parser's grammar
+    min_count: int = 0
+    max_count: int = -1
+    delimiters: tuple[str, ...] = ()
+    schema: Any = None
+    trigger: bool = False
+
+    @property
+    def child(self) -> int:
+        return self.children[0]
+
+
+# parsers whose GBNF is their one child's (the tags and atomics) when deciding on parentheses
+_TRANSPARENT = ("tag", "atomic")
+_GROUPS = ("choice", "sequence")  # put in parentheses inside a sequence or a repetition
+
+
+class PegArena:
+    """A common_peg_arena being built by common_chat_peg_builder's calls, then written as GBNF."""
+
+    __slots__ = ("_parsers", "_rules", "root")
+
+    def __init__(self) -> None:
+        self._parsers: list[_Parser] = []
+        self._rules: dict[str, int] = {}
+        self.root = -1
+
+    def _add(self, parser: _Parser) -> int:
+        self._parsers.append(parser)
+        return len(self._parsers) - 1
+
+    # -- common_peg_parser_builder's primitives
+    def eps(self) -> int:
+        return self._add(_Parser("eps"))
+
+    def literal(self, text: str) -> int:
+        return self._add(_Parser("literal", text=text))
+
+    def space(self) -> int:
+        return self._add(_Parser("space"))
+
+    def any(self) -> int:
+        return self._add(_Parser("any"))
+
+    def chars(self, pattern: str, min_count: int = 1, max_count: int = -1) -> int:
+        return self._add(_Parser("chars", text=pattern, min_count=min_count, max_count=max_count))
+
+    def string_content(self) -> int:
+        # string_content('"'), the only delimiter written here
+        return self._add(_Parser("string"))
+
+    def until_one_of(self, delimiters: Sequence[str]) -> int:
+        return self._add(_Parser("until", delimiters=tuple(delimiters)))
+
+    def until(self, delimiter: str) -> int:
+        return self.until_one_of([delimiter])
+
+    def rest(self) -> int:
+        return self.until_one_of([])
+
+    def sequence(self, *parsers: int) -> int:
+        return self._add(_Parser("sequence", self._flatten("sequence", parsers)))
+
+    def choice(self, *parsers: int) -> int:
+        return self._add(_Parser("choice", self._flatten("choice", parsers)))
+
+    def _flatten(self, kind: str, parsers: Sequence[int]) -> list[int]:
+        flat: list[int] = []
+        for parser in parsers:
+            held = self._parsers[parser]
+            flat.extend(held.children if held.kind == kind else [parser])
+        return flat
+
+    def repeat(self, parser: int, min_count: int, max_count: int) -> int:
+        return self._add(_Parser("repeat", [parser], min_count=min_count, max_count=max_count))
+
+    def optional(self, parser: int) -> int:
+        return self.repeat(parser, 0, 1)
+
+    def zero_or_more(self, parser: int) -> int:
+        return self.repeat(parser, 0, -1)
+
+    def peek(self, parser: int) -> int:
+        return self._add(_Parser("and", [parser]))
+
+    def negate(self, parser: int) -> int:
+        return self._add(_Parser("not", [parser]))
+
+    def atomic(self, parser: int) -> int:
+        return self._add(_Parser("atomic", [parser]))
+
+    def tag(self, parser: int) -> int:
+        # the tag's name only matters to the parse, not to the grammar
+        return self._add(_Parser("tag", [parser]))
+
+    def gbnf(self, parser: int, grammar: str) -> int:
+        return self._add(_Parser("gbnf", [parser], text=grammar))
+
+    def ac(self, parser: int, delimiters: Sequence[str]) -> int:
+        return self._add(_Parser("ac", [parser], delimiters=tuple(delimiters)))
+
+    def schema(self, parser: int, name: str, schema: Mapping[str, Any]) -> int:
+        return self._add(_Parser("schema", [parser], text=name, schema=schema))
+
+    def ref(self, name: str) -> int:
+        return self._add(_Parser("ref", text=name))
+
+    def rule(self, name: str, parser: int, *, trigger: bool = False) -> int:
+        clean = rule_name(name)
+        self._rules[clean] = self._add(_Parser("rule", [parser], text=clean, trigger=trigger))
+        return self.ref(clean)
+
+    def trigger_rule(self, name: str, parser: int) -> int:
+        return self.rule(name, parser, trigger=True)
+
+    def rule_of(self, name: str, build: Callable[[], int]) -> int:
+        """rule(name, builder_fn): a reference alone where the rule is made already."""
+        clean = rule_name(name)
+        if clean in self._rules:
+            return self.ref(clean)
+        placeholder = self.any()
+        self._rules[clean] = self._add(_Parser("rule", [placeholder], text=clean))
+        body = build()
+        self._rules[clean] = self._add(_Parser("rule", [body], text=clean))
+        return self.ref(clean)
+
+    # -- the JSON value parsers (peg-parser.cpp json() and its parts)
+    def json(self) -> int:
+        return self.rule_of("json-value", lambda: self.choice(
+            self.json_object(), self.json_array(), self.json_string(), self.json_number(), self.json_bool(),
+            self.json_null()))
+
+    def json_string(self) -> int:
+        return self.rule_of("json-string", lambda: self.sequence(
+            self.literal('"'), self.string_content(), self.literal('"')))
+
+    def json_number(self) -> int:
+        def build() -> int:
+            digit1_9 = self.chars("[1-9]", 1, 1)
+            digits = self.chars("[0-9]")
+            int_part = self.choice(self.literal("0"), self.sequence(digit1_9, self.chars("[0-9]", 0, -1)))
+            frac = self.sequence(self.literal("."), digits)
+            exp = self.sequence(self.choice(self.literal("e"), self.literal("E")),
+                                self.optional(self.chars("[+-]", 1, 1)), digits)
+            not_continued = self.negate(self.chars("[0-9.eE+-]", 1, 1))
+            return self.sequence(self.optional(self.literal("-")), int_part, self.optional(frac),
+                                 self.optional(exp), not_continued)
+        return self.rule_of("json-number", build)
+
+    def json_bool(self) -> int:
+        return self.rule_of("json-bool", lambda: self.choice(self.literal("true"), self.literal("false")))
+
+    def json_null(self) -> int:
+        return self.rule_of("json-null", lambda: self.literal("null"))
+
+    def _json_container(self, name: str, open_: str, close: str, items: Callable[[int], int]) -> int:
+        def build() -> int:
+            ws = self.space()
+            inner = items(ws)
+            return self.sequence(self.literal(open_), ws, self.choice(
+                self.literal(close), self.sequence(inner, ws, self.literal(close))))
+        return self.rule_of(name, build)
+
+    def json_object(self) -> int:
+        def members(ws: int) -> int:
+            member = self.sequence(self.json_string(), ws, self.literal(":"), ws, self.json())
+            return self.sequence(member, self.zero_or_more(self.sequence(ws, self.literal(","), ws, member)))
+        return self._json_container("json-object", "{", "}", members)
+
+    def json_array(self) -> int:
+        def elements(ws: int) -> int:
+            return self.sequence(self.json(), self.zero_or_more(
+                self.sequence(ws, self.literal(","), ws, self.json())))
+        return self._json_container("json-array", "[", "]", elements)
+
+    # -- the arena's GBNF writer
+    def _effective(self, parser: int, kinds: tuple[str, ...]) -> bool:
+        # whether the parser, under its tags and atomics, is one of these kinds (effective_parser)
+        held = self._parsers[self._resolved(parser)]
+        while held.kind in _TRANSPARENT:
+            held = self._parsers[self._resolved(held.child)]
+        return held.kind in kinds
+
+    def _resolved(self, parser: int) -> int:
+        held = self._parsers[parser]
+        return self._rules[held.text] if held.kind == "ref" else parser
+
+    def build_grammar(self, add_rule: Callable[[str, str], str], add_schema: Callable[[str, Any], str],
+                      ac_grammar: AcGrammar, *, lazy: bool) -> None:
+        """common_peg_arena::build_grammar into the caller's grammar (see the module's contract)."""
+        def to_gbnf(parser: int) -> str:
+            parser = self._resolved(parser)
+            held = self._parsers[parser]
+            kind = held.kind
+            if kind in ("eps", "and", "not"):
+                return ""
+            if kind == "literal":
+                return format_literal(to_bytes(held.text))
+            if kind == "sequence":
+                parts = []
+                for child in held.children:
+                    text = to_gbnf(child)
+                    if text:
+                        parts.append(f"({text})" if self._effective(child, _GROUPS) else text)
+                return " ".join(parts)
+            if kind == "choice":
+                return " | ".join(
+                    f"({to_gbnf(child)})" if self._effective(child, ("choice",)) else to_gbnf(child)
+                    for child in held.children)
+            if kind in ("repeat", "chars"):
+                text = held.text if kind == "chars" else to_gbnf(held.child)
+                if kind == "repeat" and self._effective(held.child, _GROUPS):
+                    text = f"({text})"
+                return text + _repetition(held.min_count, held.max_count)
+            if kind == "any":
+                return "."
+            if kind == "space":
+                return "space"
+            if kind == "string":
+                return JSON_STRING_CONTENT
+            if kind == "until":
+                if not held.delimiters:
+                    return ".*"
+                return ac_grammar(f"until-{parser}", held.delimiters, False)
+            if kind == "ac":
+                return ac_grammar(f"ac-{parser}", held.delimiters, True)
+            if kind == "schema":
+                return add_schema(held.text, held.schema)
+            if kind in ("rule", "ref"):
+                return held.text
+            if kind == "gbnf":
+                return held.text
+            return to_gbnf(held.child)  # tag, atomic
+
+        triggers = sorted(name for name, at in self._rules.items() if self._parsers[at].trigger)
+        reachable: set[str] = set()
+        for start in ([self._rules[name] for name in triggers] if lazy else [self.root]):
+            self._reach(start, reachable)
+        for name, at in self._rules.items():
+            if name in reachable:
+                add_rule(name, to_gbnf(self._parsers[at].child))
+        if lazy:
+            add_rule("root", " | ".join(triggers))
+        elif self.root >= 0:
+            add_rule("root", to_gbnf(self.root))
+
+    def _reach(self, parser: int, reachable: set[str]) -> None:
+        # collect_reachable_rules: every rule a parser reaches, through the lookaheads and gbnf parsers too
+        parser = self._resolved(parser)
+        held = self._parsers[parser]
+        if held.kind == "rule":
+            if held.text in reachable:
+                return
+            reachable.add(held.text)
+        for child in held.children:
+            self._reach(child, reachable)
+
+
+def _repetition(min_count: int, max_count: int) -> str:
+    if max_count == -1:
+        return {0: "*", 1: "+"}.get(min_count, f"{{{min_count},}}")
+    if min_count == 0 and max_count == 1:
+        return "?"
+    if min_count == max_count:
+        return "" if min_count == 1 else f"{{{min_count}}}"
+    return f"{{{min_count},{max_count}}}"
