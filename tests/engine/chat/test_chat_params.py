@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, Matcher, Vocab
 from constraintd.engine.chat.chat_params import (
+    NotPorted,
     _excluding_grammar,
     _state_grammar,
     chat_params,
@@ -314,6 +315,27 @@ def test_a_tag_formats_call_id_is_optional_and_ends_at_its_suffix() -> None:
     assert not _takes(matcher, "[TOOL_CALLS]get_weather[CALL_ID]")  # see TAG_FORMAT_CASES
     # with neither a close nor an end marker, the function ends with space
     assert _completes(matcher, '[TOOL_CALLS]get_weather[ARGS][ARGS]{"city": "Paris"}\n  ')
+
+
+def test_a_tag_format_with_no_start_marker_has_no_required_grammar_ported() -> None:
+    # no template of the reference has one: a tag format's analysis with its calls' markers taken away
+    path = next(path for path in TEMPLATES if path.stem == "GLM-4.6")
+    source = template_source(path.read_text())
+
+    def render(context: object) -> str:
+        assert isinstance(context, dict)
+        return render_template(source, context, now=0)
+
+    caps = template_caps(source, now=0)
+    found = analyze_template(source, render, caps)
+    unmarked = dataclasses.replace(found, tools=dataclasses.replace(found.tools, section_start="",
+                                                                    per_call_start=""))
+    tools = [{"type": "function", "function": {"name": "ping", "parameters": {}}}]
+    lazy = chat_params(source, render, caps, generation_prompt="", tools=tools, analyze=lambda: unmarked)
+    assert lazy.grammar == ""  # tool_choice auto: nothing to trigger on, no grammar (as llama.cpp)
+    with pytest.raises(NotPorted, match=r"^the tag formats' calls with no start marker \(tool_choice"):
+        chat_params(source, render, caps, generation_prompt="", tools=tools, tool_choice="required",
+                    analyze=lambda: unmarked)
 
 
 @pytest.mark.oracle
