@@ -9,6 +9,7 @@ PARAMS_CASES).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +27,22 @@ BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
 CODER = "<tool_call><function=<parameter="  # the marks of the format, no <think>: Qwen3-Coder itself
 THINKING = CODER + "<think>"  # Qwen3.5, Nemotron Nano 3, StepFun-3.5-Flash
 PROMPT = "<|im_start|>assistant\n"
-COUNT_TOOL = {"type": "function", "function": {"name": "count", "parameters": {"type": "object", "properties": {
-    "n": {"type": "integer"}, "label": {"type": "string"}, "unit": {"enum": ["m", 1]},
-    "note": {"type": "string"}, "size": {"type": "array"}}, "required": ["n", "label", "unit"]}}}
+COUNT_TOOL = {"type": "function", "function": {"name": "count", "parameters": {
+    "type": "object", "properties": {
+        "n": {"type": "integer"}, "label": {"type": "string"}, "unit": {"enum": ["m", 1]},
+        "note": {"type": "string"}, "size": {"type": "array"}},
+    "required": ["n", "label", "unit"]}}}
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL, COUNT_TOOL]
 
 
 def _grammar_text(made: Qwen3CoderParams) -> str:
     assert made.arena is not None
     built = _GrammarText()
-    made.arena.build_grammar(
-        built.add_rule, built.add_schema,
-        lambda prefix, strings, including: _state_grammar(built.add_rule, prefix, strings, including=including),
-        lazy=made.grammar_lazy)
+
+    def ac_grammar(prefix: str, strings: Sequence[str], including: bool) -> str:
+        return _state_grammar(built.add_rule, prefix, strings, including=including)
+
+    made.arena.build_grammar(built.add_rule, built.add_schema, ac_grammar, lazy=made.grammar_lazy)
     return built.text()
 
 
@@ -188,7 +192,7 @@ def test_value_types_are_llama_cpps(schema: dict[str, Any], types: set[str]) -> 
     {"$ref": "#/$defs/a"}, {"type": "string", "allOf": [{"minLength": 1}]}, {"format": "date"},
     {"type": "text"}], ids=["$ref", "allOf", "format", "unknown type"])
 def test_value_types_not_ported_are_refused(schema: dict[str, Any]) -> None:
-    with pytest.raises(NotImplementedError, match="^qwen3-coder arguments "):
+    with pytest.raises(NotImplementedError, match=r"^qwen3-coder arguments "):
         value_types(schema)
 
 
@@ -199,9 +203,9 @@ def test_parameters_holding_a_ref_are_refused() -> None:
         qwen3_coder_params(CODER, tools=[tool], tool_choice="required")
 
 
-# Tools whose arguments reach the format's other branches: no arguments, optional ones only, values that may be
-# a string or not (anyOf, type lists, enums, const, no schema), JSON values of each kind, and three required
-# arguments (their permutation rules)
+# Tools whose arguments reach the format's other branches: no arguments, optional ones only, values that may
+# be a string or not (anyOf, type lists, enums, const, no schema), JSON values of each kind, and three
+# required arguments (their permutation rules)
 OTHER_TOOLS = [
     {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}},
     {"type": "function", "function": {"name": "maybe", "parameters": {"properties": {
