@@ -15,7 +15,8 @@
 #   no grammar (no tools the template can call, tool_choice none, auto with no word to trigger on) is
 #   refused first, as FreeTextError: there is nothing to hold (the worker generates free text then). Each
 #   refusal a caller acts on has its own class (ChatTemplateError, FreeTextError, NotPortedError), which
-#   every transport carries.
+#   every transport carries. A hand-written format whose chat params are ported (qwen3-coder) but whose
+#   message parser is not is refused before that, as NotPortedError: the settings carry the parser.
 # - A refusal is the same for the same request (its key holds all it depends on): the registry remembers
 #   it as it remembers a refused grammar, so asking again resolves nothing.
 # - Trigger words become triggers over a vocabulary as llama-server makes them (server-schema.cpp): a word
@@ -35,7 +36,13 @@ from typing import Any
 
 from constraintd.chat_templates import TemplateError, chat_grammar_of, chat_prompt_of, known_caps
 from constraintd.engine.chat.chat_format import ChatFormat
-from constraintd.engine.chat.chat_params import TOOL_CHOICES, ChatGrammar, NotPorted, regex_escape
+from constraintd.engine.chat.chat_params import (
+    TOOL_CHOICES,
+    ChatGrammar,
+    NotPorted,
+    regex_escape,
+    specialised_format,
+)
 from constraintd.engine.chat.prompt import template_source
 from constraintd.engine.chat.template_inputs import ChatTool, parse_messages, parse_tools
 from constraintd.engine.schema.json_text import parse_json
@@ -182,12 +189,15 @@ def resolve_chat(request: ChatRequest) -> tuple[str, ChatSettings]:
         raise ChatTemplateError(str(exc)) from None
     except NotPorted as exc:
         raise NotPortedError(str(exc)) from None
+    if params.analysis is None:
+        # a hand-written format: chat_params gives its grammar without the auto-parser's analysis, which is
+        # what the parser settings (ChatFormat) read
+        raise NotPortedError(f"the {specialised_format(source)} format's message parser")
     if not params.grammar:
         raise FreeTextError("the chat request asks for free text (no tools the template can call, "
                             "tool_choice none, or auto with no word to trigger on): there is no constraint "
                             "to hold")
     words, patterns = _patterns(params)
-    assert params.analysis is not None  # chat_params analyses every template it gives a grammar for
     parser = ChatFormat(
         params.analysis, made.generation_prompt, tuple(tool.to_json() for tool in tools), tool_choice,
         request.parallel_tool_calls, request.reasoning_format, caps.supports_tool_calls, schema is not None)
