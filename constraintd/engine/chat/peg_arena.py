@@ -212,75 +212,33 @@ class PegArena:
         return self._json_container("json-array", "[", "]", elements)
 
     # -- the arena's GBNF writer
-    def _effective(self, parser: int, kinds: tuple[str, ...]) -> bool:
+    def _resolved(self, parser: int) -> int:
+        # resolve_refs: a reference stands for its rule as the rule is once the arena is built
+        held = self._parsers[parser]
+        return self._rules[held.text] if held.kind == "ref" else parser
+
+    def _is(self, parser: int, kinds: tuple[str, ...]) -> bool:
         # whether the parser, under its tags and atomics, is one of these kinds (effective_parser)
         held = self._parsers[self._resolved(parser)]
         while held.kind in _TRANSPARENT:
             held = self._parsers[self._resolved(held.child)]
         return held.kind in kinds
 
-    def _resolved(self, parser: int) -> int:
-        held = self._parsers[parser]
-        return self._rules[held.text] if held.kind == "ref" else parser
-
     def build_grammar(self, add_rule: Callable[[str, str], str], add_schema: Callable[[str, Any], str],
                       ac_grammar: AcGrammar, *, lazy: bool) -> None:
         """common_peg_arena::build_grammar into the caller's grammar (see the module's contract)."""
-        def to_gbnf(parser: int) -> str:
-            parser = self._resolved(parser)
-            held = self._parsers[parser]
-            kind = held.kind
-            if kind in ("eps", "and", "not"):
-                return ""
-            if kind == "literal":
-                return format_literal(to_bytes(held.text))
-            if kind == "sequence":
-                parts = []
-                for child in held.children:
-                    text = to_gbnf(child)
-                    if text:
-                        parts.append(f"({text})" if self._effective(child, _GROUPS) else text)
-                return " ".join(parts)
-            if kind == "choice":
-                return " | ".join(
-                    f"({to_gbnf(child)})" if self._effective(child, ("choice",)) else to_gbnf(child)
-                    for child in held.children)
-            if kind in ("repeat", "chars"):
-                text = held.text if kind == "chars" else to_gbnf(held.child)
-                if kind == "repeat" and self._effective(held.child, _GROUPS):
-                    text = f"({text})"
-                return text + _repetition(held.min_count, held.max_count)
-            if kind == "any":
-                return "."
-            if kind == "space":
-                return "space"
-            if kind == "string":
-                return JSON_STRING_CONTENT
-            if kind == "until":
-                if not held.delimiters:
-                    return ".*"
-                return ac_grammar(f"until-{parser}", held.delimiters, False)
-            if kind == "ac":
-                return ac_grammar(f"ac-{parser}", held.delimiters, True)
-            if kind == "schema":
-                return add_schema(held.text, held.schema)
-            if kind in ("rule", "ref"):
-                return held.text
-            if kind == "gbnf":
-                return held.text
-            return to_gbnf(held.child)  # tag, atomic
-
+        writer = _Writer(self, add_schema, ac_grammar)
         triggers = sorted(name for name, at in self._rules.items() if self._parsers[at].trigger)
         reachable: set[str] = set()
         for start in ([self._rules[name] for name in triggers] if lazy else [self.root]):
             self._reach(start, reachable)
         for name, at in self._rules.items():
             if name in reachable:
-                add_rule(name, to_gbnf(self._parsers[at].child))
+                add_rule(name, writer.write(self._parsers[at].child))
         if lazy:
             add_rule("root", " | ".join(triggers))
         elif self.root >= 0:
-            add_rule("root", to_gbnf(self.root))
+            add_rule("root", writer.write(self.root))
 
     def _reach(self, parser: int, reachable: set[str]) -> None:
         # collect_reachable_rules: every rule a parser reaches, through the lookaheads and gbnf parsers too
@@ -292,6 +250,64 @@ class PegArena:
             reachable.add(held.text)
         for child in held.children:
             self._reach(child, reachable)
+
+
+@dataclass(frozen=True, slots=True)
+class _Writer:
+    """The arena's to_gbnf: a parser's GBNF text, by its kind (_WRITERS)."""
+
+    arena: PegArena
+    add_schema: Callable[[str, Any], str]
+    ac_grammar: AcGrammar
+
+    def write(self, parser: int) -> str:
+        parser = self.arena._resolved(parser)
+        held = self.arena._parsers[parser]
+        return _WRITERS[held.kind](self, parser, held)
+
+    def sequence(self, _: int, held: _Parser) -> str:
+        parts = []
+        for child in held.children:
+            text = self.write(child)
+            if text:
+                parts.append(f"({text})" if self.arena._is(child, _GROUPS) else text)
+        return " ".join(parts)
+
+    def choice(self, _: int, held: _Parser) -> str:
+        return " | ".join(
+            f"({self.write(child)})" if self.arena._is(child, ("choice",)) else self.write(child)
+            for child in held.children)
+
+    def repeat(self, _: int, held: _Parser) -> str:
+        text = self.write(held.child)
+        if self.arena._is(held.child, _GROUPS):
+            text = f"({text})"
+        return text + _repetition(held.min_count, held.max_count)
+
+    def until(self, parser: int, held: _Parser) -> str:
+        return self.ac_grammar(f"until-{parser}", held.delimiters, False) if held.delimiters else ".*"
+
+
+_WRITERS: dict[str, Callable[[_Writer, int, _Parser], str]] = {
+    "eps": lambda w, at, p: "",
+    "and": lambda w, at, p: "",  # lookaheads have no GBNF
+    "not": lambda w, at, p: "",
+    "literal": lambda w, at, p: format_literal(to_bytes(p.text)),
+    "sequence": _Writer.sequence,
+    "choice": _Writer.choice,
+    "repeat": _Writer.repeat,
+    "chars": lambda w, at, p: p.text + _repetition(p.min_count, p.max_count),
+    "any": lambda w, at, p: ".",
+    "space": lambda w, at, p: "space",
+    "string": lambda w, at, p: JSON_STRING_CONTENT,
+    "until": _Writer.until,
+    "ac": lambda w, at, p: w.ac_grammar(f"ac-{at}", p.delimiters, True),
+    "schema": lambda w, at, p: w.add_schema(p.text, p.schema),
+    "rule": lambda w, at, p: p.text,
+    "gbnf": lambda w, at, p: p.text,
+    "tag": lambda w, at, p: w.write(p.child),
+    "atomic": lambda w, at, p: w.write(p.child),
+}
 
 
 def _repetition(min_count: int, max_count: int) -> str:
