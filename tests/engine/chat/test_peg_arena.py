@@ -1,8 +1,8 @@
 """constraintd.engine.chat.peg_arena: llama.cpp's PEG arena, as far as the GBNF it writes.
 
-The qwen3-coder oracle tests (test_qwen3_coder.py) compare whole grammars with llama.cpp's; these hold the
-writer's parts: the arena's numbering (which names the `until-N` and `ac-N` rules), the JSON value rules,
-parentheses, repetitions, and which rules a lazy or non-lazy grammar writes.
+The hand-written formats' oracle tests (formats/test_*.py) compare whole grammars with llama.cpp's; these
+hold the writer's parts: the arena's numbering (which names the `until-N` and `ac-N` rules), the JSON value
+rules, parentheses, repetitions, and which rules a lazy or non-lazy grammar writes.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
 # - A grammar where there is a response schema, or tools with tool_choice other than none; lazy exactly where
 #   there are tools and tool_choice is auto (a schema included: llama.cpp then writes the trigger rules alone,
 #   and there are none), with the calls' start words as triggers.
-# - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
+# - The grammar is the arena's (chat/peg_arena.py) of the parser llama.cpp builds, made call for call in its
 #   order: the generation prompt, the reasoning where it is extracted, then the schema's JSON, or the text up
 #   to a call's start and the calls (at least one where tool_choice is required, more where parallel calls
 #   are on). A string argument is any text up to `\n</parameter>\n`; any other its schema's JSON; one that

@@ -1,4 +1,5 @@
-"""constraintd.engine.chat.qwen3_coder: the chat params of llama.cpp's hand-written qwen3-coder format.
+"""constraintd.engine.chat.formats.qwen3_coder: the chat params of llama.cpp's hand-written qwen3-coder
+format.
 
 The grammars are compiled over a byte vocabulary and run on calls written the way the format writes them; the
 oracle test compares them with llama.cpp's (tests/chat_oracle/harness.cpp) on the four reference templates
@@ -17,8 +18,8 @@ import pytest
 
 from constraintd.engine import Grammar, Matcher, Vocab
 from constraintd.engine.chat.chat_params import _GrammarText, _state_grammar
+from constraintd.engine.chat.formats.qwen3_coder import Qwen3CoderParams, qwen3_coder_params, value_types
 from constraintd.engine.chat.prompt import template_source
-from constraintd.engine.chat.qwen3_coder import Qwen3CoderParams, qwen3_coder_params, value_types
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import SEARCH_TOOL, WEATHER_TOOL, ParamsCase, template_paths
 from tests.conftest import OracleReport
