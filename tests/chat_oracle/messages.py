@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
+from constraintd.engine.chat.json_tool_grammar import call_id_before_arguments
 from constraintd.engine.chat.message_parser import MessageParseError, parse_message
 from constraintd.engine.chat.prompt import template_source
 from constraintd.engine.chat.template_analysis import ToolFormat, ToolMode
@@ -199,6 +200,18 @@ def texts(grammar: ChatGrammar) -> dict[str, str]:
         made["spaced call"] = _tag_calls(tools, [spaced])
         ended = _tag_call(tools, "get_weather", WEATHER_ARGS, spaced=True, before_end=" \n")
         made["space before the end"] = _tag_calls(tools, [ended])
+        if call_id_before_arguments(tools):
+            # a call id between the name and the arguments (`name[CALL_ID]id[ARGS]{...}`), given, left out
+            # (its suffix alone), spaced, and the text ending inside it or right after it
+            opened = f"{tools.per_call_start}{tools.name_prefix}get_weather{tools.name_suffix}"
+            prefix, suffix, args = tools.call_id_prefix, tools.call_id_suffix, json.dumps(WEATHER_ARGS)
+            with_id = f"{opened}{prefix}a1B2c3D4e{suffix}{args}{tools.per_call_end}"
+            made["call with id"] = _tag_calls(tools, [with_id])
+            made["call id left out"] = _tag_calls(tools, [f"{opened}{suffix}{args}"])
+            made["spaced call id"] = _tag_calls(tools, [f"{opened}{prefix} a1B2 \n{suffix} {args}"])
+            made["cut call id"] = tools.section_start + f"{opened}{prefix}a1B2"
+            made["cut after call id"] = tools.section_start + f"{opened}{prefix}a1B2{suffix}"
+            made["two calls with ids"] = _tag_calls(tools, [with_id, with_id.replace("a1B2c3D4e", "f5G6h7I8j")])
     elif tools.mode is ToolMode.TAG_WITH_TAGGED:
         made.update(_tagged_texts(tools))
     reasoning = analysis.reasoning
@@ -217,8 +230,9 @@ def texts(grammar: ChatGrammar) -> dict[str, str]:
             # where the generation prompt opens the thinking block, the calls are read after it only
             for name in ("content and call", "two calls", "cut call", "cut name", "cut second call",
                          "unknown tool", "arguments no object", "unclosed arguments no object", "spaced call",
-                         "space before the end", "spaced section"):
-                made[f"thinking, {name}"] = thought + made[name]
+                         "space before the end", "spaced section", "call with id", "cut call id"):
+                if name in made:
+                    made[f"thinking, {name}"] = thought + made[name]
     return made
 
 

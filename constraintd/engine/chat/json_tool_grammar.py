@@ -22,9 +22,8 @@
 #   `TagToolRules.next_parser` gives. A call id between the name and the arguments is an optional
 #   `until-N` between its prefix and suffix; a function with neither a close nor a call's end marker ends
 #   with space. Not done there (NotImplementedError): argument or separator markers (and with them a call
-#   id with no suffix), a name without a suffix (the atomic forms), and calls marked by their section alone.
-#   `tag_json_not_done` is what the message parser does not port: these, call ids, and calls with no close
-#   nor end marker.
+#   id with no suffix), a name without a suffix (the atomic forms), and calls marked by their section alone
+#   (`tag_json_grammar_not_done`, which the message parser of these formats shares).
 from __future__ import annotations
 
 import re
@@ -36,8 +35,8 @@ from constraintd.engine.chat.template_analysis import CallIdPosition, ToolFormat
 
 __all__ = [
     "JSON_STRING_CONTENT", "JSON_VALUE_AGAIN", "JSON_VALUE_FIRST", "StateGrammar", "TagToolRules",
-    "call_id_not_done", "call_keys", "function_parsers", "json_tool_parsers", "json_tool_rules", "rule_name",
-    "tag_json_grammar_not_done", "tag_json_not_done", "tag_json_tool_rules", "tool_functions",
+    "call_id_before_arguments", "call_id_not_done", "call_keys", "function_parsers", "json_tool_parsers",
+    "json_tool_rules", "rule_name", "tag_json_grammar_not_done", "tag_json_tool_rules", "tool_functions",
     "tool_parameters",
 ]
 
@@ -196,25 +195,17 @@ def json_tool_rules(
     return ["tool-call", "tool-calls"]
 
 
+def call_id_before_arguments(tools: ToolFormat) -> bool:
+    """Whether a call's id sits between the function's name and its arguments, in llama.cpp's parser of
+    either tag format (build_tool_parser_tag_json / _tagged's `have_call_id`)."""
+    return (tools.call_id_position is CallIdPosition.BETWEEN_FUNC_AND_ARGS and bool(tools.call_id_prefix)
+            and bool(tools.call_id_suffix or tools.args_start))
+
+
 def call_id_not_done(tools: ToolFormat) -> str:
     """"the tag formats' call ids" where the format writes a call id between the function's name and its
-    arguments (not ported, in either tag format), else ""."""
-    if (tools.call_id_position is CallIdPosition.BETWEEN_FUNC_AND_ARGS and tools.call_id_prefix
-            and (tools.call_id_suffix or tools.args_start)):
-        return "the tag formats' call ids"
-    return ""
-
-
-def tag_json_not_done(tools: ToolFormat) -> str:
-    """What of build_tool_parser_tag_json the message parser of a tag format with JSON arguments needs and
-    is not ported, or "" when nothing is: the grammar's missing parts (`tag_json_grammar_not_done`), and
-    besides a call id before the arguments and calls with neither a close nor an end marker."""
-    missing = call_id_not_done(tools) or tag_json_grammar_not_done(tools)
-    if missing:
-        return missing
-    if not tools.function_close and not tools.per_call_end:
-        return "tag-format calls with neither a close nor an end marker"
-    return ""
+    arguments (not ported in the tagged-argument format), else ""."""
+    return "the tag formats' call ids" if call_id_before_arguments(tools) else ""
 
 
 def tag_json_grammar_not_done(tools: ToolFormat) -> str:
@@ -257,7 +248,7 @@ def tag_json_tool_rules(
         raise NotImplementedError(missing)
     # a call id between the name and the arguments: here always closed by its suffix (an empty one comes
     # with the arguments' start marker, not ported)
-    call_id = bool(call_id_not_done(tools))
+    call_id = call_id_before_arguments(tools)
     arena = first_parser + 1  # the empty choice of tools
     choices = []
     for at, (name, function) in enumerate(tool_functions(tool_defs)):

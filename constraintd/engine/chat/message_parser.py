@@ -10,8 +10,9 @@
 #   text the model wrote, id) llama.cpp's parser gives, for: a request without tools (or tool_choice none),
 #   and tools on a template that writes tool calls as JSON with flat fields or the name as the key, or in a
 #   tag format with JSON arguments (`<function=name>{...}</function>`, the part json_tool_grammar.py ports),
-#   or with tagged arguments (`<arg_key>city</arg_key><arg_value>Paris</arg_value>`: the arguments are the
-#   JSON text llama.cpp's mapper writes from them).
+#   its call id where one comes between the name and the arguments (`[CALL_ID]id[ARGS]`), or with tagged
+#   arguments (`<arg_key>city</arg_key><arg_value>Paris</arg_value>`: the arguments are the JSON text
+#   llama.cpp's mapper writes from them).
 # - The parse is llama.cpp's: the generation prompt's text up to the thinking tag is matched, then (unless the
 #   template is pure content) whitespace; the optional thinking block; the content up to the first tool-call
 #   marker (or the wrapped content); the calls; the end of the text. Where llama.cpp's parser stops for more
@@ -19,8 +20,8 @@
 #   message: a call cut short is kept once its name is read (a tag format's: once its whole open is read),
 #   with the arguments read so far.
 # - A text that does not match raises MessageParseError with llama.cpp's words; what is not ported
-#   (the parts of build_tool_parser_tag_json json_tool_grammar.py does not port, the tag formats' call ids,
-#   fields nested under a function object, hand-written formats) raises NotPorted.
+#   (the parts of build_tool_parser_tag_json json_tool_grammar.py does not port, the call ids of tagged
+#   arguments, fields nested under a function object, hand-written formats) raises NotPorted.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -30,7 +31,11 @@ from typing import Any
 from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
 from constraintd.engine.chat.content import AnswerState, parse_json_answer
 from constraintd.engine.chat.diff_split import trim_whitespace
-from constraintd.engine.chat.json_tool_grammar import call_keys, tag_json_not_done
+from constraintd.engine.chat.json_tool_grammar import (
+    call_id_before_arguments,
+    call_keys,
+    tag_json_grammar_not_done,
+)
 from constraintd.engine.chat.message_scan import SPACE, NeedMore, ParsedToolCall, Scan, ScanFail
 from constraintd.engine.chat.reasoning import ReasoningMode
 from constraintd.engine.chat.tagged_message_parser import tagged_functions, tagged_tool_calls
@@ -277,9 +282,19 @@ def _tag_json_call(scan: Scan, names: Sequence[str], tools: ToolFormat) -> None:
         start = scan.pos
         opened = False
         arguments = "{"
+        call_id = ""
         try:
             scan.literal(tools.name_prefix + name + tools.name_suffix)
             opened = True
+            if call_id_before_arguments(tools):
+                # optional(prefix tool_id(until(suffix))) suffix: the id as written, trailing space trimmed,
+                # once the until is done (an id the text ends inside is not the mapper's)
+                def read_id() -> None:
+                    nonlocal call_id
+                    scan.literal(tools.call_id_prefix)
+                    call_id = scan.until([tools.call_id_suffix]).rstrip(SPACE)
+                scan.optional(read_id)
+                scan.literal(tools.call_id_suffix)
             scan.space()
             try:
                 value = scan.json_value().rstrip(SPACE)
@@ -292,10 +307,12 @@ def _tag_json_call(scan: Scan, names: Sequence[str], tools: ToolFormat) -> None:
             if tools.function_close:
                 scan.space()
                 scan.literal(tools.function_close)
-            else:
+            elif tools.per_call_end:
                 before = scan.pos
                 scan.literal(tools.per_call_end)
                 scan.pos = before
+            else:
+                scan.space()  # tool_close(space()): the call closes where its arguments end
             if arguments == "{":
                 arguments = "{}"
         except ScanFail:
@@ -303,9 +320,9 @@ def _tag_json_call(scan: Scan, names: Sequence[str], tools: ToolFormat) -> None:
             continue
         except NeedMore:
             if opened:
-                scan.calls.append(ParsedToolCall(name, arguments))
+                scan.calls.append(ParsedToolCall(name, arguments, call_id))
             raise
-        scan.calls.append(ParsedToolCall(name, arguments))
+        scan.calls.append(ParsedToolCall(name, arguments, call_id))
         return
     raise ScanFail
 
@@ -406,7 +423,7 @@ def parse_message(
     wrapped = analysis.content_mode is ContentMode.ALWAYS_WRAPPED
     with_tools = bool(tools) and tool_choice != "none" and supports_tool_calls
     if with_tools and analysis.tools.mode is ToolMode.TAG_WITH_JSON and not has_response_format:
-        missing = tag_json_not_done(analysis.tools)
+        missing = tag_json_grammar_not_done(analysis.tools)
         if missing:
             raise NotPorted(f"the parser of {missing}")
     functions = tagged_functions(tools, analysis.tools) \

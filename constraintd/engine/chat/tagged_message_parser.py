@@ -31,9 +31,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from constraintd.engine.chat.chat_params import NotPorted
+from constraintd.engine.chat.json_tool_grammar import call_id_before_arguments
 from constraintd.engine.chat.message_scan import NeedMore, ParsedToolCall, Scan, ScanFail
 from constraintd.engine.chat.tagged_tool_grammar import may_be_string, tagged_arguments
-from constraintd.engine.chat.template_analysis import CallIdPosition, ToolFormat
+from constraintd.engine.chat.template_analysis import ToolFormat
 
 __all__ = ["TaggedFunction", "tagged_functions", "tagged_tool_calls"]
 
@@ -58,8 +59,7 @@ def tagged_functions(tool_defs: Sequence[Mapping[str, object]], tools: ToolForma
     Raises:
         NotPorted: a part of the parser not ported (the module's contract).
     """
-    if (tools.call_id_position is CallIdPosition.BETWEEN_FUNC_AND_ARGS and tools.call_id_prefix
-            and (tools.call_id_suffix or tools.args_start)):
+    if call_id_before_arguments(tools):
         raise NotPorted("the parser of the tag formats' call ids")
     if not tools.arg_value_suffix:
         raise NotPorted("the parser of tagged arguments with no value suffix")

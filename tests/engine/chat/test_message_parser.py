@@ -110,6 +110,33 @@ def test_a_tag_formats_second_call_needs_parallel_calls() -> None:
                                   ParsedToolCall("get_weather", '{"city": "Paris"}'))
 
 
+# Mistral Small 3.2's calls: [TOOL_CALLS]name[ARGS] then an optional [CALL_ID]id, [ARGS] and the JSON, with
+# neither a close nor an end marker (llama.cpp's analysis reads [ARGS] as the name's suffix and the id's)
+CALL_IDS = ChatGrammar(analysis=TemplateAnalysis(ReasoningAnalysis(), tools=ToolFormat(
+    ToolMode.TAG_WITH_JSON, per_call_start="[TOOL_CALLS]", name_suffix="[ARGS]",
+    call_id_position=CallIdPosition.BETWEEN_FUNC_AND_ARGS, call_id_prefix="[CALL_ID]",
+    call_id_suffix="[ARGS]")))
+
+
+def test_a_call_id_before_the_arguments_is_read_once_it_is_closed() -> None:
+    def calls(text: str) -> tuple[ParsedToolCall, ...]:
+        return parse_message(text, CALL_IDS, generation_prompt=PROMPT, tools=TOOLS).tool_calls
+
+    call = '[TOOL_CALLS]get_weather[ARGS][CALL_ID]a1B2 \n[ARGS]{"city": "Paris"}'
+    assert calls(call) == (ParsedToolCall("get_weather", '{"city": "Paris"}', "a1B2"),)
+    assert calls('[TOOL_CALLS]get_weather[ARGS][ARGS]{}') == (ParsedToolCall("get_weather", "{}"),)
+    # cut inside the id: the call stands with no id; cut after it: with it
+    assert calls("[TOOL_CALLS]get_weather[ARGS][CALL_ID]a1") == (ParsedToolCall("get_weather", "{"),)
+    after = calls("[TOOL_CALLS]get_weather[ARGS][CALL_ID]a1[ARGS]")
+    assert after == (ParsedToolCall("get_weather", "{", "a1"),)
+    # the id's suffix is not optional, and a call ends where its arguments and the space after them do
+    assert calls("[TOOL_CALLS]get_weather[ARGS][ARGS]{} \n") == (ParsedToolCall("get_weather", "{}"),)
+    with pytest.raises(MessageParseError):
+        calls('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}')
+    with pytest.raises(MessageParseError):
+        calls('[TOOL_CALLS]get_weather[ARGS][ARGS]{} and more')
+
+
 def test_a_tag_format_with_argument_markers_is_not_ported() -> None:
     analysis = TemplateAnalysis(ReasoningAnalysis(), tools=ToolFormat(
         ToolMode.TAG_WITH_JSON, per_call_start="<function=", per_call_end="</function>", name_suffix=">",
