@@ -1,0 +1,203 @@
+"""constraintd.engine.chat.formats.ministral3: the chat params of llama.cpp's hand-written ministral-3 format.
+
+The oracle tests compare the format's params with llama.cpp's (tests/chat_oracle/harness.cpp) on the two
+reference templates that use it: every request of PARAMS_CASES and PARALLEL_CASES, then requests that reach
+the format's other branches. The grammars are compiled over a byte vocabulary and run on calls written the way
+Ministral 3 writes them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from constraintd.engine import Grammar, Matcher, Vocab
+from constraintd.engine.chat.chat_params import _GrammarText, _state_grammar
+from constraintd.engine.chat.formats.ministral3 import Ministral3Params, ministral3_params
+from constraintd.engine.chat.prompt import template_source
+from tests.chat_oracle.build import run_harness
+from tests.chat_oracle.cases import (
+    PARAMS_CASES,
+    RESPONSE_SCHEMA,
+    SEARCH_TOOL,
+    WEATHER_TOOL,
+    ParamsCase,
+    template_paths,
+)
+from tests.chat_oracle.params import FIELDS, PARALLEL_CASES, _llamas
+from tests.conftest import OracleReport
+
+BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
+TOOLS = [WEATHER_TOOL, SEARCH_TOOL]
+FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem in (
+    "mistralai-Ministral-3-14B-Reasoning-2512", "unsloth-mistral-Devstral-Small-2507"))
+
+
+def _grammar_text(made: Ministral3Params) -> str:
+    if made.arena is None:
+        return ""
+    built = _GrammarText()
+
+    def ac_grammar(prefix: str, strings: Sequence[str], including: bool) -> str:
+        return _state_grammar(built.add_rule, prefix, strings, including=including)
+
+    made.arena.build_grammar(built.add_rule, built.add_schema, ac_grammar, lazy=made.grammar_lazy)
+    return built.text()
+
+
+def _fields(made: Ministral3Params) -> dict[str, Any]:
+    # the fields tests/chat_oracle/params.py compares, as llama.cpp's harness answers them
+    return {"grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
+            "grammar_triggers": [["word", word] for word in made.trigger_words],
+            "additional_stops": list(made.additional_stops), "supports_thinking": made.supports_thinking,
+            "thinking_start_tag": made.thinking_start_tag, "thinking_end_tags": list(made.thinking_end_tags)}
+
+
+def _compare(binary: Path, source: str, case: ParamsCase, **extra: Any) -> tuple[bool, str]:
+    """One request on both sides: (identical, what differs)."""
+    llama = run_harness(binary, case.request(source, now=int(time.time()), **extra))
+    tools = extra.get("tools", case.tool_list) or []
+    schema = extra.get("json_schema", RESPONSE_SCHEMA if case.schema else None)
+    made = ministral3_params(template_source(source), tools=tools, tool_choice=case.llama_tool_choice,
+                             parallel_tool_calls=extra.get("parallel_tool_calls", False), json_schema=schema,
+                             reasoning_format=case.reasoning_format)
+    ours, theirs = _fields(made), _llamas(llama)
+    ours["preserved_tokens"] = list(made.preserved_tokens)
+    theirs["preserved_tokens"] = llama["preserved_tokens"]
+    differs = [f"{name}: ours {ours[name]!r} llama.cpp {theirs[name]!r}"
+               for name in (*FIELDS, "preserved_tokens") if ours[name] != theirs[name]]
+    return not differs, f"{case.name}: " + "; ".join(differs)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("path", FORMAT_TEMPLATES, ids=[path.stem for path in FORMAT_TEMPLATES])
+def test_ministral3_params_are_llama_cpps(path: Path, chat_oracle: Path, oracle_report: OracleReport) -> None:
+    """Every request of PARAMS_CASES, and PARALLEL_CASES with parallel calls on: the grammar byte for byte,
+    the lazy flag, triggers, additional stops, thinking tags and preserved tokens."""
+    source = path.read_text()
+    results = [_compare(chat_oracle, source, case) for case in PARAMS_CASES]
+    results += [_compare(chat_oracle, source, case, parallel_tool_calls=True) for case in PARALLEL_CASES]
+    oracle_report.add("chat params: ministral-3", path.stem, identical=sum(same for same, _ in results),
+                      total=len(results))
+    assert [why for same, why in results if not same] == []
+
+
+# Requests PARAMS_CASES leave out: no reasoning extracted with tools, an empty response schema (none at all to
+# this format), a tool without parameters (an empty object's schema) and tool names the rule names clean
+BARE_TOOL = {"type": "function", "function": {"name": "do.it_now"}}
+OTHER_REQUESTS: list[tuple[ParamsCase, dict[str, Any]]] = [
+    (ParamsCase("required", True, False, "none"), {}),
+    (ParamsCase("auto", True, False, "none"), {}),
+    (ParamsCase(None, True, False), {"json_schema": {}}),
+    (ParamsCase("required", True, False), {"tools": [BARE_TOOL, WEATHER_TOOL], "parallel_tool_calls": True}),
+    (ParamsCase("auto", True, False), {"tools": [BARE_TOOL]}),
+]
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("path", FORMAT_TEMPLATES, ids=[path.stem for path in FORMAT_TEMPLATES])
+def test_ministral3_params_of_other_requests_are_llama_cpps(
+    path: Path, chat_oracle: Path, oracle_report: OracleReport
+) -> None:
+    source = path.read_text()
+    results = [_compare(chat_oracle, source, case, **extra) for case, extra in OTHER_REQUESTS]
+    oracle_report.add("chat params: ministral-3, other requests", path.stem,
+                      identical=sum(same for same, _ in results), total=len(results))
+    assert [why for same, why in results if not same] == []
+
+
+def _matcher(tool_choice: str = "required", **options: Any) -> Matcher:
+    made = ministral3_params("", tools=options.pop("tools", TOOLS), tool_choice=tool_choice, **options)
+    return Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
+
+
+def _completes(matcher: Matcher, text: str) -> bool:
+    fork = matcher.fork()
+    return fork.accept_bytes(text.encode()) and fork.is_complete()
+
+
+def _takes(matcher: Matcher, text: str) -> bool:
+    return matcher.fork().accept_bytes(text.encode())
+
+
+def _call(name: str, arguments: str) -> str:
+    return f"[TOOL_CALLS]{name}[ARGS]{arguments}"
+
+
+WEATHER = _call("get_weather", '{"city": "Paris"}')
+THOUGHT = "[THINK]The user wants the weather.[/THINK]"
+
+
+def test_a_required_call_is_taken_and_a_malformed_one_refused() -> None:
+    matcher = _matcher()
+    assert _completes(matcher, WEATHER)
+    assert _completes(matcher, THOUGHT + "\nLet me look. " + WEATHER)  # thought and text before the call
+    assert not _completes(matcher, "Let me look.")  # a call is required
+    assert not _takes(matcher, _call("get_time", "{}"))  # no such tool
+    assert not _takes(matcher, "[TOOL_CALLS]get_weather{")  # the arguments follow [ARGS]
+    assert not _takes(matcher, _call("get_weather", '{"town": "Paris"}'))  # the parameters' schema
+    assert not _takes(matcher, _call("get_weather", '{"city": 1}'))
+    assert not _completes(matcher, _call("get_weather", "{}"))  # its required parameter
+    assert _completes(matcher, _call("search", '{"query": "x", "filters": {"max": 3}}'))
+    assert not _takes(matcher, _call("search", '{"query": "x", "filters": {"max": 0}}'))
+    assert not _takes(matcher, WEATHER + " Done.")
+
+
+def test_calls_repeat_only_where_parallel_calls_are_on() -> None:
+    two = WEATHER + _call("search", '{"query": "x"}')
+    assert not _takes(_matcher(), two)
+    assert _completes(_matcher(parallel_tool_calls=True), two)
+    assert not _takes(_matcher(parallel_tool_calls=True), WEATHER + " " + WEATHER)  # back to back
+
+
+def test_tool_choice_auto_is_lazy_on_the_call_word_and_its_grammar_holds_the_calls_alone() -> None:
+    made = ministral3_params("", tools=TOOLS, tool_choice="auto")
+    assert made.grammar_lazy and made.trigger_words == ("[TOOL_CALLS]",)
+    grammar = _grammar_text(made)
+    assert "root ::= tool-call\n" in grammar
+    assert '\ntool-call ::= ("[TOOL_CALLS]" (tool-get-weather | tool-search))?\n' in grammar
+    matcher = Matcher(Grammar.from_gbnf(grammar, BYTES))
+    assert _completes(matcher, WEATHER)
+    assert not _takes(matcher, "text")
+    assert not _takes(matcher, WEATHER + WEATHER)
+
+
+def test_no_grammar_without_tools_wanted_nor_a_schema() -> None:
+    for made in (ministral3_params("", tools=TOOLS, tool_choice="none"), ministral3_params(""),
+                 ministral3_params("", json_schema={})):
+        assert made.arena is None and not made.grammar_lazy and made.trigger_words == ()
+
+
+def test_a_response_schema_is_json_in_a_fence_after_an_optional_thought() -> None:
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    made = ministral3_params("", json_schema=schema)
+    # not lazy, and the call word still comes with the grammar, as llama.cpp gives it
+    assert not made.grammar_lazy and made.trigger_words == ("[TOOL_CALLS]",)
+    matcher = Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
+    assert _completes(matcher, '```json\n{"answer": "Paris"}\n```')
+    assert _completes(matcher, THOUGHT + '\n```json{"answer": "Paris"}```')
+    assert not _takes(matcher, '{"answer": "Paris"}')  # the fence is not optional
+    assert not _completes(matcher, '```json{"answer": "Paris"}')  # nor its closing
+    assert not _takes(matcher, '```json\n{"city": "Paris"}')
+    unreasoned = ministral3_params("", json_schema=schema, reasoning_format="none")
+    assert not _takes(Matcher(Grammar.from_gbnf(_grammar_text(unreasoned), BYTES)), THOUGHT)
+
+
+def test_a_response_schema_with_tools_auto_is_lazy_with_no_trigger_rule() -> None:
+    # llama.cpp's own reading: lazy where tools come with tool_choice auto, and the response-format parser
+    # has no trigger rule, so the root is empty
+    made = ministral3_params("", tools=TOOLS, json_schema={"type": "string"})
+    assert made.grammar_lazy and made.trigger_words == ("[TOOL_CALLS]",)
+    assert _grammar_text(made).startswith("root ::= \n")
+
+
+def test_thinking_tags_and_preserved_tokens() -> None:
+    made = ministral3_params("")
+    assert (made.supports_thinking, made.thinking_start_tag, made.thinking_end_tags) == (
+        True, "[THINK]", ("[/THINK]",))
+    assert made.preserved_tokens == ("[THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]")
+    assert made.additional_stops == ()
