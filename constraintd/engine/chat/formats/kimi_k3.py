@@ -16,7 +16,8 @@
 #   up to the closer or the next section), then the tools section (required where tool_choice is required,
 #   else optional) with one call or more, each of the function's arguments any number of times in any order,
 #   every value any text up to the argument's closer (its JSON type is not constrained), then the message's
-#   closer and end-of-message token, optional. Lazy, the grammar is the tools section alone.
+#   closer and end-of-message token, optional. Lazy, the grammar is the tools section alone, with the
+#   message's closer and end-of-message token after it (optional; llama.cpp's trigger rule holds them).
 # - Not done (NotImplementedError): parameters whose properties are not an object (llama.cpp iterates them
 #   as JSON; not ported).
 from __future__ import annotations
