@@ -99,7 +99,7 @@ def test_string_arguments_take_either_quote_and_json_escapes() -> None:
     matcher = _matcher()
     for value in ('"a \\"b\\" c"', "'it\\'s'", "'say \"hi\"'", '"\\u00e9\\n"', "''"):
         assert _completes(matcher, PROMPT + _block(f"get_weather(city={value})")), value
-    for value in ("'it's'", '"a"b"', '"\\x41"', "'a\"", "\"a'"):
+    for value in ("'it's'", '"a"b"', '"\\x41"', "'a\"", "\"a'", "1", "{}", "None"):
         assert not _completes(matcher, PROMPT + _block(f"get_weather(city={value})")), value
 
 
@@ -180,6 +180,9 @@ def test_a_response_schema_gives_its_json_after_the_reasoning() -> None:
     assert _completes(matcher, PROMPT + '{"answer": "Paris"}')
     assert _completes(matcher, PROMPT + '<think>why</think>{"answer": "Paris"}')
     assert not _takes(matcher, PROMPT + "Paris")
+    # any JSON object is a schema, an empty one too (llama.cpp's is_object)
+    empty = lfm2_params(THINKING, json_schema={})
+    assert _completes(Matcher(Grammar.from_gbnf(_grammar_text(empty), BYTES)), PROMPT + "[1, {}]")
     # with tool_choice none the tools are left out, the schema holds
     none = lfm2_params(THINKING, tools=TOOLS, tool_choice="none", json_schema=schema)
     assert _completes(Matcher(Grammar.from_gbnf(_grammar_text(none), BYTES)), PROMPT + '{"answer": "x"}')
@@ -220,6 +223,7 @@ def test_thinking_tags_and_preserved_tokens_follow_the_tool_list_flag() -> None:
 def test_the_tool_list_flag_is_chat_cpps_pick(path: Path) -> None:
     source = template_source(path.read_text())
     assert lfm2_tool_list_tokens(source) is (specialised_format(source) == "lfm2")
+    assert not lfm2_tool_list_tokens("<|tool_list_start|>") and not lfm2_tool_list_tokens("<|tool_list_end|>")
 
 
 def test_string_content_of_a_delimiter_is_the_arenas_with_that_quote() -> None:
