@@ -320,3 +320,23 @@ def test_deepseek_v3_2_grammars_of_other_arguments_are_llama_cpps(
     assert [["word", word] for word in made.trigger_words] == [
         [t["type"], t["value"]] for t in llama["grammar_triggers"]]
     assert list(made.preserved_tokens) == llama["preserved_tokens"]
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("path", FORMAT_TEMPLATES, ids=[path.stem for path in FORMAT_TEMPLATES])
+def test_an_empty_response_schema_is_llama_cpps(
+    path: Path, chat_oracle: Path, oracle_report: OracleReport
+) -> None:
+    """An empty response schema is a response format to the format (not to qwen3-coder): llama.cpp's grammar
+    byte for byte, not lazy, with the block's start as its trigger word."""
+    source = path.read_text()
+    llama = run_harness(chat_oracle, ParamsCase(None, True, False).request(
+        source, now=int(time.time()), json_schema={}))
+    made = deepseek_v3_2_params(template_source(source), json_schema={})
+    grammar = _grammar_text(made)
+    oracle_report.add("chat params: deepseek-v3.2, empty schema", path.stem,
+                      identical=int(grammar == llama["grammar"]), total=1)
+    assert grammar == llama["grammar"]
+    assert made.grammar_lazy is llama["grammar_lazy"] is False
+    assert [["word", word] for word in made.trigger_words] == [
+        [t["type"], t["value"]] for t in llama["grammar_triggers"]]
