@@ -16,9 +16,12 @@
 #   order: the generation prompt, end(), the reasoning where it is extracted (reasoning_format other than
 #   none, and `<think>` in the template), then: with tools wanted (tool_choice other than none, a schema or
 #   not), text up to `<|tool_call_start|>` and one call block holding one call (more, comma-separated, where
-#   parallel calls are on); else the schema's JSON, or any text. A call's arguments come in any order and
-#   any number, `name=value`; a property whose type is "string" takes a double- or single-quoted string,
-#   any other a Python value where JSON's true / false / null are also taken (python_or_json_value).
+#   parallel calls are on); else the schema's JSON. A call's arguments are `name=value`, comma-separated,
+#   in any order and number (at least one where the tool has properties; `required` is not read); a
+#   property whose type is "string" takes a double- or single-quoted string with JSON's escapes, any other
+#   a Python value where JSON's true / false / null are also taken (python_or_json_value).
+# - Not here: llama.cpp's end() parser, written as eps() (the same GBNF, nothing, and one parser too), and
+#   string_content of a single quote, which peg_arena.py does not write (string_content below).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -28,7 +31,7 @@ from typing import Any, Final
 from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_parameters
 from constraintd.engine.chat.peg_arena import PegArena, _Parser
 
-__all__ = ["Lfm2Params", "lfm2_params", "lfm2_tool_list_tokens"]
+__all__ = ["Lfm2Params", "lfm2_params", "lfm2_tool_list_tokens", "string_content"]
 
 GENERATION_PROMPT: Final = "<|im_start|>assistant\n"
 TOOL_CALL_START: Final = "<|tool_call_start|>"
