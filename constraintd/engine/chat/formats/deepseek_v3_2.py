@@ -146,10 +146,11 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]] | None, *, is_v4: boo
     elif extract_reasoning and is_v4:
         reasoning = p.optional(p.literal(THINK_END))
     elif extract_reasoning:
-        close = p.literal(THINK_END)
+        # optional(literal(THINK_START) + until(THINK_END) + literal(THINK_END))
+        think_end = p.literal(THINK_END)
         until = p.until(THINK_END)
         thought = p.sequence(p.literal(THINK_START), until)
-        reasoning = p.optional(p.sequence(thought, close))
+        reasoning = p.optional(p.sequence(thought, think_end))
     if json_schema is not None:
         fence_close = p.literal("```")
         space = p.space()
@@ -205,8 +206,8 @@ def _function(p: PegArena, name: str, function: Mapping[str, Any]) -> int:
         args = p.sequence(args, p.zero_or_more(p.sequence(p.space(), any_optional)))
     close = p.atomic(p.tag(p.literal(_INVOKE_END)))
     space = p.space()
-    head = p.literal('">\n')
+    name_end = p.literal('">\n')
     tool_name = p.atomic(p.tag(p.literal(name)))
     tool_open = p.sequence(p.literal(_INVOKE_START + ' name="'), tool_name)
-    tool_open = p.atomic(p.tag(p.sequence(tool_open, head)))
+    tool_open = p.atomic(p.tag(p.sequence(tool_open, name_end)))
     return p.tag(p.sequence(p.sequence(p.sequence(tool_open, args), space), close))
