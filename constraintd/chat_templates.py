@@ -428,5 +428,6 @@ def chat_grammar_of(
         source, renderer(source, now), caps,
         generation_prompt=generation_prompt, tools=[tool.to_json() for tool in tools],
         tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls, json_schema=json_schema,
-        reasoning_format=reasoning_format, bos_token=bos_text, eos_token=eos_text,
+        reasoning_format=reasoning_format, enable_thinking=enable_thinking, bos_token=bos_text,
+        eos_token=eos_text,
         analyze=lambda: known_analysis(source, now, caps, bos_token=bos_text, eos_token=eos_text))

@@ -211,7 +211,8 @@ def texts(grammar: ChatGrammar) -> dict[str, str]:
             made["spaced call id"] = _tag_calls(tools, [f"{opened}{prefix} a1B2 \n{suffix} {args}"])
             made["cut call id"] = tools.section_start + f"{opened}{prefix}a1B2"
             made["cut after call id"] = tools.section_start + f"{opened}{prefix}a1B2{suffix}"
-            made["two calls with ids"] = _tag_calls(tools, [with_id, with_id.replace("a1B2c3D4e", "f5G6h7I8j")])
+            second = with_id.replace("a1B2c3D4e", "f5G6h7I8j")
+            made["two calls with ids"] = _tag_calls(tools, [with_id, second])
     elif tools.mode is ToolMode.TAG_WITH_TAGGED:
         made.update(_tagged_texts(tools))
     reasoning = analysis.reasoning

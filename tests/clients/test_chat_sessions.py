@@ -227,7 +227,7 @@ def test_parse_reads_content_and_a_call_of_a_lazy_session_back(client: Client) -
 @pytest.mark.parametrize(
     ("template", "tool_choice", "tools", "words"),
     [
-        ("Kimi-K2-Instruct", "auto", TOOLS, "not ported yet: the kimi-k2 format's chat params"),
+        ("Kimi-K2-Instruct", "auto", TOOLS, "not ported yet: the kimi-k2 format's message parser"),
         ("Mistral-Small-3.2-24B-Instruct-2506", "required", TOOLS,
          "not ported yet: the tag formats' argument markers and atomic function names"),
         ("Qwen-Qwen2.5-7B-Instruct", "none", TOOLS, "asks for free text"),

@@ -5,8 +5,10 @@
 #
 # Contract:
 # - `specialised_format(source)` names the hand-written format llama.cpp picks for a template by marks in its
-#   source (common_chat_try_specialized_template, in its order), or None: the auto-parser's templates. Only
-#   the latter are computed here; `chat_params` raises NotPorted for the others.
+#   source (common_chat_try_specialized_template, in its order), or None: the auto-parser's templates. A
+#   hand-written format's params are its module's (chat/formats/: the request as it came, the arena written
+#   here as GBNF); `chat_params` raises NotPorted for a format with no module, and for what a module does not
+#   port. The rest of this contract is the auto-parser's.
 # - A request gets a grammar where it has a response schema, or tools llama.cpp sees a syntax for with
 #   tool_choice auto (and a word to trigger on) or required. Exact here: no tools, tool_choice none, tools the
 #   template has no syntax for, or auto where the format has no word to trigger on, without a schema, give
@@ -37,6 +39,14 @@ from typing import Any, Final
 
 from constraintd.engine.aho_corasick import AhoCorasick
 from constraintd.engine.chat.diff_split import C_SPACE, Render, trim_whitespace
+from constraintd.engine.chat.formats import FormatParams
+from constraintd.engine.chat.formats.deepseek_v3_2 import deepseek_v3_2_params
+from constraintd.engine.chat.formats.gemma4 import gemma4_params
+from constraintd.engine.chat.formats.kimi_k2 import kimi_k2_params
+from constraintd.engine.chat.formats.kimi_k3 import kimi_k3_params
+from constraintd.engine.chat.formats.lfm2 import lfm2_params
+from constraintd.engine.chat.formats.ministral3 import ministral3_params
+from constraintd.engine.chat.formats.qwen3_coder import qwen3_coder_params
 from constraintd.engine.chat.json_tool_grammar import (
     json_tool_parsers,
     json_tool_rules,
@@ -63,8 +73,8 @@ from constraintd.engine.schema.rules import format_literal, to_bytes
 from constraintd.errors import SchemaError
 
 __all__ = [
-    "TOOL_CHOICES", "ChatGrammar", "GrammarTrigger", "NotPorted", "chat_params", "regex_escape",
-    "specialised_format",
+    "TOOL_CHOICES", "ChatGrammar", "GrammarTrigger", "NotPorted", "chat_params", "format_grammar",
+    "regex_escape", "specialised_format",
 ]
 
 TOOL_CHOICES: Final = ("auto", "required", "none")
@@ -393,6 +403,50 @@ def _tag_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAnal
     return built.text()
 
 
+def _format_params(name: str, source: str, *, tools: Sequence[Mapping[str, Any]], tool_choice: str,
+                   parallel_tool_calls: bool, json_schema: JsonValue, reasoning_format: str,
+                   enable_thinking: bool) -> FormatParams:
+    # common_chat_try_specialized_template's call of the format's init, with the request as it came
+    options: dict[str, Any] = {
+        "tools": tools, "tool_choice": tool_choice, "json_schema": json_schema,
+        "parallel_tool_calls": parallel_tool_calls, "reasoning_format": reasoning_format,
+    }
+    if name == "qwen3-coder":
+        return qwen3_coder_params(source, **options)
+    if name == "gemma4":
+        return gemma4_params(source, **options)
+    if name == "ministral-3":
+        return ministral3_params(source, **options)
+    if name == "kimi-k2":
+        return kimi_k2_params(source, **options)
+    if name == "kimi-k3":
+        return kimi_k3_params(source, **options)
+    if name == "deepseek-v3.2":
+        return deepseek_v3_2_params(source, **options, enable_thinking=enable_thinking)
+    if name in ("lfm2", "lfm2.5"):  # the same init, with the tool list's tokens or without
+        return lfm2_params(source, **options, tool_list_tokens=name == "lfm2")
+    raise NotPorted(f"the {name} format's chat params")
+
+
+def format_grammar(made: FormatParams) -> ChatGrammar:
+    """A hand-written format's params (chat/formats/) as chat params: its arena written as GBNF (no
+    grammar without one), its trigger words, stops, thinking tags and preserved tokens as they are."""
+    grammar = ""
+    if made.arena is not None:
+        built = _GrammarText()
+
+        def ac_grammar(prefix: str, strings: Sequence[str], including: bool) -> str:
+            return _state_grammar(built.add_rule, prefix, strings, including=including)
+
+        made.arena.build_grammar(built.add_rule, built.add_schema, ac_grammar, lazy=made.grammar_lazy)
+        grammar = built.text()
+    return ChatGrammar(
+        grammar, made.grammar_lazy, tuple(GrammarTrigger("word", word) for word in made.trigger_words),
+        additional_stops=getattr(made, "additional_stops", ()), supports_thinking=made.supports_thinking,
+        thinking_start_tag=made.thinking_start_tag, thinking_end_tags=made.thinking_end_tags,
+        preserved_tokens=made.preserved_tokens)
+
+
 def chat_params(
     source: str,
     render: Render,
@@ -404,6 +458,7 @@ def chat_params(
     parallel_tool_calls: bool = False,
     json_schema: JsonValue = None,
     reasoning_format: str = "auto",
+    enable_thinking: bool = True,
     bos_token: str = "",
     eos_token: str = "",
     analyze: Callable[[], TemplateAnalysis] | None = None,
@@ -413,11 +468,12 @@ def chat_params(
     `source` is the template llama.cpp renders (prompt.template_source), `render(context)` renders it in
     llama.cpp's Jinja dialect, `generation_prompt` is the request's (prompt.chat_prompt's). `analyze`
     gives the template's analysis where the caller remembers it (the same as `analyze_template` of these
-    arguments makes; by default that is called).
+    arguments makes; by default that is called). `enable_thinking` is the request's (only a hand-written
+    format reads it: the auto-parser's templates read it through their generation prompt).
 
     Raises:
-        NotPorted: the template has a hand-written format, or the request's grammar holds tool calls of a
-            form not ported (a tag format's argument markers, JSON calls nested under a function
+        NotPorted: the template has a hand-written format not ported, or the request's grammar holds tool
+            calls of a form not ported (a tag format's argument markers, JSON calls nested under a function
             object, ...).
         SchemaError: llama.cpp refuses the response schema.
         ValueError: a tool_choice llama.cpp does not take.
@@ -426,7 +482,13 @@ def chat_params(
         raise ValueError(f"Invalid tool_choice: {tool_choice}")
     specialised = specialised_format(source)
     if specialised is not None:
-        raise NotPorted(f"the {specialised} format's chat params")
+        try:
+            made = _format_params(specialised, source, tools=tools, tool_choice=tool_choice,
+                                  parallel_tool_calls=parallel_tool_calls, json_schema=json_schema,
+                                  reasoning_format=reasoning_format, enable_thinking=enable_thinking)
+        except NotImplementedError as exc:
+            raise NotPorted(str(exc)) from None
+        return format_grammar(made)
     analysis = (analyze() if analyze is not None
                 else analyze_template(source, render, caps, bos_token=bos_token, eos_token=eos_token))
     reasoning = analysis.reasoning
