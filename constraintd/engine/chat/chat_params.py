@@ -442,7 +442,7 @@ def format_grammar(made: FormatParams) -> ChatGrammar:
         grammar = built.text()
     return ChatGrammar(
         grammar, made.grammar_lazy, tuple(GrammarTrigger("word", word) for word in made.trigger_words),
-        additional_stops=getattr(made, "additional_stops", ()), supports_thinking=made.supports_thinking,
+        additional_stops=made.additional_stops, supports_thinking=made.supports_thinking,
         thinking_start_tag=made.thinking_start_tag, thinking_end_tags=made.thinking_end_tags,
         preserved_tokens=made.preserved_tokens)
 

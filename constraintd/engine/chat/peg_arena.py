@@ -71,6 +71,11 @@ class PegArena:
     def eps(self) -> int:
         return self._add(_Parser("eps"))
 
+    def end(self) -> int:
+        """common_peg_parser_builder::end() as far as the grammar goes: the end of the text, which writes
+        nothing (an epsilon), one parser of the arena like llama.cpp's."""
+        return self._add(_Parser("eps"))
+
     def literal(self, text: str) -> int:
         return self._add(_Parser("literal", text=text))
 
@@ -83,9 +88,13 @@ class PegArena:
     def chars(self, pattern: str, min_count: int = 1, max_count: int = -1) -> int:
         return self._add(_Parser("chars", text=pattern, min_count=min_count, max_count=max_count))
 
-    def string_content(self) -> int:
-        # string_content('"'), the only delimiter written here
-        return self._add(_Parser("string"))
+    def string_content(self, delimiter: str = '"') -> int:
+        """string_content(delimiter): a string's characters up to `delimiter`, JSON's escapes and the
+        delimiter's; a double quote's is JSON's own string content."""
+        if delimiter == '"':
+            return self._add(_Parser("string"))
+        gbnf = f'( [^{delimiter}\\\\] | "\\\\" ( [{delimiter}\\\\/ bfnrt] | "u" [0-9a-fA-F]{{4}} ) )*'
+        return self._add(_Parser("gbnf", text=gbnf))
 
     def until_one_of(self, delimiters: Sequence[str]) -> int:
         return self._add(_Parser("until", delimiters=tuple(delimiters)))

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from constraintd.engine.chat.chat_params import _JSON_RULES
-from constraintd.engine.chat.json_tool_grammar import JSON_VALUE_AGAIN, JSON_VALUE_FIRST
+from constraintd.engine.chat.json_tool_grammar import JSON_STRING_CONTENT, JSON_VALUE_AGAIN, JSON_VALUE_FIRST
 from constraintd.engine.chat.peg_arena import PegArena
 
 
@@ -112,3 +112,14 @@ def test_rule_names_are_cleaned_as_llama_cpps() -> None:
     arena = PegArena()
     arena.root = arena.rule("tool-get_weather.v2", arena.literal("x"))
     assert _rules(arena) == {"tool-get-weather-v2": '"x"', "root": "tool-get-weather-v2"}
+
+
+def test_string_content_of_a_delimiter_is_the_arenas_with_that_quote() -> None:
+    arena = PegArena()
+    assert [arena.string_content('"'), arena.string_content("'")] == [0, 1]  # one parser each
+    arena.root = arena.sequence(0, 1)
+    rules: dict[str, str] = {}
+    arena.build_grammar(lambda name, rule: rules.setdefault(name, rule), lambda name, schema: name,
+                        lambda prefix, strings, including: prefix, lazy=False)
+    single = r"""( [^'\\] | "\\" ( ['\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )*"""
+    assert rules["root"] == JSON_STRING_CONTENT + " " + single

@@ -8,29 +8,25 @@ request on a template of that format, or raises NotImplementedError naming the p
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
 
 from constraintd.engine.chat.peg_arena import PegArena
 
 __all__ = ["FormatParams"]
 
 
-class FormatParams(Protocol):
+@dataclass(frozen=True, slots=True)
+class FormatParams:
     """What a format's `*_params` gives: the parser whose grammar the request gets (None: no grammar),
-    whether that grammar is lazy, its trigger words, the thinking tags and the preserved tokens (a format with
-    additional stops gives them as `additional_stops` too)."""
+    whether that grammar is lazy, its trigger words, the thinking tags and preserved tokens, and where the
+    format has them, additional stops and its prompt's message delimiters ((role, text) pairs)."""
 
-    @property
-    def arena(self) -> PegArena | None: ...
-    @property
-    def grammar_lazy(self) -> bool: ...
-    @property
-    def trigger_words(self) -> tuple[str, ...]: ...
-    @property
-    def supports_thinking(self) -> bool: ...
-    @property
-    def thinking_start_tag(self) -> str: ...
-    @property
-    def thinking_end_tags(self) -> tuple[str, ...]: ...
-    @property
-    def preserved_tokens(self) -> tuple[str, ...]: ...
+    arena: PegArena | None
+    grammar_lazy: bool
+    trigger_words: tuple[str, ...]
+    supports_thinking: bool
+    thinking_start_tag: str
+    thinking_end_tags: tuple[str, ...]
+    preserved_tokens: tuple[str, ...]
+    additional_stops: tuple[str, ...] = ()
+    message_delimiters: tuple[tuple[str, str], ...] = ()

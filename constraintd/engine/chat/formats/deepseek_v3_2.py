@@ -23,14 +23,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
+from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_parameters
 from constraintd.engine.chat.peg_arena import PegArena
 from constraintd.engine.chat.tagged_tool_grammar import may_be_string, tagged_arguments
 
-__all__ = ["DeepseekV32Params", "deepseek_v3_2_params"]
+__all__ = ["deepseek_v3_2_params"]
 
 DSML: Final = "｜DSML｜"
 GENERATION_PROMPT: Final = "<｜Assistant｜>"
@@ -43,32 +43,11 @@ _PARAM_END: Final = "</" + DSML + "parameter>"
 _TC_SEPARATOR: Final = "\n\n"
 
 
-@dataclass(frozen=True, slots=True)
-class DeepseekV32Params:
-    """The grammar side of the format's chat params: the parser to write as the grammar (None: no grammar),
-    whether it is lazy, its trigger words (set with every grammar, lazy or not), and the thinking tags and
-    preserved tokens."""
-
-    arena: PegArena | None
-    grammar_lazy: bool
-    trigger_words: tuple[str, ...]
-    supports_thinking: bool
-    thinking_start_tag: str
-    thinking_end_tags: tuple[str, ...]
-    preserved_tokens: tuple[str, ...]
-
-
-def end_parser(p: PegArena) -> int:
-    """common_peg_parser_builder::end(): the end of the input, one parser in the arena that writes no GBNF
-    (as an epsilon does; peg_arena.py has no parser of its own for it)."""
-    return p.eps()
-
-
 def deepseek_v3_2_params(
     source: str, *, tools: Sequence[Mapping[str, Any]] = (), tool_choice: str = "auto",
     parallel_tool_calls: bool = False, json_schema: Any = None, reasoning_format: str = "auto",
     enable_thinking: bool = True,
-) -> DeepseekV32Params:
+) -> FormatParams:
     """common_chat_params_init_deepseek_v3_2's grammar side for a request (see the module's contract).
 
     Does not render the prompt nor read the messages (they change the prompt only).
@@ -96,8 +75,8 @@ def deepseek_v3_2_params(
 
 
 def _params(arena: PegArena | None, lazy: bool, trigger_words: tuple[str, ...], block_start: str
-            ) -> DeepseekV32Params:
-    return DeepseekV32Params(arena, lazy, trigger_words, True, THINK_START, (THINK_END, block_start),
+            ) -> FormatParams:
+    return FormatParams(arena, lazy, trigger_words, True, THINK_START, (THINK_END, block_start),
                              (DSML, THINK_START, THINK_END))
 
 
@@ -108,7 +87,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]] | None, *, is_v4: boo
     # (the right operand of `+` and `|` first)
     p = PegArena()
     generation_prompt = p.literal(GENERATION_PROMPT)
-    end = end_parser(p)
+    end = p.end()
     tool_choice = p.choice()
     for name, function in functions or ():
         tool_choice = p.choice(tool_choice, p.rule(f"tool-{name}", _function(p, name, function)))

@@ -22,13 +22,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
+from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.json_tool_grammar import tool_functions
 from constraintd.engine.chat.peg_arena import PegArena
 
-__all__ = ["Gemma4Params", "gemma4_params"]
+__all__ = ["gemma4_params"]
 
 TRIGGER: Final = "<|tool_call>"
 THINKING_START: Final = "<|channel>thought"
@@ -37,25 +37,10 @@ PRESERVED_TOKENS: Final = ("<|channel>", "<channel|>", "<|tool_call>", "<tool_ca
 _STRING_MARK: Final = '<|"|>'
 
 
-@dataclass(frozen=True, slots=True)
-class Gemma4Params:
-    """The grammar side of the format's chat params: the parser to write as the grammar (None: no grammar),
-    whether it is lazy, its trigger words, the thinking tags, preserved tokens and additional stops."""
-
-    arena: PegArena | None
-    grammar_lazy: bool
-    trigger_words: tuple[str, ...]
-    supports_thinking: bool
-    thinking_start_tag: str
-    thinking_end_tags: tuple[str, ...]
-    preserved_tokens: tuple[str, ...]
-    additional_stops: tuple[str, ...] = ()
-
-
 def gemma4_params(
     source: str, *, tools: Sequence[Mapping[str, Any]] = (), tool_choice: str = "auto",
     parallel_tool_calls: bool = False, json_schema: Any = None, reasoning_format: str = "auto",
-) -> Gemma4Params:
+) -> FormatParams:
     """common_chat_params_init_gemma4's grammar side for a request (see the module's contract).
 
     `source` is the template's; the format's grammar does not depend on it. Does not validate tool_choice
@@ -71,7 +56,7 @@ def gemma4_params(
                     tool_choice=tool_choice if wants_tools else None, parallel_tool_calls=parallel_tool_calls)
     include_grammar = has_schema or wants_tools
     lazy = include_grammar and not (has_schema or (has_tools and tool_choice == "required"))
-    return Gemma4Params(
+    return FormatParams(
         arena if include_grammar else None, lazy, (TRIGGER,) if include_grammar else (), True,
         THINKING_START, (THINKING_END,), PRESERVED_TOKENS)
 

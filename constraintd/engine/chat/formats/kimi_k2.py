@@ -20,13 +20,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
+from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_parameters
 from constraintd.engine.chat.peg_arena import PegArena
 
-__all__ = ["KimiK2Params", "kimi_k2_params"]
+__all__ = ["kimi_k2_params"]
 
 GENERATION_PROMPT: Final = "<|im_assistant|>assistant<|im_middle|>"
 SECTION_BEGIN: Final = "<|tool_calls_section_begin|>"
@@ -40,24 +40,10 @@ PRESERVED_TOKENS: Final = (
     SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARGS_BEGIN, CALL_END, THINK_START, THINK_END)
 
 
-@dataclass(frozen=True, slots=True)
-class KimiK2Params:
-    """The grammar side of the format's chat params: the parser to write as the grammar (None: no grammar),
-    whether it is lazy, its trigger words, and the thinking tags and preserved tokens."""
-
-    arena: PegArena | None
-    grammar_lazy: bool
-    trigger_words: tuple[str, ...]
-    supports_thinking: bool
-    thinking_start_tag: str
-    thinking_end_tags: tuple[str, ...]
-    preserved_tokens: tuple[str, ...]
-
-
 def kimi_k2_params(
     source: str, *, tools: Sequence[Mapping[str, Any]] = (), tool_choice: str = "auto",
     parallel_tool_calls: bool = False, json_schema: Any = None, reasoning_format: str = "auto",
-) -> KimiK2Params:
+) -> FormatParams:
     """common_chat_params_init_kimi_k2's grammar side for a request (see the module's contract).
 
     `source` (the template) and `json_schema` do not change the answer: llama.cpp's format reads neither; they
@@ -70,15 +56,9 @@ def kimi_k2_params(
         functions = tool_functions([tool for tool in tools if tool.get("type") == "function"])
         arena = _parser(functions, extract_reasoning=reasoning_format != "none", tool_choice=tool_choice,
                         parallel_tool_calls=parallel_tool_calls)
-    return KimiK2Params(
+    return FormatParams(
         arena, include_grammar and tool_choice == "auto", (CALL_BEGIN,) if include_grammar else (), True,
         THINK_START, (THINK_END,), PRESERVED_TOKENS)
-
-
-def _end(p: PegArena) -> int:
-    """common_peg_parser_builder::end() as far as the grammar goes: one parser of the arena (so the later ones
-    keep llama.cpp's numbers) that writes nothing, which the arena's epsilon is."""
-    return p.eps()
 
 
 def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning: bool, tool_choice: str,
@@ -86,7 +66,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     # the parser of build_chat_peg_parser's function with tools, each expression's parsers made in llama.cpp's
     # order (the right operand of + first)
     p = PegArena()
-    at_end = _end(p)
+    at_end = p.end()
     if extract_reasoning:
         # optional(THINK_START + reasoning(until_one_of(...)) + optional(literal(THINK_END)))
         think_end = p.optional(p.literal(THINK_END))

@@ -23,13 +23,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
+from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_parameters
 from constraintd.engine.chat.peg_arena import PegArena
 
-__all__ = ["KimiK3Params", "kimi_k3_params"]
+__all__ = ["kimi_k3_params"]
 
 SEP: Final = "<|sep|>"
 MSG_START: Final = '<|open|>message role="assistant"<|sep|>'
@@ -51,26 +51,10 @@ MESSAGE_DELIMITERS: Final = (
     ("tool", '<|open|>message role="tool"'), ("system", '<|open|>message role="system"'))
 
 
-@dataclass(frozen=True, slots=True)
-class KimiK3Params:
-    """The grammar side of the format's chat params: the parser to write as the grammar (None: no grammar),
-    whether it is lazy, its trigger words, the thinking tags and preserved tokens, and the messages' start
-    delimiters as (role, text)."""
-
-    arena: PegArena | None
-    grammar_lazy: bool
-    trigger_words: tuple[str, ...]
-    supports_thinking: bool
-    thinking_start_tag: str
-    thinking_end_tags: tuple[str, ...]
-    preserved_tokens: tuple[str, ...]
-    message_delimiters: tuple[tuple[str, str], ...]
-
-
 def kimi_k3_params(
     source: str, *, tools: Sequence[Mapping[str, Any]] = (), tool_choice: str = "auto",
     parallel_tool_calls: bool = False, json_schema: Any = None, reasoning_format: str = "auto",
-) -> KimiK3Params:
+) -> FormatParams:
     """common_chat_params_init_kimi_k3's grammar side for a request (see the module's contract).
 
     `source` (the template), `parallel_tool_calls`, `json_schema` and `reasoning_format` do not change the
@@ -87,22 +71,16 @@ def kimi_k3_params(
     if include_grammar:
         functions = tool_functions([tool for tool in tools if tool.get("type") == "function"])
         arena = _parser(functions, required=tool_choice == "required")
-    return KimiK3Params(
+    return FormatParams(
         arena, include_grammar and tool_choice != "required", (TOOLS_START,) if include_grammar else (), True,
-        THINK_START, (THINK_END,), PRESERVED_TOKENS, MESSAGE_DELIMITERS)
-
-
-def _end(p: PegArena) -> int:
-    """common_peg_parser_builder::end() as far as the grammar goes: one parser of the arena (so the later ones
-    keep llama.cpp's numbers) that writes nothing, which the arena's epsilon is."""
-    return p.eps()
+        THINK_START, (THINK_END,), PRESERVED_TOKENS, message_delimiters=MESSAGE_DELIMITERS)
 
 
 def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, required: bool) -> PegArena:
     # the parser of build_chat_peg_parser's function with tools, each expression's parsers made in llama.cpp's
     # order (the right operand of + first)
     p = PegArena()
-    at_end = _end(p)
+    at_end = p.end()
     start = p.optional(p.literal(MSG_START))
     think_body = p.tag(p.until_one_of([THINK_END, RESP_START]))
     think_end = p.optional(p.literal(THINK_END))

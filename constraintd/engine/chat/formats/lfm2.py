@@ -20,18 +20,17 @@
 #   in any order and number (at least one where the tool has properties; `required` is not read); a
 #   property whose type is "string" takes a double- or single-quoted string with JSON's escapes, any other
 #   a Python value where JSON's true / false / null are also taken (python_or_json_value).
-# - Not here: llama.cpp's end() parser, written as eps() (the same GBNF, nothing, and one parser too), and
-#   string_content of a single quote, which peg_arena.py does not write (string_content below).
+# - Every builder call is the arena's (peg_arena.py).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
+from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_parameters
-from constraintd.engine.chat.peg_arena import PegArena, _Parser
+from constraintd.engine.chat.peg_arena import PegArena
 
-__all__ = ["Lfm2Params", "lfm2_params", "lfm2_tool_list_tokens", "string_content"]
+__all__ = ["lfm2_params", "lfm2_tool_list_tokens"]
 
 GENERATION_PROMPT: Final = "<|im_start|>assistant\n"
 TOOL_CALL_START: Final = "<|tool_call_start|>"
@@ -40,21 +39,6 @@ TOOL_LIST_START: Final = "<|tool_list_start|>"
 TOOL_LIST_END: Final = "<|tool_list_end|>"
 THINK_START: Final = "<think>"
 THINK_END: Final = "</think>"
-
-
-@dataclass(frozen=True, slots=True)
-class Lfm2Params:
-    """The grammar side of the format's chat params: the parser to write as the grammar (None: no grammar),
-    whether it is lazy, its trigger words (set with any grammar, lazy or not), and the thinking tags and
-    preserved tokens."""
-
-    arena: PegArena | None
-    grammar_lazy: bool
-    trigger_words: tuple[str, ...]
-    supports_thinking: bool
-    thinking_start_tag: str
-    thinking_end_tags: tuple[str, ...]
-    preserved_tokens: tuple[str, ...]
 
 
 def lfm2_tool_list_tokens(source: str) -> bool:
@@ -67,7 +51,7 @@ def lfm2_params(
     source: str, *, tools: Sequence[Mapping[str, Any]] = (), tool_choice: str = "auto",
     parallel_tool_calls: bool = False, json_schema: Any = None, reasoning_format: str = "auto",
     tool_list_tokens: bool | None = None,
-) -> Lfm2Params:
+) -> FormatParams:
     """common_chat_params_init_lfm2's grammar side for a request (see the module's contract).
 
     `tool_list_tokens`: llama.cpp's flag; None takes chat.cpp's pick for `source` (lfm2_tool_list_tokens).
@@ -91,7 +75,7 @@ def lfm2_params(
                         json_schema=json_schema, wants_tools=wants_tools,
                         parallel_tool_calls=parallel_tool_calls)
     lazy = include_grammar and not (has_schema or (has_tools and tool_choice == "required"))
-    return Lfm2Params(arena, lazy, (TOOL_CALL_START,) if include_grammar else (), True, THINK_START,
+    return FormatParams(arena, lazy, (TOOL_CALL_START,) if include_grammar else (), True, THINK_START,
                       (THINK_END,), preserved)
 
 
@@ -101,7 +85,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     # (the right operand of `+` first)
     p = PegArena()
     generation_prompt = p.literal(GENERATION_PROMPT)
-    end = _end(p)
+    end = p.end()
     reasoning = p.eps()
     if extract_reasoning:
         # optional(THINK_START + reasoning(until(THINK_END)) + THINK_END)
@@ -178,7 +162,7 @@ def _python_style_tool_calls(p: PegArena, functions: list[tuple[str, Mapping[str
 def _quoted(p: PegArena, quote: str) -> int:
     # literal(quote) + string_content(quote) + literal(quote)
     close = p.literal(quote)
-    content = string_content(p, quote)
+    content = p.string_content(quote)
     return p.sequence(p.sequence(p.literal(quote), content), close)
 
 
@@ -213,7 +197,7 @@ def _python_string(p: PegArena) -> int:
 def _quoted_rule(p: PegArena, quote: str) -> int:
     # sequence({literal(quote), string_content(quote), literal(quote)}): made left to right
     opened = p.literal(quote)
-    content = string_content(p, quote)
+    content = p.string_content(quote)
     return p.sequence(opened, content, p.literal(quote))
 
 
@@ -224,20 +208,3 @@ def _python_bool(p: PegArena) -> int:
 def _python_null(p: PegArena) -> int:
     return p.rule_of("python-none", lambda: p.literal("None"))
 
-
-def string_content(p: PegArena, delimiter: str) -> int:
-    """common_peg_parser_builder::string_content(delimiter): the characters of a string quoted by
-    `delimiter`, its escapes JSON's with the delimiter escapable (one parser, as llama.cpp's).
-
-    peg_arena.py writes only the double-quoted one: any other is added here as a parser holding its GBNF
-    (the arena's internals: this belongs in PegArena.string_content, where it should move)."""
-    if delimiter == '"':
-        return p.string_content()
-    gbnf = f'( [^{delimiter}\\\\] | "\\\\" ( [{delimiter}\\\\/ bfnrt] | "u" [0-9a-fA-F]{{4}} ) )*'
-    return p._add(_Parser("gbnf", text=gbnf))
-
-
-def _end(p: PegArena) -> int:
-    # end(): the grammar writes nothing for it, as for eps(), and it is one parser as eps() is; the arena
-    # has no end parser of its own (it does not parse)
-    return p.eps()

@@ -21,13 +21,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
+from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_parameters
 from constraintd.engine.chat.peg_arena import PegArena
 
-__all__ = ["Ministral3Params", "ministral3_params"]
+__all__ = ["ministral3_params"]
 
 TRIGGER: Final = "[TOOL_CALLS]"
 THINKING_START: Final = "[THINK]"
@@ -35,25 +35,10 @@ THINKING_END: Final = "[/THINK]"
 PRESERVED_TOKENS: Final = ("[THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]")
 
 
-@dataclass(frozen=True, slots=True)
-class Ministral3Params:
-    """The grammar side of the format's chat params: the parser to write as the grammar (None: no grammar),
-    whether it is lazy, its trigger words, the thinking tags, preserved tokens and additional stops."""
-
-    arena: PegArena | None
-    grammar_lazy: bool
-    trigger_words: tuple[str, ...]
-    supports_thinking: bool
-    thinking_start_tag: str
-    thinking_end_tags: tuple[str, ...]
-    preserved_tokens: tuple[str, ...]
-    additional_stops: tuple[str, ...] = ()
-
-
 def ministral3_params(
     source: str, *, tools: Sequence[Mapping[str, Any]] = (), tool_choice: str = "auto",
     parallel_tool_calls: bool = False, json_schema: Any = None, reasoning_format: str = "auto",
-) -> Ministral3Params:
+) -> FormatParams:
     """common_chat_params_init_ministral_3's grammar side for a request (see the module's contract).
 
     `source` is the template's; the format's grammar does not depend on it. Does not validate tool_choice
@@ -69,7 +54,7 @@ def ministral3_params(
                     tool_choice=tool_choice if wants_tools else None, parallel_tool_calls=parallel_tool_calls)
     include_grammar = has_schema or wants_tools
     lazy = include_grammar and has_tools and tool_choice == "auto"
-    return Ministral3Params(
+    return FormatParams(
         arena if include_grammar else None, lazy, (TRIGGER,) if include_grammar else (), True,
         THINKING_START, (THINKING_END,), PRESERVED_TOKENS)
 

@@ -24,32 +24,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
+from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_parameters
 from constraintd.engine.chat.peg_arena import PegArena
 from constraintd.engine.chat.tagged_tool_grammar import tagged_arguments
 
-__all__ = ["Qwen3CoderParams", "qwen3_coder_params", "value_types"]
+__all__ = ["qwen3_coder_params", "value_types"]
 
 GENERATION_PREFIX: Final = "<|im_start|>assistant\n"
 _ARG_CLOSE: Final = "\n</parameter>\n"
 _ALL_TYPES: Final = frozenset({"null", "boolean", "number", "integer", "string", "array", "object"})
-
-
-@dataclass(frozen=True, slots=True)
-class Qwen3CoderParams:
-    """The grammar side of the format's chat params: the parser to write as the grammar (None: no grammar),
-    whether it is lazy, its trigger words, and the thinking tags and preserved tokens."""
-
-    arena: PegArena | None
-    grammar_lazy: bool
-    trigger_words: tuple[str, ...]
-    supports_thinking: bool
-    thinking_start_tag: str
-    thinking_end_tags: tuple[str, ...]
-    preserved_tokens: tuple[str, ...]
 
 
 def value_types(schema: Any) -> frozenset[str]:
@@ -109,7 +95,7 @@ def _json_type(value: Any) -> str:
 def qwen3_coder_params(
     source: str, *, tools: Sequence[Mapping[str, Any]] = (), tool_choice: str = "auto",
     parallel_tool_calls: bool = False, json_schema: Any = None, reasoning_format: str = "auto",
-) -> Qwen3CoderParams:
+) -> FormatParams:
     """common_chat_params_init_qwen3_coder's grammar side for a request (see the module's contract).
 
     Raises:
@@ -129,7 +115,7 @@ def qwen3_coder_params(
                     parallel_tool_calls=parallel_tool_calls, starts=starts)
     include_grammar = has_schema or wants_tools
     lazy = include_grammar and has_tools and tool_choice == "auto"
-    return Qwen3CoderParams(
+    return FormatParams(
         arena if include_grammar else None, lazy, tuple(starts) if lazy else (),
         supports_reasoning, "<think>" if supports_reasoning else "",
         ("\n</think>", "</think>", "<tool_call>") if supports_reasoning else (), preserved)

@@ -10,15 +10,15 @@ tools whose arguments reach the format's other branches.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import _GrammarText, _state_grammar
-from constraintd.engine.chat.formats.deepseek_v3_2 import DeepseekV32Params, deepseek_v3_2_params
+from constraintd.engine.chat.chat_params import format_grammar
+from constraintd.engine.chat.formats import FormatParams
+from constraintd.engine.chat.formats.deepseek_v3_2 import deepseek_v3_2_params
 from constraintd.engine.chat.prompt import template_source
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
@@ -45,17 +45,8 @@ COUNT_TOOL = {"type": "function", "function": {"name": "count", "parameters": {
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL, COUNT_TOOL]
 
 
-def _grammar_text(made: DeepseekV32Params) -> str:
-    # as chat_params.py writes an arena: its rules and schemas into one converter, the automaton grammars by
-    # the converter's add_rule
-    assert made.arena is not None
-    built = _GrammarText()
-
-    def ac_grammar(prefix: str, strings: Sequence[str], including: bool) -> str:
-        return _state_grammar(built.add_rule, prefix, strings, including=including)
-
-    made.arena.build_grammar(built.add_rule, built.add_schema, ac_grammar, lazy=made.grammar_lazy)
-    return built.text()
+def _grammar_text(made: FormatParams) -> str:
+    return format_grammar(made).grammar
 
 
 def _matcher(source: str = V3_2, tool_choice: str = "required", **options: Any) -> Matcher:
@@ -132,7 +123,7 @@ def test_calls_repeat_in_the_block_only_where_parallel_calls_are_on() -> None:
     assert not _takes(_matcher(parallel_tool_calls=True), PROMPT + WEATHER + "\n" + WEATHER)  # one block
 
 
-def _root(made: DeepseekV32Params) -> str:
+def _root(made: FormatParams) -> str:
     return next(line for line in _grammar_text(made).splitlines() if line.startswith("root ::= "))
 
 
@@ -242,7 +233,7 @@ FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem in (
     "deepseek-ai-DeepSeek-V3.2", "deepseek-ai-DeepSeek-V4-Flash-0731", "deepseek-ai-DeepSeek-V4"))
 
 
-def _ours(made: DeepseekV32Params) -> dict[str, Any]:
+def _ours(made: FormatParams) -> dict[str, Any]:
     # the fields tests/chat_oracle/params.py compares, as chat_params.py will give them
     return {
         "grammar": _grammar_text(made) if made.arena is not None else "", "grammar_lazy": made.grammar_lazy,

@@ -9,15 +9,15 @@ Gemma 4 writes them.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import _GrammarText, _state_grammar
-from constraintd.engine.chat.formats.gemma4 import Gemma4Params, gemma4_params
+from constraintd.engine.chat.chat_params import format_grammar
+from constraintd.engine.chat.formats import FormatParams
+from constraintd.engine.chat.formats.gemma4 import gemma4_params
 from constraintd.engine.chat.prompt import template_source
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
@@ -39,19 +39,11 @@ FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem in (
     "google-gemma-4-31B-it", "google-gemma-4-31B-it-interleaved"))
 
 
-def _grammar_text(made: Gemma4Params) -> str:
-    if made.arena is None:
-        return ""
-    built = _GrammarText()
-
-    def ac_grammar(prefix: str, strings: Sequence[str], including: bool) -> str:
-        return _state_grammar(built.add_rule, prefix, strings, including=including)
-
-    made.arena.build_grammar(built.add_rule, built.add_schema, ac_grammar, lazy=made.grammar_lazy)
-    return built.text()
+def _grammar_text(made: FormatParams) -> str:
+    return format_grammar(made).grammar
 
 
-def _fields(made: Gemma4Params) -> dict[str, Any]:
+def _fields(made: FormatParams) -> dict[str, Any]:
     # the fields tests/chat_oracle/params.py compares, as llama.cpp's harness answers them
     return {"grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
             "grammar_triggers": [["word", word] for word in made.trigger_words],

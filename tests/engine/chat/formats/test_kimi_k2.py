@@ -9,15 +9,15 @@ those cases do not reach.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import _GrammarText, _state_grammar
-from constraintd.engine.chat.formats.kimi_k2 import KimiK2Params, kimi_k2_params
+from constraintd.engine.chat.chat_params import format_grammar
+from constraintd.engine.chat.formats import FormatParams
+from constraintd.engine.chat.formats.kimi_k2 import kimi_k2_params
 from constraintd.engine.chat.prompt import template_source
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
@@ -37,16 +37,8 @@ SOURCE = "<|tool_calls_section_begin|><|tool_call_begin|>"  # the marks llama.cp
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL]
 
 
-def _grammar_text(made: KimiK2Params) -> str:
-    if made.arena is None:
-        return ""
-    built = _GrammarText()
-
-    def ac_grammar(prefix: str, strings: Sequence[str], including: bool) -> str:
-        return _state_grammar(built.add_rule, prefix, strings, including=including)
-
-    made.arena.build_grammar(built.add_rule, built.add_schema, ac_grammar, lazy=made.grammar_lazy)
-    return built.text()
+def _grammar_text(made: FormatParams) -> str:
+    return format_grammar(made).grammar
 
 
 def _matcher(tool_choice: str = "required", **options: Any) -> Matcher:
@@ -173,7 +165,7 @@ def test_a_tool_without_parameters_takes_an_empty_object() -> None:
     assert not _takes(matcher, PROMPT + _call("ping", "[]"))
 
 
-def _differences(made: KimiK2Params, llama: dict[str, Any]) -> list[str]:
+def _differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
     ours = {
         "grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
         "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],

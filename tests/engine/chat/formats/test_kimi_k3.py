@@ -9,15 +9,15 @@ cases do not reach.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import _GrammarText, _state_grammar
-from constraintd.engine.chat.formats.kimi_k3 import KimiK3Params, kimi_k3_params
+from constraintd.engine.chat.chat_params import format_grammar
+from constraintd.engine.chat.formats import FormatParams
+from constraintd.engine.chat.formats.kimi_k3 import kimi_k3_params
 from constraintd.engine.chat.prompt import template_source
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
@@ -39,16 +39,8 @@ CLOSE = "<|close|>message<|sep|><|end_of_msg|>"
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL]
 
 
-def _grammar_text(made: KimiK3Params) -> str:
-    if made.arena is None:
-        return ""
-    built = _GrammarText()
-
-    def ac_grammar(prefix: str, strings: Sequence[str], including: bool) -> str:
-        return _state_grammar(built.add_rule, prefix, strings, including=including)
-
-    made.arena.build_grammar(built.add_rule, built.add_schema, ac_grammar, lazy=made.grammar_lazy)
-    return built.text()
+def _grammar_text(made: FormatParams) -> str:
+    return format_grammar(made).grammar
 
 
 def _matcher(tool_choice: str = "required", **options: Any) -> Matcher:
@@ -180,7 +172,7 @@ def test_properties_that_are_not_an_object_are_refused() -> None:
         kimi_k3_params(SOURCE, tools=[tool], tool_choice="required")
 
 
-def _differences(made: KimiK3Params, llama: dict[str, Any]) -> list[str]:
+def _differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
     ours = {
         "grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
         "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],

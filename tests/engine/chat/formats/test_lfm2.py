@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 
 from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import _GrammarText, _state_grammar, specialised_format
+from constraintd.engine.chat.chat_params import (
+    format_grammar,
+    specialised_format,
+)
+from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.lfm2 import (
-    Lfm2Params,
     lfm2_params,
     lfm2_tool_list_tokens,
-    string_content,
 )
-from constraintd.engine.chat.json_tool_grammar import JSON_STRING_CONTENT
-from constraintd.engine.chat.peg_arena import PegArena
 from constraintd.engine.chat.prompt import template_source
 from constraintd.engine.chat.template_inputs import parse_tools
 from tests.chat_oracle.build import run_harness
@@ -49,16 +49,8 @@ PING_TOOL = {"type": "function", "function": {"name": "ping"}}
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL, PING_TOOL]
 
 
-def _grammar_text(made: Lfm2Params) -> str:
-    if made.arena is None:
-        return ""
-    built = _GrammarText()
-
-    def ac_grammar(prefix: str, strings: Sequence[str], including: bool) -> str:
-        return _state_grammar(built.add_rule, prefix, strings, including=including)
-
-    made.arena.build_grammar(built.add_rule, built.add_schema, ac_grammar, lazy=made.grammar_lazy)
-    return built.text()
+def _grammar_text(made: FormatParams) -> str:
+    return format_grammar(made).grammar
 
 
 def _matcher(source: str = THINKING, tool_choice: str = "required", **options: Any) -> Matcher:
@@ -226,17 +218,6 @@ def test_the_tool_list_flag_is_chat_cpps_pick(path: Path) -> None:
     assert not lfm2_tool_list_tokens("<|tool_list_start|>") and not lfm2_tool_list_tokens("<|tool_list_end|>")
 
 
-def test_string_content_of_a_delimiter_is_the_arenas_with_that_quote() -> None:
-    arena = PegArena()
-    assert [string_content(arena, '"'), string_content(arena, "'")] == [0, 1]  # one parser each
-    arena.root = arena.sequence(0, 1)
-    rules: dict[str, str] = {}
-    arena.build_grammar(lambda name, rule: rules.setdefault(name, rule), lambda name, schema: name,
-                        lambda prefix, strings, including: prefix, lazy=False)
-    single = r"""( [^'\\] | "\\" ( ['\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )*"""
-    assert rules["root"] == JSON_STRING_CONTENT + " " + single
-
-
 def test_properties_that_are_not_an_object_are_refused() -> None:
     tool = {"type": "function", "function": {"name": "f", "parameters": {"properties": ["a"]}}}
     refused = r"^lfm2 tool parameters whose properties are not an object$"
@@ -247,7 +228,7 @@ def test_properties_that_are_not_an_object_are_refused() -> None:
 FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem.startswith("LFM2"))
 
 
-def _comparison(path: Path, name: str, made: Lfm2Params, llama: dict[str, Any]) -> ParamsComparison:
+def _comparison(path: Path, name: str, made: FormatParams, llama: dict[str, Any]) -> ParamsComparison:
     ours = {
         "grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
         "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],

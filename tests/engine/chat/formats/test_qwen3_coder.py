@@ -10,15 +10,15 @@ PARAMS_CASES).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import _GrammarText, _state_grammar
-from constraintd.engine.chat.formats.qwen3_coder import Qwen3CoderParams, qwen3_coder_params, value_types
+from constraintd.engine.chat.chat_params import format_grammar
+from constraintd.engine.chat.formats import FormatParams
+from constraintd.engine.chat.formats.qwen3_coder import qwen3_coder_params, value_types
 from constraintd.engine.chat.prompt import template_source
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import SEARCH_TOOL, WEATHER_TOOL, ParamsCase, template_paths
@@ -36,15 +36,8 @@ COUNT_TOOL = {"type": "function", "function": {"name": "count", "parameters": {
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL, COUNT_TOOL]
 
 
-def _grammar_text(made: Qwen3CoderParams) -> str:
-    assert made.arena is not None
-    built = _GrammarText()
-
-    def ac_grammar(prefix: str, strings: Sequence[str], including: bool) -> str:
-        return _state_grammar(built.add_rule, prefix, strings, including=including)
-
-    made.arena.build_grammar(built.add_rule, built.add_schema, ac_grammar, lazy=made.grammar_lazy)
-    return built.text()
+def _grammar_text(made: FormatParams) -> str:
+    return format_grammar(made).grammar
 
 
 def _matcher(source: str = CODER, tool_choice: str = "required", **options: Any) -> Matcher:
