@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import format_grammar
+from constraintd.engine import Grammar, Matcher
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.deepseek_v3_2 import deepseek_v3_2_params
 from constraintd.engine.chat.prompt import template_source
@@ -29,10 +28,10 @@ from tests.chat_oracle.cases import (
     ParamsCase,
     template_paths,
 )
+from tests.chat_oracle.grammars import BYTES, completes, format_matcher, grammar_text, takes
 from tests.chat_oracle.params import PARALLEL_CASES, ParamsComparison
 from tests.conftest import OracleReport
 
-BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
 V3_2 = "dsml_token DSML function_calls"  # the marks of the format: V3.2 names its call block function_calls
 V4 = "dsml_token DSML tool_calls"  # V4 names it tool_calls
 PROMPT = "<｜Assistant｜>"
@@ -45,22 +44,12 @@ COUNT_TOOL = {"type": "function", "function": {"name": "count", "parameters": {
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL, COUNT_TOOL]
 
 
-def _grammar_text(made: FormatParams) -> str:
-    return format_grammar(made).grammar
-
 
 def _matcher(source: str = V3_2, tool_choice: str = "required", **options: Any) -> Matcher:
     made = deepseek_v3_2_params(source, tools=options.pop("tools", TOOLS), tool_choice=tool_choice, **options)
-    return Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
+    return format_matcher(made)
 
 
-def _completes(matcher: Matcher, text: str) -> bool:
-    fork = matcher.fork()
-    return fork.accept_bytes(text.encode()) and fork.is_complete()
-
-
-def _takes(matcher: Matcher, text: str) -> bool:
-    return matcher.fork().accept_bytes(text.encode())
 
 
 def _invoke(name: str, *arguments: tuple[str, str, bool]) -> str:
@@ -79,61 +68,61 @@ WEATHER = _block(_invoke("get_weather", PARIS))
 
 def test_a_required_call_is_taken_and_a_malformed_one_refused() -> None:
     matcher = _matcher()
-    assert _completes(matcher, PROMPT + WEATHER)
-    assert _completes(matcher, PROMPT + "Let me look.\n\n" + WEATHER)
-    assert _completes(matcher, PROMPT + _block(_invoke("get_weather", ("city", "Saint-\nÉtienne", True))))
-    assert not _completes(matcher, PROMPT)  # a call is required
-    assert not _completes(matcher, PROMPT + "Paris is sunny.")
-    assert not _takes(matcher, PROMPT + _block(_invoke("get_time", PARIS)))  # no such tool
-    assert not _takes(matcher, PROMPT + _block(_invoke("get_weather", ("town", "Paris", True))))
-    assert not _completes(matcher, PROMPT + _block(_invoke("get_weather")))  # its required argument missing
+    assert completes(matcher, PROMPT + WEATHER)
+    assert completes(matcher, PROMPT + "Let me look.\n\n" + WEATHER)
+    assert completes(matcher, PROMPT + _block(_invoke("get_weather", ("city", "Saint-\nÉtienne", True))))
+    assert not completes(matcher, PROMPT)  # a call is required
+    assert not completes(matcher, PROMPT + "Paris is sunny.")
+    assert not takes(matcher, PROMPT + _block(_invoke("get_time", PARIS)))  # no such tool
+    assert not takes(matcher, PROMPT + _block(_invoke("get_weather", ("town", "Paris", True))))
+    assert not completes(matcher, PROMPT + _block(_invoke("get_weather")))  # its required argument missing
     # a string argument says string="true"; its value is any text up to the parameter's close
-    assert not _takes(matcher, PROMPT + _block(_invoke("get_weather", ("city", "Paris", False))))
-    assert not _takes(matcher, PROMPT + WEATHER + "Done.")
+    assert not takes(matcher, PROMPT + _block(_invoke("get_weather", ("city", "Paris", False))))
+    assert not takes(matcher, PROMPT + WEATHER + "Done.")
     # V4's block is text to V3.2, before a call still to come
-    assert not _completes(matcher, PROMPT + _block(_invoke("get_weather", PARIS), block="tool_calls"))
+    assert not completes(matcher, PROMPT + _block(_invoke("get_weather", PARIS), block="tool_calls"))
 
 
 def test_a_json_argument_is_its_schemas_and_marked_not_a_string() -> None:
     matcher = _matcher()
     query = ("query", "Paris", True)
-    assert _completes(matcher, PROMPT + _block(_invoke("search", query, ("filters", '{"max": 3}', False))))
-    assert not _takes(matcher, PROMPT + _block(_invoke("search", query, ("filters", '{"max": 0}', False))))
-    assert not _takes(matcher, PROMPT + _block(_invoke("search", query, ("filters", "{}", True))))
+    assert completes(matcher, PROMPT + _block(_invoke("search", query, ("filters", '{"max": 3}', False))))
+    assert not takes(matcher, PROMPT + _block(_invoke("search", query, ("filters", '{"max": 0}', False))))
+    assert not takes(matcher, PROMPT + _block(_invoke("search", query, ("filters", "{}", True))))
 
 
 def test_required_arguments_come_in_order_then_the_optional_ones_in_any_order() -> None:
     matcher = _matcher()
     n, label, unit = ("n", "3", False), ("label", "three\nlines", True), ("unit", "m", True)
-    assert _completes(matcher, PROMPT + _block(_invoke("count", n, label, unit)))
-    assert not _takes(matcher, PROMPT + _block(_invoke("count", label, n, unit)))  # the parameters' order
+    assert completes(matcher, PROMPT + _block(_invoke("count", n, label, unit)))
+    assert not takes(matcher, PROMPT + _block(_invoke("count", label, n, unit)))  # the parameters' order
     size, note = ("size", "[1, 2]", False), ("note", "x", True)
-    assert _completes(matcher, PROMPT + _block(_invoke("count", n, label, unit, size, note)))
-    assert _completes(matcher, PROMPT + _block(_invoke("count", n, label, unit, note, size, note)))
-    assert not _takes(matcher, PROMPT + _block(_invoke("count", note, n, label, unit)))  # optional ones last
-    assert not _takes(matcher, PROMPT + _block(_invoke("count", ("n", "three", False))))  # an integer
+    assert completes(matcher, PROMPT + _block(_invoke("count", n, label, unit, size, note)))
+    assert completes(matcher, PROMPT + _block(_invoke("count", n, label, unit, note, size, note)))
+    assert not takes(matcher, PROMPT + _block(_invoke("count", note, n, label, unit)))  # optional ones last
+    assert not takes(matcher, PROMPT + _block(_invoke("count", ("n", "three", False))))  # an integer
     # an argument that may be a string (the enum's "m") is any text, marked a string
-    assert _completes(matcher, PROMPT + _block(_invoke("count", n, label, ("unit", "anything", True))))
+    assert completes(matcher, PROMPT + _block(_invoke("count", n, label, ("unit", "anything", True))))
 
 
 def test_calls_repeat_in_the_block_only_where_parallel_calls_are_on() -> None:
     two = PROMPT + _block(_invoke("get_weather", PARIS), _invoke("search", ("query", "Paris", True)))
-    assert not _takes(_matcher(), two)
-    assert _completes(_matcher(parallel_tool_calls=True), two)
-    assert not _takes(_matcher(parallel_tool_calls=True), PROMPT + WEATHER + "\n" + WEATHER)  # one block
+    assert not takes(_matcher(), two)
+    assert completes(_matcher(parallel_tool_calls=True), two)
+    assert not takes(_matcher(parallel_tool_calls=True), PROMPT + WEATHER + "\n" + WEATHER)  # one block
 
 
 def _root(made: FormatParams) -> str:
-    return next(line for line in _grammar_text(made).splitlines() if line.startswith("root ::= "))
+    return next(line for line in grammar_text(made).splitlines() if line.startswith("root ::= "))
 
 
 def test_with_thinking_on_a_thought_ends_at_its_close_or_runs_into_the_calls() -> None:
     matcher = _matcher()
-    assert _completes(matcher, PROMPT + "<think>why</think>" + WEATHER)
-    assert _completes(matcher, PROMPT + "<think>first, the weather\n\n" + WEATHER)
+    assert completes(matcher, PROMPT + "<think>why</think>" + WEATHER)
+    assert completes(matcher, PROMPT + "<think>first, the weather\n\n" + WEATHER)
     # the text before the calls holds no block start (the lookahead that refuses <think> there writes nothing)
-    assert not _takes(matcher, PROMPT + f"I will write <{D}function_calls> here")
-    assert _completes(matcher, PROMPT + "a <think> in the text" + WEATHER)
+    assert not takes(matcher, PROMPT + f"I will write <{D}function_calls> here")
+    assert completes(matcher, PROMPT + "a <think> in the text" + WEATHER)
     root = _root(deepseek_v3_2_params(V3_2, tools=TOOLS, tool_choice="required"))
     assert root.startswith(f'root ::= "{PROMPT}" ("<think>" until-') and " space tool-call | (" in root
     unreasoned = _root(deepseek_v3_2_params(V3_2, tools=TOOLS, tool_choice="required",
@@ -149,9 +138,9 @@ def test_with_thinking_off_the_generation_prompts_empty_thought_is_taken(
     block = "tool_calls" if source == V4 else "function_calls"
     matcher = _matcher(source, enable_thinking=False)
     call = _block(_invoke("get_weather", PARIS), block=block)
-    assert _completes(matcher, PROMPT + thinking_off + call)
-    assert _completes(matcher, PROMPT + call)
-    assert _completes(matcher, PROMPT + thinking_off + "Let me look.\n\n" + call)
+    assert completes(matcher, PROMPT + thinking_off + call)
+    assert completes(matcher, PROMPT + call)
+    assert completes(matcher, PROMPT + thinking_off + "Let me look.\n\n" + call)
     root = _root(deepseek_v3_2_params(source, tools=TOOLS, tool_choice="required", enable_thinking=False))
     if source == V4:
         assert root.startswith(f'root ::= "{PROMPT}" "</think>"? until-')
@@ -165,13 +154,13 @@ def test_with_thinking_off_the_generation_prompts_empty_thought_is_taken(
 def test_tool_choice_auto_is_lazy_on_the_blocks_start(source: str, word: str) -> None:
     made = deepseek_v3_2_params(source, tools=TOOLS, tool_choice="auto")
     assert made.grammar_lazy and made.trigger_words == (word,)
-    grammar = _grammar_text(made)
+    grammar = grammar_text(made)
     assert "root ::= tool-call\n" in grammar
     # from the trigger on, the lazy grammar holds the block and nothing else
     matcher = Matcher(Grammar.from_gbnf(grammar, BYTES))
     block = word[len(D) + 1:-1]
-    assert _completes(matcher, _block(_invoke("get_weather", PARIS), block=block))
-    assert not _takes(matcher, "text")
+    assert completes(matcher, _block(_invoke("get_weather", PARIS), block=block))
+    assert not takes(matcher, "text")
 
 
 def test_tool_choice_required_is_not_lazy_and_keeps_its_trigger_word() -> None:
@@ -188,11 +177,11 @@ def test_tool_choice_none_and_no_tools_give_no_grammar() -> None:
 def test_a_response_schema_is_json_in_a_fence_after_the_reasoning() -> None:
     made = deepseek_v3_2_params(V3_2, json_schema=RESPONSE_SCHEMA)
     assert not made.grammar_lazy and made.trigger_words == (f"<{D}function_calls>",)
-    matcher = Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
-    assert _completes(matcher, PROMPT + '```json\n{"answer": "Paris"}\n```')
-    assert _completes(matcher, PROMPT + '<think>why</think>```json{"answer": "Paris"}```')
-    assert not _takes(matcher, PROMPT + '{"answer"')  # the fence is not optional
-    assert not _takes(matcher, PROMPT + '```json\n{"confidence": 1}')  # the answer is required
+    matcher = Matcher(Grammar.from_gbnf(grammar_text(made), BYTES))
+    assert completes(matcher, PROMPT + '```json\n{"answer": "Paris"}\n```')
+    assert completes(matcher, PROMPT + '<think>why</think>```json{"answer": "Paris"}```')
+    assert not takes(matcher, PROMPT + '{"answer"')  # the fence is not optional
+    assert not takes(matcher, PROMPT + '```json\n{"confidence": 1}')  # the answer is required
     # an empty schema is a response format too
     assert deepseek_v3_2_params(V3_2, json_schema={}).arena is not None
 
@@ -202,7 +191,7 @@ def test_a_response_schema_with_tools_auto_is_lazy_on_an_empty_block() -> None:
     # response-format parser is no trigger rule: the root is the call block, with tools or none
     made = deepseek_v3_2_params(V3_2, tools=[WEATHER_TOOL], tool_choice="none", json_schema=RESPONSE_SCHEMA)
     assert made.grammar_lazy
-    grammar = _grammar_text(made)
+    grammar = grammar_text(made)
     assert f'tool-call ::= "<{D}function_calls>" space space "</{D}function_calls>"\n' in grammar
     assert "response-format" not in grammar
 
@@ -236,7 +225,7 @@ FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem in (
 def _ours(made: FormatParams) -> dict[str, Any]:
     # the fields tests/chat_oracle/params.py compares, as chat_params.py will give them
     return {
-        "grammar": _grammar_text(made) if made.arena is not None else "", "grammar_lazy": made.grammar_lazy,
+        "grammar": grammar_text(made) if made.arena is not None else "", "grammar_lazy": made.grammar_lazy,
         "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],
         "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
         "thinking_end_tags": list(made.thinking_end_tags),
@@ -303,7 +292,7 @@ def test_deepseek_v3_2_grammars_of_other_arguments_are_llama_cpps(
         source, now=int(time.time()), tools=OTHER_TOOLS, parallel_tool_calls=parallel))
     made = deepseek_v3_2_params(template_source(source), tools=OTHER_TOOLS, tool_choice=tool_choice,
                                 parallel_tool_calls=parallel, enable_thinking=thinking)
-    grammar = _grammar_text(made)
+    grammar = grammar_text(made)
     oracle_report.add("chat params: deepseek-v3.2, other tools", path.stem,
                       identical=int(grammar == llama["grammar"]), total=1)
     assert grammar == llama["grammar"]
@@ -324,7 +313,7 @@ def test_an_empty_response_schema_is_llama_cpps(
     llama = run_harness(chat_oracle, ParamsCase(None, True, False).request(
         source, now=int(time.time()), json_schema={}))
     made = deepseek_v3_2_params(template_source(source), json_schema={})
-    grammar = _grammar_text(made)
+    grammar = grammar_text(made)
     oracle_report.add("chat params: deepseek-v3.2, empty schema", path.stem,
                       identical=int(grammar == llama["grammar"]), total=1)
     assert grammar == llama["grammar"]

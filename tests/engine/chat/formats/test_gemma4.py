@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import format_grammar
+from constraintd.engine import Grammar, Matcher
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.gemma4 import gemma4_params
 from constraintd.engine.chat.prompt import template_source
@@ -28,10 +27,10 @@ from tests.chat_oracle.cases import (
     ParamsCase,
     template_paths,
 )
+from tests.chat_oracle.grammars import BYTES, completes, format_matcher, grammar_text, takes
 from tests.chat_oracle.params import FIELDS, PARALLEL_CASES, _llamas
 from tests.conftest import OracleReport
 
-BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL]
 TURN = "<|turn>model\n"
 QUOTE = '<|"|>'
@@ -39,13 +38,10 @@ FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem in (
     "google-gemma-4-31B-it", "google-gemma-4-31B-it-interleaved"))
 
 
-def _grammar_text(made: FormatParams) -> str:
-    return format_grammar(made).grammar
-
 
 def _fields(made: FormatParams) -> dict[str, Any]:
     # the fields tests/chat_oracle/params.py compares, as llama.cpp's harness answers them
-    return {"grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
+    return {"grammar": grammar_text(made), "grammar_lazy": made.grammar_lazy,
             "grammar_triggers": [["word", word] for word in made.trigger_words],
             "additional_stops": list(made.additional_stops), "supports_thinking": made.supports_thinking,
             "thinking_start_tag": made.thinking_start_tag, "thinking_end_tags": list(made.thinking_end_tags)}
@@ -106,16 +102,9 @@ def test_gemma4_params_of_other_requests_are_llama_cpps(
 
 def _matcher(tool_choice: str = "required", **options: Any) -> Matcher:
     made = gemma4_params("", tools=options.pop("tools", TOOLS), tool_choice=tool_choice, **options)
-    return Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
+    return format_matcher(made)
 
 
-def _completes(matcher: Matcher, text: str) -> bool:
-    fork = matcher.fork()
-    return fork.accept_bytes(text.encode()) and fork.is_complete()
-
-
-def _takes(matcher: Matcher, text: str) -> bool:
-    return matcher.fork().accept_bytes(text.encode())
 
 
 def _call(name: str, arguments: str) -> str:
@@ -128,52 +117,52 @@ THOUGHT = "<|channel>thought\nThe user wants the weather.<channel|>"
 
 def test_a_required_call_is_taken_and_a_malformed_one_refused() -> None:
     matcher = _matcher()
-    assert _completes(matcher, TURN + WEATHER)
-    assert _completes(matcher, WEATHER)  # the turn's opening is optional
-    assert _completes(matcher, TURN + THOUGHT + WEATHER)
-    assert not _completes(matcher, TURN)  # a call is required
-    assert not _takes(matcher, TURN + "Let me look." + WEATHER)  # no text before a required call
-    assert not _takes(matcher, TURN + _call("get_time", "{}"))  # no such tool
-    assert not _takes(matcher, TURN + '<|tool_call>call:get_weather("Paris")')  # arguments are a dict
-    assert not _takes(matcher, TURN + WEATHER + WEATHER)  # one call: parallel calls are off
-    assert not _takes(matcher, TURN + THOUGHT + THOUGHT)  # one thought
+    assert completes(matcher, TURN + WEATHER)
+    assert completes(matcher, WEATHER)  # the turn's opening is optional
+    assert completes(matcher, TURN + THOUGHT + WEATHER)
+    assert not completes(matcher, TURN)  # a call is required
+    assert not takes(matcher, TURN + "Let me look." + WEATHER)  # no text before a required call
+    assert not takes(matcher, TURN + _call("get_time", "{}"))  # no such tool
+    assert not takes(matcher, TURN + '<|tool_call>call:get_weather("Paris")')  # arguments are a dict
+    assert not takes(matcher, TURN + WEATHER + WEATHER)  # one call: parallel calls are off
+    assert not takes(matcher, TURN + THOUGHT + THOUGHT)  # one thought
 
 
 def test_arguments_are_any_gemma4_dict_whatever_the_tools_schema() -> None:
     matcher = _matcher()
     # llama.cpp does not constrain the arguments by the parameters' schema: any keys, any values
     nested = "{query:" + QUOTE + 'a "b" {c}' + QUOTE + ",filters:{max:3,site:null},tags:[true, -1.5e3]}"
-    assert _completes(matcher, TURN + _call("search", nested))
-    assert _completes(matcher, TURN + _call("get_weather", "{}"))
-    assert _completes(matcher, TURN + _call("get_weather", "{ town: 1 }"))
-    assert not _takes(matcher, TURN + _call("get_weather", "{city:Paris}"))  # a string has its marks
-    assert not _takes(matcher, TURN + _call("get_weather", "{city :1,}"))  # no trailing comma
-    assert not _takes(matcher, TURN + _call("get_weather", "{:1}"))  # a key is not empty
-    assert not _takes(matcher, TURN + _call("get_weather", "{a:1 ,b:2}"))  # no space before a comma
+    assert completes(matcher, TURN + _call("search", nested))
+    assert completes(matcher, TURN + _call("get_weather", "{}"))
+    assert completes(matcher, TURN + _call("get_weather", "{ town: 1 }"))
+    assert not takes(matcher, TURN + _call("get_weather", "{city:Paris}"))  # a string has its marks
+    assert not takes(matcher, TURN + _call("get_weather", "{city :1,}"))  # no trailing comma
+    assert not takes(matcher, TURN + _call("get_weather", "{:1}"))  # a key is not empty
+    assert not takes(matcher, TURN + _call("get_weather", "{a:1 ,b:2}"))  # no space before a comma
     # a string ends at its closing mark: one inside it closes it
-    assert _completes(matcher, TURN + _call("get_weather", "{city:" + QUOTE + '<|a|> "|>' + QUOTE + "}"))
+    assert completes(matcher, TURN + _call("get_weather", "{city:" + QUOTE + '<|a|> "|>' + QUOTE + "}"))
     closed_early = "{city:" + QUOTE + "a" + QUOTE + "b" + QUOTE + "}"
-    assert not _completes(matcher, TURN + _call("get_weather", closed_early))
+    assert not completes(matcher, TURN + _call("get_weather", closed_early))
 
 
 def test_calls_repeat_only_where_parallel_calls_are_on() -> None:
     two = TURN + WEATHER + _call("search", "{query:" + QUOTE + "x" + QUOTE + "}")
-    assert not _takes(_matcher(), two)
-    assert _completes(_matcher(parallel_tool_calls=True), two)
-    assert _completes(_matcher(parallel_tool_calls=True), TURN + WEATHER)
+    assert not takes(_matcher(), two)
+    assert completes(_matcher(parallel_tool_calls=True), two)
+    assert completes(_matcher(parallel_tool_calls=True), TURN + WEATHER)
 
 
 def test_tool_choice_auto_is_lazy_on_the_call_word_and_its_grammar_holds_the_calls_alone() -> None:
     made = gemma4_params("", tools=TOOLS, tool_choice="auto")
     assert made.grammar_lazy and made.trigger_words == ("<|tool_call>",)
-    grammar = _grammar_text(made)
+    grammar = grammar_text(made)
     assert "root ::= tool-call\n" in grammar
     calls = '("<|tool_call>call:" (tool-get-weather | tool-search) "<tool_call|>")?'
     assert f"\ntool-call ::= {calls}\n" in grammar
     matcher = Matcher(Grammar.from_gbnf(grammar, BYTES))
-    assert _completes(matcher, WEATHER)
-    assert not _takes(matcher, "text")
-    assert not _takes(matcher, WEATHER + WEATHER)
+    assert completes(matcher, WEATHER)
+    assert not takes(matcher, "text")
+    assert not takes(matcher, WEATHER + WEATHER)
 
 
 def test_no_grammar_without_tools_wanted_nor_a_schema() -> None:
@@ -186,21 +175,21 @@ def test_a_response_schema_is_json_in_a_fence_after_an_optional_thought() -> Non
     made = gemma4_params("", tools=TOOLS, tool_choice="auto", json_schema=schema)
     # never lazy, and the call word still comes with the grammar, as llama.cpp gives it
     assert not made.grammar_lazy and made.trigger_words == ("<|tool_call>",)
-    matcher = Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
-    assert _completes(matcher, TURN + '```json\n{"answer": "Paris"}\n```')
-    assert _completes(matcher, THOUGHT + '```json{"answer": "Paris"}```')
-    assert not _takes(matcher, TURN + '{"answer": "Paris"}')  # the fence is not optional
-    assert not _completes(matcher, TURN + '```json{"answer": "Paris"}')  # nor its closing
-    assert not _takes(matcher, TURN + '```json\n{"city": "Paris"}')
-    assert not _takes(matcher, TURN + WEATHER)
+    matcher = Matcher(Grammar.from_gbnf(grammar_text(made), BYTES))
+    assert completes(matcher, TURN + '```json\n{"answer": "Paris"}\n```')
+    assert completes(matcher, THOUGHT + '```json{"answer": "Paris"}```')
+    assert not takes(matcher, TURN + '{"answer": "Paris"}')  # the fence is not optional
+    assert not completes(matcher, TURN + '```json{"answer": "Paris"}')  # nor its closing
+    assert not takes(matcher, TURN + '```json\n{"city": "Paris"}')
+    assert not takes(matcher, TURN + WEATHER)
     # an empty schema is a response format here too (llama.cpp tests it is an object, not that it holds keys)
     assert gemma4_params("", json_schema={}).arena is not None
     assert gemma4_params("", json_schema="text").arena is None
 
 
 def test_a_thought_is_tagged_or_not_but_written_the_same() -> None:
-    extracted = _grammar_text(gemma4_params("", tools=TOOLS, tool_choice="required"))
-    kept = _grammar_text(gemma4_params("", tools=TOOLS, tool_choice="required", reasoning_format="none"))
+    extracted = grammar_text(gemma4_params("", tools=TOOLS, tool_choice="required"))
+    kept = grammar_text(gemma4_params("", tools=TOOLS, tool_choice="required", reasoning_format="none"))
     assert extracted == kept
     assert 'thought ::= "<|channel>thought" space until-5 "<channel|>"\n' in extracted
 

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import format_grammar
+from constraintd.engine import Grammar, Matcher
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.kimi_k2 import kimi_k2_params
 from constraintd.engine.chat.prompt import template_source
@@ -28,31 +27,21 @@ from tests.chat_oracle.cases import (
     ParamsCase,
     template_paths,
 )
+from tests.chat_oracle.grammars import BYTES, completes, format_matcher, grammar_text, takes
 from tests.chat_oracle.params import PARALLEL_CASES
 from tests.conftest import OracleReport
 
-BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
 PROMPT = "<|im_assistant|>assistant<|im_middle|>"
 SOURCE = "<|tool_calls_section_begin|><|tool_call_begin|>"  # the marks llama.cpp picks the format by
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL]
 
 
-def _grammar_text(made: FormatParams) -> str:
-    return format_grammar(made).grammar
-
 
 def _matcher(tool_choice: str = "required", **options: Any) -> Matcher:
     made = kimi_k2_params(SOURCE, tools=options.pop("tools", TOOLS), tool_choice=tool_choice, **options)
-    return Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
+    return format_matcher(made)
 
 
-def _completes(matcher: Matcher, text: str) -> bool:
-    fork = matcher.fork()
-    return fork.accept_bytes(text.encode()) and fork.is_complete()
-
-
-def _takes(matcher: Matcher, text: str) -> bool:
-    return matcher.fork().accept_bytes(text.encode())
 
 
 def _call(name: str, arguments: str, *, index: str = "0", end: bool = True) -> str:
@@ -69,52 +58,52 @@ WEATHER = _call("get_weather", '{"city": "Paris"}')
 
 def test_a_required_call_is_taken_and_a_malformed_one_refused() -> None:
     matcher = _matcher()
-    assert _completes(matcher, PROMPT + _section(WEATHER))
+    assert completes(matcher, PROMPT + _section(WEATHER))
     search = _call("search", '{"query": "x"}', index="17")
-    assert _completes(matcher, PROMPT + "Let me look.\n" + _section(search))
-    assert not _completes(matcher, PROMPT)  # a call is required
-    assert not _completes(matcher, PROMPT + "Paris.")
-    assert not _takes(matcher, PROMPT + _section(_call("get_time", '{"city": "Paris"}')))  # no such tool
-    assert not _takes(matcher, PROMPT + _section(_call("get_weather", '{"town": "Paris"}')))  # not its schema
-    assert not _takes(matcher, PROMPT + _section(_call("get_weather", '{"city": 3}')))
-    assert not _takes(matcher, PROMPT + _section(_call("get_weather", '{"city": "Paris"}', index="x")))
-    assert not _takes(matcher, PROMPT + _section(_call("get_weather", '{"city": "Paris"}', index="")))
-    assert not _takes(matcher, PROMPT + _section(_call("search", '{"query": "x", "filters": {"max": 0}}')))
-    assert not _takes(matcher, PROMPT + _section(WEATHER) + "Done.")  # nothing after the section
+    assert completes(matcher, PROMPT + "Let me look.\n" + _section(search))
+    assert not completes(matcher, PROMPT)  # a call is required
+    assert not completes(matcher, PROMPT + "Paris.")
+    assert not takes(matcher, PROMPT + _section(_call("get_time", '{"city": "Paris"}')))  # no such tool
+    assert not takes(matcher, PROMPT + _section(_call("get_weather", '{"town": "Paris"}')))  # not its schema
+    assert not takes(matcher, PROMPT + _section(_call("get_weather", '{"city": 3}')))
+    assert not takes(matcher, PROMPT + _section(_call("get_weather", '{"city": "Paris"}', index="x")))
+    assert not takes(matcher, PROMPT + _section(_call("get_weather", '{"city": "Paris"}', index="")))
+    assert not takes(matcher, PROMPT + _section(_call("search", '{"query": "x", "filters": {"max": 0}}')))
+    assert not takes(matcher, PROMPT + _section(WEATHER) + "Done.")  # nothing after the section
 
 
 def test_the_sections_markers_and_the_calls_end_are_optional() -> None:
     matcher = _matcher()
-    assert _completes(matcher, PROMPT + WEATHER)
-    assert _completes(matcher, PROMPT + _call("get_weather", '{"city": "Paris"}', end=False))
-    assert _completes(matcher, PROMPT + "<|tool_calls_section_begin|>" + WEATHER)
-    assert _completes(matcher, PROMPT + WEATHER + "<|tool_calls_section_end|>")
+    assert completes(matcher, PROMPT + WEATHER)
+    assert completes(matcher, PROMPT + _call("get_weather", '{"city": "Paris"}', end=False))
+    assert completes(matcher, PROMPT + "<|tool_calls_section_begin|>" + WEATHER)
+    assert completes(matcher, PROMPT + WEATHER + "<|tool_calls_section_end|>")
     # the call's own marker is not: the arguments' marker needs its call id before it
-    assert not _takes(matcher, PROMPT + "<|tool_calls_section_begin|>functions.get_weather:0")
+    assert not takes(matcher, PROMPT + "<|tool_calls_section_begin|>functions.get_weather:0")
 
 
 def test_calls_repeat_only_where_parallel_calls_are_on() -> None:
     two = PROMPT + _section(WEATHER, _call("search", '{"query": "Paris"}', index="1"))
-    assert not _takes(_matcher(), two)
-    assert _completes(_matcher(parallel_tool_calls=True), two)
-    assert not _completes(_matcher(parallel_tool_calls=True), PROMPT)  # still at least one
+    assert not takes(_matcher(), two)
+    assert completes(_matcher(parallel_tool_calls=True), two)
+    assert not completes(_matcher(parallel_tool_calls=True), PROMPT)  # still at least one
     lazy = _matcher("auto", parallel_tool_calls=True)  # from the first call's marker on
-    assert _completes(lazy, two.removeprefix(PROMPT + "<|tool_calls_section_begin|>"))
+    assert completes(lazy, two.removeprefix(PROMPT + "<|tool_calls_section_begin|>"))
 
 
 def test_reasoning_may_end_at_a_call_without_its_closing_tag() -> None:
     matcher = _matcher()
-    assert _completes(matcher, PROMPT + "<think>the weather first</think>" + _section(WEATHER))
-    assert _completes(matcher, PROMPT + "<think>the weather first" + _section(WEATHER))
-    assert _completes(matcher, PROMPT + "<think>the weather first" + WEATHER)
-    assert _completes(matcher, PROMPT + "<think>why</think>Sure." + WEATHER)
+    assert completes(matcher, PROMPT + "<think>the weather first</think>" + _section(WEATHER))
+    assert completes(matcher, PROMPT + "<think>the weather first" + _section(WEATHER))
+    assert completes(matcher, PROMPT + "<think>the weather first" + WEATHER)
+    assert completes(matcher, PROMPT + "<think>why</think>Sure." + WEATHER)
     # the text before the calls holds no call marker
-    assert not _takes(matcher, PROMPT + "I will write <|tool_call_begin|>functions.other")
+    assert not takes(matcher, PROMPT + "I will write <|tool_call_begin|>functions.other")
 
 
 def test_reasoning_is_in_the_grammar_only_where_it_is_extracted() -> None:
-    extracted = _grammar_text(kimi_k2_params(SOURCE, tools=TOOLS, tool_choice="required"))
-    unextracted = _grammar_text(kimi_k2_params(SOURCE, tools=TOOLS, tool_choice="required",
+    extracted = grammar_text(kimi_k2_params(SOURCE, tools=TOOLS, tool_choice="required"))
+    unextracted = grammar_text(kimi_k2_params(SOURCE, tools=TOOLS, tool_choice="required",
                                                reasoning_format="none"))
     assert '("<think>" until-3 "</think>"?)?' in extracted
     assert "<think>" not in unextracted
@@ -123,20 +112,20 @@ def test_reasoning_is_in_the_grammar_only_where_it_is_extracted() -> None:
 def test_tool_choice_auto_is_lazy_on_the_call_marker() -> None:
     made = kimi_k2_params(SOURCE, tools=TOOLS, tool_choice="auto")
     assert made.grammar_lazy and made.trigger_words == ("<|tool_call_begin|>",)
-    grammar = _grammar_text(made)
+    grammar = grammar_text(made)
     assert "root ::= tool-call\n" in grammar
     # from the trigger on, the lazy grammar holds the calls and nothing else; none is required there
     matcher = Matcher(Grammar.from_gbnf(grammar, BYTES))
-    assert _completes(matcher, WEATHER + "<|tool_calls_section_end|>")
-    assert _completes(matcher, "<|tool_calls_section_end|>")
-    assert not _takes(matcher, "text")
-    assert not _takes(matcher, WEATHER + WEATHER)  # one call: parallel calls are off
+    assert completes(matcher, WEATHER + "<|tool_calls_section_end|>")
+    assert completes(matcher, "<|tool_calls_section_end|>")
+    assert not takes(matcher, "text")
+    assert not takes(matcher, WEATHER + WEATHER)  # one call: parallel calls are off
 
 
 def test_tool_choice_required_is_not_lazy_and_keeps_its_trigger_word() -> None:
     made = kimi_k2_params(SOURCE, tools=TOOLS, tool_choice="required")
     assert not made.grammar_lazy and made.trigger_words == ("<|tool_call_begin|>",)
-    assert _grammar_text(made).count("root ::= \"<|im_assistant|>assistant<|im_middle|>\"") == 1
+    assert grammar_text(made).count("root ::= \"<|im_assistant|>assistant<|im_middle|>\"") == 1
 
 
 @pytest.mark.parametrize(("tools", "tool_choice", "json_schema"), [
@@ -161,13 +150,13 @@ def test_thinking_tags_and_preserved_tokens() -> None:
 def test_a_tool_without_parameters_takes_an_empty_object() -> None:
     ping = {"type": "function", "function": {"name": "ping"}}
     matcher = _matcher(tools=[ping])
-    assert _completes(matcher, PROMPT + _call("ping", "{}"))
-    assert not _takes(matcher, PROMPT + _call("ping", "[]"))
+    assert completes(matcher, PROMPT + _call("ping", "{}"))
+    assert not takes(matcher, PROMPT + _call("ping", "[]"))
 
 
 def _differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
     ours = {
-        "grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
+        "grammar": grammar_text(made), "grammar_lazy": made.grammar_lazy,
         "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],
         "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
         "thinking_end_tags": list(made.thinking_end_tags), "preserved_tokens": list(made.preserved_tokens),

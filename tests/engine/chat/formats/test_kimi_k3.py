@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import format_grammar
+from constraintd.engine import Grammar, Matcher
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.kimi_k3 import kimi_k3_params
 from constraintd.engine.chat.prompt import template_source
@@ -28,10 +27,10 @@ from tests.chat_oracle.cases import (
     ParamsCase,
     template_paths,
 )
+from tests.chat_oracle.grammars import BYTES, completes, format_matcher, grammar_text, takes
 from tests.chat_oracle.params import PARALLEL_CASES
 from tests.conftest import OracleReport
 
-BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
 SOURCE = "<|open|><|close|><|end_of_msg|>"  # the marks llama.cpp picks the format by
 MESSAGE = '<|open|>message role="assistant"<|sep|>'
 THINK = "<|open|>think<|sep|>why<|close|>think<|sep|>"
@@ -39,22 +38,12 @@ CLOSE = "<|close|>message<|sep|><|end_of_msg|>"
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL]
 
 
-def _grammar_text(made: FormatParams) -> str:
-    return format_grammar(made).grammar
-
 
 def _matcher(tool_choice: str = "required", **options: Any) -> Matcher:
     made = kimi_k3_params(SOURCE, tools=options.pop("tools", TOOLS), tool_choice=tool_choice, **options)
-    return Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
+    return format_matcher(made)
 
 
-def _completes(matcher: Matcher, text: str) -> bool:
-    fork = matcher.fork()
-    return fork.accept_bytes(text.encode()) and fork.is_complete()
-
-
-def _takes(matcher: Matcher, text: str) -> bool:
-    return matcher.fork().accept_bytes(text.encode())
 
 
 def _call(name: str, *arguments: tuple[str, str], attributes: str = ' index="0"') -> str:
@@ -72,72 +61,72 @@ WEATHER = _call("get_weather", ("city", "Paris"))
 
 def test_a_required_call_is_taken_and_a_malformed_one_refused() -> None:
     matcher = _matcher()
-    assert _completes(matcher, MESSAGE + THINK + _tools(WEATHER) + CLOSE)
+    assert completes(matcher, MESSAGE + THINK + _tools(WEATHER) + CLOSE)
     answer = "<|open|>response<|sep|>Let me look.<|close|>response<|sep|>"
-    assert _completes(matcher, MESSAGE + THINK + answer + _tools(WEATHER) + CLOSE)
-    assert not _completes(matcher, MESSAGE + THINK + answer + CLOSE)  # a call is required
-    assert not _takes(matcher, MESSAGE + THINK + _tools(_call("get_time", ("city", "Paris"))))  # no such tool
-    assert not _takes(matcher, MESSAGE + THINK + _tools(_call("get_weather", ("town", "Paris"))))  # nor key
-    assert not _completes(matcher, MESSAGE + THINK + _tools() + CLOSE)  # a section holds one call or more
-    assert not _completes(matcher, MESSAGE + THINK + "<|open|>tools<|sep|>" + WEATHER + CLOSE)
-    assert not _takes(matcher, MESSAGE + THINK + _tools(WEATHER) + CLOSE + "more")
+    assert completes(matcher, MESSAGE + THINK + answer + _tools(WEATHER) + CLOSE)
+    assert not completes(matcher, MESSAGE + THINK + answer + CLOSE)  # a call is required
+    assert not takes(matcher, MESSAGE + THINK + _tools(_call("get_time", ("city", "Paris"))))  # no such tool
+    assert not takes(matcher, MESSAGE + THINK + _tools(_call("get_weather", ("town", "Paris"))))  # nor key
+    assert not completes(matcher, MESSAGE + THINK + _tools() + CLOSE)  # a section holds one call or more
+    assert not completes(matcher, MESSAGE + THINK + "<|open|>tools<|sep|>" + WEATHER + CLOSE)
+    assert not takes(matcher, MESSAGE + THINK + _tools(WEATHER) + CLOSE + "more")
 
 
 def test_the_sections_openers_closers_and_trailer_are_optional() -> None:
     matcher = _matcher()
-    assert _completes(matcher, _tools(WEATHER))
-    assert _completes(matcher, "thinking, unopened<|close|>think<|sep|>" + _tools(WEATHER))
-    assert _completes(matcher, MESSAGE + "<|open|>think<|sep|>why" + _tools(WEATHER) + "<|end_of_msg|>")
-    assert _completes(matcher, MESSAGE + THINK + "<|open|>response<|sep|>unclosed" + _tools(WEATHER))
+    assert completes(matcher, _tools(WEATHER))
+    assert completes(matcher, "thinking, unopened<|close|>think<|sep|>" + _tools(WEATHER))
+    assert completes(matcher, MESSAGE + "<|open|>think<|sep|>why" + _tools(WEATHER) + "<|end_of_msg|>")
+    assert completes(matcher, MESSAGE + THINK + "<|open|>response<|sep|>unclosed" + _tools(WEATHER))
 
 
 def test_the_think_section_ends_at_its_closer_or_at_the_responses_opener() -> None:
     matcher = _matcher()
     think, answer = "<|open|>think<|sep|>", "<|open|>response<|sep|>z<|close|>response<|sep|>"
     # unclosed, the thought runs to the response's opener, and may hold a response's closer
-    assert _completes(matcher, MESSAGE + think + "x<|close|>response<|sep|>y" + answer + _tools(WEATHER))
+    assert completes(matcher, MESSAGE + think + "x<|close|>response<|sep|>y" + answer + _tools(WEATHER))
     # closed, it may not hold the response's opener
     inner = "a<|open|>response<|sep|>b<|close|>response<|sep|>c<|close|>think<|sep|>"
-    assert not _completes(matcher, MESSAGE + think + inner + _tools(WEATHER))
+    assert not completes(matcher, MESSAGE + think + inner + _tools(WEATHER))
 
 
 def test_arguments_come_in_any_order_and_number_their_values_any_text() -> None:
     matcher = _matcher()
     query, filters = ("query", "Paris"), ("filters", "not JSON at all")  # values are not checked
     for arguments in ((query,), (filters, query), (query, query), ()):
-        assert _completes(matcher, _tools(_call("search", *arguments)))
-    assert _completes(matcher, _tools(_call("search", ("query", "two\nlines <b>"))))
+        assert completes(matcher, _tools(_call("search", *arguments)))
+    assert completes(matcher, _tools(_call("search", ("query", "two\nlines <b>"))))
     # the tag's other attributes are skipped up to its separator
-    assert _completes(matcher, _tools(_call("search", query, attributes=' index="3" x="y"')))
-    assert _completes(matcher, _tools(_call("search", query, attributes="")))
+    assert completes(matcher, _tools(_call("search", query, attributes=' index="3" x="y"')))
+    assert completes(matcher, _tools(_call("search", query, attributes="")))
     # (after a closed think section: an unclosed one would take any text, the calls' markers included)
-    assert not _takes(matcher, MESSAGE + THINK + _tools(_call("search", ("quer", "Paris"))))
+    assert not takes(matcher, MESSAGE + THINK + _tools(_call("search", ("quer", "Paris"))))
 
 
 def test_calls_repeat_in_the_section_whatever_parallel_calls_say() -> None:
     two = _tools(WEATHER, _call("search", ("query", "Paris")))
-    assert _completes(_matcher(), two)
-    assert _completes(_matcher(parallel_tool_calls=True), two)
+    assert completes(_matcher(), two)
+    assert completes(_matcher(parallel_tool_calls=True), two)
 
 
 def test_a_tool_without_parameters_takes_no_argument() -> None:
     ping = {"type": "function", "function": {"name": "ping", "parameters": {"properties": {}}}}
     matcher = _matcher(tools=[ping])
-    assert _completes(matcher, _tools(_call("ping")))
-    assert not _takes(matcher, MESSAGE + THINK + _tools(_call("ping", ("city", "Paris"))))
+    assert completes(matcher, _tools(_call("ping")))
+    assert not takes(matcher, MESSAGE + THINK + _tools(_call("ping", ("city", "Paris"))))
 
 
 def test_tool_choice_auto_is_lazy_on_the_tools_opener() -> None:
     made = kimi_k3_params(SOURCE, tools=TOOLS, tool_choice="auto")
     assert made.grammar_lazy and made.trigger_words == ("<|open|>tools<|sep|>",)
-    grammar = _grammar_text(made)
+    grammar = grammar_text(made)
     assert "root ::= kimi-k3-tool-call\n" in grammar
     # from the trigger on, the lazy grammar holds the tools section and the message's end, nothing else
     matcher = Matcher(Grammar.from_gbnf(grammar, BYTES))
-    assert _completes(matcher, _tools(WEATHER) + CLOSE)
-    assert _completes(matcher, _tools(WEATHER))
-    assert not _takes(matcher, "text")
-    assert not _takes(matcher, _tools(WEATHER) + "text")
+    assert completes(matcher, _tools(WEATHER) + CLOSE)
+    assert completes(matcher, _tools(WEATHER))
+    assert not takes(matcher, "text")
+    assert not takes(matcher, _tools(WEATHER) + "text")
 
 
 def test_tool_choice_required_is_not_lazy_and_keeps_its_trigger_word() -> None:
@@ -174,7 +163,7 @@ def test_properties_that_are_not_an_object_are_refused() -> None:
 
 def _differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
     ours = {
-        "grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
+        "grammar": grammar_text(made), "grammar_lazy": made.grammar_lazy,
         "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],
         "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
         "thinking_end_tags": list(made.thinking_end_tags), "preserved_tokens": list(made.preserved_tokens),

@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from constraintd.engine import Grammar, Matcher, Vocab
+from constraintd.engine import Grammar, Matcher
 from constraintd.engine.chat.chat_params import (
-    format_grammar,
     specialised_format,
 )
 from constraintd.engine.chat.formats import FormatParams
@@ -37,10 +36,10 @@ from tests.chat_oracle.cases import (
     ParamsCase,
     template_paths,
 )
+from tests.chat_oracle.grammars import BYTES, completes, format_matcher, grammar_text, takes
 from tests.chat_oracle.params import PARALLEL_CASES, ParamsComparison
 from tests.conftest import OracleReport
 
-BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
 PROMPT = "<|im_start|>assistant\n"
 LFM2 = "<|tool_list_start|>[]<|tool_list_end|>"  # the marks llama.cpp picks each format by
 LFM25 = "List of tools: ["
@@ -49,22 +48,12 @@ PING_TOOL = {"type": "function", "function": {"name": "ping"}}
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL, PING_TOOL]
 
 
-def _grammar_text(made: FormatParams) -> str:
-    return format_grammar(made).grammar
-
 
 def _matcher(source: str = THINKING, tool_choice: str = "required", **options: Any) -> Matcher:
     made = lfm2_params(source, tools=options.pop("tools", TOOLS), tool_choice=tool_choice, **options)
-    return Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
+    return format_matcher(made)
 
 
-def _completes(matcher: Matcher, text: str) -> bool:
-    fork = matcher.fork()
-    return fork.accept_bytes(text.encode()) and fork.is_complete()
-
-
-def _takes(matcher: Matcher, text: str) -> bool:
-    return matcher.fork().accept_bytes(text.encode())
 
 
 def _block(*calls: str) -> str:
@@ -76,59 +65,59 @@ WEATHER = 'get_weather(city="Paris")'
 
 def test_a_required_call_is_taken_and_a_malformed_one_refused() -> None:
     matcher = _matcher()
-    assert _completes(matcher, PROMPT + _block(WEATHER))
-    assert _completes(matcher, PROMPT + "Let me look.\n" + _block("get_weather( city='Saint-\\'Étienne' )"))
-    assert _completes(matcher, PROMPT + _block("ping()"))  # a tool without parameters
-    assert not _completes(matcher, PROMPT + "Paris.")  # a call is required
-    assert not _takes(matcher, PROMPT + _block('get_time(city="Paris")'))  # no such tool
-    assert not _takes(matcher, PROMPT + _block('get_weather(town="Paris")'))  # no such argument
-    assert not _takes(matcher, PROMPT + _block("get_weather(city=Paris)"))  # a string argument is quoted
-    assert not _takes(matcher, PROMPT + "<|tool_call_start|>" + WEATHER)  # the calls are in a list
-    assert not _takes(matcher, PROMPT + _block(WEATHER) + "Done.")  # nothing after the calls
+    assert completes(matcher, PROMPT + _block(WEATHER))
+    assert completes(matcher, PROMPT + "Let me look.\n" + _block("get_weather( city='Saint-\\'Étienne' )"))
+    assert completes(matcher, PROMPT + _block("ping()"))  # a tool without parameters
+    assert not completes(matcher, PROMPT + "Paris.")  # a call is required
+    assert not takes(matcher, PROMPT + _block('get_time(city="Paris")'))  # no such tool
+    assert not takes(matcher, PROMPT + _block('get_weather(town="Paris")'))  # no such argument
+    assert not takes(matcher, PROMPT + _block("get_weather(city=Paris)"))  # a string argument is quoted
+    assert not takes(matcher, PROMPT + "<|tool_call_start|>" + WEATHER)  # the calls are in a list
+    assert not takes(matcher, PROMPT + _block(WEATHER) + "Done.")  # nothing after the calls
 
 
 def test_string_arguments_take_either_quote_and_json_escapes() -> None:
     matcher = _matcher()
     for value in ('"a \\"b\\" c"', "'it\\'s'", "'say \"hi\"'", '"\\u00e9\\n"', "''"):
-        assert _completes(matcher, PROMPT + _block(f"get_weather(city={value})")), value
+        assert completes(matcher, PROMPT + _block(f"get_weather(city={value})")), value
     for value in ("'it's'", '"a"b"', '"\\x41"', "'a\"", "\"a'", "1", "{}", "None"):
-        assert not _completes(matcher, PROMPT + _block(f"get_weather(city={value})")), value
+        assert not completes(matcher, PROMPT + _block(f"get_weather(city={value})")), value
 
 
 def test_other_arguments_are_python_values_or_json_literals() -> None:
     matcher = _matcher()
     for filters in ("{'site': 'a.fr', \"max\": 3}", "{}", "[1, -2.5e3, 'x']", "True", "false", "None",
                     "null", "{'a': {'b': [None, true]}}", "'text'"):
-        assert _completes(matcher, PROMPT + _block(f"search(query='x', filters={filters})")), filters
+        assert completes(matcher, PROMPT + _block(f"search(query='x', filters={filters})")), filters
     for filters in ("none", "{a: 1}", "{'a' 1}", "[1,, 2]", "01"):
-        assert not _completes(matcher, PROMPT + _block(f"search(query='x', filters={filters})")), filters
+        assert not completes(matcher, PROMPT + _block(f"search(query='x', filters={filters})")), filters
 
 
 def test_arguments_come_in_any_order_and_number() -> None:
     matcher = _matcher()
-    assert _completes(matcher, PROMPT + _block("search(filters={}, query='x')"))
-    assert _completes(matcher, PROMPT + _block("search(filters={})"))  # required ones are not checked
-    assert _completes(matcher, PROMPT + _block("search(query='x',query='y')"))
-    assert not _takes(matcher, PROMPT + _block("search(query='x' filters={})"))  # a comma between
-    assert not _takes(matcher, PROMPT + _block("get_weather()"))  # at least one where the tool has some
-    assert not _takes(matcher, PROMPT + _block("ping(a=1)"))
+    assert completes(matcher, PROMPT + _block("search(filters={}, query='x')"))
+    assert completes(matcher, PROMPT + _block("search(filters={})"))  # required ones are not checked
+    assert completes(matcher, PROMPT + _block("search(query='x',query='y')"))
+    assert not takes(matcher, PROMPT + _block("search(query='x' filters={})"))  # a comma between
+    assert not takes(matcher, PROMPT + _block("get_weather()"))  # at least one where the tool has some
+    assert not takes(matcher, PROMPT + _block("ping(a=1)"))
 
 
 def test_calls_repeat_only_where_parallel_calls_are_on() -> None:
     two = PROMPT + _block(WEATHER, "search(query='Paris')")
-    assert not _takes(_matcher(), two)
-    assert _completes(_matcher(parallel_tool_calls=True), two)
-    assert _completes(_matcher(parallel_tool_calls=True), PROMPT + _block(WEATHER))
+    assert not takes(_matcher(), two)
+    assert completes(_matcher(parallel_tool_calls=True), two)
+    assert completes(_matcher(parallel_tool_calls=True), PROMPT + _block(WEATHER))
     # one block of calls, never two
-    assert not _takes(_matcher(parallel_tool_calls=True), PROMPT + _block(WEATHER) + _block(WEATHER))
+    assert not takes(_matcher(parallel_tool_calls=True), PROMPT + _block(WEATHER) + _block(WEATHER))
 
 
 def test_the_text_before_the_calls_holds_no_call_start_and_the_reasoning_may() -> None:
     matcher = _matcher()
-    assert not _takes(matcher, PROMPT + "I will write <|tool_call_start|> now")
-    assert _completes(matcher, PROMPT + "<|tool_call_end|> is fine\n" + _block(WEATHER))
+    assert not takes(matcher, PROMPT + "I will write <|tool_call_start|> now")
+    assert completes(matcher, PROMPT + "<|tool_call_end|> is fine\n" + _block(WEATHER))
     thought = PROMPT + "<think>I could write <|tool_call_start|> next</think>" + _block(WEATHER)
-    assert _completes(matcher, thought)
+    assert completes(matcher, thought)
 
 
 @pytest.mark.parametrize(("source", "reasoning_format"), [
@@ -137,24 +126,24 @@ def test_reasoning_is_in_the_grammar_only_where_it_is_extracted(source: str, rea
     # seen in a schema's grammar (before calls, a <think> block is text up to the call start anyway)
     def matcher(source: str, reasoning_format: str) -> Matcher:
         made = lfm2_params(source, json_schema={"type": "string"}, reasoning_format=reasoning_format)
-        return Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
+        return format_matcher(made)
 
     thought = PROMPT + '<think>why</think>"Paris"'
-    assert _completes(matcher(THINKING, "auto"), thought)
-    assert not _takes(matcher(source, reasoning_format), thought)
-    assert _completes(matcher(source, reasoning_format), PROMPT + '"Paris"')
+    assert completes(matcher(THINKING, "auto"), thought)
+    assert not takes(matcher(source, reasoning_format), thought)
+    assert completes(matcher(source, reasoning_format), PROMPT + '"Paris"')
 
 
 def test_tool_choice_auto_is_lazy_on_the_call_start() -> None:
     made = lfm2_params(THINKING, tools=TOOLS, tool_choice="auto")
     assert made.grammar_lazy and made.trigger_words == ("<|tool_call_start|>",)
-    grammar = _grammar_text(made)
+    grammar = grammar_text(made)
     assert "root ::= tool-call\n" in grammar
     # from the trigger on, the lazy grammar holds the call block and nothing else
     matcher = Matcher(Grammar.from_gbnf(grammar, BYTES))
-    assert _completes(matcher, _block(WEATHER))
-    assert not _takes(matcher, "text")
-    assert not _takes(matcher, PROMPT)
+    assert completes(matcher, _block(WEATHER))
+    assert not takes(matcher, "text")
+    assert not takes(matcher, PROMPT)
 
 
 @pytest.mark.parametrize("options", [
@@ -163,30 +152,30 @@ def test_tool_choice_auto_is_lazy_on_the_call_start() -> None:
 def test_required_calls_and_a_schema_are_not_lazy_and_keep_the_trigger_word(options: dict[str, Any]) -> None:
     made = lfm2_params(THINKING, tools=TOOLS if "tool_choice" in options else (), **options)
     assert not made.grammar_lazy and made.trigger_words == ("<|tool_call_start|>",)
-    assert '\nroot ::= "<|im_start|>assistant\\n" (' in _grammar_text(made)  # from the first token
+    assert '\nroot ::= "<|im_start|>assistant\\n" (' in grammar_text(made)  # from the first token
 
 
 def test_a_response_schema_gives_its_json_after_the_reasoning() -> None:
     schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
-    matcher = Matcher(Grammar.from_gbnf(_grammar_text(lfm2_params(THINKING, json_schema=schema)), BYTES))
-    assert _completes(matcher, PROMPT + '{"answer": "Paris"}')
-    assert _completes(matcher, PROMPT + '<think>why</think>{"answer": "Paris"}')
-    assert not _takes(matcher, PROMPT + "Paris")
+    matcher = Matcher(Grammar.from_gbnf(grammar_text(lfm2_params(THINKING, json_schema=schema)), BYTES))
+    assert completes(matcher, PROMPT + '{"answer": "Paris"}')
+    assert completes(matcher, PROMPT + '<think>why</think>{"answer": "Paris"}')
+    assert not takes(matcher, PROMPT + "Paris")
     # any JSON object is a schema, an empty one too (llama.cpp's is_object)
     empty = lfm2_params(THINKING, json_schema={})
-    assert _completes(Matcher(Grammar.from_gbnf(_grammar_text(empty), BYTES)), PROMPT + "[1, {}]")
+    assert completes(Matcher(Grammar.from_gbnf(grammar_text(empty), BYTES)), PROMPT + "[1, {}]")
     # with tool_choice none the tools are left out, the schema holds
     none = lfm2_params(THINKING, tools=TOOLS, tool_choice="none", json_schema=schema)
-    assert _completes(Matcher(Grammar.from_gbnf(_grammar_text(none), BYTES)), PROMPT + '{"answer": "x"}')
+    assert completes(Matcher(Grammar.from_gbnf(grammar_text(none), BYTES)), PROMPT + '{"answer": "x"}')
 
 
 def test_a_response_schema_with_tools_wanted_gives_the_calls_grammar() -> None:
     # llama.cpp's own reading: with tools (tool_choice auto included) the parser is the calls', not lazy, so
     # a call is then required and the schema is not in the grammar
     made = lfm2_params(THINKING, tools=TOOLS, json_schema={"type": "string"})
-    matcher = Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
-    assert not _completes(matcher, PROMPT + '"Paris"')
-    assert _completes(matcher, PROMPT + _block(WEATHER))
+    matcher = Matcher(Grammar.from_gbnf(grammar_text(made), BYTES))
+    assert not completes(matcher, PROMPT + '"Paris"')
+    assert completes(matcher, PROMPT + _block(WEATHER))
 
 
 @pytest.mark.parametrize(("tools", "tool_choice"), [((), "auto"), ((), "required"), (TOOLS, "none")],
@@ -230,7 +219,7 @@ FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem.startsw
 
 def _comparison(path: Path, name: str, made: FormatParams, llama: dict[str, Any]) -> ParamsComparison:
     ours = {
-        "grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
+        "grammar": grammar_text(made), "grammar_lazy": made.grammar_lazy,
         "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],
         "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
         "thinking_end_tags": list(made.thinking_end_tags),

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import format_grammar
+from constraintd.engine import Grammar, Matcher
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.ministral3 import ministral3_params
 from constraintd.engine.chat.prompt import template_source
@@ -28,22 +27,19 @@ from tests.chat_oracle.cases import (
     ParamsCase,
     template_paths,
 )
+from tests.chat_oracle.grammars import BYTES, completes, format_matcher, grammar_text, takes
 from tests.chat_oracle.params import FIELDS, PARALLEL_CASES, _llamas
 from tests.conftest import OracleReport
 
-BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL]
 FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem in (
     "mistralai-Ministral-3-14B-Reasoning-2512", "unsloth-mistral-Devstral-Small-2507"))
 
 
-def _grammar_text(made: FormatParams) -> str:
-    return format_grammar(made).grammar
-
 
 def _fields(made: FormatParams) -> dict[str, Any]:
     # the fields tests/chat_oracle/params.py compares, as llama.cpp's harness answers them
-    return {"grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
+    return {"grammar": grammar_text(made), "grammar_lazy": made.grammar_lazy,
             "grammar_triggers": [["word", word] for word in made.trigger_words],
             "additional_stops": list(made.additional_stops), "supports_thinking": made.supports_thinking,
             "thinking_start_tag": made.thinking_start_tag, "thinking_end_tags": list(made.thinking_end_tags)}
@@ -104,16 +100,9 @@ def test_ministral3_params_of_other_requests_are_llama_cpps(
 
 def _matcher(tool_choice: str = "required", **options: Any) -> Matcher:
     made = ministral3_params("", tools=options.pop("tools", TOOLS), tool_choice=tool_choice, **options)
-    return Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
+    return format_matcher(made)
 
 
-def _completes(matcher: Matcher, text: str) -> bool:
-    fork = matcher.fork()
-    return fork.accept_bytes(text.encode()) and fork.is_complete()
-
-
-def _takes(matcher: Matcher, text: str) -> bool:
-    return matcher.fork().accept_bytes(text.encode())
 
 
 def _call(name: str, arguments: str) -> str:
@@ -126,36 +115,36 @@ THOUGHT = "[THINK]The user wants the weather.[/THINK]"
 
 def test_a_required_call_is_taken_and_a_malformed_one_refused() -> None:
     matcher = _matcher()
-    assert _completes(matcher, WEATHER)
-    assert _completes(matcher, THOUGHT + "\nLet me look. " + WEATHER)  # thought and text before the call
-    assert not _completes(matcher, "Let me look.")  # a call is required
-    assert not _takes(matcher, _call("get_time", "{}"))  # no such tool
-    assert not _takes(matcher, "[TOOL_CALLS]get_weather{")  # the arguments follow [ARGS]
-    assert not _takes(matcher, _call("get_weather", '{"town": "Paris"}'))  # the parameters' schema
-    assert not _takes(matcher, _call("get_weather", '{"city": 1}'))
-    assert not _completes(matcher, _call("get_weather", "{}"))  # its required parameter
-    assert _completes(matcher, _call("search", '{"query": "x", "filters": {"max": 3}}'))
-    assert not _takes(matcher, _call("search", '{"query": "x", "filters": {"max": 0}}'))
-    assert not _takes(matcher, WEATHER + " Done.")
+    assert completes(matcher, WEATHER)
+    assert completes(matcher, THOUGHT + "\nLet me look. " + WEATHER)  # thought and text before the call
+    assert not completes(matcher, "Let me look.")  # a call is required
+    assert not takes(matcher, _call("get_time", "{}"))  # no such tool
+    assert not takes(matcher, "[TOOL_CALLS]get_weather{")  # the arguments follow [ARGS]
+    assert not takes(matcher, _call("get_weather", '{"town": "Paris"}'))  # the parameters' schema
+    assert not takes(matcher, _call("get_weather", '{"city": 1}'))
+    assert not completes(matcher, _call("get_weather", "{}"))  # its required parameter
+    assert completes(matcher, _call("search", '{"query": "x", "filters": {"max": 3}}'))
+    assert not takes(matcher, _call("search", '{"query": "x", "filters": {"max": 0}}'))
+    assert not takes(matcher, WEATHER + " Done.")
 
 
 def test_calls_repeat_only_where_parallel_calls_are_on() -> None:
     two = WEATHER + _call("search", '{"query": "x"}')
-    assert not _takes(_matcher(), two)
-    assert _completes(_matcher(parallel_tool_calls=True), two)
-    assert not _takes(_matcher(parallel_tool_calls=True), WEATHER + " " + WEATHER)  # back to back
+    assert not takes(_matcher(), two)
+    assert completes(_matcher(parallel_tool_calls=True), two)
+    assert not takes(_matcher(parallel_tool_calls=True), WEATHER + " " + WEATHER)  # back to back
 
 
 def test_tool_choice_auto_is_lazy_on_the_call_word_and_its_grammar_holds_the_calls_alone() -> None:
     made = ministral3_params("", tools=TOOLS, tool_choice="auto")
     assert made.grammar_lazy and made.trigger_words == ("[TOOL_CALLS]",)
-    grammar = _grammar_text(made)
+    grammar = grammar_text(made)
     assert "root ::= tool-call\n" in grammar
     assert '\ntool-call ::= ("[TOOL_CALLS]" (tool-get-weather | tool-search))?\n' in grammar
     matcher = Matcher(Grammar.from_gbnf(grammar, BYTES))
-    assert _completes(matcher, WEATHER)
-    assert not _takes(matcher, "text")
-    assert not _takes(matcher, WEATHER + WEATHER)
+    assert completes(matcher, WEATHER)
+    assert not takes(matcher, "text")
+    assert not takes(matcher, WEATHER + WEATHER)
 
 
 def test_no_grammar_without_tools_wanted_nor_a_schema() -> None:
@@ -169,14 +158,14 @@ def test_a_response_schema_is_json_in_a_fence_after_an_optional_thought() -> Non
     made = ministral3_params("", json_schema=schema)
     # not lazy, and the call word still comes with the grammar, as llama.cpp gives it
     assert not made.grammar_lazy and made.trigger_words == ("[TOOL_CALLS]",)
-    matcher = Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
-    assert _completes(matcher, '```json\n{"answer": "Paris"}\n```')
-    assert _completes(matcher, THOUGHT + '\n```json{"answer": "Paris"}```')
-    assert not _takes(matcher, '{"answer": "Paris"}')  # the fence is not optional
-    assert not _completes(matcher, '```json{"answer": "Paris"}')  # nor its closing
-    assert not _takes(matcher, '```json\n{"city": "Paris"}')
+    matcher = Matcher(Grammar.from_gbnf(grammar_text(made), BYTES))
+    assert completes(matcher, '```json\n{"answer": "Paris"}\n```')
+    assert completes(matcher, THOUGHT + '\n```json{"answer": "Paris"}```')
+    assert not takes(matcher, '{"answer": "Paris"}')  # the fence is not optional
+    assert not completes(matcher, '```json{"answer": "Paris"}')  # nor its closing
+    assert not takes(matcher, '```json\n{"city": "Paris"}')
     unreasoned = ministral3_params("", json_schema=schema, reasoning_format="none")
-    assert not _takes(Matcher(Grammar.from_gbnf(_grammar_text(unreasoned), BYTES)), THOUGHT)
+    assert not takes(Matcher(Grammar.from_gbnf(grammar_text(unreasoned), BYTES)), THOUGHT)
 
 
 def test_a_response_schema_with_tools_auto_is_lazy_with_no_trigger_rule() -> None:
@@ -184,7 +173,7 @@ def test_a_response_schema_with_tools_auto_is_lazy_with_no_trigger_rule() -> Non
     # has no trigger rule, so the root is empty
     made = ministral3_params("", tools=TOOLS, json_schema={"type": "string"})
     assert made.grammar_lazy and made.trigger_words == ("[TOOL_CALLS]",)
-    assert _grammar_text(made).startswith("root ::= \n")
+    assert grammar_text(made).startswith("root ::= \n")
 
 
 def test_thinking_tags_and_preserved_tokens() -> None:

@@ -15,16 +15,14 @@ from typing import Any
 
 import pytest
 
-from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import format_grammar
-from constraintd.engine.chat.formats import FormatParams
+from constraintd.engine import Grammar, Matcher
 from constraintd.engine.chat.formats.qwen3_coder import qwen3_coder_params, value_types
 from constraintd.engine.chat.prompt import template_source
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import SEARCH_TOOL, WEATHER_TOOL, ParamsCase, template_paths
+from tests.chat_oracle.grammars import BYTES, completes, format_matcher, grammar_text, takes
 from tests.conftest import OracleReport
 
-BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
 CODER = "<tool_call><function=<parameter="  # the marks of the format, no <think>: Qwen3-Coder itself
 THINKING = CODER + "<think>"  # Qwen3.5, Nemotron Nano 3, StepFun-3.5-Flash
 PROMPT = "<|im_start|>assistant\n"
@@ -36,22 +34,12 @@ COUNT_TOOL = {"type": "function", "function": {"name": "count", "parameters": {
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL, COUNT_TOOL]
 
 
-def _grammar_text(made: FormatParams) -> str:
-    return format_grammar(made).grammar
-
 
 def _matcher(source: str = CODER, tool_choice: str = "required", **options: Any) -> Matcher:
     made = qwen3_coder_params(source, tools=options.pop("tools", TOOLS), tool_choice=tool_choice, **options)
-    return Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
+    return format_matcher(made)
 
 
-def _completes(matcher: Matcher, text: str) -> bool:
-    fork = matcher.fork()
-    return fork.accept_bytes(text.encode()) and fork.is_complete()
-
-
-def _takes(matcher: Matcher, text: str) -> bool:
-    return matcher.fork().accept_bytes(text.encode())
 
 
 def _call(name: str, *arguments: tuple[str, str], opened: bool = True) -> str:
@@ -64,57 +52,57 @@ WEATHER = _call("get_weather", ("city", "Paris"))
 
 def test_a_required_call_is_taken_and_a_malformed_one_refused() -> None:
     matcher = _matcher()
-    assert _completes(matcher, PROMPT + WEATHER)
-    assert _completes(matcher, PROMPT + "Let me look.\n" + _call("get_weather", ("city", "Saint-\nÉtienne")))
-    assert not _completes(matcher, PROMPT)  # a call is required
-    assert not _takes(matcher, PROMPT + _call("get_time", ("city", "Paris")))  # no such tool
-    assert not _takes(matcher, PROMPT + _call("get_weather", ("town", "Paris")))  # no such argument
-    assert not _completes(matcher, PROMPT + _call("get_weather"))  # its required argument missing
+    assert completes(matcher, PROMPT + WEATHER)
+    assert completes(matcher, PROMPT + "Let me look.\n" + _call("get_weather", ("city", "Saint-\nÉtienne")))
+    assert not completes(matcher, PROMPT)  # a call is required
+    assert not takes(matcher, PROMPT + _call("get_time", ("city", "Paris")))  # no such tool
+    assert not takes(matcher, PROMPT + _call("get_weather", ("town", "Paris")))  # no such argument
+    assert not completes(matcher, PROMPT + _call("get_weather"))  # its required argument missing
     # a string value ends at "\n</parameter>\n" alone: without its newline the rest is still the value
-    assert not _completes(matcher, PROMPT + WEATHER.replace("\n</parameter>", "</parameter>"))
-    assert not _takes(matcher, PROMPT + WEATHER + "Done.")
+    assert not completes(matcher, PROMPT + WEATHER.replace("\n</parameter>", "</parameter>"))
+    assert not takes(matcher, PROMPT + WEATHER + "Done.")
 
 
 def test_required_arguments_come_in_any_order_then_the_optional_ones() -> None:
     matcher = _matcher()
     n, label, unit = ("n", "3"), ("label", "three\nlines"), ("unit", "m")
     for order in ((n, label, unit), (unit, label, n), (label, n, unit)):
-        assert _completes(matcher, PROMPT + _call("count", *order))
-    assert _completes(matcher, PROMPT + _call("count", n, label, unit, ("size", "[1, 2]"), ("note", "x")))
-    assert not _takes(matcher, PROMPT + _call("count", ("note", "x"), n, label, unit))  # optional ones last
-    assert not _takes(matcher, PROMPT + _call("count", ("n", "three")))  # an integer is JSON
-    assert not _takes(matcher, PROMPT + _call("count", n, label, unit, ("size", "big")))
+        assert completes(matcher, PROMPT + _call("count", *order))
+    assert completes(matcher, PROMPT + _call("count", n, label, unit, ("size", "[1, 2]"), ("note", "x")))
+    assert not takes(matcher, PROMPT + _call("count", ("note", "x"), n, label, unit))  # optional ones last
+    assert not takes(matcher, PROMPT + _call("count", ("n", "three")))  # an integer is JSON
+    assert not takes(matcher, PROMPT + _call("count", n, label, unit, ("size", "big")))
     # an argument that may be a string or not (the enum's "m" and 1) is any text
-    assert _completes(matcher, PROMPT + _call("count", n, label, ("unit", "anything at all")))
+    assert completes(matcher, PROMPT + _call("count", n, label, ("unit", "anything at all")))
     # a JSON object argument, its schema's
     query = ("query", "Paris")
-    assert _completes(matcher, PROMPT + _call("search", query, ("filters", '{"max": 3}')))
-    assert not _takes(matcher, PROMPT + _call("search", query, ("filters", '{"max": 0}')))
+    assert completes(matcher, PROMPT + _call("search", query, ("filters", '{"max": 3}')))
+    assert not takes(matcher, PROMPT + _call("search", query, ("filters", '{"max": 0}')))
 
 
 def test_qwen3_coder_may_omit_the_first_calls_opening_tag_and_a_thinking_template_may_not() -> None:
     bare = PROMPT + _call("get_weather", ("city", "Paris"), opened=False)
-    assert _completes(_matcher(CODER), bare)
-    assert not _completes(_matcher(THINKING), bare)
-    assert _completes(_matcher(THINKING), PROMPT + WEATHER)
+    assert completes(_matcher(CODER), bare)
+    assert not completes(_matcher(THINKING), bare)
+    assert completes(_matcher(THINKING), PROMPT + WEATHER)
 
 
 def test_calls_repeat_only_where_parallel_calls_are_on() -> None:
     two = PROMPT + WEATHER + "\n" + _call("search", ("query", "Paris"))
-    assert not _takes(_matcher(), two)
-    assert _completes(_matcher(parallel_tool_calls=True), two)
+    assert not takes(_matcher(), two)
+    assert completes(_matcher(parallel_tool_calls=True), two)
     # only the first call may go without its opening tag
     bare_second = PROMPT + WEATHER + _call("search", ("query", "Paris"), opened=False)
-    assert not _takes(_matcher(parallel_tool_calls=True), bare_second)
+    assert not takes(_matcher(parallel_tool_calls=True), bare_second)
 
 
 def test_the_text_before_the_calls_holds_no_call_start() -> None:
     matcher = _matcher(CODER)
-    assert not _takes(matcher, PROMPT + "I will write <function=get_weather> now")
-    assert _completes(matcher, PROMPT + "<function=other> is fine\n" + WEATHER)
+    assert not takes(matcher, PROMPT + "I will write <function=get_weather> now")
+    assert completes(matcher, PROMPT + "<function=other> is fine\n" + WEATHER)
     thinking = _matcher(THINKING)
-    assert _completes(thinking, PROMPT + "<think>\nI could call <function=get_weather>.</think>" + WEATHER)
-    assert _completes(thinking, PROMPT + "<think>\nfirst, the weather" + WEATHER)  # the call ends the thought
+    assert completes(thinking, PROMPT + "<think>\nI could call <function=get_weather>.</think>" + WEATHER)
+    assert completes(thinking, PROMPT + "<think>\nfirst, the weather" + WEATHER)  # the call ends the thought
 
 
 @pytest.mark.parametrize(("source", "words"), [
@@ -123,13 +111,13 @@ def test_the_text_before_the_calls_holds_no_call_start() -> None:
 def test_tool_choice_auto_is_lazy_on_the_calls_start_words(source: str, words: tuple[str, ...]) -> None:
     made = qwen3_coder_params(source, tools=TOOLS, tool_choice="auto")
     assert made.grammar_lazy and made.trigger_words == words
-    grammar = _grammar_text(made)
+    grammar = grammar_text(made)
     assert "root ::= tool-call-root\n" in grammar
     # from the trigger on, the lazy grammar holds the calls and nothing else
     matcher = Matcher(Grammar.from_gbnf(grammar, BYTES))
-    assert _completes(matcher, WEATHER)
-    assert not _takes(matcher, "text")
-    assert not _takes(matcher, WEATHER + "\n<tool_call>")  # one call: parallel calls are off
+    assert completes(matcher, WEATHER)
+    assert not takes(matcher, "text")
+    assert not takes(matcher, WEATHER + "\n<tool_call>")  # one call: parallel calls are off
 
 
 def test_tool_choice_none_and_no_tools_give_no_grammar() -> None:
@@ -141,12 +129,12 @@ def test_a_response_schema_gives_its_json_after_the_reasoning() -> None:
     schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
     made = qwen3_coder_params(THINKING, json_schema=schema)
     assert not made.grammar_lazy and made.trigger_words == ()
-    matcher = Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
-    assert _completes(matcher, PROMPT + '{"answer": "Paris"}')
-    assert _completes(matcher, PROMPT + '<think>\nwhy</think>\n{"answer": "Paris"}')
-    assert not _takes(matcher, PROMPT + "Paris")
+    matcher = Matcher(Grammar.from_gbnf(grammar_text(made), BYTES))
+    assert completes(matcher, PROMPT + '{"answer": "Paris"}')
+    assert completes(matcher, PROMPT + '<think>\nwhy</think>\n{"answer": "Paris"}')
+    assert not takes(matcher, PROMPT + "Paris")
     unreasoned = qwen3_coder_params(THINKING, json_schema=schema, reasoning_format="none")
-    assert not _takes(Matcher(Grammar.from_gbnf(_grammar_text(unreasoned), BYTES)), PROMPT + "<think>")
+    assert not takes(Matcher(Grammar.from_gbnf(grammar_text(unreasoned), BYTES)), PROMPT + "<think>")
 
 
 def test_a_response_schema_with_tools_auto_is_lazy_with_no_trigger_rule() -> None:
@@ -154,7 +142,7 @@ def test_a_response_schema_with_tools_auto_is_lazy_with_no_trigger_rule() -> Non
     # response-format parser has no trigger rule, so the root is empty
     made = qwen3_coder_params(CODER, tools=[WEATHER_TOOL], json_schema={"type": "string"})
     assert made.grammar_lazy and made.trigger_words == ("<tool_call>", "<function=get_weather>")
-    assert _grammar_text(made).startswith("root ::= \n")
+    assert grammar_text(made).startswith("root ::= \n")
 
 
 def test_thinking_tags_and_preserved_tokens() -> None:
@@ -229,7 +217,7 @@ def test_qwen3_coder_grammars_of_other_arguments_are_llama_cpps(
         source, now=int(time.time()), tools=OTHER_TOOLS, parallel_tool_calls=parallel))
     made = qwen3_coder_params(template_source(source), tools=OTHER_TOOLS, tool_choice=tool_choice,
                               parallel_tool_calls=parallel)
-    grammar = _grammar_text(made)
+    grammar = grammar_text(made)
     oracle_report.add("chat params: qwen3-coder, other tools", path.stem,
                       identical=int(grammar == llama["grammar"]), total=1)
     assert grammar == llama["grammar"]
