@@ -159,6 +159,16 @@ def test_a_lazy_tool_grammar_on_a_thinking_template_is_held_with_its_tags() -> N
     assert (settings.thinking_start_tag, settings.thinking_end_tags) == ("<think>", ("</think>",))
 
 
+@pytest.mark.parametrize("tool_choice", ["auto", "none"])
+def test_a_hand_written_format_with_chat_params_is_refused_for_its_message_parser(tool_choice: str) -> None:
+    # qwen3-coder's grammar is ported, the parser of its messages (the settings carry it) is not: refused
+    # before the free-text refusal too, which would have the worker parse the answer
+    with pytest.raises(NotPortedError, match=r"^not ported yet: the qwen3-coder format's message parser$"):
+        resolve_chat(ChatRequest(
+            template=TEMPLATES["Qwen3-Coder"], messages=json.dumps([{"role": "user", "content": "Hi"}]),
+            tools=json.dumps([WEATHER]), tool_choice=tool_choice, now=1.0))
+
+
 def test_free_text_and_not_ported_are_refused_as_their_own_classes() -> None:
     # the worker acts on each by its class (free text generated unconstrained; what is not ported said so)
     with pytest.raises(FreeTextError, match="asks for free text"):
