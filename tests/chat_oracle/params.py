@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
 from constraintd.engine.chat.prompt import template_source
@@ -84,19 +84,46 @@ class ParamsComparison:
             for name in FIELDS if self.ours[name] != llama[name])
 
 
+_CASES_OWN: Final = object()  # the case's response schema: RESPONSE_SCHEMA where it has one, else none
+
+
 def project_params(source: str, case: ParamsCase, *, now: int, parallel_tool_calls: bool = False,
-                   tools: list[dict[str, Any]] | None = None) -> ChatGrammar:
-    """The project's chat params for this case (with `tools` in place of the case's).
+                   tools: list[dict[str, Any]] | None = None, json_schema: Any = _CASES_OWN) -> ChatGrammar:
+    """The project's chat params for this case (with `tools`, `json_schema` in place of the case's).
 
     Raises:
         NotPorted: the case needs a part of llama.cpp's chat layer not ported yet.
     """
     return chat_grammar_of(
         source, parse_messages(MESSAGE_SETS["system+user"]),
-        tools=parse_tools(case.tool_list if tools is None else tools),
-        tool_choice=case.llama_tool_choice, json_schema=RESPONSE_SCHEMA if case.schema else None,
+        tools=parse_tools(case.tool_list if tools is None else tools), tool_choice=case.llama_tool_choice,
+        json_schema=(RESPONSE_SCHEMA if case.schema else None) if json_schema is _CASES_OWN else json_schema,
         reasoning_format=case.reasoning_format, bos_text=BOS_TOKEN, eos_text=EOS_TOKEN,
         enable_thinking=case.thinking, now=now, parallel_tool_calls=parallel_tool_calls)
+
+
+def compare_case(
+    binary: Path, path: Path, case: ParamsCase, *, now: int, parallel_tool_calls: bool = False,
+    tools: list[dict[str, Any]] | None = None, json_schema: Any = _CASES_OWN,
+) -> ParamsComparison:
+    """One case on one template file, both sides at the same time `now` (Unix seconds); `tools` and
+    `json_schema` (None: no schema) in place of the case's where given."""
+    source = path.read_text()
+    extra: dict[str, Any] = {"parallel_tool_calls": parallel_tool_calls}
+    if tools is not None:
+        extra["tools"] = tools
+    request = case.request(source, now=now, **extra)
+    if json_schema is not _CASES_OWN:
+        request.pop("json_schema", None)
+        if json_schema is not None:
+            request["json_schema"] = json_schema
+    llama = run_harness(binary, request)
+    try:
+        made = project_params(source, case, now=now, parallel_tool_calls=parallel_tool_calls, tools=tools,
+                              json_schema=json_schema)
+    except NotPorted as exc:
+        return ParamsComparison(path.stem, case.name, None, llama, str(exc))
+    return ParamsComparison(path.stem, case.name, _ours(made), llama, None, made.preserved_tokens)
 
 
 # tool_choice auto and required with parallel_tool_calls on (PARAMS_CASES leave it off, as llama-server does)
@@ -107,19 +134,8 @@ def compare_params(binary: Path, path: Path, *, now: int, parallel_tool_calls: b
                    ) -> list[ParamsComparison]:
     """Every case of PARAMS_CASES (with `parallel_tool_calls`: PARALLEL_CASES, parallel calls on) on one
     template file, both sides at the same time `now` (Unix seconds)."""
-    source = path.read_text()
-    comparisons = []
-    for case in PARALLEL_CASES if parallel_tool_calls else PARAMS_CASES:
-        llama = run_harness(binary, case.request(source, now=now, parallel_tool_calls=parallel_tool_calls))
-        preserved: tuple[str, ...] | None = None
-        try:
-            made = project_params(source, case, now=now, parallel_tool_calls=parallel_tool_calls)
-            ours: dict[str, Any] | None = _ours(made)
-            not_ported, preserved = None, made.preserved_tokens
-        except NotPorted as exc:
-            ours, not_ported = None, str(exc)
-        comparisons.append(ParamsComparison(path.stem, case.name, ours, llama, not_ported, preserved))
-    return comparisons
+    return [compare_case(binary, path, case, now=now, parallel_tool_calls=parallel_tool_calls)
+            for case in (PARALLEL_CASES if parallel_tool_calls else PARAMS_CASES)]
 
 
 def _llama_analysis(answer: dict[str, Any]) -> dict[str, Any]:

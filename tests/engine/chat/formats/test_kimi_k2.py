@@ -15,12 +15,8 @@ from typing import Any
 import pytest
 
 from constraintd.engine import Grammar, Matcher
-from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.kimi_k2 import kimi_k2_params
-from constraintd.engine.chat.prompt import template_source
-from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
-    PARAMS_CASES,
     RESPONSE_SCHEMA,
     SEARCH_TOOL,
     WEATHER_TOOL,
@@ -28,7 +24,7 @@ from tests.chat_oracle.cases import (
     template_paths,
 )
 from tests.chat_oracle.grammars import BYTES, completes, format_matcher, grammar_text, takes
-from tests.chat_oracle.params import PARALLEL_CASES
+from tests.chat_oracle.params import compare_case
 from tests.conftest import OracleReport
 
 PROMPT = "<|im_assistant|>assistant<|im_middle|>"
@@ -154,43 +150,8 @@ def test_a_tool_without_parameters_takes_an_empty_object() -> None:
     assert not takes(matcher, PROMPT + _call("ping", "[]"))
 
 
-def _differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
-    ours = {
-        "grammar": grammar_text(made), "grammar_lazy": made.grammar_lazy,
-        "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],
-        "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
-        "thinking_end_tags": list(made.thinking_end_tags), "preserved_tokens": list(made.preserved_tokens),
-    }
-    theirs = {**{name: llama[name] for name in ours},
-              "grammar_triggers": [[t["type"], t["value"]] for t in llama["grammar_triggers"]]}
-    return [name for name in ours if ours[name] != theirs[name]]
-
-
 FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem in (
     "Kimi-K2-Instruct", "Kimi-K2-Thinking", "moonshotai-Kimi-K2"))
-
-
-@pytest.mark.oracle
-@pytest.mark.parametrize("path", FORMAT_TEMPLATES, ids=[path.stem for path in FORMAT_TEMPLATES])
-def test_kimi_k2_params_are_llama_cpps(path: Path, chat_oracle: Path, oracle_report: OracleReport) -> None:
-    """Every request of PARAMS_CASES and PARALLEL_CASES: the grammar byte for byte, the lazy flag, triggers,
-    additional stops, thinking tags and preserved tokens, all llama.cpp's."""
-    source = path.read_text()
-    now = int(time.time())
-    differing = {}
-    requests = [(case, False) for case in PARAMS_CASES] + [(case, True) for case in PARALLEL_CASES]
-    for case, parallel in requests:
-        llama = run_harness(chat_oracle, case.request(source, now=now, parallel_tool_calls=parallel))
-        made = kimi_k2_params(
-            template_source(source), tools=case.tool_list or [], tool_choice=case.llama_tool_choice,
-            parallel_tool_calls=parallel, json_schema=RESPONSE_SCHEMA if case.schema else None,
-            reasoning_format=case.reasoning_format)
-        differences = _differences(made, llama)
-        if differences:
-            differing[f"{case.name}{' parallel' if parallel else ''}"] = differences
-    oracle_report.add("chat params: kimi-k2", path.stem, identical=len(requests) - len(differing),
-                      total=len(requests))
-    assert differing == {}
 
 
 # Tools the cases do not reach: no parameters, a name the rule names clean, arguments of every JSON kind
@@ -210,13 +171,12 @@ OTHER_TOOLS = [
 def test_kimi_k2_grammars_of_other_tools_are_llama_cpps(
     tool_choice: str, parallel: bool, reasoning_format: str, chat_oracle: Path, oracle_report: OracleReport
 ) -> None:
-    """OTHER_TOOLS, with reasoning extracted and not, on the first template of the format."""
-    source = FORMAT_TEMPLATES[0].read_text()
-    llama = run_harness(chat_oracle, ParamsCase(tool_choice, True, False, reasoning_format).request(
-        source, now=int(time.time()), tools=OTHER_TOOLS, parallel_tool_calls=parallel))
-    made = kimi_k2_params(template_source(source), tools=OTHER_TOOLS, tool_choice=tool_choice,
-                          parallel_tool_calls=parallel, reasoning_format=reasoning_format)
-    differences = _differences(made, llama)
-    oracle_report.add("chat params: kimi-k2, other tools", FORMAT_TEMPLATES[0].stem,
-                      identical=int(not differences), total=1)
-    assert differences == []
+    """OTHER_TOOLS, with reasoning extracted and not, on the first template of the format (every case of
+    its templates is in test_chat_params.py)."""
+    case = ParamsCase(tool_choice, True, False, reasoning_format)
+    made = compare_case(chat_oracle, FORMAT_TEMPLATES[0], case, now=int(time.time()), tools=OTHER_TOOLS,
+                        parallel_tool_calls=parallel)
+    same = made.identical and made.same_preserved_tokens
+    oracle_report.add("chat params: kimi-k2, other tools", FORMAT_TEMPLATES[0].stem, identical=int(same),
+                      total=1)
+    assert same, made.describe()

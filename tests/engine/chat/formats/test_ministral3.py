@@ -15,63 +15,21 @@ from typing import Any
 import pytest
 
 from constraintd.engine import Grammar, Matcher
-from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.ministral3 import ministral3_params
-from constraintd.engine.chat.prompt import template_source
-from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
-    PARAMS_CASES,
-    RESPONSE_SCHEMA,
     SEARCH_TOOL,
     WEATHER_TOOL,
     ParamsCase,
     template_paths,
 )
 from tests.chat_oracle.grammars import BYTES, completes, format_matcher, grammar_text, takes
-from tests.chat_oracle.params import FIELDS, PARALLEL_CASES, _llamas
+from tests.chat_oracle.params import compare_case
 from tests.conftest import OracleReport
 
 TOOLS = [WEATHER_TOOL, SEARCH_TOOL]
 FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem in (
     "mistralai-Ministral-3-14B-Reasoning-2512", "unsloth-mistral-Devstral-Small-2507"))
 
-
-
-def _fields(made: FormatParams) -> dict[str, Any]:
-    # the fields tests/chat_oracle/params.py compares, as llama.cpp's harness answers them
-    return {"grammar": grammar_text(made), "grammar_lazy": made.grammar_lazy,
-            "grammar_triggers": [["word", word] for word in made.trigger_words],
-            "additional_stops": list(made.additional_stops), "supports_thinking": made.supports_thinking,
-            "thinking_start_tag": made.thinking_start_tag, "thinking_end_tags": list(made.thinking_end_tags)}
-
-
-def _compare(binary: Path, source: str, case: ParamsCase, **extra: Any) -> tuple[bool, str]:
-    """One request on both sides: (identical, what differs)."""
-    llama = run_harness(binary, case.request(source, now=int(time.time()), **extra))
-    tools = extra.get("tools", case.tool_list) or []
-    schema = extra.get("json_schema", RESPONSE_SCHEMA if case.schema else None)
-    made = ministral3_params(template_source(source), tools=tools, tool_choice=case.llama_tool_choice,
-                             parallel_tool_calls=extra.get("parallel_tool_calls", False), json_schema=schema,
-                             reasoning_format=case.reasoning_format)
-    ours, theirs = _fields(made), _llamas(llama)
-    ours["preserved_tokens"] = list(made.preserved_tokens)
-    theirs["preserved_tokens"] = llama["preserved_tokens"]
-    differs = [f"{name}: ours {ours[name]!r} llama.cpp {theirs[name]!r}"
-               for name in (*FIELDS, "preserved_tokens") if ours[name] != theirs[name]]
-    return not differs, f"{case.name}: " + "; ".join(differs)
-
-
-@pytest.mark.oracle
-@pytest.mark.parametrize("path", FORMAT_TEMPLATES, ids=[path.stem for path in FORMAT_TEMPLATES])
-def test_ministral3_params_are_llama_cpps(path: Path, chat_oracle: Path, oracle_report: OracleReport) -> None:
-    """Every request of PARAMS_CASES, and PARALLEL_CASES with parallel calls on: the grammar byte for byte,
-    the lazy flag, triggers, additional stops, thinking tags and preserved tokens."""
-    source = path.read_text()
-    results = [_compare(chat_oracle, source, case) for case in PARAMS_CASES]
-    results += [_compare(chat_oracle, source, case, parallel_tool_calls=True) for case in PARALLEL_CASES]
-    oracle_report.add("chat params: ministral-3", path.stem, identical=sum(same for same, _ in results),
-                      total=len(results))
-    assert [why for same, why in results if not same] == []
 
 
 # Requests PARAMS_CASES leave out: no reasoning extracted with tools, an empty response schema (none at all to
@@ -91,11 +49,13 @@ OTHER_REQUESTS: list[tuple[ParamsCase, dict[str, Any]]] = [
 def test_ministral3_params_of_other_requests_are_llama_cpps(
     path: Path, chat_oracle: Path, oracle_report: OracleReport
 ) -> None:
-    source = path.read_text()
-    results = [_compare(chat_oracle, source, case, **extra) for case, extra in OTHER_REQUESTS]
-    oracle_report.add("chat params: ministral-3, other requests", path.stem,
-                      identical=sum(same for same, _ in results), total=len(results))
-    assert [why for same, why in results if not same] == []
+    """Requests PARAMS_CASES leave out (every case of the format's templates is in test_chat_params.py)."""
+    now = int(time.time())
+    made = [compare_case(chat_oracle, path, case, now=now, **extra) for case, extra in OTHER_REQUESTS]
+    same = [c for c in made if c.identical and c.same_preserved_tokens]
+    oracle_report.add("chat params: ministral-3, other requests", path.stem, identical=len(same),
+                      total=len(made))
+    assert [c.describe() for c in made if c not in same] == []
 
 
 def _matcher(tool_choice: str = "required", **options: Any) -> Matcher:
