@@ -15,12 +15,21 @@
     template_analysis  the auto-parser's analysis: reasoning, content, the tool-call format (JSON calls'
               fields, the tag formats' function, argument and call id markers), preserved tokens, the
               patches of known templates
-    json_tool_grammar  the lazy tool-call grammar of templates that write JSON calls
-    tagged_tool_grammar  the lazy tool-call grammar of the tag formats whose arguments are tagged one by one
+    json_tool_grammar  the tool-call grammar of templates that write JSON calls, and of the tag formats
+              whose arguments are JSON
+    tagged_tool_grammar  the tool-call grammar of the tag formats whose arguments are tagged one by one
+    peg_arena  llama.cpp's PEG parser arena as far as its GBNF goes: a hand-written format builds its parser
+              there, call for call, and the arena writes its grammar
+    formats   llama.cpp's hand-written formats (common/parsers), one module each: their chat params' grammar
+              side, on the PEG arena
     chat_params  the grammar side of llama.cpp's chat params (grammar, lazy flag, triggers, preserved
-              tokens, stops, thinking tags) for the auto-parser's templates, where ported
+              tokens, stops, thinking tags), for the auto-parser's templates and the hand-written formats,
+              where ported
+    message_scan  the scan the message parsers read a text with (llama.cpp's partial parse: what the text
+              ends inside stands)
     message_parser  the assistant's message (content, reasoning content, tool calls) from a whole generated
               text, as llama.cpp's chat parser reads it on the auto-parser's templates, where ported
+    tagged_message_parser  the calls of the tag formats whose arguments are tagged, for message_parser
     chat_format  a request's parser settings as one value that travels (JSON both ways): what reads its
               answer back where the template is not at hand
 
