@@ -1,0 +1,187 @@
+# The chat params of llama.cpp's hand-written ling-3 format (common/parsers/ling3.cpp:
+# common_chat_params_init_ling3), the grammar side: Ling 3.0 (Bailing V3) writes an assistant turn as
+# `<role>ASSISTANT</role>\n<think>...</think>content<tool_call>name<arg_key>k</arg_key>\n<arg_value>v
+# </arg_value></tool_call><|role_end|>`.
+#
+# Contract:
+# - Whatever the request: thinking supported, tags `<think>` and (`</think>`, `<tool_call>`), the nine
+#   markers preserved, `<|role_end|>` an additional stop, and the messages' start delimiters per role.
+# - A grammar exactly where there are tools and tool_choice is not none (a response schema is not read);
+#   lazy where tool_choice is not required, with the trigger word `<tool_call>`.
+# - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
+#   order: the optional role opener, the think block (its tags optional; its body up to `</think>`, or up to
+#   a call's start too where the generation prompt leaves `<think>` open), the content up to a call, then the
+#   calls' section (required where tool_choice is required, else optional) and the turn's tail. A call is
+#   `<tool_call>name`, its required arguments in any order (as `ling3-<name>-args-N` rules), then its
+#   optional ones in any order and number. A string argument is any text up to `</arg_value>`; any other its
+#   schema's JSON; one that may be both, the string rule.
+# - Not done (NotImplementedError): parameters that hold a $ref, and argument schemas whose value types are
+#   not ported (qwen3_coder.value_types says which).
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from constraintd.engine.chat.formats import FormatParams
+from constraintd.engine.chat.formats.qwen3_coder import value_types
+from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_parameters
+from constraintd.engine.chat.peg_arena import PegArena
+from constraintd.engine.chat.tagged_tool_grammar import tagged_arguments
+
+__all__ = ["ling3_params"]
+
+ROLE: Final = "<role>ASSISTANT</role>"
+THINK_START: Final = "<think>"
+THINK_END: Final = "</think>"
+CALL_START: Final = "<tool_call>"
+CALL_END: Final = "</tool_call>"
+ARG_KEY: Final = "<arg_key>"
+ARG_KEY_END: Final = "</arg_key>"
+ARG_VAL: Final = "<arg_value>"
+ARG_VAL_END: Final = "</arg_value>"
+ROLE_END: Final = "<|role_end|>"
+PRESERVED_TOKENS: Final = (THINK_START, THINK_END, CALL_START, CALL_END, ARG_KEY, ARG_KEY_END, ARG_VAL,
+                           ARG_VAL_END, ROLE_END)
+MESSAGE_DELIMITERS: Final = (
+    ("assistant", ROLE), ("user", "<role>HUMAN</role>"), ("tool", "<role>OBSERVATION</role>"),
+    ("system", "<role>SYSTEM</role>"))
+_MAX_PERMUTE: Final = 6  # COMMON_CHAT_MAX_PERMUTE
+
+
+def ling3_params(
+    source: str, *, tools: Sequence[Mapping[str, Any]] = (), tool_choice: str = "auto",
+    parallel_tool_calls: bool = False, json_schema: Any = None, reasoning_format: str = "auto",
+    generation_prompt: str = "",
+) -> FormatParams:
+    """common_chat_params_init_ling3's grammar side for a request (see the module's contract).
+
+    `generation_prompt` is the request's (prompt.chat_prompt's): where it leaves `<think>` open (the
+    template's with thinking on), the thought also ends at a call's start. `source` and `json_schema` do not
+    change the answer (llama.cpp's format reads neither for the grammar); they are taken for the same call as
+    the other formats'. Does not render the prompt nor handle a continued final message.
+
+    Raises:
+        NotImplementedError: parameters or an argument schema whose reading is not ported.
+    """
+    del source, json_schema
+    include_grammar = bool(tools) and tool_choice != "none"
+    arena = None
+    if include_grammar:
+        functions = tool_functions([tool for tool in tools if tool.get("type") == "function"])
+        last_open, last_close = generation_prompt.rfind(THINK_START), generation_prompt.rfind(THINK_END)
+        think_open = last_open != -1 and (last_close == -1 or last_open > last_close)
+        try:
+            arena = _parser(functions, think_open=think_open, required=tool_choice == "required",
+                            parallel_tool_calls=parallel_tool_calls)
+        except NotImplementedError as exc:
+            raise NotImplementedError(f"ling-3: {exc}") from exc
+    del reasoning_format  # the think body is tagged reasoning or content: the same grammar
+    return FormatParams(
+        arena, include_grammar and tool_choice != "required", (CALL_START,) if include_grammar else (), True,
+        THINK_START, (THINK_END, CALL_START), PRESERVED_TOKENS, (ROLE_END,), MESSAGE_DELIMITERS)
+
+
+def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, think_open: bool, required: bool,
+            parallel_tool_calls: bool) -> PegArena:
+    # the parser of build_chat_peg_parser's function with tools, each expression's parsers made in llama.cpp's
+    # order (the right operand of `+` and `|` first)
+    p = PegArena()
+    end = p.end()
+    space = p.optional(p.space())
+    opener = p.optional(p.sequence(p.literal(ROLE), space))
+    think_body = p.tag(p.until_one_of([THINK_END, CALL_START] if think_open else [THINK_END]))
+    think_end = p.optional(p.literal(THINK_END))
+    reasoning = p.sequence(p.optional(p.literal(THINK_START)), think_body)
+    reasoning = p.optional(p.sequence(reasoning, think_end))
+    content = p.optional(p.tag(p.until_one_of([CALL_START])))
+    tail = _tail(p)
+    tool_choices = p.choice()
+    arg_close = p.atomic(p.tag(p.literal(ARG_VAL_END)))
+    arg_string = p.rule("ling3-arg-string", p.sequence(p.tag(p.until(ARG_VAL_END)), arg_close))
+    for name, function in functions:
+        required_args: list[int] = []
+        optional_args: list[int] = []
+        for argument in tagged_arguments(tool_parameters(function)):
+            rule = f"ling3-arg-{name}-{argument.name}"
+            types = value_types(argument.schema)
+            p.eps()  # the value's first value, replaced before use
+            if "string" not in types:
+                value = p.sequence(p.tag(p.schema(p.json(), rule + "-schema", argument.schema)), arg_close)
+            elif types == {"string"}:
+                value = arg_string
+            else:
+                typed = p.sequence(p.tag(p.schema(p.json(), rule + "-schema", argument.schema)), arg_close)
+                value = p.gbnf(p.choice(p.atomic(typed), arg_string), "ling3-arg-string")
+            (required_args if argument.required else optional_args).append(
+                p.rule(rule, _argument(p, argument.name, value)))
+        args = _permute(p, f"ling3-{name}-args", required_args)
+        if optional_args:
+            args = p.sequence(args, p.zero_or_more(p.choice(*optional_args)))
+        tool_choices = p.choice(tool_choices, p.rule(f"ling3-tool-{name}", _call(p, name, args)))
+    calls = tool_choices
+    if parallel_tool_calls:
+        calls = p.sequence(tool_choices, p.zero_or_more(p.sequence(p.space(), tool_choices)))
+    # calls + space() + optional(content(until(ROLE_END))) + optional(literal(ROLE_END))
+    role_end = p.optional(p.literal(ROLE_END))
+    trailing = p.optional(p.tag(p.until(ROLE_END)))
+    section = p.sequence(p.sequence(p.sequence(calls, p.space()), trailing), role_end)
+    tools_section = p.trigger_rule("ling3-tool-call", section)
+    tools = tools_section if required else p.optional(tools_section)
+    root = p.sequence(p.sequence(p.sequence(opener, reasoning), content), tools)
+    p.root = p.sequence(p.sequence(root, tail), end)
+    return p
+
+
+def _tail(p: PegArena) -> int:
+    # optional(content(until(ROLE_END))) + optional(literal(ROLE_END)): the turn's end-of-turn token consumed
+    role_end = p.optional(p.literal(ROLE_END))
+    return p.sequence(p.optional(p.tag(p.until(ROLE_END))), role_end)
+
+
+def _argument(p: PegArena, key: str, value: int) -> int:
+    # optional(space()) + tool_arg(tool_arg_open(ARG_KEY + tool_arg_name(key) + ARG_KEY_END)
+    #                              + optional(space()) + ARG_VAL + value)
+    val_open = p.literal(ARG_VAL)
+    space = p.optional(p.space())
+    key_end = p.literal(ARG_KEY_END)
+    named = p.atomic(p.tag(p.literal(key)))
+    arg_open = p.atomic(p.tag(p.sequence(p.sequence(p.literal(ARG_KEY), named), key_end)))
+    arg = p.tag(p.sequence(p.sequence(p.sequence(arg_open, space), val_open), value))
+    return p.sequence(p.optional(p.space()), arg)
+
+
+def _call(p: PegArena, name: str, args: int) -> int:
+    # tool(tool_open(CALL_START + tool_name(name) + optional(space())) + tool_args(args)
+    #      + tool_close(optional(space()) + CALL_END))
+    call_end = p.literal(CALL_END)
+    close = p.atomic(p.tag(p.sequence(p.optional(p.space()), call_end)))
+    tool_args = p.tag(args)
+    space = p.optional(p.space())
+    named = p.atomic(p.tag(p.literal(name)))
+    tool_open = p.atomic(p.tag(p.sequence(p.sequence(p.literal(CALL_START), named), space)))
+    return p.tag(p.sequence(p.sequence(tool_open, tool_args), close))
+
+
+def _permute(p: PegArena, prefix: str, parsers: list[int]) -> int:
+    # common_chat_peg_builder::permute: the parsers in any order, a rule per set of those still to come
+    if not parsers:
+        return p.eps()
+    if len(parsers) == 1 or len(parsers) > _MAX_PERMUTE:
+        return p.sequence(*parsers)
+    rules: dict[int, int] = {}
+
+    def remaining_of(remaining: int) -> int:
+        if remaining == 0:
+            return p.eps()
+        if remaining in rules:
+            return rules[remaining]
+        alternatives = p.choice()
+        for at, parser in enumerate(parsers):
+            bit = 1 << at
+            if remaining & bit:
+                rest = remaining_of(remaining & ~bit)
+                alternatives = p.choice(alternatives, p.sequence(parser, rest))
+        rules[remaining] = p.rule(f"{prefix}-{remaining}", alternatives)
+        return rules[remaining]
+
+    return remaining_of((1 << len(parsers)) - 1)
