@@ -7,7 +7,8 @@
 # - A template "supports reasoning" where its source holds `<think>`: thinking tags `<think>` and
 #   (`\n</think>`, `</think>`, `<tool_call>`), `<think>` and `</think>` preserved after `<tool_call>` and
 #   `</tool_call>`; else it is Qwen3-Coder itself, whose calls may also open at `<function=name>` (a trigger
-#   word per tool, and the first call's `<tool_call>\n` optional). No additional stops.
+#   word per tool, and the first call's `<tool_call>\n` optional). No additional stops; the ChatML message
+#   delimiters (MESSAGE_DELIMITERS: a tool's result in a user turn, or StepFun's own tool_response turn).
 # - A grammar where there is a response schema, or tools with tool_choice other than none; lazy exactly where
 #   there are tools and tool_choice is auto (a schema included: llama.cpp then writes the trigger rules alone,
 #   and there are none), with the calls' start words as triggers.
@@ -35,6 +36,11 @@ __all__ = ["qwen3_coder_params", "value_types"]
 
 GENERATION_PREFIX: Final = "<|im_start|>assistant\n"
 _ARG_CLOSE: Final = "\n</parameter>\n"
+MESSAGE_DELIMITERS: Final = (
+    ("assistant", "<|im_start|>assistant"),
+    ("tool", "<|im_start|>user\n<tool_response>"),  # Qwen3-Coder, Qwen3.5, Nemotron Nano 3
+    ("tool", "<|im_start|>tool_response"),  # StepFun-3.5-Flash
+    ("user", "<|im_start|>user"), ("system", "<|im_start|>system"))
 _ALL_TYPES: Final = frozenset({"null", "boolean", "number", "integer", "string", "array", "object"})
 
 
@@ -118,7 +124,8 @@ def qwen3_coder_params(
     return FormatParams(
         arena if include_grammar else None, lazy, tuple(starts) if lazy else (),
         supports_reasoning, "<think>" if supports_reasoning else "",
-        ("\n</think>", "</think>", "<tool_call>") if supports_reasoning else (), preserved)
+        ("\n</think>", "</think>", "<tool_call>") if supports_reasoning else (), preserved,
+        message_delimiters=MESSAGE_DELIMITERS)
 
 
 def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, supports_reasoning: bool, is_qwen3_coder: bool,

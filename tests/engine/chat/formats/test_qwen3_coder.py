@@ -152,6 +152,9 @@ def test_thinking_tags_and_preserved_tokens() -> None:
     assert (thinking.supports_thinking, thinking.thinking_start_tag, thinking.thinking_end_tags) == (
         True, "<think>", ("\n</think>", "</think>", "<tool_call>"))
     assert thinking.preserved_tokens == ("<tool_call>", "</tool_call>", "<think>", "</think>")
+    assert coder.message_delimiters == thinking.message_delimiters == (
+        ("assistant", "<|im_start|>assistant"), ("tool", "<|im_start|>user\n<tool_response>"),
+        ("tool", "<|im_start|>tool_response"), ("user", "<|im_start|>user"), ("system", "<|im_start|>system"))
 
 
 @pytest.mark.parametrize(("schema", "types"), [
@@ -211,7 +214,7 @@ def test_qwen3_coder_grammars_of_other_arguments_are_llama_cpps(
     path: Path, parallel: bool, tool_choice: str, chat_oracle: Path, oracle_report: OracleReport
 ) -> None:
     """The format's grammar with OTHER_TOOLS, lazy (tool_choice auto) and not (required): llama.cpp's byte
-    for byte, with its lazy flag, triggers and preserved tokens."""
+    for byte, with its lazy flag, triggers, preserved tokens and message delimiters."""
     source = path.read_text()
     llama = run_harness(chat_oracle, ParamsCase(tool_choice, True, False).request(
         source, now=int(time.time()), tools=OTHER_TOOLS, parallel_tool_calls=parallel))
@@ -225,3 +228,5 @@ def test_qwen3_coder_grammars_of_other_arguments_are_llama_cpps(
     assert list(made.trigger_words) == [t["value"] for t in llama["grammar_triggers"]]
     assert all(t["type"] == "word" for t in llama["grammar_triggers"])
     assert list(made.preserved_tokens) == llama["preserved_tokens"]
+    assert [list(pair) for pair in made.message_delimiters] == [
+        [d["role"], d["delimiter"]] for d in llama["message_delimiters"]]
