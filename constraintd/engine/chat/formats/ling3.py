@@ -56,14 +56,15 @@ def ling3_params(
     """common_chat_params_init_ling3's grammar side for a request (see the module's contract).
 
     `generation_prompt` is the request's (prompt.chat_prompt's): where it leaves `<think>` open (the
-    template's with thinking on), the thought also ends at a call's start. `source` and `json_schema` do not
-    change the answer (llama.cpp's format reads neither for the grammar); they are taken for the same call as
-    the other formats'. Does not render the prompt nor handle a continued final message.
+    template's with thinking on), the thought also ends at a call's start. `source`, `json_schema` and
+    `reasoning_format` do not change the answer (llama.cpp's format reads none of them for the grammar: the
+    think body is tagged reasoning or content alike); they are taken for the same call as the other formats'.
+    Does not render the prompt nor handle a continued final message.
 
     Raises:
         NotImplementedError: parameters or an argument schema whose reading is not ported.
     """
-    del source, json_schema
+    del source, json_schema, reasoning_format
     include_grammar = bool(tools) and tool_choice != "none"
     arena = None
     if include_grammar:
@@ -75,7 +76,6 @@ def ling3_params(
                             parallel_tool_calls=parallel_tool_calls)
         except NotImplementedError as exc:
             raise NotImplementedError(f"ling-3: {exc}") from exc
-    del reasoning_format  # the think body is tagged reasoning or content: the same grammar
     return FormatParams(
         arena, include_grammar and tool_choice != "required", (CALL_START,) if include_grammar else (), True,
         THINK_START, (THINK_END, CALL_START), PRESERVED_TOKENS, (ROLE_END,), MESSAGE_DELIMITERS)
