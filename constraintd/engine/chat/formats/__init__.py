@@ -19,7 +19,8 @@ __all__ = ["FormatParams"]
 class FormatParams:
     """What a format's `*_params` gives: the parser whose grammar the request gets (None: no grammar),
     whether that grammar is lazy, its trigger words, the thinking tags and preserved tokens, and where the
-    format has them, additional stops and its prompt's message delimiters ((role, text) pairs)."""
+    format has them, additional stops, its prompt's message delimiters ((role, text) pairs) and trigger
+    patterns (llama.cpp's pattern triggers, after the words)."""
 
     arena: PegArena | None
     grammar_lazy: bool
@@ -30,3 +31,4 @@ class FormatParams:
     preserved_tokens: tuple[str, ...]
     additional_stops: tuple[str, ...] = ()
     message_delimiters: tuple[tuple[str, str], ...] = ()
+    trigger_patterns: tuple[str, ...] = ()
