@@ -105,12 +105,12 @@ def _parser(tools: Sequence[Mapping[str, Any]], json_schema: Any, *, extract_rea
     text_content = p.sequence(p.sequence(p.literal(TEXT_START), text), text_end)
     if not tools:
         turn_end = p.optional(p.literal(TURN_END))
-        p.root = p.sequence(generation_prompt, reasoning, text_content, turn_end, at_end)
+        p.root = _chain(p, generation_prompt, reasoning, text_content, turn_end, at_end)
         return p
     tool_calls = _standard_json_tools(p, tools, parallel_tool_calls=parallel_tool_calls)
     body = tool_calls if tool_choice == "required" else p.choice(tool_calls, text_content)
     turn_end = p.optional(p.literal(TURN_END))
-    p.root = p.sequence(generation_prompt, reasoning, body, turn_end, at_end)
+    p.root = _chain(p, generation_prompt, reasoning, body, turn_end, at_end)
     return p
 
 
@@ -126,7 +126,7 @@ def _standard_json_tools(p: PegArena, tools: Sequence[Mapping[str, Any]], *,
         # name_key + space() + ":" + space() + atomic("\"" + tool_name(literal(name)) + "\"")
         close_quote = p.literal('"')
         tool_name = p.atomic(p.tag(p.literal(name)))
-        quoted = p.atomic(p.sequence(p.literal('"'), tool_name, close_quote))
+        quoted = p.atomic(_chain(p, p.literal('"'), tool_name, close_quote))
         name_field = _key_value(p, name_key, quoted)
         # args_key + space() + ":" + space() + tool_args(schema(json(), "tool-<name>-schema", params))
         args = p.tag(p.schema(p.json(), f"tool-{name}-schema", tool_parameters(function)))
@@ -136,33 +136,41 @@ def _standard_json_tools(p: PegArena, tools: Sequence[Mapping[str, Any]], *,
         gen_id = p.optional(p.atomic(_key_value(p, None, _string_or_number_id(p), key_text=_GEN_ID_KEY)))
         fields = [gen_id, name_field, args_field]  # parameters_order
         # tool_open(literal("{")) + space() + type_field (eps(): no OpenAI wrapper), then the fields
+        type_field = p.eps()
         sp = p.space()
         body = p.sequence(p.atomic(p.tag(p.literal("{"))), sp)
-        body = p.sequence(body, p.eps())
+        body = p.sequence(body, type_field)
         for at, field in enumerate(fields):
             body = p.sequence(body, field)
             if at < len(fields) - 1:
                 sp_after = p.space()
                 comma = p.literal(",")
-                body = p.sequence(body, p.space(), comma, sp_after)
+                body = _chain(p, body, p.space(), comma, sp_after)
         close = p.atomic(p.tag(p.literal("}")))
-        body = p.sequence(body, p.space(), close)
+        body = _chain(p, body, p.space(), close)
         choices = p.choice(choices, p.rule(f"tool-{name}", p.tag(body)))
     calls = choices
     if parallel_tool_calls:
         sp_after = p.space()
         comma = p.literal(",")
-        calls = p.sequence(calls, p.zero_or_more(p.sequence(p.space(), comma, sp_after, choices)))
+        calls = p.sequence(calls, p.zero_or_more(_chain(p, p.space(), comma, sp_after, choices)))
     # literal("[") + space() + calls + space() + literal("]")
     close_bracket = p.literal("]")
     sp_after = p.space()
     sp = p.space()
-    calls = p.sequence(p.literal("["), sp, calls, sp_after, close_bracket)
+    calls = _chain(p, p.literal("["), sp, calls, sp_after, close_bracket)
     # trigger_rule("tool-call", literal(ACTION_START) + space() + calls + space() + literal(ACTION_END))
     section_end = p.literal(ACTION_END)
     sp_after = p.space()
     sp = p.space()
-    return p.trigger_rule("tool-call", p.sequence(p.literal(ACTION_START), sp, calls, sp_after, section_end))
+    return p.trigger_rule("tool-call", _chain(p, p.literal(ACTION_START), sp, calls, sp_after, section_end))
+
+
+def _chain(p: PegArena, first: int, *rest: int) -> int:
+    # first + rest[0] + rest[1] ...: a sequence per +, its operands made already
+    for parser in rest:
+        first = p.sequence(first, parser)
+    return first
 
 
 def _key_value(p: PegArena, key: int | None, value: int, *, key_text: str = "") -> int:
@@ -172,12 +180,12 @@ def _key_value(p: PegArena, key: int | None, value: int, *, key_text: str = "") 
     colon = p.literal(":")
     sp = p.space()
     key_parser = key if key is not None else p.literal(f'"{key_text}"')
-    return p.sequence(key_parser, sp, colon, sp_after, value)
+    return _chain(p, key_parser, sp, colon, sp_after, value)
 
 
 def _string_or_number_id(p: PegArena) -> int:
     # choice({literal("\"") + tool_id(string_content('"')) + literal("\""), tool_id(json_number())})
     close_quote = p.literal('"')
     string_id = p.atomic(p.tag(p.string_content()))
-    quoted = p.sequence(p.literal('"'), string_id, close_quote)
+    quoted = _chain(p, p.literal('"'), string_id, close_quote)
     return p.choice(quoted, p.atomic(p.tag(p.json_number())))

@@ -167,6 +167,7 @@ def _differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
         "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],
         "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
         "thinking_end_tags": list(made.thinking_end_tags), "preserved_tokens": list(made.preserved_tokens),
+        "message_delimiters": [{"role": role, "delimiter": text} for role, text in made.message_delimiters],
     }
     theirs = {**{name: llama[name] for name in ours},
               "grammar_triggers": [[t["type"], t["value"]] for t in llama["grammar_triggers"]]}
@@ -184,7 +185,7 @@ def test_the_format_has_its_reference_template() -> None:
 @pytest.mark.parametrize("path", FORMAT_TEMPLATES, ids=[path.stem for path in FORMAT_TEMPLATES])
 def test_cohere2moe_params_are_llama_cpps(path: Path, chat_oracle: Path, oracle_report: OracleReport) -> None:
     """Every request of PARAMS_CASES and PARALLEL_CASES: the grammar byte for byte, the lazy flag, triggers,
-    additional stops, thinking tags and preserved tokens, all llama.cpp's."""
+    additional stops, thinking tags, preserved tokens and message delimiters, all llama.cpp's."""
     source = path.read_text()
     now = int(time.time())
     differing = {}
