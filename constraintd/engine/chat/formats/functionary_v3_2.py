@@ -7,8 +7,7 @@
 # - Whatever the request: no thinking (no tags), `>>>all` preserved, no additional stops.
 # - A grammar exactly where there are tools and tool_choice is not none (a response schema gives none:
 #   llama.cpp's format does not read it); lazy where tool_choice is auto. Its trigger is the pattern
-#   `>>>(?!all)` (TRIGGER_PATTERN, whenever there is a grammar, lazy or not): FormatParams has no field for
-#   it, so the function gives gpt_oss.PatternFormatParams, FormatParams with `trigger_patterns`.
+#   `>>>(?!all)` (TRIGGER_PATTERN, whenever there is a grammar, lazy or not).
 # - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
 #   order: the generation prompt (up to its `>>>`), then `all\n` and text up to the next `>>>` followed by
 #   the calls, or the calls alone, or (tool_choice auto) `all\n` and any text. Calls are `<name>\n` and the
@@ -21,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from constraintd.engine.chat.formats.gpt_oss import PatternFormatParams
+from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_parameters
 from constraintd.engine.chat.peg_arena import PegArena
 
@@ -37,7 +36,7 @@ TRIGGER_PATTERN: Final = ">>>(?!all)"
 def functionary_v3_2_params(
     source: str, *, tools: Sequence[Mapping[str, Any]] = (), tool_choice: str = "auto",
     parallel_tool_calls: bool = False, json_schema: Any = None, reasoning_format: str = "auto",
-) -> PatternFormatParams:
+) -> FormatParams:
     """common_chat_params_init_functionary_v3_2's grammar side for a request (see the module's contract).
 
     `source` (the template), `json_schema` and `reasoning_format` do not change the answer: llama.cpp's format
@@ -49,7 +48,7 @@ def functionary_v3_2_params(
     if include_grammar:
         arena = _parser(tool_functions(tools), tool_choice=tool_choice,
                         parallel_tool_calls=parallel_tool_calls)
-    return PatternFormatParams(
+    return FormatParams(
         arena, include_grammar and tool_choice == "auto", (), False, "", (), PRESERVED_TOKENS,
         trigger_patterns=(TRIGGER_PATTERN,) if include_grammar else ())
 

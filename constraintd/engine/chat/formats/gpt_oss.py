@@ -10,8 +10,7 @@
 #   additional stops; the message delimiters of the five roles' headers.
 # - A grammar where there is a response schema (any JSON object, as llama.cpp's is_object) or tools with
 #   tool_choice other than none; lazy unless there is a schema or tool_choice is required. Its triggers are
-#   four patterns, not words (TRIGGER_PATTERNS, whenever there is a grammar, lazy or not): FormatParams has
-#   no field for them, so the function gives a PatternFormatParams, FormatParams with `trigger_patterns`.
+#   four patterns, not words (TRIGGER_PATTERNS, whenever there is a grammar, lazy or not).
 # - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
 #   order: any number of `<|start|>assistant` messages on the analysis channel (the reasoning where it is
 #   extracted, reasoning_format other than none, else content: the grammar is the same) or, with tools, the
@@ -24,14 +23,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_parameters
 from constraintd.engine.chat.peg_arena import PegArena
 
-__all__ = ["TRIGGER_PATTERNS", "PatternFormatParams", "gpt_oss_params"]
+__all__ = ["TRIGGER_PATTERNS", "gpt_oss_params"]
 
 START: Final = "<|start|>assistant"
 END: Final = "<|end|>"
@@ -51,18 +49,10 @@ TRIGGER_PATTERNS: Final = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class PatternFormatParams(FormatParams):
-    """FormatParams of a format whose grammar triggers are patterns (llama.cpp's
-    COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN), in llama.cpp's order, after the trigger words if any."""
-
-    trigger_patterns: tuple[str, ...] = ()
-
-
 def gpt_oss_params(
     source: str, *, tools: Sequence[Mapping[str, Any]] = (), tool_choice: str = "auto",
     parallel_tool_calls: bool = False, json_schema: Any = None, reasoning_format: str = "auto",
-) -> PatternFormatParams:
+) -> FormatParams:
     """common_chat_params_init_gpt_oss's grammar side for a request (see the module's contract).
 
     `source` (the template) and `parallel_tool_calls` do not change the answer: llama.cpp's format reads
@@ -77,7 +67,7 @@ def gpt_oss_params(
         arena = _parser(tool_functions(tools), extract_reasoning=reasoning_format != "none",
                         json_schema=json_schema if has_schema else None, tool_choice=tool_choice)
     lazy = include_grammar and not (has_schema or (has_tools and tool_choice == "required"))
-    return PatternFormatParams(
+    return FormatParams(
         arena, lazy, (), True, THINKING_START, (END,), PRESERVED_TOKENS,
         message_delimiters=MESSAGE_DELIMITERS, trigger_patterns=TRIGGER_PATTERNS if include_grammar else ())
 

@@ -18,8 +18,8 @@ import pytest
 
 from constraintd.engine import Grammar, Matcher, Vocab
 from constraintd.engine.chat.chat_params import format_grammar
+from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.functionary_v3_2 import TRIGGER_PATTERN, functionary_v3_2_params
-from constraintd.engine.chat.formats.gpt_oss import PatternFormatParams
 from constraintd.engine.chat.prompt import template_source
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
@@ -41,9 +41,9 @@ WEATHER = 'get_weather\n{"city": "Paris"}'
 SEARCH = 'search\n{"query": "x"}'
 
 
-def _grammar_text(made: PatternFormatParams, *, whole: bool = False) -> str:
+def _grammar_text(made: FormatParams, *, whole: bool = False) -> str:
     if whole:  # the grammar as a whole, lazy or not
-        made = PatternFormatParams(made.arena, False, (), False, "", (), ())
+        made = FormatParams(made.arena, False, (), False, "", (), ())
     return format_grammar(made).grammar
 
 
@@ -136,7 +136,7 @@ def test_a_tool_without_parameters_takes_an_empty_object() -> None:
     assert not _takes(matcher, PROMPT + "ping\n[]")
 
 
-def _differences(made: PatternFormatParams, llama: dict[str, Any]) -> list[str]:
+def _differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
     ours = {
         "grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
         "grammar_triggers": [["word", word] for word in made.trigger_words]

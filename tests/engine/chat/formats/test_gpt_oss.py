@@ -17,7 +17,8 @@ import pytest
 
 from constraintd.engine import Grammar, Matcher, Vocab
 from constraintd.engine.chat.chat_params import format_grammar
-from constraintd.engine.chat.formats.gpt_oss import TRIGGER_PATTERNS, PatternFormatParams, gpt_oss_params
+from constraintd.engine.chat.formats import FormatParams
+from constraintd.engine.chat.formats.gpt_oss import TRIGGER_PATTERNS, gpt_oss_params
 from constraintd.engine.chat.prompt import template_source
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
@@ -38,7 +39,7 @@ START = "<|start|>assistant"
 WEATHER_ARGS = '{"city": "Paris"}'
 
 
-def _grammar_text(made: PatternFormatParams) -> str:
+def _grammar_text(made: FormatParams) -> str:
     return format_grammar(made).grammar
 
 
@@ -119,7 +120,7 @@ def test_tool_choice_auto_also_takes_the_final_answer_and_is_lazy_on_the_call_al
 def test_the_whole_grammar_of_tool_choice_auto_takes_an_answer_or_a_call() -> None:
     made = gpt_oss_params(SOURCE, tools=TOOLS, tool_choice="auto")
     whole = Matcher(Grammar.from_gbnf(_grammar_text(
-        PatternFormatParams(made.arena, False, (), True, "", (), ())), BYTES))
+        FormatParams(made.arena, False, (), True, "", (), ())), BYTES))
     assert _completes(whole, ANALYSIS + START + "<|channel|>final<|message|>It is sunny.")
     assert _completes(whole, START + "<|channel|>commentary<|channel|>final<|message|>It is sunny.")
     assert _completes(whole, _in_channel("get_weather", WEATHER_ARGS))
@@ -169,7 +170,7 @@ def test_a_tool_without_parameters_takes_an_empty_object() -> None:
     assert not _takes(matcher, _in_role("ping", "[]"))
 
 
-def _differences(made: PatternFormatParams, llama: dict[str, Any]) -> list[str]:
+def _differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
     ours = {
         "grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
         "grammar_triggers": [["word", word] for word in made.trigger_words]
