@@ -75,7 +75,7 @@ def minimax_m3_params(
             raise NotImplementedError(f"minimax-m3: {exc}") from exc
     lazy = include_grammar and not (has_schema or (has_tools and tool_choice == "required"))
     return FormatParams(arena, lazy, (FC_START,) if include_grammar else (), True, THINK_START, (THINK_END,),
-                        PRESERVED_TOKENS, (), MESSAGE_DELIMITERS)
+                        PRESERVED_TOKENS, message_delimiters=MESSAGE_DELIMITERS)
 
 
 def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, require_tools: bool, parallel_tool_calls: bool,
