@@ -10,7 +10,7 @@
 # - A grammar where there is a response schema (any JSON object, empty or not), or tools with tool_choice
 #   other than none; lazy exactly where there is no response schema and tool_choice is not required. With
 #   every grammar, lazy or not, one trigger pattern (TRIGGER_PATTERN: a message to a recipient other than
-#   self and user), which FormatParams has no field for: `muse_glimmer_triggers` gives it.
+#   self and user) and no trigger word.
 # - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
 #   order: any number of thoughts (`start` then `analysis`), then `start` and either the response schema's
 #   JSON (bare or in a json code fence), or the calls (tool_choice required), or the calls or the answer
@@ -28,7 +28,7 @@ from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_param
 from constraintd.engine.chat.peg_arena import PegArena
 from constraintd.engine.chat.tagged_tool_grammar import may_be_string, tagged_arguments
 
-__all__ = ["TRIGGER_PATTERN", "muse_glimmer_params", "muse_glimmer_triggers"]
+__all__ = ["TRIGGER_PATTERN", "muse_glimmer_params"]
 
 GENERATION_PROMPT: Final = "<|start|>assistant"
 PRESERVED_TOKENS: Final = (
@@ -50,8 +50,7 @@ def muse_glimmer_params(
     source: str, *, tools: Sequence[Mapping[str, Any]] = (), tool_choice: str = "auto",
     parallel_tool_calls: bool = False, json_schema: Any = None, reasoning_format: str = "auto",
 ) -> FormatParams:
-    """common_chat_params_init_muse_glimmer's grammar side for a request (see the module's contract); its
-    trigger, a pattern, is `muse_glimmer_triggers(made)`, not in the trigger words.
+    """common_chat_params_init_muse_glimmer's grammar side for a request (see the module's contract).
 
     `source` (the template) does not change the answer: llama.cpp's format does not read it; it is taken for
     the same call as the other formats'. `reasoning_format` does not change the grammar either (the thought
@@ -72,13 +71,8 @@ def muse_glimmer_params(
                         parallel_tool_calls=parallel_tool_calls)
     lazy = include_grammar and not (has_schema or (has_tools and tool_choice == "required"))
     return FormatParams(
-        arena, lazy, (), True, "", (), PRESERVED_TOKENS, message_delimiters=MESSAGE_DELIMITERS)
-
-
-def muse_glimmer_triggers(made: FormatParams) -> tuple[tuple[str, str], ...]:
-    """The grammar's triggers as (type, value) pairs, llama.cpp's type names: the pattern with every grammar
-    (lazy or not), none without one."""
-    return (("pattern", TRIGGER_PATTERN),) if made.arena is not None else ()
+        arena, lazy, (), True, "", (), PRESERVED_TOKENS, message_delimiters=MESSAGE_DELIMITERS,
+        trigger_patterns=(TRIGGER_PATTERN,) if include_grammar else ())
 
 
 def _parser(tools: Sequence[Mapping[str, Any]], json_schema: Any, *, tool_choice: str,

@@ -18,11 +18,7 @@ import pytest
 from constraintd.engine import Grammar, Matcher, Vocab
 from constraintd.engine.chat.chat_params import format_grammar
 from constraintd.engine.chat.formats import FormatParams
-from constraintd.engine.chat.formats.muse_glimmer import (
-    TRIGGER_PATTERN,
-    muse_glimmer_params,
-    muse_glimmer_triggers,
-)
+from constraintd.engine.chat.formats.muse_glimmer import TRIGGER_PATTERN, muse_glimmer_params
 from constraintd.engine.chat.prompt import template_source
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
@@ -96,7 +92,7 @@ def test_calls_repeat_only_where_parallel_calls_are_on() -> None:
 def test_tool_choice_auto_is_lazy_on_a_message_to_a_tool() -> None:
     made = muse_glimmer_params(SOURCE, tools=TOOLS, tool_choice="auto")
     assert made.grammar_lazy and made.trigger_words == ()
-    assert muse_glimmer_triggers(made) == (("pattern", TRIGGER_PATTERN),)
+    assert made.trigger_patterns == (TRIGGER_PATTERN,)
     grammar = _grammar_text(made)
     assert "root ::= tool-call\n" in grammar and "final ::=" not in grammar
     matcher = Matcher(Grammar.from_gbnf(grammar, BYTES))
@@ -109,7 +105,7 @@ def test_tool_choice_auto_is_lazy_on_a_message_to_a_tool() -> None:
 def test_a_schema_makes_the_answer_its_json_bare_or_fenced(reasoning_format: str) -> None:
     made = muse_glimmer_params(SOURCE, tools=TOOLS, json_schema=RESPONSE_SCHEMA,
                                reasoning_format=reasoning_format)
-    assert not made.grammar_lazy and muse_glimmer_triggers(made) == (("pattern", TRIGGER_PATTERN),)
+    assert not made.grammar_lazy and made.trigger_patterns == (TRIGGER_PATTERN,)
     matcher = Matcher(Grammar.from_gbnf(_grammar_text(made), BYTES))
     answer = '{"answer": "yes"}'
     assert _completes(matcher, THOUGHT + START + " to=user<|message|>" + answer)
@@ -126,14 +122,14 @@ def test_an_empty_schema_is_a_response_format() -> None:
 
 def test_tool_choice_required_is_not_lazy_and_keeps_its_trigger() -> None:
     made = muse_glimmer_params(SOURCE, tools=TOOLS, tool_choice="required")
-    assert not made.grammar_lazy and muse_glimmer_triggers(made) == (("pattern", TRIGGER_PATTERN),)
+    assert not made.grammar_lazy and made.trigger_patterns == (TRIGGER_PATTERN,)
     assert "\nroot ::= (start analysis)* start tool-call\n" in _grammar_text(made)
 
 
 @pytest.mark.parametrize(("tools", "tool_choice"), [(TOOLS, "none"), ([], "auto")], ids=["none", "no tools"])
 def test_no_grammar_without_tools_to_call_or_a_schema(tools: list[dict[str, Any]], tool_choice: str) -> None:
     made = muse_glimmer_params(SOURCE, tools=tools, tool_choice=tool_choice)
-    assert made.arena is None and not made.grammar_lazy and muse_glimmer_triggers(made) == ()
+    assert made.arena is None and not made.grammar_lazy and made.trigger_patterns == ()
 
 
 def test_thinking_preserved_tokens_and_message_delimiters() -> None:
@@ -157,8 +153,8 @@ def test_an_answer_may_be_followed_by_a_call_where_tool_choice_is_auto() -> None
 def _differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
     ours = {
         "grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
-        "grammar_triggers": [["word", word] for word in made.trigger_words]
-        + [list(trigger) for trigger in muse_glimmer_triggers(made)], "additional_stops": [],
+        "grammar_triggers": [[t.kind, t.value] for t in format_grammar(made).grammar_triggers],
+        "additional_stops": [],
         "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
         "thinking_end_tags": list(made.thinking_end_tags), "preserved_tokens": list(made.preserved_tokens),
         "message_delimiters": [{"role": role, "delimiter": text} for role, text in made.message_delimiters],
