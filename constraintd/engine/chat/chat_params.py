@@ -52,6 +52,7 @@ from constraintd.engine.chat.json_tool_grammar import (
     json_tool_rules,
     tag_json_tool_rules,
 )
+from constraintd.engine.chat.peg_arena import PegArena
 from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
 from constraintd.engine.chat.tagged_tool_grammar import tagged_tool_rules
 from constraintd.engine.chat.template_analysis import (
@@ -155,6 +156,7 @@ class ChatGrammar:
     thinking_end_tags: tuple[str, ...] = ()
     preserved_tokens: tuple[str, ...] | None = None  # None: made without a template's analysis
     analysis: TemplateAnalysis | None = field(default=None, compare=False)
+    arena: PegArena | None = field(default=None, compare=False, repr=False)  # a hand-written format's parser
 
 
 # The rules llama.cpp's PEG builder writes for p.json() (peg-parser.cpp json_value and its parts), as its
@@ -430,7 +432,8 @@ def _format_params(name: str, source: str, *, tools: Sequence[Mapping[str, Any]]
 
 def format_grammar(made: FormatParams) -> ChatGrammar:
     """A hand-written format's params (chat/formats/) as chat params: its arena written as GBNF (no
-    grammar without one), its trigger words, stops, thinking tags and preserved tokens as they are."""
+    grammar without one), its trigger words then patterns, stops, thinking tags and preserved tokens as they
+    are."""
     grammar = ""
     if made.arena is not None:
         built = _GrammarText()
@@ -440,11 +443,13 @@ def format_grammar(made: FormatParams) -> ChatGrammar:
 
         made.arena.build_grammar(built.add_rule, built.add_schema, ac_grammar, lazy=made.grammar_lazy)
         grammar = built.text()
+    triggers = [GrammarTrigger("word", word) for word in made.trigger_words]
+    triggers += [GrammarTrigger("pattern", pattern) for pattern in made.trigger_patterns]
     return ChatGrammar(
-        grammar, made.grammar_lazy, tuple(GrammarTrigger("word", word) for word in made.trigger_words),
+        grammar, made.grammar_lazy, tuple(triggers),
         additional_stops=made.additional_stops, supports_thinking=made.supports_thinking,
         thinking_start_tag=made.thinking_start_tag, thinking_end_tags=made.thinking_end_tags,
-        preserved_tokens=made.preserved_tokens)
+        preserved_tokens=made.preserved_tokens, arena=made.arena)
 
 
 def chat_params(

@@ -28,9 +28,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from constraintd.engine.chat import peg_parse
 from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
 from constraintd.engine.chat.content import AnswerState, parse_json_answer
 from constraintd.engine.chat.diff_split import trim_whitespace
+from constraintd.engine.chat.format_tags import format_of, tag_names
 from constraintd.engine.chat.json_tool_grammar import (
     call_id_before_arguments,
     call_keys,
@@ -397,6 +399,23 @@ def _content_until(scan: Scan, delimiters: Sequence[str]) -> None:
         raise
 
 
+def _format_message(text: str, grammar: ChatGrammar, *, generation_prompt: str) -> ParsedMessage:
+    # a hand-written format's request: its own parser (the arena its grammar is written from) run on the
+    # generation prompt and the text (common_chat_peg_parse), its tagged nodes mapped (peg_parse.py)
+    assert grammar.arena is not None
+    name = format_of(grammar.preserved_tokens) or "unknown"
+    try:
+        tags = tag_names(name, grammar.arena)
+        result = peg_parse.run(grammar.arena, generation_prompt + text, tags)
+    except NotImplementedError as exc:
+        raise NotPorted(str(exc)) from None
+    if result.outcome is peg_parse.Outcome.FAIL:
+        raise MessageParseError(
+            "The model produced output that does not match the expected peg-native format") from None
+    content, reasoning, calls = peg_parse.message(result.visit())
+    return ParsedMessage(content, reasoning, calls)
+
+
 def parse_message(
     text: str, grammar: ChatGrammar, *, generation_prompt: str, tools: Sequence[Mapping[str, Any]] = (),
     tool_choice: str = "auto", parallel_tool_calls: bool = False, reasoning_format: str = "auto",
@@ -411,7 +430,12 @@ def parse_message(
         MessageParseError: the text does not match the format.
         NotPorted: the format's parser is not ported.
     """
+    if grammar.arena is not None:
+        return _format_message(text, grammar, generation_prompt=generation_prompt)
     analysis = grammar.analysis
+    if analysis is None and format_of(grammar.preserved_tokens) is not None:
+        # a hand-written format's request without a grammar: its parser is not kept (FormatParams.arena)
+        raise NotPorted(f"the parser of a {format_of(grammar.preserved_tokens)} request without a grammar")
     if analysis is None:
         raise NotPorted("the parser of a request without the auto-parser's analysis")
     scan = Scan(generation_prompt + text)

@@ -14,7 +14,8 @@
 #   writer into the caller's grammar (its add_rule, add_schema and the excluding / including automaton
 #   grammars, which chat_params.py writes). Lookaheads write nothing; a sequence or choice inside a sequence
 #   or repetition, and a choice inside a choice, is put in parentheses.
-# - Not here: parsing text with the arena (message_parser.py and its kin parse), and the raw schema parsers
+# - Not here: parsing text with the arena (peg_parse.py runs it, through the read-only views below), and
+#   the raw schema parsers
 #   whose string values the child parses (schema_delegates with `raw`).
 from __future__ import annotations
 
@@ -72,9 +73,9 @@ class PegArena:
         return self._add(_Parser("eps"))
 
     def end(self) -> int:
-        """common_peg_parser_builder::end() as far as the grammar goes: the end of the text, which writes
-        nothing (an epsilon), one parser of the arena like llama.cpp's."""
-        return self._add(_Parser("eps"))
+        """common_peg_parser_builder::end(): the end of the text, which the grammar writes as nothing (an
+        epsilon), one parser of the arena like llama.cpp's."""
+        return self._add(_Parser("end"))
 
     def literal(self, text: str) -> int:
         return self._add(_Parser("literal", text=text))
@@ -220,6 +221,37 @@ class PegArena:
                 self.sequence(ws, self.literal(","), ws, self.json())))
         return self._json_container("json-array", "[", "]", elements)
 
+    # -- read-only views for the parse (chat/peg_parse.py): a parser's kind and parts, a rule's parser
+    def kind(self, parser: int) -> str:
+        """The parser's kind ("literal", "sequence", "tag", "until", "end", ...)."""
+        return self._parsers[parser].kind
+
+    def children(self, parser: int) -> tuple[int, ...]:
+        return tuple(self._parsers[parser].children)
+
+    def text(self, parser: int) -> str:
+        """A literal's text, a char class, a rule's, reference's or schema's name, a gbnf parser's grammar."""
+        return self._parsers[parser].text
+
+    def counts(self, parser: int) -> tuple[int, int]:
+        """A repetition's or char class's (min, max); max -1 for no bound."""
+        held = self._parsers[parser]
+        return held.min_count, held.max_count
+
+    def delimiters(self, parser: int) -> tuple[str, ...]:
+        return self._parsers[parser].delimiters
+
+    def rule_parser(self, name: str) -> int:
+        """The rule parser a reference by this name stands for.
+
+        Raises:
+            KeyError: no rule of that name.
+        """
+        return self._rules[name]
+
+    def __len__(self) -> int:
+        return len(self._parsers)
+
     # -- the arena's GBNF writer
     def _resolved(self, parser: int) -> int:
         # resolve_refs: a reference stands for its rule as the rule is once the arena is built
@@ -299,6 +331,7 @@ class _Writer:
 
 _WRITERS: dict[str, Callable[[_Writer, int, _Parser], str]] = {
     "eps": lambda w, at, p: "",
+    "end": lambda w, at, p: "",
     "and": lambda w, at, p: "",  # lookaheads have no GBNF
     "not": lambda w, at, p: "",
     "literal": lambda w, at, p: format_literal(to_bytes(p.text)),

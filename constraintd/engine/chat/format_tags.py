@@ -1,0 +1,103 @@
+# Which of a hand-written format's tag parsers is which of llama.cpp's tags (common_chat_peg_builder's
+# reasoning, content, tool_open, tool_name, tool_args, tool_arg_name, ... in chat-peg-parser.h): the PEG
+# arena (chat/peg_arena.py) keeps a tag's place and child but not its name, so a format's tags are named here
+# from the parser each tag wraps, as the format's builder calls wrap them (chat/formats/).
+#
+# Contract:
+# - `format_of(preserved_tokens)` names the hand-written format whose chat params preserve these tokens (each
+#   format's first preserved token is its own), or None.
+# - `tag_names(format, arena)` maps every tag parser the format's mapper reads to its tag; a tag left out
+#   (tool, tool-arg) is one common_chat_peg_mapper ignores.
+# - Only the formats in PARSED are named: the others' parse is not ported (they end with end(), read
+#   strings of another delimiter, or have a mapper of their own), and tag_names refuses them.
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from constraintd.engine.chat.peg_arena import PegArena
+
+__all__ = ["PARSED", "format_of", "tag_names"]
+
+# each format's first preserved token (chat/formats/*: the preserved_tokens its *_params gives)
+_FIRST_PRESERVED: Final = {
+    "<tool_call>": "qwen3-coder", "<|channel>": "gemma4", "[THINK]": "ministral-3",
+    "<|tool_calls_section_begin|>": "kimi-k2", "<|open|>": "kimi-k3", "｜DSML｜": "deepseek-v3.2",
+    "<|tool_call_start|>": "lfm2",
+}
+
+
+def format_of(preserved_tokens: tuple[str, ...] | None) -> str | None:
+    """The hand-written format whose chat params preserve these tokens, or None."""
+    return _FIRST_PRESERVED.get(preserved_tokens[0]) if preserved_tokens else None
+
+
+def _parents(arena: PegArena) -> dict[int, list[int]]:
+    parents: dict[int, list[int]] = {}
+    for parser in range(len(arena)):
+        for child in arena.children(parser):
+            parents.setdefault(child, []).append(parser)
+    return parents
+
+
+def _opener(arena: PegArena, parser: int) -> str:
+    # the text of a sequence's first child where it is a literal ("<function=", "<parameter=")
+    children = arena.children(parser)
+    if arena.kind(parser) != "sequence" or not children or arena.kind(children[0]) != "literal":
+        return ""
+    return arena.text(children[0])
+
+
+# qwen3-coder (common/parsers/qwen3-coder.cpp)
+_QWEN_ARG_CLOSE: Final = "\n</parameter>\n"
+_QWEN_OPENERS: Final = {
+    "<function=": ("tool-open", "tool-name"), "<parameter=": ("tool-arg-open", "tool-arg-name"),
+}
+
+
+def _qwen3_coder(arena: PegArena) -> dict[int, str]:
+    parents = _parents(arena)
+    names: dict[int, str] = {}
+    for parser in range(len(arena)):
+        if arena.kind(parser) != "tag":
+            continue
+        (child,) = arena.children(parser)
+        kind = arena.kind(child)
+        if kind == "until":
+            delimiters = arena.delimiters(child)
+            names[parser] = ("reasoning" if delimiters == ("</think>", "<tool_call>") else
+                             "tool-arg-string-value" if delimiters == (_QWEN_ARG_CLOSE,) else "content")
+        elif kind == "schema":  # the response's JSON, or an argument's
+            names[parser] = "content" if arena.text(child) == "response-format" else "tool-arg-value"
+        elif kind == "choice":  # the JSON alternatives of an argument that may also be a string
+            names[parser] = "tool-arg-value"
+        elif kind == "literal" and arena.text(child) in (_QWEN_ARG_CLOSE, "</function>\n"):
+            names[parser] = "tool-arg-close" if arena.text(child) == _QWEN_ARG_CLOSE else "tool-close"
+        elif kind == "literal":  # a name: "<function=" + tool_name(...) or "<parameter=" + tool_arg_name(...)
+            (atomic,) = parents[parser]
+            opener = _opener(arena, parents[atomic][0])
+            names[parser] = _QWEN_OPENERS[opener][1]
+        elif kind == "sequence" and _opener(arena, child) in _QWEN_OPENERS:
+            names[parser] = _QWEN_OPENERS[_opener(arena, child)][0]
+    for parser in range(len(arena)):
+        # tool(tool_open(...) + tool_args(args) + tool_close(...)): the tag after the open is the arguments
+        children = arena.children(parser)
+        if arena.kind(parser) != "sequence" or len(children) != 3 or arena.kind(children[0]) != "atomic":
+            continue
+        if names.get(arena.children(children[0])[0]) == "tool-open" and arena.kind(children[1]) == "tag":
+            names[children[1]] = "tool-args"
+    return names
+
+
+PARSED: Final[dict[str, Callable[[PegArena], dict[int, str]]]] = {"qwen3-coder": _qwen3_coder}
+
+
+def tag_names(format_name: str, arena: PegArena) -> dict[int, str]:
+    """The tag of each tag parser of `arena`, a request's parser of the format `format_name`.
+
+    Raises:
+        NotImplementedError: the format's parse is not ported.
+    """
+    if format_name not in PARSED:
+        raise NotImplementedError(f"the parser of the {format_name} format")
+    return PARSED[format_name](arena)

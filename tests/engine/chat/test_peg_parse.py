@@ -1,0 +1,317 @@
+"""Tests of constraintd.engine.chat.peg_parse: a PEG arena run on a text as llama.cpp's parser_executor runs
+it, and the hand-written formats' messages it gives through `parse_message`.
+
+The unit tests hold the executor's rules at the end of the text (lenient parsing), lookaheads, atomic and
+until. The oracle test parses texts a model of each hand-written format writes (content, thinking then
+content, calls alone, after content and two of them, calls cut short at several points, an unknown tool,
+malformed text, a response schema's answers) under tool_choice auto, required and none, parallel calls on and
+off, through llama.cpp's common_chat_parse (the harness's "parse" mode) and through `parse_message` on the
+project's chat params: content, reasoning content and tool calls (name, arguments, id) identical, or both
+sides refusing. A format whose parse is not ported refuses with NotPorted and is counted as not identical.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from constraintd.engine.chat.chat_params import NotPorted
+from constraintd.engine.chat.message_parser import MessageParseError, parse_message
+from constraintd.engine.chat.peg_arena import PegArena
+from constraintd.engine.chat.peg_parse import Outcome, TaggedNode, message, normalize_quotes_to_json, run
+from constraintd.engine.chat.template_inputs import parse_messages, parse_tools
+from sampler_worker.prompt import chat_grammar_of, chat_prompt_of
+from tests.chat_oracle.build import run_harness
+from tests.chat_oracle.cases import (
+    BOS_TOKEN,
+    EOS_TOKEN,
+    MESSAGE_SETS,
+    SEARCH_TOOL,
+    WEATHER_TOOL,
+    template_paths,
+)
+from tests.conftest import OracleReport
+from tests.engine.chat.test_chat_params import PORTED_FORMATS, SPECIALISED
+
+
+def _outcome(arena: PegArena, text: str, *, lenient: bool = True) -> tuple[Outcome, int]:
+    result = run(arena, text, {}, lenient=lenient)
+    return result.outcome, result.end
+
+
+def _tagged(arena: PegArena, text: str, tags: dict[int, str]) -> list[tuple[str, str]]:
+    return [(node.tag, node.text) for node in run(arena, text, tags).visit()]
+
+
+# -- the executor
+def test_a_literal_cut_by_the_end_needs_more_input_only_when_lenient() -> None:
+    p = PegArena()
+    p.root = p.literal("<tool_call>")
+    assert _outcome(p, "<tool") == (Outcome.NEED_MORE, 5)
+    assert _outcome(p, "<tool", lenient=False) == (Outcome.FAIL, 0)
+    assert _outcome(p, "<tool_x") == (Outcome.FAIL, 0)
+    assert _outcome(p, "<tool_call>!") == (Outcome.SUCCESS, 11)
+
+
+def test_until_stops_at_a_delimiter_or_at_its_start_cut_by_the_end() -> None:
+    p = PegArena()
+    p.root = p.until_one_of(["</think>", "<tool_call>"])
+    assert _outcome(p, "abc</think>x") == (Outcome.SUCCESS, 3)
+    assert _outcome(p, "abc</thi") == (Outcome.SUCCESS, 3)  # a partial delimiter at the end stops it
+    assert _outcome(p, "abc</x") == (Outcome.NEED_MORE, 6)  # no delimiter: the whole text, more may come
+    assert _outcome(p, "abc</x", lenient=False) == (Outcome.SUCCESS, 6)
+
+
+def test_rest_always_needs_more_input() -> None:
+    p = PegArena()
+    p.root = p.rest()
+    assert _outcome(p, "all of it") == (Outcome.NEED_MORE, 9)
+
+
+def test_a_repetition_tries_nothing_at_the_end_and_needs_more_when_short() -> None:
+    p = PegArena()
+    p.root = p.repeat(p.literal("ab"), 2, 3)
+    assert _outcome(p, "ab") == (Outcome.NEED_MORE, 2)  # one of two, the text ended
+    assert _outcome(p, "abx") == (Outcome.FAIL, 2)
+    assert _outcome(p, "ababab") == (Outcome.SUCCESS, 6)
+    assert _outcome(p, "aba") == (Outcome.NEED_MORE, 3)  # the child itself cut short
+    q = PegArena()
+    q.root = q.sequence(q.zero_or_more(q.literal("x")), q.literal("y"))
+    assert _outcome(q, "xx") == (Outcome.NEED_MORE, 2)  # the repetition stops at the end: "y" needs more
+
+
+def test_lookaheads_consume_nothing_and_not_propagates_need_more() -> None:
+    p = PegArena()
+    p.root = p.sequence(p.peek(p.literal("ab")), p.literal("a"))
+    assert _outcome(p, "abc") == (Outcome.SUCCESS, 1)
+    assert _outcome(p, "ac") == (Outcome.FAIL, 0)
+    q = PegArena()
+    q.root = q.sequence(q.negate(q.literal("ab")), q.any())
+    assert _outcome(q, "ac") == (Outcome.SUCCESS, 1)
+    assert _outcome(q, "ab") == (Outcome.FAIL, 0)
+    assert _outcome(q, "a") == (Outcome.NEED_MORE, 0)  # "ab" might still come
+
+
+def test_an_atomic_parser_cut_short_drops_its_nodes() -> None:
+    p = PegArena()
+    name = p.tag(p.literal("get_weather"))
+    p.root = p.choice(p.atomic(p.tag(p.sequence(p.literal("<f="), name))), p.eps())
+    tags = {name: "tool-name", name + 3: "tool-open"}
+    assert _tagged(p, "<f=get_we", tags) == []
+    assert _tagged(p, "<f=get_weather", tags) == [
+        ("tool-open", "<f=get_weather"), ("tool-name", "get_weather")]
+    q = PegArena()
+    tag = q.tag(q.literal("get_weather"))
+    q.root = q.sequence(q.literal("<f="), tag)
+    assert _tagged(q, "<f=get_we", {tag: "tool-name"}) == [("tool-name", "get_we")]  # not atomic: kept
+
+
+def test_a_choice_takes_the_first_that_does_not_fail() -> None:
+    p = PegArena()
+    p.root = p.choice(p.literal("abc"), p.literal("a"))
+    assert _outcome(p, "ab") == (Outcome.NEED_MORE, 2)  # the first needs more: the second is not tried
+    assert _outcome(p, "ax") == (Outcome.SUCCESS, 1)
+
+
+def test_json_values_cut_short_need_more_input() -> None:
+    p = PegArena()
+    p.root = p.json()
+    assert _outcome(p, '{"a": [1, 2.5e3, "x\\"y"], "b": null}') == (Outcome.SUCCESS, 36)
+    assert _outcome(p, '{"a": "x\\') == (Outcome.NEED_MORE, 8)  # a string cut in an escape
+    assert _outcome(p, '{"a": 1') == (Outcome.NEED_MORE, 7)  # a number cut: what follows is not known
+    assert _outcome(p, '{"a": tru') == (Outcome.NEED_MORE, 9)
+    assert _outcome(p, '{"a": x}') == (Outcome.FAIL, 0)
+
+
+def test_chars_counts_and_negated_classes() -> None:
+    p = PegArena()
+    p.root = p.sequence(p.chars("[^:}]", 1, -1), p.literal(":"))
+    assert _outcome(p, "key:") == (Outcome.SUCCESS, 4)
+    assert _outcome(p, ":") == (Outcome.FAIL, 0)
+    q = PegArena()
+    q.root = q.chars("[0-9]", 2, 3)
+    assert _outcome(q, "1") == (Outcome.NEED_MORE, 1)
+    assert _outcome(q, "1x") == (Outcome.FAIL, 1)
+    assert _outcome(q, "1234") == (Outcome.SUCCESS, 3)
+
+
+def test_the_mapper_writes_tagged_arguments_as_json() -> None:
+    nodes = [TaggedNode("tool-open", "<function=f>\n"), TaggedNode("tool-name", "f"),
+             TaggedNode("tool-arg-open", ""), TaggedNode("tool-arg-name", "city"),
+             TaggedNode("tool-arg-string-value", 'Pa"ris'), TaggedNode("tool-arg-close", ""),
+             TaggedNode("tool-arg-open", ""), TaggedNode("tool-arg-name", "n"),
+             TaggedNode("tool-arg-value", "{'a': True}"), TaggedNode("tool-close", "")]
+    content, reasoning, calls = message(nodes)
+    assert (content, reasoning) == ("", "")
+    assert [(c.name, c.arguments) for c in calls] == [("f", '{"city":"Pa\\"ris","n":{"a": true}}')]
+
+
+def test_a_call_cut_in_a_string_value_keeps_the_arguments_read() -> None:
+    nodes = [TaggedNode("tool-open", ""), TaggedNode("tool-name", "f"), TaggedNode("tool-arg-name", "city"),
+             TaggedNode("tool-arg-string-value", "Par")]
+    # named, so listed at once; never closed, so its quote and brace stay open
+    assert [(c.name, c.arguments) for c in message(nodes)[2]] == [("f", '{"city":"Par')]
+
+
+def test_python_literals_and_quotes_become_json() -> None:
+    written = normalize_quotes_to_json("{'a': 'it\\'s', 'b': None, 'c': Tr}")
+    assert written == '{"a": "it\'s", "b": null, "c": tr}'
+
+
+# -- the oracle: texts a model of each hand-written format writes
+TEMPLATES = [path for path in template_paths() if SPECIALISED.get(path.stem) in PORTED_FORMATS]
+CITY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"city": {"type": "string"}},
+                               "required": ["city"]}
+# (name, tools, tool_choice, parallel_tool_calls, response schema)
+REQUESTS: tuple[tuple[str, list[dict[str, Any]] | None, str, bool, dict[str, Any] | None], ...] = (
+    ("no tools", None, "auto", False, None),
+    ("auto", [WEATHER_TOOL, SEARCH_TOOL], "auto", False, None),
+    ("required", [WEATHER_TOOL, SEARCH_TOOL], "required", False, None),
+    ("auto parallel", [WEATHER_TOOL, SEARCH_TOOL], "auto", True, None),
+    ("none", [WEATHER_TOOL, SEARCH_TOOL], "none", False, None),
+    ("response schema", None, "auto", False, CITY_SCHEMA),
+)
+
+
+def _qwen3_coder_call(name: str, arguments: list[tuple[str, str]], *, opened: bool = True) -> str:
+    args = "".join(f"<parameter={key}>\n{value}\n</parameter>\n" for key, value in arguments)
+    return ("<tool_call>\n" if opened else "") + f"<function={name}>\n{args}</function>\n</tool_call>"
+
+
+def _cuts(text: str, marks: list[str]) -> dict[str, str]:
+    # the text cut just after each mark's first occurrence
+    return {f"cut after {mark!r}": text[:text.index(mark) + len(mark)] for mark in marks}
+
+
+def _qwen3_coder_texts() -> dict[str, str]:
+    weather = _qwen3_coder_call("get_weather", [("city", "Paris")])
+    search = _qwen3_coder_call("search", [("query", "café « crème »"), ("filters", '{"max": 3}')])
+    both = weather + "\n" + search
+    texts = {
+        "content": "Paris is the capital of France.",
+        "thinking, content": "<think>\nThe user asks about France.\n</think>\n\nParis.",
+        "thinking cut": "<think>\nThe user asks",
+        "thought, content": "The user asks about France.\n</think>\n\nParis.",  # the prompt opened it
+        "thought, call": "I need the weather.\n</think>\n\n" + weather,
+        "call": weather,
+        "content, call": "Let me look.\n" + weather,
+        "thinking, call": "<think>\nI need the weather.\n</think>\n\n" + weather,
+        "two calls": both,
+        "call without its opening tag": _qwen3_coder_call("get_weather", [("city", "Paris")], opened=False),
+        "arguments out of order": _qwen3_coder_call("search", [("filters", '{"max": 3}'), ("query", "x")]),
+        "optional argument left out": _qwen3_coder_call("search", [("query", "x")]),
+        "empty string argument": _qwen3_coder_call("get_weather", [("city", "")]),
+        "multi-line string argument": _qwen3_coder_call("search", [("query", "a\n  b \"c\"")]),
+        "unknown tool": _qwen3_coder_call("lookup", [("q", "x")]),
+        "unknown argument": _qwen3_coder_call("get_weather", [("town", "Paris")]),
+        "argument not JSON": _qwen3_coder_call("search", [("query", "x"), ("filters", "max 3")]),
+        "malformed call": "<tool_call>\n<function=get_weather>\n<city>Paris</city>\n</function>\n"
+                          "</tool_call>",
+        "content after the call": weather + "\nDone.",
+        "content with a stray tag": "Use <tool_call> to call.",
+    }
+    texts.update(_cuts(both, ["<tool_c", "<function=get_w", "<function=get_weather>\n", "<param",
+                              "<parameter=city>\nPa", "Paris\n</param", "</parameter>\n", "</function>\n",
+                              "</tool_call>\n<tool_call>\n<function=search>\n<parameter=query>\n",
+                              "<parameter=filters>\n{\"max\": 3",
+                              "<parameter=filters>\n{\"max\": 3}\n</para"]))
+    return texts
+
+
+def _answers() -> dict[str, str]:
+    return {
+        "answer": '{"city": "Paris"}',
+        "answer spaced": ' { "city" : "Paris" } ',
+        "thinking, answer": '<think>\nJSON then.\n</think>\n\n{"city": "Paris"}',
+        "answer cut": '{"city": "Pa',
+        "answer cut in a key": '{"ci',
+        "answer and more": '{"city": "Paris"} trailing',
+        "no answer": "Paris",
+        "fenced answer": '```json\n{"city": "Paris"}\n```',
+    }
+
+
+def _generic_texts() -> dict[str, str]:
+    # a format whose parse is not ported yet: its requests are refused whatever the text
+    return {"content": "Paris is the capital of France.", "malformed": "<|unknown|>"}
+
+
+FORMAT_TEXTS = {"qwen3-coder": _qwen3_coder_texts}
+
+
+def _llama(answer: dict[str, Any]) -> dict[str, Any]:
+    if "error" in answer:
+        return {"error": answer["stage"]}
+    return {"content": answer["content"], "reasoning_content": answer["reasoning_content"],
+            "tool_calls": [[c["name"], c["arguments"], c["id"]] for c in answer["tool_calls"]]}
+
+
+def compare(binary: Path, path: Path, *, now: int) -> list[tuple[str, str, Any, Any, str | None]]:
+    """(request, text name, ours, llama.cpp's, NotPorted message) for every request and text."""
+    source = path.read_text()
+    messages = parse_messages(MESSAGE_SETS["system+user"])
+    format_name = SPECIALISED[path.stem]
+    found: list[tuple[str, str, Any, Any, str | None]] = []
+    for name, tool_list, choice, parallel, schema in REQUESTS:
+        tools = parse_tools(tool_list)
+        prompt = chat_prompt_of(source, messages, tools=tools, bos_text=BOS_TOKEN, eos_text=EOS_TOKEN,
+                                now=now)
+        try:
+            grammar = chat_grammar_of(source, messages, tools=tools, tool_choice=choice, bos_text=BOS_TOKEN,
+                                      eos_text=EOS_TOKEN, now=now, parallel_tool_calls=parallel,
+                                      generation_prompt=prompt.generation_prompt, json_schema=schema)
+        except NotPorted as exc:
+            found.append((name, "*", None, {}, str(exc)))
+            continue
+        texts = (_answers() if schema is not None else FORMAT_TEXTS.get(format_name, _generic_texts)())
+        for text_name, text in texts.items():
+            request: dict[str, Any] = {
+                "mode": "parse", "template": source, "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN,
+                "messages": MESSAGE_SETS["system+user"], "tool_choice": choice,
+                "parallel_tool_calls": parallel,
+                "now": now, "text": text, "reasoning_format": "auto",
+            }
+            if tool_list is not None:
+                request["tools"] = tool_list
+            if schema is not None:
+                request["json_schema"] = schema
+            llama = _llama(run_harness(binary, request))
+            ours: Any
+            not_ported = None
+            try:
+                parsed = parse_message(text, grammar, generation_prompt=prompt.generation_prompt,
+                                       tools=[tool.to_json() for tool in tools], tool_choice=choice,
+                                       parallel_tool_calls=parallel, has_response_format=schema is not None)
+                ours = {"content": parsed.content, "reasoning_content": parsed.reasoning_content,
+                        "tool_calls": [[c.name, c.arguments, c.id] for c in parsed.tool_calls]}
+            except MessageParseError:
+                ours = {"error": "parse"}
+            except NotPorted as exc:
+                ours, not_ported = None, str(exc)
+            found.append((name, text_name, ours, llama, not_ported))
+    return found
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
+def test_format_messages_are_llama_cpps(path: Path, chat_oracle: Path, oracle_report: OracleReport) -> None:
+    """Every text a hand-written format's parse gives is llama.cpp's message; the rest is refused."""
+    comparisons = compare(chat_oracle, path, now=int(time.time()))
+    parsed = [c for c in comparisons if c[4] is None]
+    oracle_report.add("chat parser of a hand-written format", path.stem,
+                      identical=sum(ours == llama for _, _, ours, llama, _ in parsed), total=len(comparisons))
+    different = [f"{request}, {text}: ours {ours!r}, llama.cpp {llama!r}"
+                 for request, text, ours, llama, _ in parsed if ours != llama]
+    assert not different, "\n".join(different[:10])
+    if SPECIALISED[path.stem] not in FORMAT_TEXTS:
+        name = format_of_name(path)
+        refusals = {f"the parser of the {name} format", f"the parser of a {name} request without a grammar"}
+        assert {c[4] for c in comparisons if c[2] != "*"} <= refusals
+
+
+def format_of_name(path: Path) -> str:
+    name = SPECIALISED[path.stem]
+    return "lfm2" if name == "lfm2.5" else name
