@@ -23,7 +23,10 @@ __all__ = ["PARSED", "format_of", "tag_names"]
 _FIRST_PRESERVED: Final = {
     "<tool_call>": "qwen3-coder", "<|channel>": "gemma4", "[THINK]": "ministral-3",
     "<|tool_calls_section_begin|>": "kimi-k2", "<|open|>": "kimi-k3", "｜DSML｜": "deepseek-v3.2",
-    "<|tool_call_start|>": "lfm2",
+    "<|tool_call_start|>": "lfm2", "<|START_OF_TURN_TOKEN|>": "cohere2-moe",
+    "<|message_sep|>\n\n": "gigachat-v3", "]<]minimax[>[": "minimax-m3", "<think>": "ling-3",
+    ">>>all": "functionary-v3.2", "<|start|>": "muse-glimmer", "<|channel|>": "gpt-oss",
+    "<function": "minicpm5",
 }
 
 
@@ -56,6 +59,9 @@ _QWEN_OPENERS: Final = {
 
 
 def _qwen3_coder(arena: PegArena) -> dict[int, str]:
+    root = arena.children(arena.root)
+    if arena.kind(arena.root) != "sequence" or arena.text(root[0]) != "<|im_start|>assistant\n":
+        raise NotImplementedError("the parser of a qwen3-coder arena of another shape")
     parents = _parents(arena)
     names: dict[int, str] = {}
     for parser in range(len(arena)):
@@ -89,7 +95,33 @@ def _qwen3_coder(arena: PegArena) -> dict[int, str]:
     return names
 
 
-PARSED: Final[dict[str, Callable[[PegArena], dict[int, str]]]] = {"qwen3-coder": _qwen3_coder}
+def _ministral3(arena: PegArena) -> dict[int, str]:
+    # common/parsers/ministral3.cpp: [THINK]reasoning[/THINK], content, then calls written
+    # `[TOOL_CALLS]name[ARGS]{...}` (tool_open(tool_name(name) + "[ARGS]") + tool_args(schema(json())))
+    if arena.kind(arena.root) != "sequence" or arena.kind(arena.children(arena.root)[0]) != "eps":
+        raise NotImplementedError("the parser of a ministral-3 arena of another shape")
+    names: dict[int, str] = {}
+    for parser in range(len(arena)):
+        if arena.kind(parser) != "tag":
+            continue
+        (child,) = arena.children(parser)
+        kind = arena.kind(child)
+        if kind == "until":
+            names[parser] = "reasoning" if arena.delimiters(child) == ("[/THINK]",) else "content"
+        elif kind == "schema":
+            names[parser] = "content" if arena.text(child) == "response-format" else "tool-args"
+        elif kind == "sequence":
+            first, *rest = arena.children(child)
+            if rest == [] or arena.kind(rest[-1]) != "literal" or arena.text(rest[-1]) != "[ARGS]":
+                continue
+            names[parser] = "tool-open"
+            names[arena.children(first)[0]] = "tool-name"  # atomic(tag(literal(name)))
+    return names
+
+
+PARSED: Final[dict[str, Callable[[PegArena], dict[int, str]]]] = {
+    "qwen3-coder": _qwen3_coder, "ministral-3": _ministral3,
+}
 
 
 def tag_names(format_name: str, arena: PegArena) -> dict[int, str]:

@@ -403,7 +403,9 @@ def _format_message(text: str, grammar: ChatGrammar, *, generation_prompt: str) 
     # a hand-written format's request: its own parser (the arena its grammar is written from) run on the
     # generation prompt and the text (common_chat_peg_parse), its tagged nodes mapped (peg_parse.py)
     assert grammar.arena is not None
-    name = format_of(grammar.preserved_tokens) or "unknown"
+    name = format_of(grammar.preserved_tokens)
+    if name is None:
+        raise NotPorted("the parser of a hand-written format format_tags.py does not know")
     try:
         tags = tag_names(name, grammar.arena)
         result = peg_parse.run(grammar.arena, generation_prompt + text, tags)

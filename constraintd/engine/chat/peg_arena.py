@@ -15,8 +15,7 @@
 #   grammars, which chat_params.py writes). Lookaheads write nothing; a sequence or choice inside a sequence
 #   or repetition, and a choice inside a choice, is put in parentheses.
 # - Not here: parsing text with the arena (peg_parse.py runs it, through the read-only views below), and
-#   the raw schema parsers
-#   whose string values the child parses (schema_delegates with `raw`).
+#   the raw schema parsers whose string values the child parses (schema_delegates with `raw`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence

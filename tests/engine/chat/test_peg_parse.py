@@ -78,6 +78,9 @@ def test_a_repetition_tries_nothing_at_the_end_and_needs_more_when_short() -> No
     assert _outcome(p, "abx") == (Outcome.FAIL, 2)
     assert _outcome(p, "ababab") == (Outcome.SUCCESS, 6)
     assert _outcome(p, "aba") == (Outcome.NEED_MORE, 3)  # the child itself cut short
+    r = PegArena()
+    r.root = r.zero_or_more(r.literal("ab"))
+    assert _outcome(r, "abab") == (Outcome.SUCCESS, 4)  # not tried again at the end: no need for more
     q = PegArena()
     q.root = q.sequence(q.zero_or_more(q.literal("x")), q.literal("y"))
     assert _outcome(q, "xx") == (Outcome.NEED_MORE, 2)  # the repetition stops at the end: "y" needs more
@@ -156,6 +159,17 @@ def test_a_call_cut_in_a_string_value_keeps_the_arguments_read() -> None:
     assert [(c.name, c.arguments) for c in message(nodes)[2]] == [("f", '{"city":"Par')]
 
 
+def test_an_empty_string_value_always_opens_a_quote() -> None:
+    # llama.cpp's rule, kept as it is: an empty string value writes its quote even after another value's
+    def arguments(*values: str) -> str:
+        nodes = [TaggedNode("tool-open", ""), TaggedNode("tool-name", "f"), TaggedNode("tool-arg-name", "a")]
+        nodes += [TaggedNode("tool-arg-string-value", value) for value in values]
+        nodes += [TaggedNode("tool-arg-close", ""), TaggedNode("tool-close", "")]
+        return message(nodes)[2][0].arguments
+    assert arguments("") == '{"a":""}'
+    assert arguments("x", "") == '{"a":"x""}'
+
+
 def test_python_literals_and_quotes_become_json() -> None:
     written = normalize_quotes_to_json("{'a': 'it\\'s', 'b': None, 'c': Tr}")
     assert written == '{"a": "it\'s", "b": null, "c": tr}'
@@ -221,6 +235,32 @@ def _qwen3_coder_texts() -> dict[str, str]:
     return texts
 
 
+def _ministral3_texts() -> dict[str, str]:
+    weather = '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
+    search = '[TOOL_CALLS]search[ARGS]{"query": "café « crème »", "filters": {"max": 3}}'
+    both = weather + search
+    texts = {
+        "content": "Paris is the capital of France.",
+        "thinking, content": "[THINK]The user asks about France.[/THINK]Paris.",
+        "thinking cut": "[THINK]The user asks",
+        "call": weather,
+        "content, call": "Let me look.\n" + weather,
+        "thinking, call": "[THINK]I need the weather.[/THINK]" + weather,
+        "two calls": both,
+        "two calls apart": weather + "\n" + search,
+        "call spaced": '[TOOL_CALLS]get_weather[ARGS] {"city": "Paris"} ',
+        "unknown tool": '[TOOL_CALLS]lookup[ARGS]{"q": "x"}',
+        "arguments not an object": '[TOOL_CALLS]get_weather[ARGS]"Paris"',
+        "malformed call": '[TOOL_CALLS]get_weather{"city": "Paris"}',
+        "content after the call": weather + "\nDone.",
+        "content with a stray tag": "Use [TOOL_CALLS] to call.",
+    }
+    texts.update(_cuts(both, ["[TOOL_", "[TOOL_CALLS]get_w", "[TOOL_CALLS]get_weather[AR", "[ARGS]",
+                              '[ARGS]{"ci', '"Par', '"Paris"', '"Paris"}[TOOL_CALLS]sea',
+                              '"filters": {"max": 3']))
+    return texts
+
+
 def _answers() -> dict[str, str]:
     return {
         "answer": '{"city": "Paris"}',
@@ -239,7 +279,7 @@ def _generic_texts() -> dict[str, str]:
     return {"content": "Paris is the capital of France.", "malformed": "<|unknown|>"}
 
 
-FORMAT_TEXTS = {"qwen3-coder": _qwen3_coder_texts}
+FORMAT_TEXTS = {"qwen3-coder": _qwen3_coder_texts, "ministral-3": _ministral3_texts}
 
 
 def _llama(answer: dict[str, Any]) -> dict[str, Any]:
