@@ -35,17 +35,26 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 from constraintd.engine.aho_corasick import AhoCorasick
 from constraintd.engine.chat.diff_split import C_SPACE, Render, trim_whitespace
 from constraintd.engine.chat.formats import FormatParams
+from constraintd.engine.chat.formats.cohere2moe import cohere2moe_params
 from constraintd.engine.chat.formats.deepseek_v3_2 import deepseek_v3_2_params
+from constraintd.engine.chat.formats.functionary_v3_2 import functionary_v3_2_params
 from constraintd.engine.chat.formats.gemma4 import gemma4_params
+from constraintd.engine.chat.formats.gigachat_v3 import gigachat_v3_params
+from constraintd.engine.chat.formats.gpt_oss import gpt_oss_params
 from constraintd.engine.chat.formats.kimi_k2 import kimi_k2_params
 from constraintd.engine.chat.formats.kimi_k3 import kimi_k3_params
 from constraintd.engine.chat.formats.lfm2 import lfm2_params
+from constraintd.engine.chat.formats.ling3 import ling3_params
+from constraintd.engine.chat.formats.minicpm5 import minicpm5_params
+from constraintd.engine.chat.formats.minimax_m3 import minimax_m3_params
 from constraintd.engine.chat.formats.ministral3 import ministral3_params
+from constraintd.engine.chat.formats.muse_glimmer import muse_glimmer_params
 from constraintd.engine.chat.formats.qwen3_coder import qwen3_coder_params
 from constraintd.engine.chat.json_tool_grammar import (
     json_tool_parsers,
@@ -405,29 +414,37 @@ def _tag_tool_grammar(tools: Sequence[Mapping[str, Any]], analysis: TemplateAnal
     return built.text()
 
 
+# a hand-written format's init, by the name specialised_format gives (each takes the request's tools,
+# tool_choice, parallel_tool_calls, json_schema and reasoning_format; those that read more say so below)
+_FORMATS: Final[Mapping[str, Callable[..., FormatParams]]] = {
+    "cohere2-moe": cohere2moe_params, "deepseek-v3.2": deepseek_v3_2_params,
+    "functionary-v3.2": functionary_v3_2_params, "gemma4": gemma4_params, "gigachat-v3": gigachat_v3_params,
+    "gpt-oss": gpt_oss_params, "kimi-k2": kimi_k2_params, "kimi-k3": kimi_k3_params, "ling-3": ling3_params,
+    "lfm2": partial(lfm2_params, tool_list_tokens=True),
+    "lfm2.5": partial(lfm2_params, tool_list_tokens=False), "minicpm5": minicpm5_params,
+    "minimax-m3": minimax_m3_params, "ministral-3": ministral3_params, "muse-glimmer": muse_glimmer_params,
+    "qwen3-coder": qwen3_coder_params,
+}
+_READS_THINKING: Final = frozenset({"deepseek-v3.2", "minimax-m3"})  # enable_thinking
+_READS_GENERATION_PROMPT: Final = frozenset({"ling-3"})  # whether the prompt leaves a thought open
+
+
 def _format_params(name: str, source: str, *, tools: Sequence[Mapping[str, Any]], tool_choice: str,
                    parallel_tool_calls: bool, json_schema: JsonValue, reasoning_format: str,
-                   enable_thinking: bool) -> FormatParams:
+                   enable_thinking: bool, generation_prompt: str) -> FormatParams:
     # common_chat_try_specialized_template's call of the format's init, with the request as it came
+    init = _FORMATS.get(name)
+    if init is None:
+        raise NotPorted(f"the {name} format's chat params")
     options: dict[str, Any] = {
         "tools": tools, "tool_choice": tool_choice, "json_schema": json_schema,
         "parallel_tool_calls": parallel_tool_calls, "reasoning_format": reasoning_format,
     }
-    if name == "qwen3-coder":
-        return qwen3_coder_params(source, **options)
-    if name == "gemma4":
-        return gemma4_params(source, **options)
-    if name == "ministral-3":
-        return ministral3_params(source, **options)
-    if name == "kimi-k2":
-        return kimi_k2_params(source, **options)
-    if name == "kimi-k3":
-        return kimi_k3_params(source, **options)
-    if name == "deepseek-v3.2":
-        return deepseek_v3_2_params(source, **options, enable_thinking=enable_thinking)
-    if name in ("lfm2", "lfm2.5"):  # the same init, with the tool list's tokens or without
-        return lfm2_params(source, **options, tool_list_tokens=name == "lfm2")
-    raise NotPorted(f"the {name} format's chat params")
+    if name in _READS_THINKING:
+        options["enable_thinking"] = enable_thinking
+    if name in _READS_GENERATION_PROMPT:
+        options["generation_prompt"] = generation_prompt
+    return init(source, **options)
 
 
 def format_grammar(made: FormatParams) -> ChatGrammar:
@@ -490,7 +507,8 @@ def chat_params(
         try:
             made = _format_params(specialised, source, tools=tools, tool_choice=tool_choice,
                                   parallel_tool_calls=parallel_tool_calls, json_schema=json_schema,
-                                  reasoning_format=reasoning_format, enable_thinking=enable_thinking)
+                                  reasoning_format=reasoning_format, enable_thinking=enable_thinking,
+                                  generation_prompt=generation_prompt)
         except NotImplementedError as exc:
             raise NotPorted(str(exc)) from None
         return format_grammar(made)

@@ -86,7 +86,9 @@ ANALYSIS_DIFFERENCES = {
 
 # The hand-written formats ported (chat/formats/): every case of their templates, as of the auto-parser's.
 PORTED_FORMATS = {
-    "deepseek-v3.2", "gemma4", "kimi-k2", "kimi-k3", "lfm2", "lfm2.5", "ministral-3", "qwen3-coder",
+    "cohere2-moe", "deepseek-v3.2", "functionary-v3.2", "gemma4", "gigachat-v3", "gpt-oss", "kimi-k2",
+    "kimi-k3", "ling-3", "lfm2", "lfm2.5", "minicpm5", "minimax-m3", "ministral-3", "muse-glimmer",
+    "qwen3-coder",
 }
 
 
