@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from constraintd.engine.chat.formats import kimi_k2
 from constraintd.engine.chat.peg_arena import PegArena
 
 __all__ = ["PARSED", "format_of", "tag_names"]
@@ -119,8 +120,34 @@ def _ministral3(arena: PegArena) -> dict[int, str]:
     return names
 
 
+def _kimi_k2(arena: PegArena) -> dict[int, str]:
+    # common/parsers/kimi-k2.cpp: <think>reasoning</think>, content, then calls written
+    # `<|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}<|tool_call_end|>`
+    if arena.kind(arena.root) != "sequence" or arena.kind(arena.children(arena.root)[0]) != "literal":
+        raise NotImplementedError("the parser of a kimi-k2 arena of another shape")
+    names: dict[int, str] = {}
+    for parser in range(len(arena)):
+        if arena.kind(parser) != "tag":
+            continue
+        (child,) = arena.children(parser)
+        kind, parts = arena.kind(child), arena.children(child)
+        if kind == "until":
+            names[parser] = "reasoning" if arena.delimiters(child)[0] == kimi_k2.THINK_END else "content"
+        elif kind == "schema":
+            names[parser] = "tool-args"
+        elif kind == "repeat":  # optional(literal(CALL_END))
+            names[parser] = "tool-close"
+        elif kind == "sequence" and arena.kind(parts[-1]) == "literal" \
+                and arena.text(parts[-1]) == kimi_k2.ARGS_BEGIN:
+            names[parser] = "tool-open"
+        elif kind == "sequence" and _opener(arena, child) == "functions.":
+            names[parser] = "tool-id"
+            names[arena.children(parts[1])[0]] = "tool-name"  # atomic(tag(literal(name)))
+    return names
+
+
 PARSED: Final[dict[str, Callable[[PegArena], dict[int, str]]]] = {
-    "qwen3-coder": _qwen3_coder, "ministral-3": _ministral3,
+    "qwen3-coder": _qwen3_coder, "ministral-3": _ministral3, "kimi-k2": _kimi_k2,
 }
 
 

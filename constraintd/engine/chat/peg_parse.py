@@ -13,7 +13,8 @@
 #   nothing and `not` of a parser that needs more input needs more input; an atomic parser that needs more
 #   input drops the nodes it found. No memo: llama.cpp's executor has none either.
 # - `tags` names the arena's tag parsers (the arena keeps no tag names: chat/format_tags.py knows them for
-#   a format); an unnamed tag is a tag llama.cpp's mapper ignores.
+#   a format); an unnamed tag is a tag llama.cpp's mapper ignores. end() matches only at the end of the
+#   text.
 # - `message(nodes)` is common_chat_peg_mapper::from_ast over those nodes: content and reasoning concatenated,
 #   tool calls opened, named and closed, tagged arguments written as JSON, whitespace-only reasoning dropped.
 # - Positions are code points of a Python str: a str is whole UTF-8, so llama.cpp's byte positions and its
@@ -92,6 +93,9 @@ class _Executor:
 
     def _eps(self, _: int, pos: int) -> ParseResult:
         return ParseResult(Outcome.SUCCESS, pos, pos)
+
+    def _end(self, _: int, pos: int) -> ParseResult:
+        return ParseResult(Outcome.SUCCESS, pos, pos) if pos >= len(self.text) else _fail(pos)
 
     def _literal(self, parser: int, pos: int) -> ParseResult:
         start = pos

@@ -129,6 +129,16 @@ def test_json_values_cut_short_need_more_input() -> None:
     assert _outcome(p, '{"a": x}') == (Outcome.FAIL, 0)
 
 
+def test_end_matches_only_at_the_end_of_the_text() -> None:
+    p = PegArena()
+    p.root = p.sequence(p.literal("a"), p.end())
+    assert _outcome(p, "a") == (Outcome.SUCCESS, 1)
+    assert _outcome(p, "ab") == (Outcome.FAIL, 1)
+    q = PegArena()
+    q.root = q.sequence(q.literal("a"), q.eps())
+    assert _outcome(q, "ab") == (Outcome.SUCCESS, 1)  # an epsilon, not end(): the rest is left
+
+
 def test_chars_counts_and_negated_classes() -> None:
     p = PegArena()
     p.root = p.sequence(p.chars("[^:}]", 1, -1), p.literal(":"))
@@ -261,6 +271,39 @@ def _ministral3_texts() -> dict[str, str]:
     return texts
 
 
+def _kimi_k2_call(name: str, index: int, arguments: str) -> str:
+    opened = f"<|tool_call_begin|>functions.{name}:{index}<|tool_call_argument_begin|>"
+    return opened + arguments + "<|tool_call_end|>"
+
+
+def _kimi_k2_texts() -> dict[str, str]:
+    weather = _kimi_k2_call("get_weather", 0, '{"city": "Paris"}')
+    search = _kimi_k2_call("search", 1, '{"query": "café « crème »", "filters": {"max": 3}}')
+    section = "<|tool_calls_section_begin|>{}<|tool_calls_section_end|>"
+    both = section.format(weather + search)
+    texts = {
+        "content": "Paris is the capital of France.",
+        "thinking, content": "<think>The user asks about France.</think>Paris.",
+        "thinking cut": "<think>The user asks",
+        "call": section.format(weather),
+        "content, call": "Let me look.\n" + section.format(weather),
+        "thinking, call": "<think>I need the weather.</think>" + section.format(weather),
+        "call inside the thinking": "<think>I need the weather." + section.format(weather),
+        "two calls": both,
+        "call without its section": weather,
+        "call without its end": section.format(weather.removesuffix("<|tool_call_end|>")),
+        "unknown tool": section.format(_kimi_k2_call("lookup", 0, '{"q": "x"}')),
+        "arguments not an object": section.format(_kimi_k2_call("get_weather", 0, '"Paris"')),
+        "malformed call": section.format("<|tool_call_begin|>get_weather:0{}<|tool_call_end|>"),
+        "content after the call": section.format(weather) + "\nDone.",
+    }
+    texts.update(_cuts(both, [
+        "<|tool_calls_sec", "<|tool_call_begin|>functions.get_w", "functions.get_weather:",
+        "get_weather:0<|tool_call_argument", '<|tool_call_argument_begin|>{"ci', '"Par', '"Paris"}',
+        '"Paris"}<|tool_call_end|>', "functions.search:1", '"filters": {"max": 3']))
+    return texts
+
+
 def _answers() -> dict[str, str]:
     return {
         "answer": '{"city": "Paris"}',
@@ -279,7 +322,9 @@ def _generic_texts() -> dict[str, str]:
     return {"content": "Paris is the capital of France.", "malformed": "<|unknown|>"}
 
 
-FORMAT_TEXTS = {"qwen3-coder": _qwen3_coder_texts, "ministral-3": _ministral3_texts}
+FORMAT_TEXTS = {
+    "qwen3-coder": _qwen3_coder_texts, "ministral-3": _ministral3_texts, "kimi-k2": _kimi_k2_texts,
+}
 
 
 def _llama(answer: dict[str, Any]) -> dict[str, Any]:
