@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Final
 
 from constraintd.engine.chat.formats import kimi_k2
+from constraintd.engine.chat.formats.deepseek_v3_2 import DSML
 from constraintd.engine.chat.peg_arena import PegArena
 
 __all__ = ["PARSED", "format_of", "tag_names"]
@@ -146,8 +147,40 @@ def _kimi_k2(arena: PegArena) -> dict[int, str]:
     return names
 
 
+def _deepseek_v3_2(arena: PegArena) -> dict[int, str]:
+    # common/parsers/deepseek.cpp: <think>reasoning</think>, content, then a block of DSML invokes, each
+    # `<｜DSML｜invoke name="f">` with `<｜DSML｜parameter name="k" string="true|false">v</｜DSML｜parameter>`
+    invoke, param = "<" + DSML + 'invoke name="', "<" + DSML + 'parameter name="'
+    openers = {invoke: ("tool-open", "tool-name"), param: ("tool-arg-open", "tool-arg-name")}
+    closes = {"</" + DSML + "parameter>": "tool-arg-close", "</" + DSML + "invoke>": "tool-close"}
+    if arena.kind(arena.root) != "sequence":
+        raise NotImplementedError("the parser of a deepseek-v3.2 arena of another shape")
+    parents = _parents(arena)
+    names: dict[int, str] = {}
+    for parser in range(len(arena)):
+        if arena.kind(parser) != "tag":
+            continue
+        (child,) = arena.children(parser)
+        kind = arena.kind(child)
+        if kind == "until":
+            delimiters = arena.delimiters(child)
+            names[parser] = ("tool-arg-string-value" if delimiters == ("</" + DSML + "parameter>",) else
+                             "reasoning" if "</think>" in delimiters else "content")
+        elif kind == "schema":
+            names[parser] = "content" if arena.text(child) == "response-format-schema" else "tool-arg-value"
+        elif kind == "literal" and arena.text(child) in closes:
+            names[parser] = closes[arena.text(child)]
+        elif kind == "literal":  # a name: an open's literal + tool_name(...) or tool_arg_name(...)
+            (atomic,) = parents[parser]
+            names[parser] = openers[_opener(arena, parents[atomic][0])][1]
+        elif kind == "sequence" and _opener(arena, child) in openers:
+            names[parser] = openers[_opener(arena, child)][0]
+    return names
+
+
 PARSED: Final[dict[str, Callable[[PegArena], dict[int, str]]]] = {
     "qwen3-coder": _qwen3_coder, "ministral-3": _ministral3, "kimi-k2": _kimi_k2,
+    "deepseek-v3.2": _deepseek_v3_2,
 }
 
 

@@ -13,6 +13,7 @@ sides refusing. A format whose parse is not ported refuses with NotPorted and is
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -304,6 +305,43 @@ def _kimi_k2_texts() -> dict[str, str]:
     return texts
 
 
+def _deepseek_call(name: str, arguments: list[tuple[str, str, bool]]) -> str:
+    dsml = "｜DSML｜"
+    args = "".join(f'<{dsml}parameter name="{key}" string="{"true" if string else "false"}">{value}'
+                   f"</{dsml}parameter>\n" for key, value, string in arguments)
+    return f'<{dsml}invoke name="{name}">\n{args}</{dsml}invoke>'
+
+
+def _deepseek_texts(source: str) -> dict[str, str]:
+    block = "function_calls" if "function_calls" in source else "tool_calls"
+    opened, closed = f"<｜DSML｜{block}>\n", f"\n</｜DSML｜{block}>"
+    weather = _deepseek_call("get_weather", [("city", "Paris", True)])
+    search = _deepseek_call("search", [("query", "café « crème »", True), ("filters", '{"max": 3}', False)])
+    both = opened + weather + "\n" + search + closed
+    texts = {
+        "content": "Paris is the capital of France.",
+        "thinking, content": "<think>The user asks about France.</think>Paris.",
+        "thought, content": "The user asks about France.</think>Paris.",
+        "thinking cut": "<think>The user asks",
+        "call": opened + weather + closed,
+        "content, call": "Let me look.\n\n" + opened + weather + closed,
+        "thinking, call": "<think>I need the weather.</think>" + opened + weather + closed,
+        "call inside the thinking": "<think>I need the weather.\n\n" + opened + weather + closed,
+        "two calls": both,
+        "optional argument left out": opened + _deepseek_call("search", [("query", "x", True)]) + closed,
+        "empty string argument": opened + _deepseek_call("get_weather", [("city", "", True)]) + closed,
+        "unknown tool": opened + _deepseek_call("lookup", [("q", "x", True)]) + closed,
+        "argument not JSON": opened + _deepseek_call(
+            "search", [("query", "x", True), ("filters", "max", False)]) + closed,
+        "malformed call": opened + "<｜DSML｜invoke>get_weather</｜DSML｜invoke>" + closed,
+        "content after the call": opened + weather + closed + "\nDone.",
+    }
+    texts.update(_cuts(both, [f"<｜DSML｜{block[:4]}", '<｜DSML｜invoke name="get_w', 'get_weather">\n',
+                              '<｜DSML｜parameter name="ci', 'string="true">Pa', "Paris</｜DSML｜para",
+                              "</｜DSML｜invoke>", '<｜DSML｜invoke name="search">\n', '{"max": 3']))
+    return texts
+
+
 def _answers() -> dict[str, str]:
     return {
         "answer": '{"city": "Paris"}',
@@ -322,8 +360,9 @@ def _generic_texts() -> dict[str, str]:
     return {"content": "Paris is the capital of France.", "malformed": "<|unknown|>"}
 
 
-FORMAT_TEXTS = {
-    "qwen3-coder": _qwen3_coder_texts, "ministral-3": _ministral3_texts, "kimi-k2": _kimi_k2_texts,
+FORMAT_TEXTS: dict[str, Callable[[str], dict[str, str]]] = {
+    "qwen3-coder": lambda _: _qwen3_coder_texts(), "ministral-3": lambda _: _ministral3_texts(),
+    "kimi-k2": lambda _: _kimi_k2_texts(), "deepseek-v3.2": _deepseek_texts,
 }
 
 
@@ -351,7 +390,8 @@ def compare(binary: Path, path: Path, *, now: int) -> list[tuple[str, str, Any, 
         except NotPorted as exc:
             found.append((name, "*", None, {}, str(exc)))
             continue
-        texts = (_answers() if schema is not None else FORMAT_TEXTS.get(format_name, _generic_texts)())
+        texts = (_answers() if schema is not None else
+                 FORMAT_TEXTS.get(format_name, lambda _: _generic_texts())(source))
         for text_name, text in texts.items():
             request: dict[str, Any] = {
                 "mode": "parse", "template": source, "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN,
