@@ -12,11 +12,12 @@
 #   strings of another delimiter, or have a mapper of their own), and tag_names refuses them.
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 
-from constraintd.engine.chat.formats import kimi_k2
+from constraintd.engine.chat.formats import kimi_k2, kimi_k3
 from constraintd.engine.chat.formats.deepseek_v3_2 import DSML
+from constraintd.engine.chat.json_tool_grammar import rule_name, tool_functions, tool_parameters
 from constraintd.engine.chat.peg_arena import PegArena
 
 __all__ = ["PARSED", "format_of", "tag_names"]
@@ -178,18 +179,71 @@ def _deepseek_v3_2(arena: PegArena) -> dict[int, str]:
     return names
 
 
-PARSED: Final[dict[str, Callable[[PegArena], dict[int, str]]]] = {
-    "qwen3-coder": _qwen3_coder, "ministral-3": _ministral3, "kimi-k2": _kimi_k2,
-    "deepseek-v3.2": _deepseek_v3_2,
+def _kimi_k3(arena: PegArena, tools: Sequence[Mapping[str, Any]], reasoning_format: str) -> dict[int, str]:
+    # common/parsers/kimi-k3.cpp: a think section (reasoning, or content where reasoning_format is none), a
+    # response section, then `<|open|>call tool="f" ...<|sep|>` calls with `<|open|>argument key="k"
+    # ...<|sep|>value<|close|>argument<|sep|>` arguments, a value a string where the tool's schema says so
+    if arena.kind(arena.root) != "sequence" or arena.kind(0) != "end":
+        raise NotImplementedError("the parser of a kimi-k3 arena of another shape")
+    parents = _parents(arena)
+    names: dict[int, str] = {}
+    for parser in range(len(arena)):
+        if arena.kind(parser) != "tag":
+            continue
+        (child,) = arena.children(parser)
+        kind = arena.kind(child)
+        if kind == "until" and arena.delimiters(child) == (kimi_k3.THINK_END, kimi_k3.RESP_START):
+            names[parser] = "content" if reasoning_format == "none" else "reasoning"
+        elif kind == "until" and arena.delimiters(child) != (kimi_k3.ARG_END,):
+            names[parser] = "content"
+        elif kind == "literal" and arena.text(child) in _KIMI_K3_MARKERS:
+            names[parser] = _KIMI_K3_MARKERS[arena.text(child)]
+        elif kind == "literal":  # a tool's name after CALL_START, or an argument's key after ARG_START's tag
+            (atomic,) = parents[parser]
+            first = arena.children(parents[atomic][0])[0]
+            names[parser] = "tool-name" if arena.kind(first) == "literal" else "tool-arg-name"
+        elif kind == "sequence" and _opener(arena, child) == kimi_k3.CALL_START:
+            names[parser] = "tool-open"
+    for parser in range(len(arena)):
+        children = arena.children(parser)
+        if arena.kind(parser) == "sequence" and len(children) == 3 and arena.kind(children[0]) == "atomic" \
+                and names.get(arena.children(children[0])[0]) == "tool-open":
+            names[children[1]] = "tool-args"
+    for name, function in tool_functions(tools):
+        properties = tool_parameters(function).get("properties") or {}
+        for key, schema in properties.items():
+            declared = schema.get("type") if isinstance(schema, Mapping) else None
+            string = not isinstance(declared, str) or declared == "string"
+            (argument,) = arena.children(arena.rule_parser(rule_name(f"kimi-k3-arg-{name}-{key}")))
+            # tool_arg(open + name + '"' + until(SEP) + SEP + value + close): the one tag not under an atomic
+            parts = arena.children(arena.children(argument)[0])
+            (value,) = [part for part in parts if arena.kind(part) == "tag"]
+            names[value] = "tool-arg-string-value" if string else "tool-arg-value"
+    return names
+
+
+_KIMI_K3_MARKERS: Final = {
+    kimi_k3.CALL_END: "tool-close", kimi_k3.ARG_END: "tool-arg-close", kimi_k3.ARG_START: "tool-arg-open",
+}
+
+Namer = Callable[[PegArena, Sequence[Mapping[str, Any]], str], dict[int, str]]
+PARSED: Final[dict[str, Namer]] = {
+    "qwen3-coder": lambda arena, tools, reasoning: _qwen3_coder(arena),
+    "ministral-3": lambda arena, tools, reasoning: _ministral3(arena),
+    "kimi-k2": lambda arena, tools, reasoning: _kimi_k2(arena),
+    "deepseek-v3.2": lambda arena, tools, reasoning: _deepseek_v3_2(arena),
+    "kimi-k3": _kimi_k3,
 }
 
 
-def tag_names(format_name: str, arena: PegArena) -> dict[int, str]:
-    """The tag of each tag parser of `arena`, a request's parser of the format `format_name`.
+def tag_names(format_name: str, arena: PegArena, *, tools: Sequence[Mapping[str, Any]] = (),
+              reasoning_format: str = "auto") -> dict[int, str]:
+    """The tag of each tag parser of `arena`, a request's parser of the format `format_name` (built for
+    these tools and reasoning_format, which decide some tags where the arena alone does not).
 
     Raises:
         NotImplementedError: the format's parse is not ported.
     """
     if format_name not in PARSED:
         raise NotImplementedError(f"the parser of the {format_name} format")
-    return PARSED[format_name](arena)
+    return PARSED[format_name](arena, tools, reasoning_format)

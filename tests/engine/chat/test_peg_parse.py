@@ -342,6 +342,46 @@ def _deepseek_texts(source: str) -> dict[str, str]:
     return texts
 
 
+def _kimi_k3_call(name: str, index: int, arguments: list[tuple[str, str, str]]) -> str:
+    args = "".join(f'<|open|>argument key="{key}" type="{kind}"<|sep|>{value}<|close|>argument<|sep|>'
+                   for key, value, kind in arguments)
+    return f'<|open|>call tool="{name}" index="{index}"<|sep|>{args}<|close|>call<|sep|>'
+
+
+def _kimi_k3_texts() -> dict[str, str]:
+    weather = _kimi_k3_call("get_weather", 0, [("city", "Paris", "string")])
+    search = _kimi_k3_call("search", 1, [
+        ("query", "café « crème »", "string"), ("filters", '{"max": 3}', "object")])
+    # the generation prompt opens the think section: a call comes after the thought's close
+    section = ("Checking.<|close|>think<|sep|><|open|>tools<|sep|>{}<|close|>tools<|sep|>"
+               "<|close|>message<|sep|>")
+    both = section.format(weather + search)
+    think = "<|open|>think<|sep|>{}<|close|>think<|sep|>"
+    response = "<|open|>response<|sep|>{}<|close|>response<|sep|>"
+    texts = {
+        "content": response.format("Paris is the capital of France.") + "<|close|>message<|sep|>",
+        "bare content": "Paris is the capital of France.",
+        "thinking, content": think.format("The user asks about France.") + response.format("Paris.")
+        + "<|close|>message<|sep|>",
+        "thinking cut": "<|open|>think<|sep|>The user asks",
+        "call": section.format(weather),
+        "call without a thought": section.format(weather).removeprefix("Checking.<|close|>think<|sep|>"),
+        "content, call": response.format("Let me look.") + section.format(weather),
+        "thinking, call": think.format("I need the weather.") + section.format(weather),
+        "two calls": both,
+        "empty string argument": section.format(_kimi_k3_call("get_weather", 0, [("city", "", "string")])),
+        "unknown tool": section.format(_kimi_k3_call("lookup", 0, [("q", "x", "string")])),
+        "unknown argument": section.format(_kimi_k3_call("get_weather", 0, [("town", "x", "string")])),
+        "malformed call": section.format("<|open|>call get_weather<|close|>call<|sep|>"),
+        "content after the call": section.format(weather) + "Done.",
+    }
+    texts.update(_cuts(both, ["<|open|>to", '<|open|>call tool="get_w', 'tool="get_weather" ind',
+                              '<|open|>argument key="ci', 'type="string"<|sep|>Pa', "Paris<|close|>arg",
+                              "<|close|>call<|sep|>", 'tool="search" index="1"<|sep|>', '{"max": 3',
+                              "<|close|>tools<|sep|>"]))
+    return texts
+
+
 def _answers() -> dict[str, str]:
     return {
         "answer": '{"city": "Paris"}',
@@ -363,6 +403,7 @@ def _generic_texts() -> dict[str, str]:
 FORMAT_TEXTS: dict[str, Callable[[str], dict[str, str]]] = {
     "qwen3-coder": lambda _: _qwen3_coder_texts(), "ministral-3": lambda _: _ministral3_texts(),
     "kimi-k2": lambda _: _kimi_k2_texts(), "deepseek-v3.2": _deepseek_texts,
+    "kimi-k3": lambda _: _kimi_k3_texts(),
 }
 
 
