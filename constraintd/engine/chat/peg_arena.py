@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from constraintd.engine.chat.json_tool_grammar import JSON_STRING_CONTENT, rule_name
 from constraintd.engine.schema.rules import format_literal, to_bytes
 
-__all__ = ["AcGrammar", "PegArena"]
+__all__ = ["MAX_PERMUTE", "AcGrammar", "PegArena"]
+
+MAX_PERMUTE: Final = 6  # COMMON_CHAT_MAX_PERMUTE: more parsers than this are a sequence
 
 AcGrammar = Callable[[str, Sequence[str], bool], str]
 """(rule prefix, strings, including) -> the start rule of gbnf_including_grammar (including) or
@@ -170,6 +172,31 @@ class PegArena:
         body = build()
         self._rules[clean] = self._add(_Parser("rule", [body], text=clean))
         return self.ref(clean)
+
+    def permute(self, prefix: str, parsers: Sequence[int]) -> int:
+        """common_chat_peg_builder::permute: the parsers in any order, a rule `<prefix>-<set>` per set of
+        those still to come (a sequence where there is one, or more than llama.cpp permutes)."""
+        if not parsers:
+            return self.eps()
+        if len(parsers) == 1 or len(parsers) > MAX_PERMUTE:
+            return self.sequence(*parsers)
+        rules: dict[int, int] = {}
+
+        def remaining_of(remaining: int) -> int:
+            if remaining == 0:
+                return self.eps()
+            if remaining in rules:
+                return rules[remaining]
+            alternatives = self.choice()
+            for at, parser in enumerate(parsers):
+                bit = 1 << at
+                if remaining & bit:
+                    rest = remaining_of(remaining & ~bit)
+                    alternatives = self.choice(alternatives, self.sequence(parser, rest))
+            rules[remaining] = self.rule(f"{prefix}-{remaining}", alternatives)
+            return rules[remaining]
+
+        return remaining_of((1 << len(parsers)) - 1)
 
     # -- the JSON value parsers (peg-parser.cpp json() and its parts)
     def json(self) -> int:

@@ -45,7 +45,6 @@ PRESERVED_TOKENS: Final = (THINK_START, THINK_END, CALL_START, CALL_END, ARG_KEY
 MESSAGE_DELIMITERS: Final = (
     ("assistant", ROLE), ("user", "<role>HUMAN</role>"), ("tool", "<role>OBSERVATION</role>"),
     ("system", "<role>SYSTEM</role>"))
-_MAX_PERMUTE: Final = 6  # COMMON_CHAT_MAX_PERMUTE
 
 
 def ling3_params(
@@ -114,7 +113,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, think_open: bool,
                 value = p.gbnf(p.choice(p.atomic(typed), arg_string), "ling3-arg-string")
             (required_args if argument.required else optional_args).append(
                 p.rule(rule, _argument(p, argument.name, value)))
-        args = _permute(p, f"ling3-{name}-args", required_args)
+        args = p.permute(f"ling3-{name}-args", required_args)
         if optional_args:
             args = p.sequence(args, p.zero_or_more(p.choice(*optional_args)))
         tool_choices = p.choice(tool_choices, p.rule(f"ling3-tool-{name}", _call(p, name, args)))
@@ -161,27 +160,3 @@ def _call(p: PegArena, name: str, args: int) -> int:
     tool_open = p.atomic(p.tag(p.sequence(p.sequence(p.literal(CALL_START), named), space)))
     return p.tag(p.sequence(p.sequence(tool_open, tool_args), close))
 
-
-def _permute(p: PegArena, prefix: str, parsers: list[int]) -> int:
-    # common_chat_peg_builder::permute: the parsers in any order, a rule per set of those still to come
-    if not parsers:
-        return p.eps()
-    if len(parsers) == 1 or len(parsers) > _MAX_PERMUTE:
-        return p.sequence(*parsers)
-    rules: dict[int, int] = {}
-
-    def remaining_of(remaining: int) -> int:
-        if remaining == 0:
-            return p.eps()
-        if remaining in rules:
-            return rules[remaining]
-        alternatives = p.choice()
-        for at, parser in enumerate(parsers):
-            bit = 1 << at
-            if remaining & bit:
-                rest = remaining_of(remaining & ~bit)
-                alternatives = p.choice(alternatives, p.sequence(parser, rest))
-        rules[remaining] = p.rule(f"{prefix}-{remaining}", alternatives)
-        return rules[remaining]
-
-    return remaining_of((1 << len(parsers)) - 1)

@@ -190,7 +190,7 @@ def _calls(p: PegArena, functions: list[tuple[str, Mapping[str, Any]]], *, is_qw
                 value = _json_or_string(p, types, arg_close, arg_string)
             (required if argument.required else optional).append(
                 p.rule(rule, p.tag(p.sequence(arg_open, value))))
-        args = _permute(p, f"tool-{name}-args", required)
+        args = p.permute(f"tool-{name}-args", required)
         if optional:
             args = p.sequence(args, p.zero_or_more(p.choice(*optional)))
         close = p.atomic(p.tag(p.literal("</function>\n")))
@@ -224,29 +224,4 @@ def _json_or_string(p: PegArena, types: frozenset[str], arg_close: int, arg_stri
     return p.gbnf(p.choice(typed, arg_string), "xml-arg-string")
 
 
-def _permute(p: PegArena, prefix: str, parsers: list[int]) -> int:
-    # common_chat_peg_builder::permute: the parsers in any order, a rule per set of those still to come
-    if not parsers:
-        return p.eps()
-    if len(parsers) == 1 or len(parsers) > _MAX_PERMUTE:
-        return p.sequence(*parsers)
-    rules: dict[int, int] = {}
 
-    def remaining_of(remaining: int) -> int:
-        if remaining == 0:
-            return p.eps()
-        if remaining in rules:
-            return rules[remaining]
-        alternatives = p.choice()
-        for at, parser in enumerate(parsers):
-            bit = 1 << at
-            if remaining & bit:
-                rest = remaining_of(remaining & ~bit)
-                alternatives = p.choice(alternatives, p.sequence(parser, rest))
-        rules[remaining] = p.rule(f"{prefix}-{remaining}", alternatives)
-        return rules[remaining]
-
-    return remaining_of((1 << len(parsers)) - 1)
-
-
-_MAX_PERMUTE: Final = 6  # COMMON_CHAT_MAX_PERMUTE
