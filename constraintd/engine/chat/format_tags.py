@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from constraintd.engine.chat.formats import kimi_k2, kimi_k3
+from constraintd.engine.chat.formats import gemma4, kimi_k2, kimi_k3
 from constraintd.engine.chat.formats.deepseek_v3_2 import DSML
 from constraintd.engine.chat.json_tool_grammar import rule_name, tool_functions, tool_parameters
 from constraintd.engine.chat.peg_arena import PegArena
@@ -222,6 +222,32 @@ def _kimi_k3(arena: PegArena, tools: Sequence[Mapping[str, Any]], reasoning_form
     return names
 
 
+def _gemma4(arena: PegArena) -> dict[int, str]:
+    # common/parsers/gemma4.cpp: thought channels (their body reasoning, or the whole block content), content,
+    # then calls `<|tool_call>call:name{...}<tool_call|>`: tool(tool_open(tool_name(name) + peek("{")) +
+    # tool_args(ref("gemma4-dict")))
+    root = arena.children(arena.root)
+    if arena.kind(arena.root) != "sequence" or arena.kind(root[0]) != "ref" or arena.text(root[0]) != "start":
+        raise NotImplementedError("the parser of a gemma4 arena of another shape")
+    names: dict[int, str] = {}
+    for parser in range(len(arena)):
+        if arena.kind(parser) != "tag":
+            continue
+        (child,) = arena.children(parser)
+        kind, parts = arena.kind(child), arena.children(child)
+        if kind == "until":
+            names[parser] = "reasoning" if arena.delimiters(child) == (gemma4.THINKING_END,) else "content"
+        elif kind == "schema" or (kind == "sequence" and _opener(arena, child) == gemma4.THINKING_START):
+            names[parser] = "content"
+        elif kind == "sequence" and len(parts) == 2 and arena.kind(parts[1]) == "and":
+            names[parser] = "tool-open"
+            names[arena.children(parts[0])[0]] = "tool-name"  # atomic(tag(literal(name)))
+        elif kind == "sequence" and len(parts) == 2 and arena.kind(parts[1]) == "tag":
+            names[parser] = "tool"
+            names[parts[1]] = "tool-args"
+    return names
+
+
 _KIMI_K3_MARKERS: Final = {
     kimi_k3.CALL_END: "tool-close", kimi_k3.ARG_END: "tool-arg-close", kimi_k3.ARG_START: "tool-arg-open",
 }
@@ -232,7 +258,7 @@ PARSED: Final[dict[str, Namer]] = {
     "ministral-3": lambda arena, tools, reasoning: _ministral3(arena),
     "kimi-k2": lambda arena, tools, reasoning: _kimi_k2(arena),
     "deepseek-v3.2": lambda arena, tools, reasoning: _deepseek_v3_2(arena),
-    "kimi-k3": _kimi_k3,
+    "kimi-k3": _kimi_k3, "gemma4": lambda arena, tools, reasoning: _gemma4(arena),
 }
 
 

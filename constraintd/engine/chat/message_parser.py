@@ -33,6 +33,7 @@ from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
 from constraintd.engine.chat.content import AnswerState, parse_json_answer
 from constraintd.engine.chat.diff_split import trim_whitespace
 from constraintd.engine.chat.format_tags import format_of, tag_names
+from constraintd.engine.chat.gemma4_message import gemma4_message
 from constraintd.engine.chat.json_tool_grammar import (
     call_id_before_arguments,
     call_keys,
@@ -415,7 +416,10 @@ def _format_message(text: str, grammar: ChatGrammar, *, generation_prompt: str,
     if result.outcome is peg_parse.Outcome.FAIL:
         raise MessageParseError(
             "The model produced output that does not match the expected peg-native format") from None
-    content, reasoning, calls = peg_parse.message(result.visit())
+    if name == "gemma4":  # the format's own mapper
+        content, reasoning, calls = gemma4_message(result.nodes)
+    else:
+        content, reasoning, calls = peg_parse.message(result.visit())
     return ParsedMessage(content, reasoning, calls)
 
 

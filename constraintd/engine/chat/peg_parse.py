@@ -44,11 +44,14 @@ class Outcome(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class TaggedNode:
-    """A tag's AST node: its tag name, its text, and the tagged nodes inside it, in order."""
+    """An AST node of a tag (its tag name) or of a rule (its rule name): its text, the nodes inside it in
+    order, and whether the text ended inside it (common_peg_ast_node's is_partial)."""
 
     tag: str
     text: str
     children: tuple[TaggedNode, ...] = ()
+    rule: str = ""
+    partial: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,14 +273,18 @@ class _Executor:
         return self.parse(self.arena.rule_parser(self.arena.text(parser)), start)
 
     def _rule(self, parser: int, start: int) -> ParseResult:
-        # a rule's AST node has no tag: the mapper meets its nodes as if they were the rule's caller's
-        return self.parse(self.arena.children(parser)[0], start)
+        return self._node(parser, start, "", self.arena.text(parser))
 
     def _tag(self, parser: int, start: int) -> ParseResult:
+        return self._node(parser, start, self.tags.get(parser, ""), "")
+
+    def _node(self, parser: int, start: int, tag: str, rule: str) -> ParseResult:
+        # a rule's or tag's AST node around what its child found
         result = self.parse(self.arena.children(parser)[0], start)
         if result.outcome is Outcome.FAIL:
             return result
-        node = TaggedNode(self.tags.get(parser, ""), self.text[result.start:result.end], result.nodes)
+        node = TaggedNode(tag, self.text[result.start:result.end], result.nodes, rule,
+                          result.outcome is Outcome.NEED_MORE)
         return ParseResult(result.outcome, result.start, result.end, (node,))
 
     def _atomic(self, parser: int, start: int) -> ParseResult:

@@ -382,6 +382,34 @@ def _kimi_k3_texts() -> dict[str, str]:
     return texts
 
 
+def _gemma4_texts() -> dict[str, str]:
+    mark = '<|"|>'
+    weather = f"<|tool_call>call:get_weather{{city:{mark}Paris{mark}}}<tool_call|>"
+    search = (f"<|tool_call>call:search{{query:{mark}café « crème »{mark},filters:{{max:3}}}}<tool_call|>")
+    both = weather + search
+    think = "<|channel>thought\n{}<channel|>"
+    texts = {
+        "content": "Paris is the capital of France.",
+        "thinking, content": think.format("The user asks about France.") + "Paris.",
+        "thinking cut": "<|channel>thought\nThe user asks",
+        "empty channel, thinking": "<|channel><|channel>thought\nHm.<channel|>Paris.",
+        "call": weather,
+        "content, call": "Let me look.\n" + weather,
+        "thinking, call": think.format("I need the weather.") + weather,
+        "two calls": both,
+        "values of every kind": f"<|tool_call>call:search{{query:{mark}a \"b\"{mark},filters:{{max:-1.5e2,"
+                                f"list:[1,{mark}x{mark},true,null],empty:{{}}}}}}<tool_call|>",
+        "unknown tool": f"<|tool_call>call:lookup{{q:{mark}x{mark}}}<tool_call|>",
+        "arguments not a dict": "<|tool_call>call:get_weather(Paris)<tool_call|>",
+        "malformed call": "<|tool_call>get_weather{}<tool_call|>",
+        "content after the call": weather + "Done.",
+    }
+    texts.update(_cuts(both, [
+        "<|tool_c", "call:get_w", "call:get_weather{", "{ci", "city:<|", f"city:{mark}Pa", f"Paris{mark}",
+        f"Paris{mark}}}", "<tool_call|>", "query:", "filters:{max:3", "filters:{max:3}"]))
+    return texts
+
+
 def _answers() -> dict[str, str]:
     return {
         "answer": '{"city": "Paris"}',
@@ -403,7 +431,7 @@ def _generic_texts() -> dict[str, str]:
 FORMAT_TEXTS: dict[str, Callable[[str], dict[str, str]]] = {
     "qwen3-coder": lambda _: _qwen3_coder_texts(), "ministral-3": lambda _: _ministral3_texts(),
     "kimi-k2": lambda _: _kimi_k2_texts(), "deepseek-v3.2": _deepseek_texts,
-    "kimi-k3": lambda _: _kimi_k3_texts(),
+    "kimi-k3": lambda _: _kimi_k3_texts(), "gemma4": lambda _: _gemma4_texts(),
 }
 
 
