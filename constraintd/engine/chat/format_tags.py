@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from constraintd.engine.chat.formats import gemma4, kimi_k2, kimi_k3
+from constraintd.engine.chat.formats import gemma4, kimi_k2, kimi_k3, lfm2
 from constraintd.engine.chat.formats.deepseek_v3_2 import DSML
 from constraintd.engine.chat.json_tool_grammar import rule_name, tool_functions, tool_parameters
 from constraintd.engine.chat.peg_arena import PegArena
@@ -248,6 +248,55 @@ def _gemma4(arena: PegArena) -> dict[int, str]:
     return names
 
 
+def _lfm2(arena: PegArena) -> dict[int, str]:
+    # common/parsers/lfm2.cpp with python_style_tool_calls: <think>reasoning</think>, content, then
+    # `<|tool_call_start|>[name(key="value", other=3)]<|tool_call_end|>`: tool_open(tool_name(name) + "("),
+    # each argument tool_arg_open(tool_arg_name(key) + "=") + tool_arg_value(...) + tool_arg_close(eps())
+    root = arena.children(arena.root)
+    if arena.kind(arena.root) != "sequence" or arena.text(root[0]) != lfm2.GENERATION_PROMPT:
+        raise NotImplementedError("the parser of a lfm2 arena of another shape")
+    parents = _parents(arena)
+    names: dict[int, str] = {}
+    for parser in range(len(arena)):
+        if arena.kind(parser) != "tag":
+            continue
+        (child,) = arena.children(parser)
+        kind, parts = arena.kind(child), arena.children(child)
+        if kind == "until":
+            names[parser] = "reasoning" if arena.delimiters(child) == (lfm2.THINK_END,) else "content"
+        elif kind == "schema":
+            names[parser] = "content"
+        elif kind in ("choice", "ref"):  # a quoted string, or python_or_json_value()
+            names[parser] = "tool-arg-value"
+        elif kind == "eps":
+            names[parser] = "tool-arg-close"
+        elif kind == "literal" and arena.kind(parents[parser][0]) == "atomic" \
+                and _closer(arena, parents[parents[parser][0]][0]) in _LFM2_OPENERS:
+            names[parser] = _LFM2_OPENERS[_closer(arena, parents[parents[parser][0]][0])][1]
+        elif kind == "literal" and arena.text(child) == ")":
+            names[parser] = "tool-close"
+        elif kind == "sequence" and _closer(arena, child) in _LFM2_OPENERS and len(parts) == 2:
+            names[parser] = _LFM2_OPENERS[_closer(arena, child)][0]
+    for parser in range(len(arena)):
+        # tool(tool_open(...) + space() + tool_args(args) + space() + tool_close(...))
+        children = arena.children(parser)
+        if arena.kind(parser) == "sequence" and len(children) == 5 and arena.kind(children[0]) == "atomic" \
+                and names.get(arena.children(children[0])[0]) == "tool-open":
+            names[children[2]] = "tool-args"
+    return names
+
+
+_LFM2_OPENERS: Final = {"(": ("tool-open", "tool-name"), "=": ("tool-arg-open", "tool-arg-name")}
+
+
+def _closer(arena: PegArena, parser: int) -> str:
+    # the text of a sequence's last child where it is a literal ("(", "=")
+    children = arena.children(parser)
+    if arena.kind(parser) != "sequence" or not children or arena.kind(children[-1]) != "literal":
+        return ""
+    return arena.text(children[-1])
+
+
 _KIMI_K3_MARKERS: Final = {
     kimi_k3.CALL_END: "tool-close", kimi_k3.ARG_END: "tool-arg-close", kimi_k3.ARG_START: "tool-arg-open",
 }
@@ -259,6 +308,7 @@ PARSED: Final[dict[str, Namer]] = {
     "kimi-k2": lambda arena, tools, reasoning: _kimi_k2(arena),
     "deepseek-v3.2": lambda arena, tools, reasoning: _deepseek_v3_2(arena),
     "kimi-k3": _kimi_k3, "gemma4": lambda arena, tools, reasoning: _gemma4(arena),
+    "lfm2": lambda arena, tools, reasoning: _lfm2(arena),
 }
 
 

@@ -19,8 +19,9 @@
 #   tool calls opened, named and closed, tagged arguments written as JSON, whitespace-only reasoning dropped.
 # - Positions are code points of a Python str: a str is whole UTF-8, so llama.cpp's byte positions and its
 #   invalid-UTF-8 handling never differ from these.
-# - Not here: a gbnf parser without a child (string_content of another delimiter), the start parser, and
-#   the Gemma 4 and MiniMax-M3 mappers (NotImplementedError where met).
+# - A gbnf parser without a child is string_content of a delimiter other than '"' (the arena keeps its GBNF
+#   alone): it parses as that. Not here: the start parser, any other childless gbnf parser
+#   (NotImplementedError where met), and the Gemma 4 and MiniMax-M3 mappers (gemma4_message.py has one).
 from __future__ import annotations
 
 import enum
@@ -34,6 +35,8 @@ from constraintd.engine.chat.peg_arena import PegArena
 __all__ = ["Outcome", "ParseResult", "message", "run"]
 
 _SPACE = " \t\n\v\f\r"  # C isspace in the "C" locale
+# the GBNF PegArena.string_content(d) writes for a delimiter d other than '"'
+_STRING_CONTENT_GBNF = '( [^{d}\\\\] | "\\\\" ( [{d}\\\\/ bfnrt] | "u" [0-9a-fA-F]{{4}} ) )*'
 
 
 class Outcome(enum.Enum):
@@ -221,13 +224,14 @@ class _Executor:
             self._classes[parser] = (negated, ranges)
         return self._classes[parser]
 
-    def _string(self, _: int, start: int) -> ParseResult:
-        # string_content('"'): up to the closing quote, not consumed; JSON's escapes
+    def _string(self, _: int, start: int, delimiter: str = '"') -> ParseResult:
+        # string_content(delimiter): up to the closing delimiter, not consumed; JSON's escapes and the
+        # delimiter's
         pos = start
         text = self.text
         while pos < len(text):
             char = text[pos]
-            if char == '"':
+            if char == delimiter:
                 return ParseResult(Outcome.SUCCESS, start, pos)
             if char != "\\":
                 pos += 1
@@ -235,7 +239,7 @@ class _Executor:
             if pos + 1 >= len(text):
                 return self._short(start, pos)  # the backslash is not taken
             escaped = text[pos + 1]
-            if escaped in '"\\/bfnrt':
+            if escaped == delimiter or escaped in '\\/bfnrt':
                 pos += 2
             elif escaped == "u":
                 digits = text[pos + 2:pos + 6]
@@ -261,9 +265,14 @@ class _Executor:
     def _through(self, parser: int, start: int) -> ParseResult:
         # schema, ac and gbnf parsers parse as their child does
         children = self.arena.children(parser)
-        if not children:
+        if children:
+            return self.parse(children[0], start)
+        # string_content of a delimiter other than '"', which the arena keeps as its GBNF alone
+        text = self.arena.text(parser)
+        delimiter = text[4:5]
+        if not delimiter or text != _STRING_CONTENT_GBNF.format(d=delimiter):
             raise NotImplementedError("the parse of a gbnf parser without a child")
-        return self.parse(children[0], start)
+        return self._string(parser, start, delimiter)
 
     _schema = _through
     _ac = _through

@@ -140,6 +140,14 @@ def test_end_matches_only_at_the_end_of_the_text() -> None:
     assert _outcome(q, "ab") == (Outcome.SUCCESS, 1)  # an epsilon, not end(): the rest is left
 
 
+def test_a_string_of_another_delimiter_takes_its_escape() -> None:
+    p = PegArena()
+    p.root = p.sequence(p.literal("'"), p.string_content("'"), p.literal("'"))
+    assert _outcome(p, "'it\\'s'x") == (Outcome.SUCCESS, 7)
+    assert _outcome(p, "'it\\\"s'") == (Outcome.FAIL, 1)  # \" is no escape of a single-quoted string
+    assert _outcome(p, "'it") == (Outcome.NEED_MORE, 3)
+
+
 def test_chars_counts_and_negated_classes() -> None:
     p = PegArena()
     p.root = p.sequence(p.chars("[^:}]", 1, -1), p.literal(":"))
@@ -410,6 +418,32 @@ def _gemma4_texts() -> dict[str, str]:
     return texts
 
 
+def _lfm2_texts() -> dict[str, str]:
+    weather = "get_weather(city=\"Paris\")"
+    search = "search(query='café « crème »', filters={'max': 3})"
+    call = "<|tool_call_start|>[{}]<|tool_call_end|>"
+    both = call.format(weather + ", " + search)
+    texts = {
+        "content": "Paris is the capital of France.",
+        "thinking, content": "<think>The user asks about France.</think>Paris.",
+        "thinking cut": "<think>The user asks",
+        "call": call.format(weather),
+        "content, call": "Let me look.\n" + call.format(weather),
+        "thinking, call": "<think>I need the weather.</think>" + call.format(weather),
+        "two calls": both,
+        "JSON and Python literals": call.format('search(query="a \\"b\\"", filters={"max": 3, "on": True, '
+                                                '"off": false, "none": None, "list": [1, \'x\']})'),
+        "unknown tool": call.format("lookup(q='x')"),
+        "unknown argument": call.format("get_weather(town='x')"),
+        "string argument not quoted": call.format("get_weather(city=Paris)"),
+        "malformed call": call.format("get_weather{'city': 'Paris'}"),
+        "content after the call": call.format(weather) + "Done.",
+    }
+    texts.update(_cuts(both, ["<|tool_call_st", "[get_w", "get_weather(", "(ci", 'city="Pa', '"Paris"',
+                              '"Paris")', ", sea", "query='caf", "{'max': 3", "{'max': 3})"]))
+    return texts
+
+
 def _answers() -> dict[str, str]:
     return {
         "answer": '{"city": "Paris"}',
@@ -432,6 +466,7 @@ FORMAT_TEXTS: dict[str, Callable[[str], dict[str, str]]] = {
     "qwen3-coder": lambda _: _qwen3_coder_texts(), "ministral-3": lambda _: _ministral3_texts(),
     "kimi-k2": lambda _: _kimi_k2_texts(), "deepseek-v3.2": _deepseek_texts,
     "kimi-k3": lambda _: _kimi_k3_texts(), "gemma4": lambda _: _gemma4_texts(),
+    "lfm2": lambda _: _lfm2_texts(), "lfm2.5": lambda _: _lfm2_texts(),
 }
 
 
