@@ -12,9 +12,9 @@
 #   end stops there, a success. A repetition tries nothing at the end of the text; a lookahead consumes
 #   nothing and `not` of a parser that needs more input needs more input; an atomic parser that needs more
 #   input drops the nodes it found. No memo: llama.cpp's executor has none either.
-# - `tags` names the arena's tag parsers (the arena keeps no tag names: chat/format_tags.py knows them for
-#   a format); an unnamed tag is a tag llama.cpp's mapper ignores. end() matches only at the end of the
-#   text.
+# - A tag's name is the arena's where the format gave it one, else the one `tags` gives (chat/format_tags.py
+#   knows them for a format whose arena has none); an unnamed tag is a tag llama.cpp's mapper ignores.
+#   end() matches only at the end of the text.
 # - `message(nodes)` is common_chat_peg_mapper::from_ast over those nodes: content and reasoning concatenated,
 #   tool calls opened, named and closed, tagged arguments written as JSON, whitespace-only reasoning dropped.
 # - Positions are code points of a Python str: a str is whole UTF-8, so llama.cpp's byte positions and its
@@ -285,7 +285,8 @@ class _Executor:
         return self._node(parser, start, "", self.arena.text(parser))
 
     def _tag(self, parser: int, start: int) -> ParseResult:
-        return self._node(parser, start, self.tags.get(parser, ""), "")
+        # the arena's own name for the tag where the format gave one, else the one `tags` gives
+        return self._node(parser, start, self.arena.text(parser) or self.tags.get(parser, ""), "")
 
     def _node(self, parser: int, start: int, tag: str, rule: str) -> ParseResult:
         # a rule's or tag's AST node around what its child found
