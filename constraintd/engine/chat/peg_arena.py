@@ -38,7 +38,7 @@ gbnf_excluding_grammar, its rules added to the grammar being built."""
 class _Parser:
     kind: str
     children: list[int] = field(default_factory=list)
-    text: str = ""  # a literal, a char class, a rule's or schema's name, a gbnf parser's grammar
+    text: str = ""  # a literal, a char class, a rule's, schema's or tag's name, a gbnf parser's grammar
     min_count: int = 0
     max_count: int = -1
     delimiters: tuple[str, ...] = ()
@@ -138,9 +138,15 @@ class PegArena:
     def atomic(self, parser: int) -> int:
         return self._add(_Parser("atomic", [parser]))
 
-    def tag(self, parser: int) -> int:
-        # the tag's name only matters to the parse, not to the grammar
-        return self._add(_Parser("tag", [parser]))
+    def tag(self, parser: int, name: str = "") -> int:
+        """tag(name, parser): the parser, its match named for the parse; the grammar is the parser's alone.
+
+        `name` is spelled as common_chat_peg_builder's tag constants are ("reasoning", "content", "tool",
+        "tool-open", "tool-arg-string-value", ..., and the minimax-m3 mapper's "tool-arg-object"): the name
+        of the builder call a format ports (p.tool_open(...) is tag(atomic... "tool-open")). The name does
+        not change the grammar.
+        """
+        return self._add(_Parser("tag", [parser], text=name))
 
     def gbnf(self, parser: int, grammar: str) -> int:
         return self._add(_Parser("gbnf", [parser], text=grammar))
@@ -256,8 +262,20 @@ class PegArena:
         return tuple(self._parsers[parser].children)
 
     def text(self, parser: int) -> str:
-        """A literal's text, a char class, a rule's, reference's or schema's name, a gbnf parser's grammar."""
+        """A literal's text, a char class, a rule's, reference's, schema's or tag's name, a gbnf parser's
+        grammar."""
         return self._parsers[parser].text
+
+    def tag_name(self, parser: int) -> str:
+        """A tag's name, as llama.cpp's builder gives it ("tool-open"); "" for a tag made without one.
+
+        Raises:
+            ValueError: the parser is not a tag.
+        """
+        held = self._parsers[parser]
+        if held.kind != "tag":
+            raise ValueError(f"parser {parser} is a {held.kind}, not a tag")
+        return held.text
 
     def counts(self, parser: int) -> tuple[int, int]:
         """A repetition's or char class's (min, max); max -1 for no bound."""

@@ -7,13 +7,18 @@ rules, parentheses, repetitions, and which rules a lazy or non-lazy grammar writ
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from constraintd.engine.chat import formats
 from constraintd.engine.chat.chat_params import _JSON_RULES
 from constraintd.engine.chat.json_tool_grammar import JSON_STRING_CONTENT, JSON_VALUE_AGAIN, JSON_VALUE_FIRST
 from constraintd.engine.chat.peg_arena import PegArena
+from tests.chat_oracle.cases import RESPONSE_SCHEMA, SEARCH_TOOL, WEATHER_TOOL
 
 
 def _rules(arena: PegArena, *, lazy: bool = False) -> dict[str, str]:
@@ -64,7 +69,8 @@ def test_sequences_and_choices_flatten_and_group_as_llama_cpps_writer() -> None:
     flat = arena.sequence(inner, c)  # a nested sequence is flattened
     assert arena._parsers[flat].children == [a, b, c]
     either = arena.choice(a, b)
-    grouped = arena.sequence(c, arena.tag(either), arena.optional(arena.sequence(a, b)), arena.peek(a))
+    tagged = arena.tag(either, "content")
+    grouped = arena.sequence(c, tagged, arena.optional(arena.sequence(a, b)), arena.peek(a))
     arena.root = arena.choice(grouped, arena.atomic(arena.choice(a, c)), arena.eps())
     # the choice under a tag and the repeated sequence in parentheses, the lookahead written as nothing,
     # a choice under an atomic inside a choice in parentheses, an empty alternative left as it is
@@ -123,3 +129,69 @@ def test_string_content_of_a_delimiter_is_the_arenas_with_that_quote() -> None:
                         lambda prefix, strings, including: prefix, lazy=False)
     single = r"""( [^'\\] | "\\" ( ['\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )*"""
     assert rules["root"] == JSON_STRING_CONTENT + " " + single
+
+
+def test_a_tag_keeps_its_name_and_writes_its_parser_alone() -> None:
+    arena = PegArena()
+    name = arena.tag(arena.literal("get_weather"), "tool-name")
+    opened = arena.tag(arena.sequence(arena.literal("<f="), arena.atomic(name)), "tool-open")
+    arena.root = opened
+    assert [arena.tag_name(name), arena.tag_name(opened)] == ["tool-name", "tool-open"]
+    assert arena.kind(opened) == "tag" and arena.children(opened) == (opened - 1,)
+    assert _rules(arena)["root"] == '"<f=" "get_weather"'  # the names write nothing
+    with pytest.raises(ValueError, match="not a tag"):
+        arena.tag_name(arena.root - 1)
+
+
+# every hand-written format with a template source that reaches its reasoning and its tool calls
+_COUNT_TOOL = {"type": "function", "function": {"name": "count", "parameters": {
+    "type": "object", "required": ["n", "items", "when"], "properties": {
+        "n": {"type": "integer"}, "items": {"type": "array", "items": {"type": "string"}},
+        "when": {"type": "object", "properties": {"day": {"type": "string"}}},
+        "flag": {"type": ["boolean", "string"]}}}}}
+_FORMATS: dict[str, str] = {
+    "cohere2moe": "<|START_TEXT|><|START_ACTION|>",
+    "deepseek_v3_2": "dsml_token DSML function_calls",
+    "functionary_v3_2": ">>>all >>>${recipient}",
+    "gemma4": "",
+    "gigachat_v3": "<|role_sep|> <|message_sep|> <|function_call|>",
+    "gpt_oss": "<|channel|>",
+    "kimi_k2": "<|tool_calls_section_begin|><|tool_call_begin|>",
+    "kimi_k3": "<|open|><|close|><|end_of_msg|>",
+    "lfm2": "List of tools: [<think>",
+    "ling3": "",
+    "minicpm5": "",
+    "minimax_m3": "]<]minimax[>[ <tool_call> <invoke name=",
+    "ministral3": "",
+    "muse_glimmer": "<atem:function_calls><|eom|>",
+    "qwen3_coder": "<tool_call><function=<parameter=<think>",
+}
+_REQUESTS: tuple[dict[str, Any], ...] = (
+    {"tools": [WEATHER_TOOL, SEARCH_TOOL, _COUNT_TOOL], "parallel_tool_calls": True},
+    {"tools": [WEATHER_TOOL], "tool_choice": "required", "reasoning_format": "none"},
+    {"json_schema": RESPONSE_SCHEMA},
+)
+
+
+def _llama_cpp_tag_names(llama_cpp_dir: Path) -> set[str]:
+    # the builder's tag constants and the minimax-m3 mapper's, as chat-peg-parser.h spells them
+    header = (llama_cpp_dir / "common" / "chat-peg-parser.h").read_text()
+    return set(re.findall(r'static constexpr const char \* [A-Z_]+ += "([a-z-]+)";', header))
+
+
+@pytest.mark.parametrize("name", sorted(_FORMATS), ids=sorted(_FORMATS))
+def test_every_tag_of_a_format_has_a_llama_cpp_name(name: str, llama_cpp_dir: Path) -> None:
+    known = _llama_cpp_tag_names(llama_cpp_dir)
+    assert {"reasoning", "tool-open", "tool-arg-string-value", "tool-arg-object"} <= known
+    module = __import__(f"{formats.__name__}.{name}", fromlist=["_"])
+    params: Callable[..., formats.FormatParams] = getattr(module, f"{name}_params")
+    names: set[str] = set()
+    for request in _REQUESTS:
+        try:
+            arena = params(_FORMATS[name], **request).arena
+        except NotImplementedError:
+            continue
+        if arena is not None:
+            names |= {arena.tag_name(at) for at in range(len(arena)) if arena.kind(at) == "tag"}
+    assert names and names <= known, names - known
+    assert "tool-name" in names  # every format names its tool calls

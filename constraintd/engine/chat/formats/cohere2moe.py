@@ -93,15 +93,15 @@ def _parser(tools: Sequence[Mapping[str, Any]], json_schema: Any, *, extract_rea
     think_end = p.optional(p.literal(THINK_END))
     thought = p.until_one_of([THINK_END, TEXT_START, ACTION_START])
     if extract_reasoning:
-        thought = p.tag(thought)
+        thought = p.tag(thought, "reasoning")
     block = p.sequence(p.sequence(p.literal(THINK_START), thought), think_end)
-    reasoning = p.optional(block if extract_reasoning else p.tag(block))
+    reasoning = p.optional(block if extract_reasoning else p.tag(block, "content"))
     # literal(TEXT_START) + content(schema(json()) or until(TEXT_END)) + optional(literal(TEXT_END))
     text_end = p.optional(p.literal(TEXT_END))
     if json_schema is not None:
-        text = p.tag(p.schema(p.json(), "response-format-schema", json_schema))
+        text = p.tag(p.schema(p.json(), "response-format-schema", json_schema), "content")
     else:
-        text = p.tag(p.until(TEXT_END))
+        text = p.tag(p.until(TEXT_END), "content")
     text_content = p.sequence(p.sequence(p.literal(TEXT_START), text), text_end)
     if not tools:
         turn_end = p.optional(p.literal(TURN_END))
@@ -125,11 +125,11 @@ def _standard_json_tools(p: PegArena, tools: Sequence[Mapping[str, Any]], *,
     for name, function in tool_functions(tools):
         # name_key + space() + ":" + space() + atomic("\"" + tool_name(literal(name)) + "\"")
         close_quote = p.literal('"')
-        tool_name = p.atomic(p.tag(p.literal(name)))
+        tool_name = p.atomic(p.tag(p.literal(name), "tool-name"))
         quoted = p.atomic(_chain(p, p.literal('"'), tool_name, close_quote))
         name_field = _key_value(p, name_key, quoted)
         # args_key + space() + ":" + space() + tool_args(schema(json(), "tool-<name>-schema", params))
-        args = p.tag(p.schema(p.json(), f"tool-{name}-schema", tool_parameters(function)))
+        args = p.tag(p.schema(p.json(), f"tool-{name}-schema", tool_parameters(function)), "tool-args")
         args_field = _key_value(p, args_key, args)
         p.eps()  # the call id's parser, no call id key
         p.eps()  # the generated call id's, before it is made
@@ -138,7 +138,7 @@ def _standard_json_tools(p: PegArena, tools: Sequence[Mapping[str, Any]], *,
         # tool_open(literal("{")) + space() + type_field (eps(): no OpenAI wrapper), then the fields
         type_field = p.eps()
         sp = p.space()
-        body = p.sequence(p.atomic(p.tag(p.literal("{"))), sp)
+        body = p.sequence(p.atomic(p.tag(p.literal("{"), "tool-open")), sp)
         body = p.sequence(body, type_field)
         for at, field in enumerate(fields):
             body = p.sequence(body, field)
@@ -146,9 +146,9 @@ def _standard_json_tools(p: PegArena, tools: Sequence[Mapping[str, Any]], *,
                 sp_after = p.space()
                 comma = p.literal(",")
                 body = _chain(p, body, p.space(), comma, sp_after)
-        close = p.atomic(p.tag(p.literal("}")))
+        close = p.atomic(p.tag(p.literal("}"), "tool-close"))
         body = _chain(p, body, p.space(), close)
-        choices = p.choice(choices, p.rule(f"tool-{name}", p.tag(body)))
+        choices = p.choice(choices, p.rule(f"tool-{name}", p.tag(body, "tool")))
     calls = choices
     if parallel_tool_calls:
         sp_after = p.space()
@@ -186,6 +186,6 @@ def _key_value(p: PegArena, key: int | None, value: int, *, key_text: str = "") 
 def _string_or_number_id(p: PegArena) -> int:
     # choice({literal("\"") + tool_id(string_content('"')) + literal("\""), tool_id(json_number())})
     close_quote = p.literal('"')
-    string_id = p.atomic(p.tag(p.string_content()))
+    string_id = p.atomic(p.tag(p.string_content(), "tool-id"))
     quoted = _chain(p, p.literal('"'), string_id, close_quote)
-    return p.choice(quoted, p.atomic(p.tag(p.json_number())))
+    return p.choice(quoted, p.atomic(p.tag(p.json_number(), "tool-id")))

@@ -114,12 +114,12 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]] | None, *, is_v4: boo
         tool_calls = p.optional(tool_calls)
     if extract_reasoning and enable_thinking:
         # optional(THINK_START + reasoning(until(THINK_END)) + THINK_END)
-        thought = p.tag(p.until(THINK_END))
+        thought = p.tag(p.until(THINK_END), "reasoning")
         thought = p.sequence(p.literal(THINK_START), thought)
         reasoning = p.optional(p.sequence(thought, p.literal(THINK_END)))
         # THINK_START + reasoning(until_one_of(...)) + space() + obligatory_calls
         space = p.space()
-        thought = p.tag(p.until_one_of([_TC_SEPARATOR + block_start, block_start, THINK_END]))
+        thought = p.tag(p.until_one_of([_TC_SEPARATOR + block_start, block_start, THINK_END]), "reasoning")
         thought = p.sequence(p.literal(THINK_START), thought)
         reasoning_with_calls = p.sequence(p.sequence(thought, space), obligatory_calls)
     elif extract_reasoning and is_v4:
@@ -133,7 +133,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]] | None, *, is_v4: boo
     if json_schema is not None:
         fence_close = p.literal("```")
         space = p.space()
-        content = p.tag(p.schema(p.json(), "response-format-schema", json_schema))
+        content = p.tag(p.schema(p.json(), "response-format-schema", json_schema), "content")
         head = p.space()
         head = p.sequence(p.literal("```json"), head)
         response_format = p.rule("response-format", p.sequence(p.sequence(p.sequence(head, content), space),
@@ -143,7 +143,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]] | None, *, is_v4: boo
     # without a schema, there are calls (else no grammar: llama.cpp's content(rest()) is not written)
     # negate(THINK_START) + content(until_one_of(...)) + space()
     space = p.space()
-    before = p.tag(p.until_one_of([_TC_SEPARATOR + block_start, block_start]))
+    before = p.tag(p.until_one_of([_TC_SEPARATOR + block_start, block_start]), "content")
     before = p.sequence(p.negate(p.literal(THINK_START)), before)
     before = p.sequence(before, space)
     if extract_reasoning and enable_thinking:
@@ -162,16 +162,17 @@ def _function(p: PegArena, name: str, function: Mapping[str, Any]) -> int:
     optional: list[int] = []
     for argument in tagged_arguments(tool_parameters(function)):
         is_string = may_be_string(argument.schema)
-        close = p.atomic(p.tag(p.literal(_PARAM_END)))
+        close = p.atomic(p.tag(p.literal(_PARAM_END), "tool-arg-close"))
         if is_string:
-            value = p.tag(p.until(_PARAM_END))
+            value = p.tag(p.until(_PARAM_END), "tool-arg-string-value")
         else:
-            value = p.tag(p.schema(p.json(), f"tool-{name}-arg-{argument.name}-schema", argument.schema))
+            value = p.tag(p.schema(p.json(), f"tool-{name}-arg-{argument.name}-schema", argument.schema),
+                          "tool-arg-value")
         marker = p.literal(f'" string="{"true" if is_string else "false"}">')
-        arg_name = p.atomic(p.tag(p.literal(argument.name)))
+        arg_name = p.atomic(p.tag(p.literal(argument.name), "tool-arg-name"))
         arg_open = p.sequence(p.literal(_PARAM_START + ' name="'), arg_name)
-        arg_open = p.atomic(p.tag(p.sequence(arg_open, marker)))
-        arg = p.tag(p.sequence(p.sequence(arg_open, value), close))
+        arg_open = p.atomic(p.tag(p.sequence(arg_open, marker), "tool-arg-open"))
+        arg = p.tag(p.sequence(p.sequence(arg_open, value), close), "tool-arg")
         (required if argument.required else optional).append(p.rule(f"tool-{name}-arg-{argument.name}", arg))
     args = p.eps()
     for at, parser in enumerate(required):
@@ -183,10 +184,10 @@ def _function(p: PegArena, name: str, function: Mapping[str, Any]) -> int:
         for parser in optional:
             any_optional = p.choice(any_optional, parser)
         args = p.sequence(args, p.zero_or_more(p.sequence(p.space(), any_optional)))
-    close = p.atomic(p.tag(p.literal(_INVOKE_END)))
+    close = p.atomic(p.tag(p.literal(_INVOKE_END), "tool-close"))
     space = p.space()
     name_end = p.literal('">\n')
-    tool_name = p.atomic(p.tag(p.literal(name)))
+    tool_name = p.atomic(p.tag(p.literal(name), "tool-name"))
     tool_open = p.sequence(p.literal(_INVOKE_START + ' name="'), tool_name)
-    tool_open = p.atomic(p.tag(p.sequence(tool_open, name_end)))
-    return p.tag(p.sequence(p.sequence(p.sequence(tool_open, args), space), close))
+    tool_open = p.atomic(p.tag(p.sequence(tool_open, name_end), "tool-open"))
+    return p.tag(p.sequence(p.sequence(p.sequence(tool_open, args), space), close), "tool")

@@ -58,18 +58,19 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, tool_choice: str,
     # the parser of build_chat_peg_parser's function with tools, each expression's parsers made in llama.cpp's
     # order (the right operand of `+` first, a braced list left to right)
     p = PegArena()
-    text = p.tag(p.until(RECIPIENT))
+    text = p.tag(p.until(RECIPIENT), "content")
     content_until_tool = p.sequence(p.literal(CONTENT_RECIPIENT), text)
-    rest = p.tag(p.rest())
+    rest = p.tag(p.rest(), "content")
     content_until_end = p.sequence(p.literal(CONTENT_RECIPIENT), rest)
     generation_prompt = p.literal(GENERATION_PROMPT)
     choice = p.choice()
     for name, function in functions:
         # tool(tool_open(tool_name(literal(name)) + literal("\n")) + tool_args(schema(json(), ...)))
-        args = p.tag(p.schema(p.json(), f"tool-{name}-schema", tool_parameters(function)))
+        args = p.tag(p.schema(p.json(), f"tool-{name}-schema", tool_parameters(function)), "tool-args")
         newline = p.literal("\n")
-        tool_open = p.atomic(p.tag(p.sequence(p.atomic(p.tag(p.literal(name))), newline)))
-        choice = p.choice(choice, p.rule(f"tool-{name}", p.tag(p.sequence(tool_open, args))))
+        tool_open = p.atomic(p.tag(p.sequence(p.atomic(p.tag(p.literal(name), "tool-name")), newline),
+                                   "tool-open"))
+        choice = p.choice(choice, p.rule(f"tool-{name}", p.tag(p.sequence(tool_open, args), "tool")))
     tools_only = p.trigger_rule("tools", p.repeat(choice, 1, -1))
     content_and_tools = p.sequence(content_until_tool, tools_only)
     p.eps()  # llama.cpp's first value of its result, replaced below

@@ -71,11 +71,11 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     close = p.literal(THINKING_END)
     body = p.until(THINKING_END)
     if extract_reasoning:
-        body = p.tag(body)
+        body = p.tag(body, "reasoning")
     head = p.space()
     head = p.sequence(p.literal(THINKING_START), head)
     block = p.sequence(p.sequence(head, body), close)
-    p.rule("thought", block if extract_reasoning else p.tag(block))
+    p.rule("thought", block if extract_reasoning else p.tag(block, "content"))
     # (peek("<|channel>") + gbnf(zero_or_more("<|channel>" + negate("thought")), "") + ref("thought"))
     #   | negate("<|channel>")
     not_thought = p.negate(p.literal("thought"))
@@ -86,7 +86,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     thought = p.choice(opened, no_channel)
     if json_schema is not None:
         fence = p.literal("```json")
-        fenced = _then(p, fence, p.tag(p.schema(p.json(), "response-format-schema", json_schema)))
+        fenced = _then(p, fence, p.tag(p.schema(p.json(), "response-format-schema", json_schema), "content"))
         fenced = _then(p, fenced, p.literal("```"))
         p.root = p.sequence(p.sequence(start, p.optional(thought)), fenced)
         return p
@@ -96,11 +96,11 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
             p.root = p.sequence(p.sequence(start, thought), tool_call)
             return p
         scan = p.rule("scan-to-toolcall", p.until(TRIGGER))
-        content = p.rule("content", p.tag(p.until_one_of(["<|channel>", THINKING_END, TRIGGER])))
+        content = p.rule("content", p.tag(p.until_one_of(["<|channel>", THINKING_END, TRIGGER]), "content"))
         message = p.rule("message", p.sequence(thought, content))
         p.root = p.sequence(p.sequence(p.sequence(start, p.zero_or_more(message)), scan), tool_call)
         return p
-    content = p.rule("content", p.tag(p.until_one_of(["<|channel>", THINKING_END])))
+    content = p.rule("content", p.tag(p.until_one_of(["<|channel>", THINKING_END]), "content"))
     message = p.rule("message", p.sequence(thought, content))
     p.root = p.sequence(start, p.repeat(message, 1, -1))
     return p
@@ -118,8 +118,9 @@ def _calls(p: PegArena, functions: list[tuple[str, Mapping[str, Any]]], *, tool_
     for name, _ in functions:
         # tool(sequence({tool_open(tool_name(literal(name)) + peek(literal("{"))), tool_args(ref(dict))}))
         peek = p.peek(p.literal("{"))
-        tool_open = p.atomic(p.tag(p.sequence(p.atomic(p.tag(p.literal(name))), peek)))
-        tool = p.tag(p.sequence(tool_open, p.tag(p.ref("gemma4-dict"))))
+        tool_open = p.atomic(p.tag(p.sequence(p.atomic(p.tag(p.literal(name), "tool-name")), peek),
+                                   "tool-open"))
+        tool = p.tag(p.sequence(tool_open, p.tag(p.ref("gemma4-dict"), "tool-args")), "tool")
         choice = p.choice(choice, p.rule(f"tool-{name}", tool))
     call = p.sequence(p.sequence(p.literal("<|tool_call>call:"), choice), p.literal("<tool_call|>"))
     return p.trigger_rule("tool-call", p.repeat(call, 1 if tool_choice == "required" else 0,

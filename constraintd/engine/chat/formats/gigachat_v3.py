@@ -55,13 +55,13 @@ def _parser(tools: Sequence[Mapping[str, Any]], *, require_tools: bool) -> PegAr
         function = tool["function"]
         name = str(function["name"])
         # json_member("name", "\"" + tool_name(literal(name)) + "\"")
-        tool_name = p.atomic(p.tag(p.literal(name)))
+        tool_name = p.atomic(p.tag(p.literal(name), "tool-name"))
         quoted = p.sequence(p.literal('"'), tool_name)
         quoted = p.sequence(quoted, p.literal('"'))
         name_member = _json_member(p, "name", quoted)
-        args = p.tag(p.schema(p.json(), f"tool-{name}-schema", tool_parameters(function)))
+        args = p.tag(p.schema(p.json(), f"tool-{name}-schema", tool_parameters(function)), "tool-args")
         args_member = _json_member(p, "arguments", args)
-        tool_open = p.atomic(p.tag(_then(p, p.literal("{"), name_member)))
+        tool_open = p.atomic(p.tag(_then(p, p.literal("{"), name_member), "tool-open"))
         # tool_open << "," << tool_args << "}"
         body = _then(p, tool_open, p.literal(","))
         body = _then(p, body, args_member)
@@ -69,7 +69,7 @@ def _parser(tools: Sequence[Mapping[str, Any]], *, require_tools: bool) -> PegAr
         tool_choice = p.choice(tool_choice, p.rule(f"tool-{name}", body))
     tool_call = p.rule("tool-call", p.sequence(p.literal(TOOL_CALL_START), tool_choice))
     tool_calls = p.trigger_rule("tool-call-root", p.repeat(tool_call, 1 if require_tools else 0, 1))
-    body = _then(p, p.tag(p.until(MESSAGE_SEP)), tool_calls)
+    body = _then(p, p.tag(p.until(MESSAGE_SEP), "content"), tool_calls)
     p.root = p.sequence(p.literal(GENERATION_PROMPT), body)
     return p
 

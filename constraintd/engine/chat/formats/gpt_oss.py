@@ -90,14 +90,14 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     stray_commentary = p.optional(p.sequence(p.literal(CHANNEL + "commentary"), to_assistant))
     start_analysis = p.sequence(stray_commentary, p.literal(THINKING_START))
     if extract_reasoning:
-        p.rule("analysis", p.sequence(p.sequence(start_analysis, p.tag(content)), end))
+        p.rule("analysis", p.sequence(p.sequence(start_analysis, p.tag(content, "reasoning")), end))
     else:
-        p.rule("analysis", p.tag(p.sequence(p.sequence(start_analysis, content), end)))
+        p.rule("analysis", p.tag(p.sequence(p.sequence(start_analysis, content), end), "content"))
     analysis = p.ref("analysis")
-    preamble_content = p.tag(content)
+    preamble_content = p.tag(content, "content")
     preamble = p.rule("preamble", p.sequence(
         p.sequence(p.literal(CHANNEL + "commentary" + MESSAGE), preamble_content), end))
-    final_content = p.tag(content)
+    final_content = p.tag(content, "content")
     final_msg = p.rule("final", p.sequence(
         p.sequence(stray_commentary, p.literal(CHANNEL + "final" + MESSAGE)), final_content))
     # atomic(optional(channel) + literal(" to=") + content + end)
@@ -107,7 +107,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     any_message = p.rule("any", p.choice(preamble, analysis))
     if json_schema is not None:
         constraint = _constraint(p, constrain_type)
-        body = p.tag(p.schema(p.json(), "response-format-schema", json_schema))
+        body = p.tag(p.schema(p.json(), "response-format-schema", json_schema), "content")
         message = p.literal(MESSAGE)
         head = p.sequence(p.literal(CHANNEL + "final"), constraint)
         response_format = p.rule("response-format", p.sequence(p.sequence(head, message), body))
@@ -116,18 +116,20 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
         return p
     choice = p.choice()
     for name, function in functions:
-        tool_name = p.atomic(p.tag(p.literal(name)))
+        tool_name = p.atomic(p.tag(p.literal(name), "tool-name"))
         func_name = p.sequence(p.literal(" to=functions."), tool_name)
         constraint = _constraint(p, constrain_type)
-        args = p.tag(p.schema(p.json(), f"tool-{name}-schema", tool_parameters(function)))
+        args = p.tag(p.schema(p.json(), f"tool-{name}-schema", tool_parameters(function)), "tool-args")
         # tool(tool_open(func_name + channel + constraint + literal(MESSAGE)) + args): the recipient in the
         # role header, then in the channel header
         message = p.literal(MESSAGE)
-        opened = p.atomic(p.tag(p.sequence(p.sequence(p.sequence(func_name, channel), constraint), message)))
-        in_role = p.tag(p.sequence(opened, args))
+        opened = p.atomic(p.tag(p.sequence(p.sequence(p.sequence(func_name, channel), constraint), message),
+                                "tool-open"))
+        in_role = p.tag(p.sequence(opened, args), "tool")
         message = p.literal(MESSAGE)
-        opened = p.atomic(p.tag(p.sequence(p.sequence(p.sequence(channel, func_name), constraint), message)))
-        in_channel = p.tag(p.sequence(opened, args))
+        opened = p.atomic(p.tag(p.sequence(p.sequence(p.sequence(channel, func_name), constraint), message),
+                                "tool-open"))
+        in_channel = p.tag(p.sequence(opened, args), "tool")
         choice = p.choice(choice, p.rule(f"tool-{name}", p.choice(in_role, in_channel)))
     tool_call = p.trigger_rule("tool-call", choice)
     last = tool_call if tool_choice == "required" else p.choice(tool_call, final_msg)

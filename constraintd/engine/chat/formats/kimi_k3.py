@@ -65,29 +65,32 @@ def kimi_k3_params(
         NotImplementedError: a tool whose parameters' properties are not an object.
     """
     # the think section's body is tagged reasoning or content as reasoning_format says: the same grammar
-    del source, parallel_tool_calls, json_schema, reasoning_format
+    del source, parallel_tool_calls, json_schema
     include_grammar = bool(tools) and tool_choice != "none"
     arena = None
     if include_grammar:
         functions = tool_functions([tool for tool in tools if tool.get("type") == "function"])
-        arena = _parser(functions, required=tool_choice == "required")
+        arena = _parser(functions, extract_reasoning=reasoning_format != "none",
+                        required=tool_choice == "required")
     return FormatParams(
         arena, include_grammar and tool_choice != "required", (TOOLS_START,) if include_grammar else (), True,
         THINK_START, (THINK_END,), PRESERVED_TOKENS, message_delimiters=MESSAGE_DELIMITERS)
 
 
-def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, required: bool) -> PegArena:
+def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning: bool,
+            required: bool) -> PegArena:
     # the parser of build_chat_peg_parser's function with tools, each expression's parsers made in llama.cpp's
     # order (the right operand of + first)
     p = PegArena()
     at_end = p.end()
     start = p.optional(p.literal(MSG_START))
-    think_body = p.tag(p.until_one_of([THINK_END, RESP_START]))
+    think_body = p.tag(p.until_one_of([THINK_END, RESP_START]),
+                       "reasoning" if extract_reasoning else "content")
     think_end = p.optional(p.literal(THINK_END))
     reasoning = p.sequence(p.optional(p.literal(THINK_START)), think_body)
     reasoning = p.optional(p.sequence(reasoning, think_end))
     resp_end = p.optional(p.literal(RESP_END))
-    content = p.tag(p.until_one_of([RESP_END, TOOLS_START, MSG_END]))
+    content = p.tag(p.until_one_of([RESP_END, TOOLS_START, MSG_END]), "content")
     response = p.sequence(p.sequence(p.optional(p.literal(RESP_START)), content), resp_end)
     eom = p.optional(p.literal(EOM_TOKEN))
     trailer = p.sequence(p.optional(p.literal(MSG_END)), eom)
@@ -97,13 +100,14 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, required: bool) -
         properties = _properties(tool_parameters(function))
         if properties:
             arg_choice = p.choice()
-            for key in properties:
-                arg_choice = p.choice(arg_choice, p.rule(f"kimi-k3-arg-{name}-{key}", _argument(p, key)))
+            for key, is_string in properties:
+                argument = _argument(p, key, is_string=is_string)
+                arg_choice = p.choice(arg_choice, p.rule(f"kimi-k3-arg-{name}-{key}", argument))
             args = p.zero_or_more(arg_choice)
-        call_close = p.atomic(p.tag(p.literal(CALL_END)))
-        tool_args = p.tag(args)
-        call_open = p.atomic(p.tag(_tagged(p, CALL_START, name)))
-        call = p.tag(p.sequence(p.sequence(call_open, tool_args), call_close))
+        call_close = p.atomic(p.tag(p.literal(CALL_END), "tool-close"))
+        tool_args = p.tag(args, "tool-args")
+        call_open = p.atomic(p.tag(_tagged(p, CALL_START, name), "tool-open"))
+        call = p.tag(p.sequence(p.sequence(call_open, tool_args), call_close), "tool")
         choice = p.choice(choice, p.rule(f"kimi-k3-tool-{name}", call))
     eom = p.optional(p.literal(EOM_TOKEN))
     msg_end = p.optional(p.literal(MSG_END))
@@ -118,14 +122,20 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, required: bool) -
     return p
 
 
-def _properties(schema: Any) -> list[str]:
-    # the keys llama.cpp iterates: schema.contains("properties") && !schema.at("properties").empty()
+def _properties(schema: Any) -> list[tuple[str, bool]]:
+    # the keys llama.cpp iterates: schema.contains("properties") && !schema.at("properties").empty(), each
+    # with whether its type is "string" (the type a property without a string "type" is taken to have)
     if not isinstance(schema, Mapping) or not schema.get("properties"):
         return []
     properties = schema["properties"]
     if not isinstance(properties, Mapping):
         raise NotImplementedError("kimi-k3 tools whose parameters' properties are not an object")
-    return [str(key) for key in properties]
+    return [(str(key), _type_of(value) == "string") for key, value in properties.items()]
+
+
+def _type_of(schema: Any) -> str:
+    typed = schema.get("type") if isinstance(schema, Mapping) else None
+    return typed if isinstance(typed, str) else "string"
 
 
 def _tagged(p: PegArena, opener: str, name: str) -> int:
@@ -134,20 +144,21 @@ def _tagged(p: PegArena, opener: str, name: str) -> int:
     sep = p.literal(SEP)
     attributes = p.until(SEP)
     quote = p.literal('"')
-    named = p.atomic(p.tag(p.literal(name)))
+    named = p.atomic(p.tag(p.literal(name), "tool-name"))
     opened = p.sequence(p.literal(opener), named)
     return p.sequence(p.sequence(p.sequence(opened, quote), attributes), sep)
 
 
-def _argument(p: PegArena, key: str) -> int:
+def _argument(p: PegArena, key: str, *, is_string: bool) -> int:
     # tool_arg(tool_arg_open(literal(ARG_START)) + tool_arg_name(literal(key)) + literal("\"") + until(SEP)
     #          + literal(SEP) + value + tool_arg_close(literal(ARG_END))), the value made first
-    value = p.tag(p.until(ARG_END))  # a string or a JSON value alike: the text up to the closer
-    close = p.atomic(p.tag(p.literal(ARG_END)))
+    # a string or a JSON value alike: the text up to the closer, a string's tool_arg_string_value
+    value = p.tag(p.until(ARG_END), "tool-arg-string-value" if is_string else "tool-arg-value")
+    close = p.atomic(p.tag(p.literal(ARG_END), "tool-arg-close"))
     sep = p.literal(SEP)
     attributes = p.until(SEP)
     quote = p.literal('"')
-    named = p.atomic(p.tag(p.literal(key)))
-    opened = p.sequence(p.atomic(p.tag(p.literal(ARG_START))), named)
+    named = p.atomic(p.tag(p.literal(key), "tool-arg-name"))
+    opened = p.sequence(p.atomic(p.tag(p.literal(ARG_START), "tool-arg-open")), named)
     opened = p.sequence(p.sequence(p.sequence(opened, quote), attributes), sep)
-    return p.tag(p.sequence(p.sequence(opened, value), close))
+    return p.tag(p.sequence(p.sequence(opened, value), close), "tool-arg")

@@ -89,19 +89,19 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     reasoning = p.eps()
     if extract_reasoning:
         # optional(THINK_START + reasoning(until(THINK_END)) + THINK_END)
-        body = p.tag(p.until(THINK_END))
+        body = p.tag(p.until(THINK_END), "reasoning")
         head = p.sequence(p.literal(THINK_START), body)
         reasoning = p.optional(p.sequence(head, p.literal(THINK_END)))
     if not wants_tools:
         # a grammar without tools wanted is the schema's (llama.cpp's content(rest()) parser has none)
-        content = p.tag(p.schema(p.json(), "response-format-schema", json_schema))
+        content = p.tag(p.schema(p.json(), "response-format-schema", json_schema), "content")
         p.root = p.sequence(p.sequence(p.sequence(generation_prompt, reasoning), content), end)
         return p
     call_end = p.literal(TOOL_CALL_END)
     calls = _python_style_tool_calls(p, functions, parallel_tool_calls=parallel_tool_calls)
     call = p.sequence(p.sequence(p.literal(TOOL_CALL_START), calls), call_end)
     tool_calls = p.rule("tool-calls", p.trigger_rule("tool-call", call))
-    content = p.tag(p.until(TOOL_CALL_START))
+    content = p.tag(p.until(TOOL_CALL_START), "content")
     head = p.sequence(p.sequence(generation_prompt, reasoning), content)
     p.root = p.sequence(p.sequence(head, tool_calls), end)
     return p
@@ -125,25 +125,27 @@ def _python_style_tool_calls(p: PegArena, functions: list[tuple[str, Mapping[str
                 is_string = isinstance(prop_def, Mapping) and prop_def.get("type") == "string"
                 arg_name = p.literal(prop_name)
                 p.eps()  # arg_value_parser's first value, replaced below
-                string_value = p.tag(p.choice(_quoted(p, '"'), _quoted(p, "'")))
-                value = string_value if is_string else p.tag(_python_or_json_value(p))
-                close = p.atomic(p.tag(p.eps()))
+                string_value = p.tag(p.choice(_quoted(p, '"'), _quoted(p, "'")), "tool-arg-value")
+                value = string_value if is_string else p.tag(_python_or_json_value(p), "tool-arg-value")
+                close = p.atomic(p.tag(p.eps(), "tool-arg-close"))
                 equals = p.literal("=")
-                arg_open = p.atomic(p.tag(p.sequence(p.atomic(p.tag(arg_name)), equals)))
-                arg = p.tag(p.sequence(p.sequence(arg_open, value), close))
+                arg_open = p.atomic(p.tag(p.sequence(p.atomic(p.tag(arg_name, "tool-arg-name")), equals),
+                                          "tool-arg-open"))
+                arg = p.tag(p.sequence(p.sequence(arg_open, value), close), "tool-arg")
                 arg_choice = p.choice(arg_choice, arg)
             space = p.space()
             more = p.sequence(p.sequence(p.literal(","), space), arg_choice)
             args = p.sequence(arg_choice, p.zero_or_more(more))
-        close = p.atomic(p.tag(p.literal(")")))
+        close = p.atomic(p.tag(p.literal(")"), "tool-close"))
         space_after = p.space()
-        tool_args = p.tag(args)
+        tool_args = p.tag(args, "tool-args")
         space_before = p.space()
         paren = p.literal("(")
-        tool_open = p.atomic(p.tag(p.sequence(p.atomic(p.tag(p.literal(name))), paren)))
+        tool_open = p.atomic(p.tag(p.sequence(p.atomic(p.tag(p.literal(name), "tool-name")), paren),
+                                   "tool-open"))
         tool = p.sequence(p.sequence(p.sequence(p.sequence(tool_open, space_before), tool_args), space_after),
                           close)
-        tool_choices = p.choice(tool_choices, p.rule(f"tool-{name}", p.tag(tool)))
+        tool_choices = p.choice(tool_choices, p.rule(f"tool-{name}", p.tag(tool, "tool")))
     if parallel_tool_calls:
         space_after = p.space()
         space = p.space()

@@ -63,7 +63,7 @@ def ling3_params(
     Raises:
         NotImplementedError: parameters or an argument schema whose reading is not ported.
     """
-    del source, json_schema, reasoning_format
+    del source, json_schema
     include_grammar = bool(tools) and tool_choice != "none"
     arena = None
     if include_grammar:
@@ -71,8 +71,8 @@ def ling3_params(
         last_open, last_close = generation_prompt.rfind(THINK_START), generation_prompt.rfind(THINK_END)
         think_open = last_open != -1 and (last_close == -1 or last_open > last_close)
         try:
-            arena = _parser(functions, think_open=think_open, required=tool_choice == "required",
-                            parallel_tool_calls=parallel_tool_calls)
+            arena = _parser(functions, think_open=think_open, extract_reasoning=reasoning_format != "none",
+                            required=tool_choice == "required", parallel_tool_calls=parallel_tool_calls)
         except NotImplementedError as exc:
             raise NotImplementedError(f"ling-3: {exc}") from exc
     return FormatParams(
@@ -80,23 +80,25 @@ def ling3_params(
         THINK_START, (THINK_END, CALL_START), PRESERVED_TOKENS, (ROLE_END,), MESSAGE_DELIMITERS)
 
 
-def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, think_open: bool, required: bool,
-            parallel_tool_calls: bool) -> PegArena:
+def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, think_open: bool, extract_reasoning: bool,
+            required: bool, parallel_tool_calls: bool) -> PegArena:
     # the parser of build_chat_peg_parser's function with tools, each expression's parsers made in llama.cpp's
     # order (the right operand of `+` and `|` first)
     p = PegArena()
     end = p.end()
     space = p.optional(p.space())
     opener = p.optional(p.sequence(p.literal(ROLE), space))
-    think_body = p.tag(p.until_one_of([THINK_END, CALL_START] if think_open else [THINK_END]))
+    think_body = p.tag(p.until_one_of([THINK_END, CALL_START] if think_open else [THINK_END]),
+                       "reasoning" if extract_reasoning else "content")
     think_end = p.optional(p.literal(THINK_END))
     reasoning = p.sequence(p.optional(p.literal(THINK_START)), think_body)
     reasoning = p.optional(p.sequence(reasoning, think_end))
-    content = p.optional(p.tag(p.until_one_of([CALL_START])))
+    content = p.optional(p.tag(p.until_one_of([CALL_START]), "content"))
     tail = _tail(p)
     tool_choices = p.choice()
-    arg_close = p.atomic(p.tag(p.literal(ARG_VAL_END)))
-    arg_string = p.rule("ling3-arg-string", p.sequence(p.tag(p.until(ARG_VAL_END)), arg_close))
+    arg_close = p.atomic(p.tag(p.literal(ARG_VAL_END), "tool-arg-close"))
+    arg_string = p.rule("ling3-arg-string", p.sequence(p.tag(p.until(ARG_VAL_END),
+                                                             "tool-arg-string-value"), arg_close))
     for name, function in functions:
         required_args: list[int] = []
         optional_args: list[int] = []
@@ -105,11 +107,13 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, think_open: bool,
             types = value_types(argument.schema)
             p.eps()  # the value's first value, replaced before use
             if "string" not in types:
-                value = p.sequence(p.tag(p.schema(p.json(), rule + "-schema", argument.schema)), arg_close)
+                value = p.sequence(p.tag(p.schema(p.json(), rule + "-schema", argument.schema),
+                                         "tool-arg-value"), arg_close)
             elif types == {"string"}:
                 value = arg_string
             else:
-                typed = p.sequence(p.tag(p.schema(p.json(), rule + "-schema", argument.schema)), arg_close)
+                typed = p.sequence(p.tag(p.schema(p.json(), rule + "-schema", argument.schema),
+                                         "tool-arg-value"), arg_close)
                 value = p.gbnf(p.choice(p.atomic(typed), arg_string), "ling3-arg-string")
             (required_args if argument.required else optional_args).append(
                 p.rule(rule, _argument(p, argument.name, value)))
@@ -122,7 +126,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, think_open: bool,
         calls = p.sequence(tool_choices, p.zero_or_more(p.sequence(p.space(), tool_choices)))
     # calls + space() + optional(content(until(ROLE_END))) + optional(literal(ROLE_END))
     role_end = p.optional(p.literal(ROLE_END))
-    trailing = p.optional(p.tag(p.until(ROLE_END)))
+    trailing = p.optional(p.tag(p.until(ROLE_END), "content"))
     section = p.sequence(p.sequence(p.sequence(calls, p.space()), trailing), role_end)
     tools_section = p.trigger_rule("ling3-tool-call", section)
     tools = tools_section if required else p.optional(tools_section)
@@ -134,7 +138,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, think_open: bool,
 def _tail(p: PegArena) -> int:
     # optional(content(until(ROLE_END))) + optional(literal(ROLE_END)): the turn's end-of-turn token consumed
     role_end = p.optional(p.literal(ROLE_END))
-    return p.sequence(p.optional(p.tag(p.until(ROLE_END))), role_end)
+    return p.sequence(p.optional(p.tag(p.until(ROLE_END), "content")), role_end)
 
 
 def _argument(p: PegArena, key: str, value: int) -> int:
@@ -143,9 +147,9 @@ def _argument(p: PegArena, key: str, value: int) -> int:
     val_open = p.literal(ARG_VAL)
     space = p.optional(p.space())
     key_end = p.literal(ARG_KEY_END)
-    named = p.atomic(p.tag(p.literal(key)))
-    arg_open = p.atomic(p.tag(p.sequence(p.sequence(p.literal(ARG_KEY), named), key_end)))
-    arg = p.tag(p.sequence(p.sequence(p.sequence(arg_open, space), val_open), value))
+    named = p.atomic(p.tag(p.literal(key), "tool-arg-name"))
+    arg_open = p.atomic(p.tag(p.sequence(p.sequence(p.literal(ARG_KEY), named), key_end), "tool-arg-open"))
+    arg = p.tag(p.sequence(p.sequence(p.sequence(arg_open, space), val_open), value), "tool-arg")
     return p.sequence(p.optional(p.space()), arg)
 
 
@@ -153,10 +157,10 @@ def _call(p: PegArena, name: str, args: int) -> int:
     # tool(tool_open(CALL_START + tool_name(name) + optional(space())) + tool_args(args)
     #      + tool_close(optional(space()) + CALL_END))
     call_end = p.literal(CALL_END)
-    close = p.atomic(p.tag(p.sequence(p.optional(p.space()), call_end)))
-    tool_args = p.tag(args)
+    close = p.atomic(p.tag(p.sequence(p.optional(p.space()), call_end), "tool-close"))
+    tool_args = p.tag(args, "tool-args")
     space = p.optional(p.space())
-    named = p.atomic(p.tag(p.literal(name)))
-    tool_open = p.atomic(p.tag(p.sequence(p.sequence(p.literal(CALL_START), named), space)))
-    return p.tag(p.sequence(p.sequence(tool_open, tool_args), close))
+    named = p.atomic(p.tag(p.literal(name), "tool-name"))
+    tool_open = p.atomic(p.tag(p.sequence(p.sequence(p.literal(CALL_START), named), space), "tool-open"))
+    return p.tag(p.sequence(p.sequence(tool_open, tool_args), close), "tool")
 

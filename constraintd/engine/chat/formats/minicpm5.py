@@ -82,12 +82,13 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     if extract_reasoning:
         # ("<think>" << reasoning(until("</think>")) << "</think>") + space()
         space = p.space()
-        body = p.tag(p.until(THINK_END))  # `"text" << parser` makes the parser first, then the literal
+        # `"text" << parser` makes the parser first, then the literal
+        body = p.tag(p.until(THINK_END), "reasoning")
         thought = _then(p, p.literal(THINK_START), body)
         thought = _then(p, thought, p.literal(THINK_END))
         reasoning = p.sequence(thought, space)
     if json_schema is not None:
-        content = p.tag(p.schema(p.json(), "response-format", json_schema))
+        content = p.tag(p.schema(p.json(), "response-format", json_schema), "content")
         p.root = p.sequence(p.sequence(generation_prompt, reasoning), content)
         return p
     string_value = _string_value(p)
@@ -103,7 +104,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     space = p.space()
     calls = p.repeat(p.sequence(tool_choice, space), 1, -1 if parallel_tool_calls else 1)
     tool_calls = p.trigger_rule("tool-call", calls)
-    content = p.tag(p.until(CALL_START))
+    content = p.tag(p.until(CALL_START), "content")
     end = p.end()
     root = p.sequence(p.sequence(generation_prompt, reasoning), content)
     p.root = p.sequence(p.sequence(root, tool_calls), end)
@@ -120,12 +121,12 @@ def _string_value(p: PegArena) -> int:
     #              + tool_arg_close("</param>"),
     #          negate("<![CDATA[") + ac(tool_arg_string_value(until("</param>"))
     #              + tool_arg_close("</param>"), "</param>") }): the left alternative made first
-    close = p.atomic(p.tag(p.literal(PARAM_END)))
+    close = p.atomic(p.tag(p.literal(PARAM_END), "tool-arg-close"))
     cdata_end = p.literal(CDATA_END)
-    inner = p.ac(p.sequence(p.tag(p.until(CDATA_END)), cdata_end), [CDATA_END])
+    inner = p.ac(p.sequence(p.tag(p.until(CDATA_END), "tool-arg-string-value"), cdata_end), [CDATA_END])
     cdata = p.sequence(p.sequence(p.literal(CDATA_START), inner), close)
-    close = p.atomic(p.tag(p.literal(PARAM_END)))
-    raw = p.ac(p.sequence(p.tag(p.until(PARAM_END)), close), [PARAM_END])
+    close = p.atomic(p.tag(p.literal(PARAM_END), "tool-arg-close"))
+    raw = p.ac(p.sequence(p.tag(p.until(PARAM_END), "tool-arg-string-value"), close), [PARAM_END])
     raw = p.sequence(p.negate(p.literal(CDATA_START)), raw)
     return p.choice(cdata, raw)
 
@@ -136,19 +137,22 @@ def _argument(p: PegArena, name: str, key: str, schema: Mapping[str, Any], strin
     if may_be_string(schema):
         value = string_value
     else:
-        close = p.atomic(p.tag(p.literal(PARAM_END)))
-        value = p.sequence(p.tag(p.schema(p.json(), f"tool-{name}-arg-{key}-schema", schema)), close)
+        close = p.atomic(p.tag(p.literal(PARAM_END), "tool-arg-close"))
+        value = p.sequence(p.tag(p.schema(p.json(), f"tool-{name}-arg-{key}-schema", schema),
+                                 "tool-arg-value"), close)
     name_end = p.literal('">')
-    named = p.atomic(p.tag(p.literal(key)))
-    arg_open = p.atomic(p.tag(p.sequence(p.sequence(p.literal('<param name="'), named), name_end)))
-    return p.tag(p.sequence(arg_open, value))
+    named = p.atomic(p.tag(p.literal(key), "tool-arg-name"))
+    arg_open = p.atomic(p.tag(p.sequence(p.sequence(p.literal('<param name="'), named), name_end),
+                              "tool-arg-open"))
+    return p.tag(p.sequence(arg_open, value), "tool-arg")
 
 
 def _call(p: PegArena, name: str, args: int) -> int:
     # tool(tool_open("<function name=\"" + tool_name(name) + "\">") << tool_args(args)
     #      << tool_close("</function>"))
     name_end = p.literal('">')
-    named = p.atomic(p.tag(p.literal(name)))
-    tool_open = p.atomic(p.tag(p.sequence(p.sequence(p.literal('<function name="'), named), name_end)))
-    opened = _then(p, tool_open, p.tag(args))
-    return p.tag(_then(p, opened, p.atomic(p.tag(p.literal("</function>")))))
+    named = p.atomic(p.tag(p.literal(name), "tool-name"))
+    tool_open = p.atomic(p.tag(p.sequence(p.sequence(p.literal('<function name="'), named), name_end),
+                               "tool-open"))
+    opened = _then(p, tool_open, p.tag(args, "tool-args"))
+    return p.tag(_then(p, opened, p.atomic(p.tag(p.literal("</function>"), "tool-close"))), "tool")

@@ -91,7 +91,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, require_tools: bo
         if enable_thinking:
             # literal(THINK_START) + space() + ac(reasoning(until(THINK_END)) + literal(THINK_END), THINK_END)
             close = p.literal(THINK_END)
-            thought = p.ac(p.sequence(p.tag(p.until(THINK_END)), close), [THINK_END])
+            thought = p.ac(p.sequence(p.tag(p.until(THINK_END), "reasoning"), close), [THINK_END])
             head = p.space()
             block = p.sequence(p.sequence(p.literal(THINK_START), head), thought)
         else:
@@ -102,7 +102,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, require_tools: bo
     if json_schema is not None:
         fence_close = p.literal("```")
         space = p.space()
-        content = p.tag(p.schema(p.json(), "response-format-schema", json_schema))
+        content = p.tag(p.schema(p.json(), "response-format-schema", json_schema), "content")
         head = p.space()
         head = p.sequence(p.literal("```json"), head)
         response_format = p.rule("response-format", _chain(p, head, content, space, fence_close))
@@ -116,14 +116,14 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, require_tools: bo
         body = p.eps()
         if _kind(parameters)[0] == "object":
             body = _members(p, parameters, f"tool-{name}-arg")
-        close = p.atomic(p.tag(p.literal(_INVOKE_END)))
+        close = p.atomic(p.tag(p.literal(_INVOKE_END), "tool-close"))
         space_after = p.space()
         space_before = p.space()
         name_end = p.literal('">')
-        tool_name = p.atomic(p.tag(p.literal(name)))
+        tool_name = p.atomic(p.tag(p.literal(name), "tool-name"))
         tool_open = p.sequence(p.literal(NS + '<invoke name="'), tool_name)
-        tool_open = p.atomic(p.tag(p.sequence(tool_open, name_end)))
-        invoke = p.tag(_chain(p, tool_open, space_before, body, space_after, close))
+        tool_open = p.atomic(p.tag(p.sequence(tool_open, name_end), "tool-open"))
+        invoke = p.tag(_chain(p, tool_open, space_before, body, space_after, close), "tool")
         tool_choice = p.choice(tool_choice, p.rule(f"tool-{name}", invoke))
     p.eps()  # the calls' first value, replaced before use
     block_end = p.literal(FC_END)
@@ -135,7 +135,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, require_tools: bo
     tool_calls = p.trigger_rule("tool-call", _chain(p, head, *calls, space, block_end))
     if not require_tools:
         tool_calls = p.optional(tool_calls)
-    content = p.tag(p.until(FC_START))
+    content = p.tag(p.until(FC_START), "content")
     p.root = _chain(p, generation_prompt, reasoning, content, tool_calls, end)
     return p
 
@@ -202,28 +202,28 @@ def _element(p: PegArena, tag: str, schema: Any, rule: str) -> int:
     # tool_arg(tool_arg_open(NS + "<" + tool_arg_name(tag) + ">") + value_of(...)), as a rule
     value = _value(p, schema, rule, NS + "</" + tag + ">")
     name_end = p.literal(">")
-    arg_name = p.atomic(p.tag(p.literal(tag)))
+    arg_name = p.atomic(p.tag(p.literal(tag), "tool-arg-name"))
     arg_open = p.sequence(p.literal(NS + "<"), arg_name)
-    arg_open = p.atomic(p.tag(p.sequence(arg_open, name_end)))
-    return p.rule(rule, p.tag(p.sequence(arg_open, value)))
+    arg_open = p.atomic(p.tag(p.sequence(arg_open, name_end), "tool-arg-open"))
+    return p.rule(rule, p.tag(p.sequence(arg_open, value), "tool-arg"))
 
 
 def _value(p: PegArena, schema: Any, rule: str, close: str) -> int:
     # value_of: the argument's value up to its close, by the kind of its schema
-    close_tag = p.atomic(p.tag(p.literal(close)))
+    close_tag = p.atomic(p.tag(p.literal(close), "tool-arg-close"))
     if may_be_string(schema):
-        return p.ac(p.sequence(p.tag(p.until(close)), close_tag), [close])
+        return p.ac(p.sequence(p.tag(p.until(close), "tool-arg-string-value"), close_tag), [close])
     kind, held = _kind(schema)
     if kind == "any_of":
         return p.choice(*(_value(p, child, f"{rule}-{at}", close) for at, child in enumerate(held)))
     if kind == "object" and held:
         space = p.space()
-        return _chain(p, p.tag(_members(p, schema, rule)), space, close_tag)
+        return _chain(p, p.tag(_members(p, schema, rule), "tool-arg-object"), space, close_tag)
     if kind == "array":
         item_close = NS + "</item>"
         value = _value(p, held, f"{rule}-item", item_close)
-        item = p.rule(f"{rule}-item", p.tag(p.sequence(p.literal(NS + "<item>"), value)))
+        item = p.rule(f"{rule}-item", p.tag(p.sequence(p.literal(NS + "<item>"), value), "tool-arg-item"))
         space = p.space()
-        items = p.tag(p.zero_or_more(p.sequence(p.space(), item)))
+        items = p.tag(p.zero_or_more(p.sequence(p.space(), item)), "tool-arg-array")
         return _chain(p, items, space, close_tag)
-    return p.sequence(p.tag(p.schema(p.json(), f"{rule}-schema", schema)), close_tag)
+    return p.sequence(p.tag(p.schema(p.json(), f"{rule}-schema", schema), "tool-arg-value"), close_tag)

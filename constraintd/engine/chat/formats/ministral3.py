@@ -67,7 +67,8 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     generation_prompt = p.eps()
     if extract_reasoning:
         # optional("[THINK]" + reasoning(until("[/THINK]")) + "[/THINK]")
-        body = p.tag(p.until(THINKING_END))  # "[THINK]" + parser: the parser first, then the literal
+        # "[THINK]" + parser: the parser first, then the literal
+        body = p.tag(p.until(THINKING_END), "reasoning")
         block = p.sequence(p.literal(THINKING_START), body)
         reasoning = p.optional(p.sequence(block, p.literal(THINKING_END)))
     else:
@@ -75,7 +76,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     if json_schema is not None:
         # reasoning << "```json" << content(schema(json(), "response-format", ...)) << "```"
         fenced = _then(p, reasoning, p.literal("```json"))
-        fenced = _then(p, fenced, p.tag(p.schema(p.json(), "response-format", json_schema)))
+        fenced = _then(p, fenced, p.tag(p.schema(p.json(), "response-format", json_schema), "content"))
         fenced = _then(p, fenced, p.literal("```"))
         p.root = p.sequence(generation_prompt, fenced)
         return p
@@ -83,17 +84,18 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
         choice = p.choice()
         for name, function in functions:
             # tool_open(tool_name(literal(name)) + "[ARGS]") + tool_args(schema(json(), ...)), right first
-            args = p.tag(p.schema(p.json(), f"tool-{name}-schema", tool_parameters(function)))
-            tool_open = p.atomic(p.tag(p.sequence(p.atomic(p.tag(p.literal(name))), p.literal("[ARGS]"))))
+            args = p.tag(p.schema(p.json(), f"tool-{name}-schema", tool_parameters(function)), "tool-args")
+            tool_name = p.atomic(p.tag(p.literal(name), "tool-name"))
+            tool_open = p.atomic(p.tag(p.sequence(tool_name, p.literal("[ARGS]")), "tool-open"))
             choice = p.choice(choice, p.rule(f"tool-{name}", p.sequence(tool_open, args)))
         calls = p.repeat(p.sequence(p.literal(TRIGGER), choice), 1 if tool_choice == "required" else 0,
                          -1 if parallel_tool_calls else 1)
         tool_calls = p.trigger_rule("tool-call", calls)
         # reasoning << content(until("[TOOL_CALLS]")) << tool_calls
-        body = _then(p, _then(p, reasoning, p.tag(p.until(TRIGGER))), tool_calls)
+        body = _then(p, _then(p, reasoning, p.tag(p.until(TRIGGER), "content")), tool_calls)
         p.root = p.sequence(generation_prompt, body)
         return p
-    p.root = p.sequence(generation_prompt, _then(p, reasoning, p.tag(p.rest())))
+    p.root = p.sequence(generation_prompt, _then(p, reasoning, p.tag(p.rest(), "content")))
     return p
 
 

@@ -60,7 +60,7 @@ def muse_glimmer_params(
         NotImplementedError: a tool's parameters or an argument's schema whose reading is not ported
             (tagged_tool_grammar.tagged_arguments' and may_be_string's refusals).
     """
-    del source, reasoning_format  # the same grammar for every template and reasoning format
+    del source  # the same grammar for every template and reasoning format
     has_tools = bool(tools)
     has_schema = isinstance(json_schema, Mapping)
     wants_tools = has_tools and tool_choice != "none"
@@ -68,7 +68,7 @@ def muse_glimmer_params(
     arena = None
     if include_grammar:
         arena = _parser(tools, json_schema if has_schema else None, tool_choice=tool_choice,
-                        parallel_tool_calls=parallel_tool_calls)
+                        parallel_tool_calls=parallel_tool_calls, extract_reasoning=reasoning_format != "none")
     lazy = include_grammar and not (has_schema or (has_tools and tool_choice == "required"))
     return FormatParams(
         arena, lazy, (), True, "", (), PRESERVED_TOKENS, message_delimiters=MESSAGE_DELIMITERS,
@@ -76,21 +76,21 @@ def muse_glimmer_params(
 
 
 def _parser(tools: Sequence[Mapping[str, Any]], json_schema: Any, *, tool_choice: str,
-            parallel_tool_calls: bool) -> PegArena:
+            parallel_tool_calls: bool, extract_reasoning: bool) -> PegArena:
     # the parser of build_chat_peg_parser's function where there is a grammar, each expression's parsers made
     # in llama.cpp's order (the right operand of + first, the left one of << first)
     p = PegArena()
     start = p.rule("start", p.literal(GENERATION_PROMPT))
     # rule("analysis", " to=self<|message|>" + reasoning-or-content(until(eom)) + eom), then a reference
     eom = p.literal(_EOM)
-    thought = p.tag(p.until(_EOM))
+    thought = p.tag(p.until(_EOM), "reasoning" if extract_reasoning else "content")
     p.rule("analysis", _chain(p, p.literal(" to=self<|message|>"), thought, eom))
     analysis = p.ref("analysis")
     recipient = p.optional(p.literal(" to=user"))
-    answer = p.tag(p.until_one_of(["<|eot|>", _EOM]))
+    answer = p.tag(p.until_one_of(["<|eot|>", _EOM]), "content")
     final_msg = p.rule("final", _chain(p, recipient, p.literal(_MESSAGE), answer))
     if json_schema is not None:
-        response_json = p.tag(p.schema(p.json(), "response-format-schema", json_schema))
+        response_json = p.tag(p.schema(p.json(), "response-format-schema", json_schema), "content")
         # ("```json" + space() + json + space() + "```") | json
         fence_end = p.literal("```")
         sp_after = p.space()
@@ -127,8 +127,8 @@ def _thoughts(p: PegArena, start: int, analysis: int) -> int:
 def _tool_calls(p: PegArena, tools: Sequence[Mapping[str, Any]], start: int, *,
                 parallel_tool_calls: bool) -> int:
     # ac(tool_arg_string_value(until(close)) + tool_arg_close(literal(close)), close)
-    close = p.atomic(p.tag(p.literal(_ARG_CLOSE)))
-    string_value = p.ac(p.sequence(p.tag(p.until(_ARG_CLOSE)), close), [_ARG_CLOSE])
+    close = p.atomic(p.tag(p.literal(_ARG_CLOSE), "tool-arg-close"))
+    string_value = p.ac(p.sequence(p.tag(p.until(_ARG_CLOSE), "tool-arg-string-value"), close), [_ARG_CLOSE])
     choice = p.choice()
     for name, function in tool_functions([tool for tool in tools if tool.get("type") == "function"]):
         arg_rules = []
@@ -137,23 +137,24 @@ def _tool_calls(p: PegArena, tools: Sequence[Mapping[str, Any]], start: int, *,
             if may_be_string(argument.schema):
                 value = string_value
             else:
-                value_close = p.atomic(p.tag(p.literal(_ARG_CLOSE)))
+                value_close = p.atomic(p.tag(p.literal(_ARG_CLOSE), "tool-arg-close"))
                 schema = p.schema(p.json(), f"tool-{name}-arg-{argument.name}-schema", argument.schema)
-                value = p.sequence(p.tag(schema), value_close)
+                value = p.sequence(p.tag(schema, "tool-arg-value"), value_close)
             # tool_arg(tool_arg_open("<atem:parameter name=\"" + tool_arg_name(literal(name)) + "\">")
             #          + value)
             open_end = p.literal('">')
-            arg_name = p.atomic(p.tag(p.literal(argument.name)))
-            arg_open = p.atomic(p.tag(_chain(p, p.literal('<atem:parameter name="'), arg_name, open_end)))
-            arg_rules.append(p.tag(p.sequence(arg_open, value)))
+            arg_name = p.atomic(p.tag(p.literal(argument.name), "tool-arg-name"))
+            arg_open = p.atomic(p.tag(_chain(p, p.literal('<atem:parameter name="'), arg_name, open_end),
+                                      "tool-arg-open"))
+            arg_rules.append(p.tag(p.sequence(arg_open, value), "tool-arg"))
         args = p.eps()
         if arg_rules:
             sp = p.space()
             args = p.zero_or_more(p.sequence(p.choice(*arg_rules), sp))
         # tool(tool_open(...) << tool_args(args) << tool_close(...)): the left operand of << first
         opened = _call_open(p, name)
-        tool_args = p.tag(args)
-        tool = p.tag(_call_close(p, p.sequence(opened, p.space(), tool_args)))
+        tool_args = p.tag(args, "tool-args")
+        tool = p.tag(_call_close(p, p.sequence(opened, p.space(), tool_args)), "tool")
         choice = p.choice(choice, p.rule(f"tool-{name}", tool))
     if parallel_tool_calls:
         more = p.zero_or_more(_chain(p, p.literal(_EOM), start, choice))
@@ -166,18 +167,18 @@ def _call_open(p: PegArena, name: str) -> int:
     #           "<atem:invoke name=\"" + tool_name(literal(name)) + "\">" + space())
     sp_last = p.space()
     name_end = p.literal('">')
-    tool_name = p.atomic(p.tag(p.literal(name)))
+    tool_name = p.atomic(p.tag(p.literal(name), "tool-name"))
     invoke = p.literal('<atem:invoke name="')
     sp = p.space()
     calls_open = p.literal("<|message|><atem:function_calls>")
     recipient = p.until(_MESSAGE)
     return p.atomic(p.tag(_chain(
-        p, p.literal(" to="), recipient, calls_open, sp, invoke, tool_name, name_end, sp_last)))
+        p, p.literal(" to="), recipient, calls_open, sp, invoke, tool_name, name_end, sp_last), "tool-open"))
 
 
 def _call_close(p: PegArena, opened: int) -> int:
     # opened << tool_close("</atem:invoke>" + space() + "</atem:function_calls>")
     calls_end = p.literal("</atem:function_calls>")
     sp = p.space()
-    close = p.atomic(p.tag(_chain(p, p.literal("</atem:invoke>"), sp, calls_end)))
+    close = p.atomic(p.tag(_chain(p, p.literal("</atem:invoke>"), sp, calls_end), "tool-close"))
     return p.sequence(opened, p.space(), close)

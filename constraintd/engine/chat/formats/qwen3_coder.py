@@ -139,21 +139,21 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, supports_reasonin
         # optional("<think>" + space() + reasoning(until_one_of(...)) + (literal | peek(literal)))
         end = p.peek(p.literal("<tool_call>"))
         end = p.choice(p.literal("</think>"), end)
-        body = p.tag(p.until_one_of(["</think>", "<tool_call>"]))
+        body = p.tag(p.until_one_of(["</think>", "<tool_call>"]), "reasoning")
         head = p.space()
         head = p.sequence(p.literal("<think>"), head)
         reasoning = p.optional(p.sequence(p.sequence(head, body), end))
     if json_schema is not None:
-        content = p.tag(p.schema(p.json(), "response-format", json_schema))
+        content = p.tag(p.schema(p.json(), "response-format", json_schema), "content")
         p.root = p.sequence(generation_prompt, _then(p, reasoning, content))
         return p
     if tool_choice is not None:
         calls = _calls(p, functions, is_qwen3_coder=is_qwen3_coder, tool_choice=tool_choice,
                        parallel_tool_calls=parallel_tool_calls)
-        content = p.tag(p.until_one_of(starts))
+        content = p.tag(p.until_one_of(starts), "content")
         p.root = p.sequence(generation_prompt, _then(p, _then(p, reasoning, content), calls))
         return p
-    content = p.tag(p.rest())
+    content = p.tag(p.rest(), "content")
     p.root = p.sequence(generation_prompt, _then(p, reasoning, content))
     return p
 
@@ -165,8 +165,8 @@ def _then(p: PegArena, left: int, right: int) -> int:
 
 def _calls(p: PegArena, functions: list[tuple[str, Mapping[str, Any]]], *, is_qwen3_coder: bool,
            tool_choice: str, parallel_tool_calls: bool) -> int:
-    arg_close = p.atomic(p.tag(p.literal(_ARG_CLOSE)))
-    string_value = p.tag(p.until(_ARG_CLOSE))
+    arg_close = p.atomic(p.tag(p.literal(_ARG_CLOSE), "tool-arg-close"))
+    string_value = p.tag(p.until(_ARG_CLOSE), "tool-arg-string-value")
     arg_string = p.rule("xml-arg-string", p.ac(p.sequence(string_value, arg_close), [_ARG_CLOSE]))
     choice = p.choice()
     for name, function in functions:
@@ -177,28 +177,29 @@ def _calls(p: PegArena, functions: list[tuple[str, Mapping[str, Any]]], *, is_qw
             raise NotImplementedError("qwen3-coder arguments whose parameters hold a $ref")
         for argument in tagged_arguments(parameters):
             rule = f"tool-{name}-arg-{argument.name}"
-            arg_name = p.atomic(p.tag(p.literal(argument.name)))
+            arg_name = p.atomic(p.tag(p.literal(argument.name), "tool-arg-name"))
             arg_open = p.sequence(p.literal("<parameter="), arg_name)
-            arg_open = p.atomic(p.tag(p.sequence(arg_open, p.literal(">\n"))))
+            arg_open = p.atomic(p.tag(p.sequence(arg_open, p.literal(">\n")), "tool-arg-open"))
             p.eps()
             types = value_types(argument.schema)
             if "string" not in types:
-                value = p.sequence(p.tag(p.schema(p.json(), rule + "-schema", argument.schema)), arg_close)
+                value = p.sequence(p.tag(p.schema(p.json(), rule + "-schema", argument.schema),
+                                         "tool-arg-value"), arg_close)
             elif types == {"string"}:
                 value = arg_string
             else:
                 value = _json_or_string(p, types, arg_close, arg_string)
             (required if argument.required else optional).append(
-                p.rule(rule, p.tag(p.sequence(arg_open, value))))
+                p.rule(rule, p.tag(p.sequence(arg_open, value), "tool-arg")))
         args = p.permute(f"tool-{name}-args", required)
         if optional:
             args = p.sequence(args, p.zero_or_more(p.choice(*optional)))
-        close = p.atomic(p.tag(p.literal("</function>\n")))
-        tool_args = p.tag(args)
-        tool_name = p.atomic(p.tag(p.literal(name)))
+        close = p.atomic(p.tag(p.literal("</function>\n"), "tool-close"))
+        tool_args = p.tag(args, "tool-args")
+        tool_name = p.atomic(p.tag(p.literal(name), "tool-name"))
         tool_open = p.sequence(p.literal("<function="), tool_name)
-        tool_open = p.atomic(p.tag(p.sequence(tool_open, p.literal(">\n"))))
-        function_parser = p.tag(p.sequence(p.sequence(tool_open, tool_args), close))
+        tool_open = p.atomic(p.tag(p.sequence(tool_open, p.literal(">\n")), "tool-open"))
+        function_parser = p.tag(p.sequence(p.sequence(tool_open, tool_args), close), "tool")
         choice = p.choice(choice, p.rule(f"tool-{name}", function_parser))
     space = p.space()
     body = p.sequence(p.sequence(choice, p.literal("</tool_call>")), space)
@@ -220,7 +221,7 @@ def _json_or_string(p: PegArena, types: frozenset[str], arg_close: int, arg_stri
     for make, wanted in makers:
         if wanted:
             json_value = p.choice(json_value, make())
-    typed = p.atomic(p.sequence(p.tag(json_value), arg_close))
+    typed = p.atomic(p.sequence(p.tag(json_value, "tool-arg-value"), arg_close))
     return p.gbnf(p.choice(typed, arg_string), "xml-arg-string")
 
 
