@@ -141,10 +141,12 @@ class PegArena:
     def tag(self, parser: int, name: str = "") -> int:
         """tag(name, parser): the parser, its match named for the parse; the grammar is the parser's alone.
 
-        `name` is spelled as common_chat_peg_builder's tag constants are ("reasoning", "content", "tool",
-        "tool-open", "tool-arg-string-value", ..., and the minimax-m3 mapper's "tool-arg-object"): the name
-        of the builder call a format ports (p.tool_open(...) is tag(atomic... "tool-open")). The name does
-        not change the grammar.
+        `name` is spelled as common_chat_peg_builder's tag constants are, hyphenated ("reasoning",
+        "content", "tool", "tool-open", "tool-arg-string-value", ..., and the minimax-m3 mapper's
+        "tool-arg-object"): the name of the builder call a format ports, so p.tool_open(x) is
+        `atomic(tag(x, "tool-open"))` and p.tool_arg_json_value(x) is `tag(x, "tool-arg-value")`. The name
+        is optional only for parsers made outside the formats (a tag without one is named ""); it does not
+        change the grammar.
         """
         return self._add(_Parser("tag", [parser], text=name))
 
