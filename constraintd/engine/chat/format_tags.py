@@ -312,6 +312,21 @@ PARSED: Final[dict[str, Namer]] = {
 }
 
 
+def _named_by_arena(format_name: str) -> Namer:
+    # a format whose arena names its tags itself (PegArena.tag's name): parsed only where every tag is named
+    def names(arena: PegArena, tools: Sequence[Mapping[str, Any]], reasoning_format: str) -> dict[int, str]:
+        if any(arena.kind(parser) == "tag" and not arena.text(parser) for parser in range(len(arena))):
+            raise NotImplementedError(f"the parser of the {format_name} format")
+        return {}
+    return names
+
+
+# the formats with llama.cpp's standard mapper whose arenas name their tags
+for _name in ("cohere2-moe", "gigachat-v3", "gpt-oss", "functionary-v3.2", "ling-3", "minicpm5",
+              "muse-glimmer"):
+    PARSED[_name] = _named_by_arena(_name)
+
+
 def tag_names(format_name: str, arena: PegArena, *, tools: Sequence[Mapping[str, Any]] = (),
               reasoning_format: str = "auto") -> dict[int, str]:
     """The tag of each tag parser of `arena`, a request's parser of the format `format_name` (built for

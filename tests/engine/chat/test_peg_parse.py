@@ -444,6 +444,119 @@ def _lfm2_texts() -> dict[str, str]:
     return texts
 
 
+def _texts(calls: dict[str, str], both: str, marks: list[str], **more: str) -> dict[str, str]:
+    # the texts of a format from its calls: content, content then a call, two calls, cuts of the two calls
+    texts = {"content": "Paris is the capital of France.", "content, call": "Let me look.\n" + calls["call"],
+             **calls, **more}
+    texts.update(_cuts(both, marks))
+    return texts
+
+
+def _gigachat_texts() -> dict[str, str]:
+    call = ('<|message_sep|>\n\nfunction call<|role_sep|>\n'
+            '{"name": "get_weather", "arguments": {"city": "Paris"}}')
+    return _texts({"call": call, "call alone": call.removeprefix("<|message_sep|>\n\n"),
+                   "unknown tool": call.replace("get_weather", "lookup"),
+                   "malformed call": "<|message_sep|>\n\nfunction call<|role_sep|>\nget_weather(Paris)"},
+                  call, ["<|message_sep|>\n\nfunc", "<|role_sep|>\n", '"name": "get_w', '"arguments": {"ci',
+                         '"Paris"'])
+
+
+def _functionary_texts() -> dict[str, str]:
+    weather, search = 'get_weather\n{"city": "Paris"}', 'search\n{"query": "café", "filters": {"max": 3}}'
+    both = weather + ">>>" + search
+    return _texts({"call": weather, "two calls": both, "two calls apart": weather + "\n>>>" + search,
+                   "content then a call": "all\nLet me look.>>>" + weather,
+                   "content to all": "all\nParis.", "unknown tool": 'lookup\n{"q": "x"}',
+                   "malformed call": "get_weather(Paris)"},
+                  both, ["get_w", "get_weather\n", '{"ci', '"Paris"}', ">>>sea", '"max": 3'])
+
+
+def _minicpm5_texts() -> dict[str, str]:
+    weather = '<function name="get_weather"><param name="city">Paris</param></function>'
+    search = ('<function name="search"><param name="query">café</param>'
+              '<param name="filters">{"max": 3}</param></function>')
+    both = "Hm.\n</think>\n" + weather + "\n" + search  # the prompt opens the thought
+    return _texts({"call": "Hm.</think>" + weather, "two calls": both, "call in the thought": weather,
+                   "thinking, content": "The user asks.</think>Paris.",
+                   "unknown tool": weather.replace("get_weather", "lookup"),
+                   "malformed call": "<function=get_weather>Paris</function>"},
+                  both, ['<function name="get_w', 'get_weather">', '<param name="ci', 'city">Pa',
+                         "Paris</param>",
+                         "</function>", '{"max": 3'])
+
+
+def _ling3_texts() -> dict[str, str]:
+    weather = "<tool_call>get_weather<arg_key>city</arg_key>\n<arg_value>Paris</arg_value></tool_call>"
+    search = ('<tool_call>search<arg_key>query</arg_key>\n<arg_value>café</arg_value>'
+              '<arg_key>filters</arg_key>'
+              '\n<arg_value>{"max": 3}</arg_value></tool_call>')
+    both = weather + search
+    return _texts({"call": weather, "two calls": both, "thinking, call": "<think>Hm.</think>" + weather,
+                   "thinking, content": "<think>The user asks.</think>Paris.",
+                   "unknown tool": weather.replace("get_weather", "lookup"),
+                   "malformed call": "<tool_call>get_weather(Paris)</tool_call>"},
+                  both, ["<tool_call>get_w", "<arg_key>ci", "<arg_value>Pa", "Paris</arg_value>",
+                         "</tool_call>",
+                         '{"max": 3'])
+
+
+def _cohere2_texts() -> dict[str, str]:
+    weather = '{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}}'
+    search = ('{"tool_call_id": "1", "tool_name": "search", '
+              '"parameters": {"query": "café", "filters": {"max": 3}}}')
+    action = "<|START_ACTION|>[{}]<|END_ACTION|>"
+    both = action.format(weather + ", " + search)
+    return _texts({"call": action.format(weather), "two calls": both,
+                   "thinking, call": "<|START_THINKING|>Hm.<|END_THINKING|>" + action.format(weather),
+                   "text": "<|START_TEXT|>Paris.<|END_TEXT|>",
+                   "thinking, text": "<|START_THINKING|>Hm.<|END_THINKING|><|START_TEXT|>Paris.<|END_TEXT|>",
+                   "unknown tool": action.format(weather.replace("get_weather", "lookup")),
+                   "malformed call": "<|START_ACTION|>get_weather(Paris)<|END_ACTION|>"},
+                  both, ["<|START_AC", '"tool_call_id": "0', '"tool_name": "get_w', '"parameters": {"ci',
+                         '"Paris"}',
+                         '"Paris"}}', '"max": 3'])
+
+
+def _gpt_oss_texts() -> dict[str, str]:
+    weather = '<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json' \
+              '<|message|>' \
+              '{"city": "Paris"}<|call|>'
+    search = ('<|start|>assistant to=functions.search<|channel|>commentary json<|message|>'
+              '{"query": "café"}<|call|>')
+    both = weather.removeprefix("<|start|>assistant") + search  # the prompt ends in <|start|>assistant
+    analysis = "<|channel|>analysis<|message|>The user asks.<|end|>"
+    return _texts({"call": weather.removeprefix("<|start|>assistant"), "two calls": both,
+                   "thinking, call": analysis + weather,
+                   "final": "<|channel|>final<|message|>Paris.",
+                   "thinking, final": analysis + "<|start|>assistant<|channel|>final<|message|>Paris.",
+                   "unknown tool": weather.replace("get_weather", "lookup"),
+                   "malformed call": "<|start|>assistant<|channel|>commentary get_weather(Paris)<|call|>"},
+                  both, ["<|chan", "to=functions.get_w", "<|constrain|>js",
+                         '<|message|>{"ci',
+                         '"Paris"}', "<|call|>", "to=functions.search<|channel|>"])
+
+
+def _muse_glimmer_texts() -> dict[str, str]:
+    def call(name: str, arguments: list[tuple[str, str]]) -> str:
+        args = "".join(f'<atem:parameter name="{key}">{value}</atem:parameter>' for key, value in arguments)
+        return f'<atem:invoke name="{name}">{args}</atem:invoke>'
+    block = "<|start|>assistant to={}<|message|><atem:function_calls>{}</atem:function_calls><|eom|>"
+    weather = block.format("get_weather", call("get_weather", [("city", "Paris")]))
+    search = block.format("search", call("search", [("query", "café"), ("filters", '{"max": 3}')]))
+    both = weather.removeprefix("<|start|>assistant") + search  # the prompt ends in <|start|>assistant
+    thought = " to=self<|message|>Hm.<|eom|>"
+    return _texts({"call": weather.removeprefix("<|start|>assistant"), "two calls": both,
+                   "thinking, call": thought + weather,
+                   "answer": " to=user<|message|>Paris.<|eot|>",
+                   "thinking, answer": thought + "<|start|>assistant to=user<|message|>Paris.<|eot|>",
+                   "unknown tool": weather.replace("get_weather", "lookup"),
+                   "malformed call": "<|start|>assistant to=get_weather<|message|>get_weather(Paris)<|eom|>"},
+                  both, [" to=get_w", "<atem:function_c", '<atem:invoke name="get_w',
+                         '<atem:parameter name="ci', 'city">Pa', "Paris</atem:parameter>", "</atem:invoke>",
+                         '{"max": 3'])
+
+
 def _answers() -> dict[str, str]:
     return {
         "answer": '{"city": "Paris"}',
@@ -467,6 +580,10 @@ FORMAT_TEXTS: dict[str, Callable[[str], dict[str, str]]] = {
     "kimi-k2": lambda _: _kimi_k2_texts(), "deepseek-v3.2": _deepseek_texts,
     "kimi-k3": lambda _: _kimi_k3_texts(), "gemma4": lambda _: _gemma4_texts(),
     "lfm2": lambda _: _lfm2_texts(), "lfm2.5": lambda _: _lfm2_texts(),
+    "gigachat-v3": lambda _: _gigachat_texts(), "functionary-v3.2": lambda _: _functionary_texts(),
+    "minicpm5": lambda _: _minicpm5_texts(), "ling-3": lambda _: _ling3_texts(),
+    "cohere2-moe": lambda _: _cohere2_texts(), "gpt-oss": lambda _: _gpt_oss_texts(),
+    "muse-glimmer": lambda _: _muse_glimmer_texts(),
 }
 
 
