@@ -400,8 +400,7 @@ def _content_until(scan: Scan, delimiters: Sequence[str]) -> None:
         raise
 
 
-def _format_message(text: str, grammar: ChatGrammar, *, generation_prompt: str,
-                    tools: Sequence[Mapping[str, Any]], reasoning_format: str) -> ParsedMessage:
+def _format_message(text: str, grammar: ChatGrammar, *, generation_prompt: str) -> ParsedMessage:
     # a hand-written format's request: its own parser (the arena its grammar is written from) run on the
     # generation prompt and the text (common_chat_peg_parse), its tagged nodes mapped (peg_parse.py)
     assert grammar.arena is not None
@@ -409,7 +408,7 @@ def _format_message(text: str, grammar: ChatGrammar, *, generation_prompt: str,
     if name is None:
         raise NotPorted("the parser of a hand-written format format_tags.py does not know")
     try:
-        tags = tag_names(name, grammar.arena, tools=tools, reasoning_format=reasoning_format)
+        tags = tag_names(name, grammar.arena)
         result = peg_parse.run(grammar.arena, generation_prompt + text, tags)
     except NotImplementedError as exc:
         raise NotPorted(str(exc)) from None
@@ -438,8 +437,7 @@ def parse_message(
         NotPorted: the format's parser is not ported.
     """
     if grammar.arena is not None:
-        return _format_message(text, grammar, generation_prompt=generation_prompt, tools=tools,
-                               reasoning_format=reasoning_format)
+        return _format_message(text, grammar, generation_prompt=generation_prompt)
     analysis = grammar.analysis
     if analysis is None and format_of(grammar.preserved_tokens) is not None:
         # a hand-written format's request without a grammar: its parser is not kept (FormatParams.arena)
