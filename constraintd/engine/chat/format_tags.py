@@ -7,8 +7,7 @@
 # - `format_of(preserved_tokens)` names the hand-written format whose chat params preserve these tokens (each
 #   format's first preserved token is its own), or None.
 # - `tag_names(format, arena)` is what the arena leaves unnamed (nothing, for a ported format), or refuses a
-#   format whose parse is not ported (not in PARSED: minimax-m3, whose mapper is its own) or an arena with
-#   a tag without a name.
+#   format whose parse is not ported (not in PARSED) or an arena with a tag without a name.
 from __future__ import annotations
 
 from typing import Final
@@ -33,10 +32,10 @@ def format_of(preserved_tokens: tuple[str, ...] | None) -> str | None:
     return _FIRST_PRESERVED.get(preserved_tokens[0]) if preserved_tokens else None
 
 
-# the formats whose parse is ported: llama.cpp's standard mapper, or gemma4's own (message_parser.py)
+# the formats whose parse is ported: llama.cpp's standard mapper, or gemma4's or minimax-m3's own
 PARSED: Final = frozenset({
     "qwen3-coder", "ministral-3", "kimi-k2", "kimi-k3", "deepseek-v3.2", "gemma4", "lfm2", "cohere2-moe",
-    "gigachat-v3", "gpt-oss", "functionary-v3.2", "ling-3", "minicpm5", "muse-glimmer"})
+    "gigachat-v3", "gpt-oss", "functionary-v3.2", "ling-3", "minicpm5", "muse-glimmer", "minimax-m3"})
 
 
 def tag_names(format_name: str, arena: PegArena) -> dict[int, str]:

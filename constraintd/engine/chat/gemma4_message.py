@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from constraintd.engine.chat.message_scan import ParsedToolCall
 from constraintd.engine.chat.peg_parse import TaggedNode
 
-__all__ = ["gemma4_message"]
+__all__ = ["find_by_tag", "gemma4_message"]
 
 
 def _inner(text: str) -> str:
@@ -53,13 +53,13 @@ def _to_json(node: TaggedNode) -> str:
     return ""
 
 
-def _find(parent: TaggedNode, tag: str, depth: int = 3) -> TaggedNode | None:
+def find_by_tag(parent: TaggedNode, tag: str, depth: int = 3) -> TaggedNode | None:
     # common_peg_ast_arena::find_by_tag: the first child with the tag, each child's subtree to `depth`
     for child in parent.children:
         if child.tag == tag:
             return child
         if depth > 1:
-            found = _find(child, tag, depth - 1)
+            found = find_by_tag(child, tag, depth - 1)
             if found is not None:
                 return found
     return None
@@ -77,7 +77,7 @@ def gemma4_message(nodes: Sequence[TaggedNode]) -> tuple[str, str, tuple[ParsedT
         elif node.tag == "content":
             content.append(node.text)
         elif node.tag == "tool":
-            name, args = _find(node, "tool-name"), _find(node, "tool-args")
+            name, args = find_by_tag(node, "tool-name"), find_by_tag(node, "tool-args")
             if name is not None and args is not None and not name.partial:
                 calls.append(ParsedToolCall(name.text, _to_json(args.children[0]) if args.children else ""))
         else:

@@ -40,6 +40,7 @@ from constraintd.engine.chat.json_tool_grammar import (
     tag_json_grammar_not_done,
 )
 from constraintd.engine.chat.message_scan import SPACE, NeedMore, ParsedToolCall, Scan, ScanFail
+from constraintd.engine.chat.minimax_m3_message import minimax_m3_message
 from constraintd.engine.chat.reasoning import ReasoningMode
 from constraintd.engine.chat.tagged_message_parser import tagged_functions, tagged_tool_calls
 from constraintd.engine.chat.template_analysis import ContentMode, TemplateAnalysis, ToolFormat, ToolMode
@@ -415,8 +416,10 @@ def _format_message(text: str, grammar: ChatGrammar, *, generation_prompt: str) 
     if result.outcome is peg_parse.Outcome.FAIL:
         raise MessageParseError(
             "The model produced output that does not match the expected peg-native format") from None
-    if name == "gemma4":  # the format's own mapper
+    if name == "gemma4":  # the formats with a mapper of their own
         content, reasoning, calls = gemma4_message(result.nodes)
+    elif name == "minimax-m3":
+        content, reasoning, calls = minimax_m3_message(result.nodes)
     else:
         content, reasoning, calls = peg_parse.message(result.visit())
     return ParsedMessage(content, reasoning, calls)

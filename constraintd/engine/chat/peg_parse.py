@@ -21,7 +21,8 @@
 #   invalid-UTF-8 handling never differ from these.
 # - A gbnf parser without a child is string_content of a delimiter other than '"' (the arena keeps its GBNF
 #   alone): it parses as that. Not here: the start parser, any other childless gbnf parser
-#   (NotImplementedError where met), and the Gemma 4 and MiniMax-M3 mappers (gemma4_message.py has one).
+#   (NotImplementedError where met), and the Gemma 4 and MiniMax-M3 mappers (gemma4_message.py,
+#   minimax_m3_message.py).
 from __future__ import annotations
 
 import enum

@@ -557,6 +557,24 @@ def _muse_glimmer_texts() -> dict[str, str]:
                          '{"max": 3'])
 
 
+def _minimax_m3_texts() -> dict[str, str]:
+    ns = "]<]minimax[>["
+
+    def call(name: str, arguments: str) -> str:
+        return f'{ns}<invoke name="{name}">{arguments}{ns}</invoke>'
+
+    block = ns + "<tool_call>{}" + ns + "</tool_call>"
+    weather = call("get_weather", f"{ns}<city>Paris{ns}</city>")
+    search = call("search", f"{ns}<query>café{ns}</query>{ns}<filters>{ns}<max>3{ns}</max>{ns}</filters>")
+    both = "Hm.</mm:think>" + block.format(weather + search)
+    return _texts({"call": "Hm.</mm:think>" + block.format(weather), "two calls": both,
+                   "call in the thought": block.format(weather), "thinking, content": "Hm.</mm:think>Paris.",
+                   "unknown tool": block.format(call("lookup", f"{ns}<q>x{ns}</q>")),
+                   "malformed call": block.format("get_weather(Paris)")},
+                  both, [f"{ns}<tool_c", '<invoke name="get_w', 'get_weather">', f"{ns}<ci", "<city>Pa",
+                         f"Paris{ns}</ci", f"{ns}</invoke>", f"{ns}<max>3", f"{ns}</filters>"])
+
+
 def _answers() -> dict[str, str]:
     return {
         "answer": '{"city": "Paris"}',
@@ -583,7 +601,7 @@ FORMAT_TEXTS: dict[str, Callable[[str], dict[str, str]]] = {
     "gigachat-v3": lambda _: _gigachat_texts(), "functionary-v3.2": lambda _: _functionary_texts(),
     "minicpm5": lambda _: _minicpm5_texts(), "ling-3": lambda _: _ling3_texts(),
     "cohere2-moe": lambda _: _cohere2_texts(), "gpt-oss": lambda _: _gpt_oss_texts(),
-    "muse-glimmer": lambda _: _muse_glimmer_texts(),
+    "muse-glimmer": lambda _: _muse_glimmer_texts(), "minimax-m3": lambda _: _minimax_m3_texts(),
 }
 
 
