@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 
-from constraintd.engine.chat.chat_params import NotPorted
+from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted, format_grammar
+from constraintd.engine.chat.format_tags import format_of
+from constraintd.engine.chat.formats.qwen3_coder import GENERATION_PREFIX as QWEN_PROMPT
+from constraintd.engine.chat.formats.qwen3_coder import qwen3_coder_params
 from constraintd.engine.chat.message_parser import MessageParseError, parse_message
 from constraintd.engine.chat.peg_arena import PegArena
 from constraintd.engine.chat.peg_parse import Outcome, TaggedNode, message, normalize_quotes_to_json, run
@@ -192,6 +195,41 @@ def test_an_empty_string_value_always_opens_a_quote() -> None:
 def test_python_literals_and_quotes_become_json() -> None:
     written = normalize_quotes_to_json("{'a': 'it\\'s', 'b': None, 'c': Tr}")
     assert written == '{"a": "it\'s", "b": null, "c": tr}'
+
+
+# -- parse_message on a hand-written format's chat params
+def _qwen3_coder_grammar(**request: Any) -> Any:
+    return format_grammar(qwen3_coder_params("", tools=[WEATHER_TOOL], **request))
+
+
+def test_parse_message_runs_the_formats_own_parser() -> None:
+    text = "Let me look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n" \
+           "</function>\n</tool_call>"
+    message = parse_message(text, _qwen3_coder_grammar(), generation_prompt=QWEN_PROMPT, tools=[WEATHER_TOOL])
+    assert message.content == "Let me look.\n"
+    assert [(c.name, c.arguments) for c in message.tool_calls] == [("get_weather", '{"city":"Paris"}')]
+
+
+def test_a_text_the_format_does_not_match_is_refused_with_llama_cpps_words() -> None:
+    grammar = _qwen3_coder_grammar(tool_choice="required")
+    with pytest.raises(MessageParseError, match="does not match the expected peg-native format"):
+        parse_message("<tool_call>\n<oops>", grammar, generation_prompt=QWEN_PROMPT, tools=[WEATHER_TOOL])
+
+
+def test_a_format_request_without_a_grammar_is_refused_by_name() -> None:
+    grammar = _qwen3_coder_grammar(tool_choice="none")
+    with pytest.raises(NotPorted, match=r"^the parser of a qwen3-coder request without a grammar$"):
+        parse_message("Paris.", grammar, generation_prompt=QWEN_PROMPT, tools=[WEATHER_TOOL])
+
+
+def test_an_arena_with_a_tag_without_a_name_is_refused() -> None:
+    p = PegArena()
+    p.root = p.tag(p.rest())
+    grammar = ChatGrammar(preserved_tokens=("<tool_call>",), arena=p)
+    with pytest.raises(NotPorted, match=r"^the parser of the qwen3-coder format$"):
+        parse_message("Paris.", grammar, generation_prompt="")
+    assert format_of(("<tool_call>", "</tool_call>")) == "qwen3-coder"
+    assert format_of(("<unknown>",)) is None
 
 
 # -- the oracle: texts a model of each hand-written format writes
