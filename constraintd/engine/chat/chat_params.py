@@ -448,11 +448,11 @@ def _format_params(name: str, source: str, *, tools: Sequence[Mapping[str, Any]]
 
 
 def format_grammar(made: FormatParams) -> ChatGrammar:
-    """A hand-written format's params (chat/formats/) as chat params: its arena written as GBNF (no
-    grammar without one), its trigger words then patterns, stops, thinking tags and preserved tokens as they
-    are."""
+    """A hand-written format's params (chat/formats/) as chat params: its arena written as GBNF where the
+    request gets a grammar (and kept, the message parser's), its trigger words then patterns, stops, thinking
+    tags and preserved tokens as they are."""
     grammar = ""
-    if made.arena is not None:
+    if made.arena is not None and made.writes_grammar:
         built = _GrammarText()
 
         def ac_grammar(prefix: str, strings: Sequence[str], including: bool) -> str:

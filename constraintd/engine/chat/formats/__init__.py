@@ -17,10 +17,12 @@ __all__ = ["FormatParams"]
 
 @dataclass(frozen=True, slots=True)
 class FormatParams:
-    """What a format's `*_params` gives: the parser whose grammar the request gets (None: no grammar),
-    whether that grammar is lazy, its trigger words, the thinking tags and preserved tokens, and where the
-    format has them, additional stops, its prompt's message delimiters ((role, text) pairs) and trigger
-    patterns (llama.cpp's pattern triggers, after the words)."""
+    """What a format's `*_params` gives: the request's parser (llama.cpp builds one for every request: the
+    message parser runs it on the generated text), whether its grammar is written (`writes_grammar`: False
+    where the request gets none, as with no tools to call; a format that builds no parser then gives
+    `arena` None), whether that grammar is lazy, its trigger words, the thinking tags and preserved tokens,
+    and where the format has them, additional stops, its prompt's message delimiters ((role, text) pairs)
+    and trigger patterns (llama.cpp's pattern triggers, after the words)."""
 
     arena: PegArena | None
     grammar_lazy: bool
@@ -32,3 +34,4 @@ class FormatParams:
     additional_stops: tuple[str, ...] = ()
     message_delimiters: tuple[tuple[str, str], ...] = ()
     trigger_patterns: tuple[str, ...] = ()
+    writes_grammar: bool = True
