@@ -216,10 +216,12 @@ def test_a_text_the_format_does_not_match_is_refused_with_llama_cpps_words() -> 
         parse_message("<tool_call>\n<oops>", grammar, generation_prompt=QWEN_PROMPT, tools=[WEATHER_TOOL])
 
 
-def test_a_format_request_without_a_grammar_is_refused_by_name() -> None:
+def test_a_format_request_without_a_grammar_is_parsed_with_its_parser() -> None:
     grammar = _qwen3_coder_grammar(tool_choice="none")
-    with pytest.raises(NotPorted, match=r"^the parser of a qwen3-coder request without a grammar$"):
-        parse_message("Paris.", grammar, generation_prompt=QWEN_PROMPT, tools=[WEATHER_TOOL])
+    assert grammar.grammar == "" and grammar.arena is not None  # llama.cpp builds the parser all the same
+    message = parse_message("Paris.", grammar, generation_prompt=QWEN_PROMPT, tools=[WEATHER_TOOL],
+                            tool_choice="none")
+    assert (message.content, message.tool_calls) == ("Paris.", ())
 
 
 def test_an_arena_with_a_tag_without_a_name_is_refused() -> None:

@@ -122,10 +122,10 @@ def qwen3_coder_params(
     include_grammar = has_schema or wants_tools
     lazy = include_grammar and has_tools and tool_choice == "auto"
     return FormatParams(
-        arena if include_grammar else None, lazy, tuple(starts) if lazy else (),
+        arena, lazy, tuple(starts) if lazy else (),
         supports_reasoning, "<think>" if supports_reasoning else "",
         ("\n</think>", "</think>", "<tool_call>") if supports_reasoning else (), preserved,
-        message_delimiters=MESSAGE_DELIMITERS)
+        message_delimiters=MESSAGE_DELIMITERS, writes_grammar=include_grammar)
 
 
 def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, supports_reasoning: bool, is_qwen3_coder: bool,

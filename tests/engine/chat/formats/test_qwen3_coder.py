@@ -122,7 +122,8 @@ def test_tool_choice_auto_is_lazy_on_the_calls_start_words(source: str, words: t
 
 def test_tool_choice_none_and_no_tools_give_no_grammar() -> None:
     for made in (qwen3_coder_params(CODER, tools=TOOLS, tool_choice="none"), qwen3_coder_params(CODER)):
-        assert made.arena is None and not made.grammar_lazy and made.trigger_words == ()
+        assert made.arena is not None and not made.writes_grammar  # the parser, no grammar
+        assert not made.grammar_lazy and made.trigger_words == ()
 
 
 def test_a_response_schema_gives_its_json_after_the_reasoning() -> None:
