@@ -57,8 +57,8 @@ def gemma4_params(
     include_grammar = has_schema or wants_tools
     lazy = include_grammar and not (has_schema or (has_tools and tool_choice == "required"))
     return FormatParams(
-        arena if include_grammar else None, lazy, (TRIGGER,) if include_grammar else (), True,
-        THINKING_START, (THINKING_END,), PRESERVED_TOKENS)
+        arena, lazy, (TRIGGER,) if include_grammar else (), True,
+        THINKING_START, (THINKING_END,), PRESERVED_TOKENS, writes_grammar=include_grammar)
 
 
 def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning: bool, json_schema: Any,

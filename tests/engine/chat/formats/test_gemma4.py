@@ -126,7 +126,8 @@ def test_tool_choice_auto_is_lazy_on_the_call_word_and_its_grammar_holds_the_cal
 
 def test_no_grammar_without_tools_wanted_nor_a_schema() -> None:
     for made in (gemma4_params("", tools=TOOLS, tool_choice="none"), gemma4_params("")):
-        assert made.arena is None and not made.grammar_lazy and made.trigger_words == ()
+        assert made.arena is not None and not made.writes_grammar  # the parser, no grammar
+        assert not made.grammar_lazy and made.trigger_words == ()
 
 
 def test_a_response_schema_is_json_in_a_fence_after_an_optional_thought() -> None:
@@ -142,8 +143,8 @@ def test_a_response_schema_is_json_in_a_fence_after_an_optional_thought() -> Non
     assert not takes(matcher, TURN + '```json\n{"city": "Paris"}')
     assert not takes(matcher, TURN + WEATHER)
     # an empty schema is a response format here too (llama.cpp tests it is an object, not that it holds keys)
-    assert gemma4_params("", json_schema={}).arena is not None
-    assert gemma4_params("", json_schema="text").arena is None
+    assert gemma4_params("", json_schema={}).writes_grammar
+    assert not gemma4_params("", json_schema="text").writes_grammar
 
 
 def test_a_thought_is_tagged_or_not_but_written_the_same() -> None:
