@@ -55,8 +55,8 @@ def ministral3_params(
     include_grammar = has_schema or wants_tools
     lazy = include_grammar and has_tools and tool_choice == "auto"
     return FormatParams(
-        arena if include_grammar else None, lazy, (TRIGGER,) if include_grammar else (), True,
-        THINKING_START, (THINKING_END,), PRESERVED_TOKENS)
+        arena, lazy, (TRIGGER,) if include_grammar else (), True,
+        THINKING_START, (THINKING_END,), PRESERVED_TOKENS, writes_grammar=include_grammar)
 
 
 def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning: bool, json_schema: Any,

@@ -110,7 +110,8 @@ def test_tool_choice_auto_is_lazy_on_the_call_word_and_its_grammar_holds_the_cal
 def test_no_grammar_without_tools_wanted_nor_a_schema() -> None:
     for made in (ministral3_params("", tools=TOOLS, tool_choice="none"), ministral3_params(""),
                  ministral3_params("", json_schema={})):
-        assert made.arena is None and not made.grammar_lazy and made.trigger_words == ()
+        assert made.arena is not None and not made.writes_grammar  # the parser, no grammar
+        assert not made.grammar_lazy and made.trigger_words == ()
 
 
 def test_a_response_schema_is_json_in_a_fence_after_an_optional_thought() -> None:
