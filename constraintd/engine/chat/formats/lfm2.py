@@ -12,14 +12,16 @@
 # - A grammar where there is a response schema (any JSON object, as llama.cpp's is_object) or tools with
 #   tool_choice other than none; lazy unless there is a schema or tool_choice is required; the trigger word
 #   `<|tool_call_start|>` whenever there is a grammar, lazy or not (llama.cpp sets it either way).
-# - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
-#   order: the generation prompt, end(), the reasoning where it is extracted (reasoning_format other than
-#   none, and `<think>` in the template), then: with tools wanted (tool_choice other than none, a schema or
-#   not), text up to `<|tool_call_start|>` and one call block holding one call (more, comma-separated, where
-#   parallel calls are on); else the schema's JSON. A call's arguments are `name=value`, comma-separated,
-#   in any order and number (at least one where the tool has properties; `required` is not read); a
-#   property whose type is "string" takes a double- or single-quoted string with JSON's escapes, any other
-#   a Python value where JSON's true / false / null are also taken (python_or_json_value).
+# - The parser is built for every request (the message parser runs it), the grammar written from it only where
+#   there is one (FormatParams.writes_grammar); it is llama.cpp's, made call for call in its order: the
+#   generation prompt, end(), the reasoning where it is extracted (reasoning_format other than none, and
+#   `<think>` in the template), then: with tools wanted (tool_choice other than none, a schema or not), text
+#   up to `<|tool_call_start|>` and one call block holding one call (more, comma-separated, where parallel
+#   calls are on); else the schema's JSON, or with no schema the rest as content. A call's arguments are
+#   `name=value`, comma-separated, in any order and number (at least one where the tool has properties;
+#   `required` is not read); a property whose type is "string" takes a double- or single-quoted string with
+#   JSON's escapes, any other a Python value where JSON's true / false / null are also taken
+#   (python_or_json_value).
 # - Every builder call is the arena's (peg_arena.py).
 from __future__ import annotations
 
@@ -68,15 +70,13 @@ def lfm2_params(
     has_schema = isinstance(json_schema, Mapping)
     wants_tools = has_tools and tool_choice != "none"
     include_grammar = has_schema or wants_tools
-    arena = None
-    if include_grammar:
-        arena = _parser(tool_functions(tools) if wants_tools else [],
-                        extract_reasoning=reasoning_format != "none" and THINK_START in source,
-                        json_schema=json_schema, wants_tools=wants_tools,
-                        parallel_tool_calls=parallel_tool_calls)
+    arena = _parser(tool_functions(tools) if wants_tools else [],
+                    extract_reasoning=reasoning_format != "none" and THINK_START in source,
+                    json_schema=json_schema if has_schema else None, wants_tools=wants_tools,
+                    parallel_tool_calls=parallel_tool_calls)
     lazy = include_grammar and not (has_schema or (has_tools and tool_choice == "required"))
     return FormatParams(arena, lazy, (TOOL_CALL_START,) if include_grammar else (), True, THINK_START,
-                      (THINK_END,), preserved)
+                        (THINK_END,), preserved, writes_grammar=include_grammar)
 
 
 def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning: bool, json_schema: Any,
@@ -93,8 +93,10 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
         head = p.sequence(p.literal(THINK_START), body)
         reasoning = p.optional(p.sequence(head, p.literal(THINK_END)))
     if not wants_tools:
-        # a grammar without tools wanted is the schema's (llama.cpp's content(rest()) parser has none)
-        content = p.tag(p.schema(p.json(), "response-format-schema", json_schema), "content")
+        if json_schema is None:
+            content = p.tag(p.rest(), "content")
+        else:
+            content = p.tag(p.schema(p.json(), "response-format-schema", json_schema), "content")
         p.root = p.sequence(p.sequence(p.sequence(generation_prompt, reasoning), content), end)
         return p
     call_end = p.literal(TOOL_CALL_END)

@@ -184,7 +184,8 @@ def test_no_grammar_without_tools_to_call_or_a_schema(
     tools: Sequence[dict[str, Any]], tool_choice: str
 ) -> None:
     made = lfm2_params(THINKING, tools=tools, tool_choice=tool_choice)
-    assert made.arena is None and not made.grammar_lazy and made.trigger_words == ()
+    assert made.arena is not None and not made.writes_grammar  # the parser, no grammar
+    assert not made.grammar_lazy and made.trigger_words == ()
 
 
 def test_thinking_tags_and_preserved_tokens_follow_the_tool_list_flag() -> None:
