@@ -11,7 +11,8 @@
 # - A grammar where there is a response schema, or tools with tool_choice other than none; lazy exactly where
 #   there is no response schema and tool_choice is auto; the trigger word `<|START_ACTION|>` with every
 #   grammar, lazy or not.
-# - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
+# - The parser is built for every request (the message parser runs it), its grammar written only where there
+#   is one. It is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
 #   order: the generation prompt's stable prefix, the thought (its markers optional; kept as text where
 #   reasoning is not extracted, which writes the same grammar), then the text (the response schema's JSON
 #   where there is one) or, where tools are called, the action: the calls each an object of the fields
@@ -70,15 +71,13 @@ def cohere2moe_params(
     has_schema = isinstance(json_schema, Mapping) and bool(json_schema)
     wants_tools = has_tools and tool_choice != "none"
     include_grammar = has_schema or wants_tools
-    arena = None
-    if include_grammar:
-        arena = _parser(tools if wants_tools else (), json_schema if has_schema else None,
-                        extract_reasoning=reasoning_format != "none", tool_choice=tool_choice,
-                        parallel_tool_calls=parallel_tool_calls)
+    arena = _parser(tools if wants_tools else (), json_schema if has_schema else None,
+                    extract_reasoning=reasoning_format != "none", tool_choice=tool_choice,
+                    parallel_tool_calls=parallel_tool_calls)
     return FormatParams(
         arena, include_grammar and not has_schema and tool_choice == "auto",
         (ACTION_START,) if include_grammar else (), True, THINK_START, (THINK_END,), PRESERVED_TOKENS,
-        message_delimiters=MESSAGE_DELIMITERS)
+        message_delimiters=MESSAGE_DELIMITERS, writes_grammar=include_grammar)
 
 
 def _parser(tools: Sequence[Mapping[str, Any]], json_schema: Any, *, extract_reasoning: bool,
