@@ -19,6 +19,9 @@
 #   call or the final channel's text (auto), the call's recipient in the role or the channel header and its
 #   arguments the parameters' JSON. Lazy, the grammar is the call alone. One call whatever
 #   parallel_tool_calls says (llama.cpp's format does not read it).
+# - The parser is built for every request (the message parser runs it), its grammar written only where there
+#   is one: with neither a schema nor tools to call, the last message is the final channel's text or a call
+#   nobody asked for (` to=` up to `<|end|>`, kept atomic).
 # - Every builder call is the arena's (peg_arena.py).
 from __future__ import annotations
 
@@ -62,20 +65,20 @@ def gpt_oss_params(
     has_tools = bool(tools)
     has_schema = isinstance(json_schema, Mapping)
     include_grammar = has_schema or (has_tools and tool_choice != "none")
-    arena = None
-    if include_grammar:
-        arena = _parser(tool_functions(tools), extract_reasoning=reasoning_format != "none",
-                        json_schema=json_schema if has_schema else None, tool_choice=tool_choice)
+    arena = _parser(tool_functions(tools), extract_reasoning=reasoning_format != "none",
+                    json_schema=json_schema if has_schema else None,
+                    tool_choice=tool_choice if has_tools and tool_choice != "none" else None)
     lazy = include_grammar and not (has_schema or (has_tools and tool_choice == "required"))
     return FormatParams(
         arena, lazy, (), True, THINKING_START, (END,), PRESERVED_TOKENS,
-        message_delimiters=MESSAGE_DELIMITERS, trigger_patterns=TRIGGER_PATTERNS if include_grammar else ())
+        message_delimiters=MESSAGE_DELIMITERS, trigger_patterns=TRIGGER_PATTERNS if include_grammar else (),
+        writes_grammar=include_grammar)
 
 
 def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning: bool,
-            json_schema: Mapping[str, Any] | None, tool_choice: str) -> PegArena:
-    # the parser of build_chat_peg_parser's function where there is a grammar, each expression's parsers made
-    # in llama.cpp's order (the right operand of `+` and `|` first)
+            json_schema: Mapping[str, Any] | None, tool_choice: str | None) -> PegArena:
+    # the parser of build_chat_peg_parser's function (tool_choice None: no tools to call), each expression's
+    # parsers made in llama.cpp's order (the right operand of `+` and `|` first)
     p = PegArena()
     start = p.rule("start", p.literal(START))
     end = p.rule("end", p.literal(END))
@@ -103,7 +106,7 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     # atomic(optional(channel) + literal(" to=") + content + end)
     to = p.literal(" to=")
     unsolicited = p.sequence(p.sequence(p.sequence(p.optional(channel), to), content), end)
-    p.rule("unsolicited", p.atomic(unsolicited))
+    unsolicited = p.rule("unsolicited", p.atomic(unsolicited))
     any_message = p.rule("any", p.choice(preamble, analysis))
     if json_schema is not None:
         constraint = _constraint(p, constrain_type)
@@ -113,6 +116,12 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
         response_format = p.rule("response-format", p.sequence(p.sequence(head, message), body))
         leading = p.zero_or_more(p.sequence(start, analysis))
         p.root = p.sequence(p.sequence(leading, start), response_format)
+        return p
+    if tool_choice is None:
+        # zero_or_more(start + any) + start + (final_msg | unsolicited)
+        last = p.choice(final_msg, unsolicited)
+        leading = p.zero_or_more(p.sequence(start, any_message))
+        p.root = p.sequence(p.sequence(leading, start), last)
         return p
     choice = p.choice()
     for name, function in functions:

@@ -150,7 +150,8 @@ def test_reasoning_extracted_or_not_gives_the_same_grammar() -> None:
                          ids=["tool_choice none", "no tools", "no tools, required"])
 def test_no_grammar_without_tools_to_call_or_a_schema(tools: list[dict[str, Any]], tool_choice: str) -> None:
     made = gpt_oss_params(SOURCE, tools=tools, tool_choice=tool_choice)
-    assert made.arena is None and not made.grammar_lazy and made.trigger_patterns == ()
+    assert made.arena is not None and not made.writes_grammar  # the parser, no grammar
+    assert not made.grammar_lazy and made.trigger_patterns == ()
 
 
 def test_thinking_tags_preserved_tokens_and_message_delimiters() -> None:
