@@ -8,7 +8,9 @@
 # - A grammar where there is a response schema, or tools with tool_choice other than none; lazy exactly where
 #   neither a schema nor tool_choice required is there, with the trigger word `<function` whatever the
 #   grammar.
-# - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
+# - The parser is built for every request (the message parser runs it; with no schema nor tools to call, the
+#   thought then the rest as content), its grammar written only where there is one. It is the arena's
+#   (peg_arena.py) of the parser llama.cpp builds, made call for call in its
 #   order: the generation prompt, the think block where reasoning is extracted, then the schema's JSON (a
 #   schema wins over tools), or the text up to `<function` and one call (more where parallel calls are on).
 #   A call's arguments come in any order and number; one that may be a string is a CDATA section or any
@@ -58,22 +60,21 @@ def minicpm5_params(
     has_schema = isinstance(json_schema, Mapping) and bool(json_schema)
     wants_tools = has_tools and tool_choice != "none"
     include_grammar = has_schema or wants_tools
-    arena = None
-    if include_grammar:
-        functions = tool_functions([tool for tool in tools if tool.get("type") == "function"])
-        try:
-            arena = _parser(functions, extract_reasoning=reasoning_format != "none",
-                            json_schema=json_schema if has_schema else None,
-                            parallel_tool_calls=parallel_tool_calls)
-        except NotImplementedError as exc:
-            raise NotImplementedError(f"minicpm5: {exc}") from exc
+    functions = tool_functions([tool for tool in tools if tool.get("type") == "function" and wants_tools])
+    try:
+        arena = _parser(functions, extract_reasoning=reasoning_format != "none",
+                        json_schema=json_schema if has_schema else None, wants_tools=wants_tools,
+                        parallel_tool_calls=parallel_tool_calls)
+    except NotImplementedError as exc:
+        raise NotImplementedError(f"minicpm5: {exc}") from exc
     lazy = include_grammar and not (has_schema or (has_tools and tool_choice == "required"))
     return FormatParams(arena, lazy, (CALL_START,) if include_grammar else (), True, THINK_START,
-                        (THINK_END,), PRESERVED_TOKENS, message_delimiters=MESSAGE_DELIMITERS)
+                        (THINK_END,), PRESERVED_TOKENS, message_delimiters=MESSAGE_DELIMITERS,
+                        writes_grammar=include_grammar)
 
 
 def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning: bool,
-            json_schema: Mapping[str, Any] | None, parallel_tool_calls: bool) -> PegArena:
+            json_schema: Mapping[str, Any] | None, wants_tools: bool, parallel_tool_calls: bool) -> PegArena:
     # the parser of build_chat_peg_parser's function, each expression's parsers made in llama.cpp's order
     # (the right operand of `+` and `|` first, the left one of `<<` first)
     p = PegArena()
@@ -90,6 +91,12 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     if json_schema is not None:
         content = p.tag(p.schema(p.json(), "response-format", json_schema), "content")
         p.root = p.sequence(p.sequence(generation_prompt, reasoning), content)
+        return p
+    if not wants_tools:
+        # generation_prompt + reasoning + content(rest()) + end()
+        end = p.end()
+        content = p.tag(p.rest(), "content")
+        p.root = p.sequence(p.sequence(p.sequence(generation_prompt, reasoning), content), end)
         return p
     string_value = _string_value(p)
     tool_choice = p.choice()

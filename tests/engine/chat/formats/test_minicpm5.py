@@ -116,7 +116,8 @@ def test_a_response_schema_gives_its_json_after_the_reasoning_not_lazy(tools: li
 def test_no_grammar_without_tools_to_call_or_a_schema(tools: list[dict[str, Any]], tool_choice: str,
                                                       json_schema: Any) -> None:
     made = minicpm5_params("", tools=tools, tool_choice=tool_choice, json_schema=json_schema)
-    assert made.arena is None and not made.grammar_lazy and made.trigger_words == ()
+    assert made.arena is not None and not made.writes_grammar  # the parser, no grammar
+    assert not made.grammar_lazy and made.trigger_words == ()
 
 
 def test_thinking_tags_preserved_tokens_and_message_delimiters() -> None:
@@ -146,7 +147,8 @@ FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem == "ope
 def _ours(made: FormatParams) -> dict[str, Any]:
     # the fields tests/chat_oracle/params.py compares, as chat_params.py will give them
     return {
-        "grammar": grammar_text(made) if made.arena is not None else "", "grammar_lazy": made.grammar_lazy,
+        "grammar": grammar_text(made) if made.arena is not None and made.writes_grammar else "",
+        "grammar_lazy": made.grammar_lazy,
         "grammar_triggers": [["word", word] for word in made.trigger_words],
         "additional_stops": list(made.additional_stops),
         "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
