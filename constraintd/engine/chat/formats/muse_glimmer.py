@@ -11,13 +11,15 @@
 #   other than none; lazy exactly where there is no response schema and tool_choice is not required. With
 #   every grammar, lazy or not, one trigger pattern (TRIGGER_PATTERN: a message to a recipient other than
 #   self and user) and no trigger word.
-# - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
-#   order: any number of thoughts (`start` then `analysis`), then `start` and either the response schema's
-#   JSON (bare or in a json code fence), or the calls (tool_choice required), or the calls or the answer
-#   optionally followed by calls (auto). A call names its recipient up to `<|message|>`, then the invoke of
-#   one tool, its arguments in any order and number: a string argument (one whose schema may be a string)
-#   any text up to its close, any other its schema's JSON. With parallel calls, more calls follow, each
-#   after `<|eom|>` and `start`. Lazy, the grammar is the calls from the trigger on.
+# - The parser is built for every request (the message parser runs it), its grammar written only where there
+#   is one; with neither, the final message after any thoughts, or (reasoning not extracted) all the text
+#   after `start` as content. It is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for
+#   call in its order: any number of thoughts (`start` then `analysis`), then `start` and either the response
+#   schema's JSON (bare or in a json code fence), or the calls (tool_choice required), or the calls or the
+#   answer optionally followed by calls (auto). A call names its recipient up to `<|message|>`, then the
+#   invoke of one tool, its arguments in any order and number: a string argument (one whose schema may be a
+#   string) any text up to its close, any other its schema's JSON. With parallel calls, more calls follow,
+#   each after `<|eom|>` and `start`. Lazy, the grammar is the calls from the trigger on.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -65,22 +67,25 @@ def muse_glimmer_params(
     has_schema = isinstance(json_schema, Mapping)
     wants_tools = has_tools and tool_choice != "none"
     include_grammar = has_schema or wants_tools
-    arena = None
-    if include_grammar:
-        arena = _parser(tools, json_schema if has_schema else None, tool_choice=tool_choice,
-                        parallel_tool_calls=parallel_tool_calls, extract_reasoning=reasoning_format != "none")
+    arena = _parser(tools, json_schema if has_schema else None,
+                    tool_choice=tool_choice if wants_tools else None, parallel_tool_calls=parallel_tool_calls,
+                    extract_reasoning=reasoning_format != "none")
     lazy = include_grammar and not (has_schema or (has_tools and tool_choice == "required"))
     return FormatParams(
         arena, lazy, (), True, "", (), PRESERVED_TOKENS, message_delimiters=MESSAGE_DELIMITERS,
-        trigger_patterns=(TRIGGER_PATTERN,) if include_grammar else ())
+        trigger_patterns=(TRIGGER_PATTERN,) if include_grammar else (), writes_grammar=include_grammar)
 
 
-def _parser(tools: Sequence[Mapping[str, Any]], json_schema: Any, *, tool_choice: str,
+def _parser(tools: Sequence[Mapping[str, Any]], json_schema: Any, *, tool_choice: str | None,
             parallel_tool_calls: bool, extract_reasoning: bool) -> PegArena:
-    # the parser of build_chat_peg_parser's function where there is a grammar, each expression's parsers made
-    # in llama.cpp's order (the right operand of + first, the left one of << first)
+    # the parser of build_chat_peg_parser's function (tool_choice None: no tools to call), each expression's
+    # parsers made in llama.cpp's order (the right operand of + first, the left one of << first)
     p = PegArena()
     start = p.rule("start", p.literal(GENERATION_PROMPT))
+    if not extract_reasoning and json_schema is None and tool_choice is None:
+        # start + content(rest()): no grammar, nothing to tell apart
+        p.root = p.sequence(start, p.tag(p.rest(), "content"))
+        return p
     # rule("analysis", " to=self<|message|>" + reasoning-or-content(until(eom)) + eom), then a reference
     eom = p.literal(_EOM)
     thought = p.tag(p.until(_EOM), "reasoning" if extract_reasoning else "content")
@@ -100,6 +105,10 @@ def _parser(tools: Sequence[Mapping[str, Any]], json_schema: Any, *, tool_choice
         head = p.sequence(recipient, p.literal(_MESSAGE))
         response_format = p.rule("response-format", p.sequence(head, body))
         p.root = _chain(p, _thoughts(p, start, analysis), start, response_format)
+        return p
+    if tool_choice is None:
+        # zero_or_more(start + analysis) + start + final_msg
+        p.root = _chain(p, _thoughts(p, start, analysis), start, final_msg)
         return p
     tool_calls = _tool_calls(p, tools, start, parallel_tool_calls=parallel_tool_calls)
     if tool_choice == "required":

@@ -116,7 +116,7 @@ def test_a_schema_makes_the_answer_its_json_bare_or_fenced(reasoning_format: str
 
 def test_an_empty_schema_is_a_response_format() -> None:
     made = muse_glimmer_params(SOURCE, json_schema={})
-    assert made.arena is not None and not made.grammar_lazy
+    assert made.writes_grammar and not made.grammar_lazy
     assert "response-format ::=" in _grammar_text(made)
 
 
@@ -129,7 +129,8 @@ def test_tool_choice_required_is_not_lazy_and_keeps_its_trigger() -> None:
 @pytest.mark.parametrize(("tools", "tool_choice"), [(TOOLS, "none"), ([], "auto")], ids=["none", "no tools"])
 def test_no_grammar_without_tools_to_call_or_a_schema(tools: list[dict[str, Any]], tool_choice: str) -> None:
     made = muse_glimmer_params(SOURCE, tools=tools, tool_choice=tool_choice)
-    assert made.arena is None and not made.grammar_lazy and made.trigger_patterns == ()
+    assert made.arena is not None and not made.writes_grammar  # the parser, no grammar
+    assert not made.grammar_lazy and made.trigger_patterns == ()
 
 
 def test_thinking_preserved_tokens_and_message_delimiters() -> None:
