@@ -42,7 +42,7 @@ from constraintd.chat_templates import (
     render_template,
     template_caps,
 )
-from constraintd.engine.chat.chat_format import ChatFormat
+from constraintd.engine.chat.chat_format import chat_format
 from constraintd.engine.chat.chat_params import TOOL_CHOICES, NotPorted, regex_escape
 from constraintd.engine.chat.message_parser import MessageParseError, ParsedMessage
 from constraintd.engine.chat.prompt import CHATML_TEMPLATE, template_source
@@ -357,9 +357,10 @@ def _free_text(
         source, messages, tools=tools, tool_choice=tool_choice, bos_text=model.bos_text,
         eos_text=model.eos_text, now=now, caps=caps, parallel_tool_calls=parallel_tool_calls,
         generation_prompt=made.generation_prompt)
-    assert not params.grammar and params.analysis is not None  # what the service refused: no grammar
-    parser = ChatFormat(params.analysis, made.generation_prompt, tuple(tool.to_json() for tool in tools),
-                        tool_choice, parallel_tool_calls, "auto", caps.supports_tool_calls, False)
+    # what the service refused: no grammar, on a template it has a parser for (an analysis, or the format's)
+    assert not params.grammar and (params.analysis is not None or params.arena is not None)
+    parser = chat_format(params, made.generation_prompt, tuple(tool.to_json() for tool in tools),
+                         tool_choice, parallel_tool_calls, "auto", caps.supports_tool_calls, False)
     return ChatSettings(
         prompt=made.prompt, generation_prompt=made.generation_prompt, grammar="", grammar_lazy=False,
         trigger_patterns=(), trigger_tokens=(), preserved_tokens=tuple(params.preserved_tokens or ()),

@@ -15,8 +15,10 @@
 #   no grammar (no tools the template can call, tool_choice none, auto with no word to trigger on) is
 #   refused first, as FreeTextError: there is nothing to hold (the worker generates free text then). Each
 #   refusal a caller acts on has its own class (ChatTemplateError, FreeTextError, NotPortedError), which
-#   every transport carries. A hand-written format whose chat params are ported (qwen3-coder) but whose
-#   message parser is not is refused before that, as NotPortedError: the settings carry the parser.
+#   every transport carries. A hand-written format's request carries its parser (the PEG arena its grammar
+#   is written from) in place of the analysis; one whose chat params give no parser (no grammar either, in
+#   the formats that build none then) is refused before that, as NotPortedError: the settings carry the
+#   parser.
 # - A refusal is the same for the same request (its key holds all it depends on): the registry remembers
 #   it as it remembers a refused grammar, so asking again resolves nothing.
 # - Trigger words become triggers over a vocabulary as llama-server makes them (server-schema.cpp): a word
@@ -35,7 +37,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from constraintd.chat_templates import TemplateError, chat_grammar_of, chat_prompt_of, known_caps
-from constraintd.engine.chat.chat_format import ChatFormat
+from constraintd.engine.chat.chat_format import chat_format
 from constraintd.engine.chat.chat_params import (
     TOOL_CHOICES,
     ChatGrammar,
@@ -189,18 +191,17 @@ def resolve_chat(request: ChatRequest) -> tuple[str, ChatSettings]:
         raise ChatTemplateError(str(exc)) from None
     except NotPorted as exc:
         raise NotPortedError(str(exc)) from None
-    if params.analysis is None:
-        # a hand-written format: chat_params gives its grammar without the auto-parser's analysis, which is
-        # what the parser settings (ChatFormat) read
-        raise NotPortedError(f"the {specialised_format(source)} format's message parser")
+    if params.analysis is None and params.arena is None:
+        # a hand-written format's request without its parser: the parser settings (ChatFormat) carry one
+        raise NotPortedError(f"the {specialised_format(source)} format's message parser without a grammar")
     if not params.grammar:
         raise FreeTextError("the chat request asks for free text (no tools the template can call, "
                             "tool_choice none, or auto with no word to trigger on): there is no constraint "
                             "to hold")
     words, patterns = _patterns(params)
-    parser = ChatFormat(
-        params.analysis, made.generation_prompt, tuple(tool.to_json() for tool in tools), tool_choice,
-        request.parallel_tool_calls, request.reasoning_format, caps.supports_tool_calls, schema is not None)
+    parser = chat_format(params, made.generation_prompt, tuple(tool.to_json() for tool in tools), tool_choice,
+                         request.parallel_tool_calls, request.reasoning_format, caps.supports_tool_calls,
+                         schema is not None)
     return params.grammar, ChatSettings(
         prompt=made.prompt,
         generation_prompt=made.generation_prompt,

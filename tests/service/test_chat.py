@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from constraintd.engine.chat.chat_format import ChatFormat
 from constraintd.errors import ChatTemplateError, FreeTextError, InputError, NotPortedError
 from constraintd.service.chat import ChatRequest, ChatSettings, resolve_chat
 from constraintd.service.constraints import Constraint, ConstraintKind, resolve
@@ -159,14 +160,20 @@ def test_a_lazy_tool_grammar_on_a_thinking_template_is_held_with_its_tags() -> N
     assert (settings.thinking_start_tag, settings.thinking_end_tags) == ("<think>", ("</think>",))
 
 
-@pytest.mark.parametrize("tool_choice", ["auto", "none"])
-def test_a_hand_written_format_with_chat_params_is_refused_for_its_message_parser(tool_choice: str) -> None:
-    # qwen3-coder's grammar is ported, the parser of its messages (the settings carry it) is not: refused
-    # before the free-text refusal too, which would have the worker parse the answer
-    with pytest.raises(NotPortedError, match=r"^not ported yet: the qwen3-coder format's message parser$"):
-        resolve_chat(ChatRequest(
-            template=TEMPLATES["Qwen3-Coder"], messages=json.dumps([{"role": "user", "content": "Hi"}]),
-            tools=json.dumps([WEATHER]), tool_choice=tool_choice, now=1.0))
+def test_a_hand_written_formats_request_carries_its_parser() -> None:
+    # qwen3-coder: no analysis, its PEG arena instead; the settings read back parse the format's calls
+    grammar, settings = resolve_chat(ChatRequest(
+        template=TEMPLATES["Qwen3-Coder"], messages=json.dumps([{"role": "user", "content": "Hi"}]),
+        tools=json.dumps([WEATHER]), now=1.0))
+    assert grammar and settings.grammar_lazy
+    parser = ChatFormat.from_json(settings.parser)
+    assert parser.analysis is None and parser.arena is not None
+    call = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+            "</tool_call>")
+    message = parser.parse("Let me look.\n" + call)
+    assert message.content == "Let me look.\n"
+    called = [(c.name, json.loads(c.arguments)) for c in message.tool_calls]
+    assert called == [("get_weather", {"city": "Paris"})]
 
 
 def test_free_text_and_not_ported_are_refused_as_their_own_classes() -> None:
@@ -175,10 +182,11 @@ def test_free_text_and_not_ported_are_refused_as_their_own_classes() -> None:
         resolve(Constraint(ConstraintKind.CHAT, ChatRequest(
             template=QWEN, messages=json.dumps([{"role": "user", "content": "Hi"}]),
             tools=json.dumps([WEATHER]), tool_choice="none", now=1.0).to_text()))
-    with pytest.raises(NotPortedError, match=r"^not ported yet: "):
+    with pytest.raises(NotPortedError, match=r"^not ported yet: the tag formats' argument markers"):
         resolve(Constraint(ConstraintKind.CHAT, ChatRequest(
-            template=TEMPLATES["Qwen3-Coder"], messages=json.dumps([{"role": "user", "content": "Hi"}]),
-            tools=json.dumps([WEATHER]), now=1.0).to_text()))
+            template=TEMPLATES["Mistral-Small-3.2-24B-Instruct-2506"],
+            messages=json.dumps([{"role": "user", "content": "Hi"}]), tools=json.dumps([WEATHER]),
+            tool_choice="required", now=1.0).to_text()))
     with pytest.raises(ChatTemplateError):
         resolve(Constraint(ConstraintKind.CHAT, ChatRequest(
             template="{{ raise_exception('no such chat') }}",

@@ -2,13 +2,14 @@
 #
 # Contract:
 # - A `ChatFormat` holds every input of `parse_message` that is not the text: the template's analysis
-#   (reasoning tags, content wrapping, the tool-call format's markers and fields), the generation prompt,
-#   the tools, tool_choice, parallel_tool_calls, the reasoning format, the template's tool-call capability
-#   and whether a response schema was asked. `parse(text)` is `parse_message` on them.
+#   (reasoning tags, content wrapping, the tool-call format's markers and fields) or, for a hand-written
+#   format, the request's parser (its PEG arena) and preserved tokens, the generation prompt, the tools,
+#   tool_choice, parallel_tool_calls, the reasoning format, the template's tool-call capability and whether
+#   a response schema was asked. `parse(text)` is `parse_message` on them.
 # - `to_json()` writes it as JSON text and `from_json` reads that text back to an equal value, so the
 #   service that resolved a chat request can hand it to a client that parses the generation (the client has
-#   no template renderer, and needs none: the analysis is data). `from_json` refuses what `to_json` does
-#   not write (a missing or mistyped field) with ValueError.
+#   no template renderer, and needs none: the analysis and the parser are data). `from_json` refuses what
+#   `to_json` does not write (a missing or mistyped field) with ValueError.
 from __future__ import annotations
 
 import json
@@ -18,6 +19,7 @@ from typing import Any
 
 from constraintd.engine.chat.chat_params import ChatGrammar
 from constraintd.engine.chat.message_parser import ParsedMessage, parse_message
+from constraintd.engine.chat.peg_arena import PegArena
 from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
 from constraintd.engine.chat.template_analysis import (
     CallIdPosition,
@@ -27,17 +29,18 @@ from constraintd.engine.chat.template_analysis import (
     ToolMode,
 )
 
-__all__ = ["ChatFormat"]
+__all__ = ["ChatFormat", "chat_format"]
 
-# The version of the JSON layout: a reader refuses another. 2: the tag formats' markers.
-_VERSION = 2
+# The version of the JSON layout: a reader refuses another. 2: the tag formats' markers. 3: a hand-written
+# format's parser in place of the analysis.
+_VERSION = 3
 
 
 @dataclass(frozen=True, slots=True)
 class ChatFormat:
     """A chat request's parser settings: how its answer is read back (see the module's contract)."""
 
-    analysis: TemplateAnalysis
+    analysis: TemplateAnalysis | None  # None: a hand-written format's, read with `arena`
     generation_prompt: str
     tools: tuple[Mapping[str, Any], ...] = ()
     tool_choice: str = "auto"
@@ -45,6 +48,8 @@ class ChatFormat:
     reasoning_format: str = "auto"
     supports_tool_calls: bool = True
     has_response_format: bool = False
+    arena: PegArena | None = None  # a hand-written format's parser
+    preserved_tokens: tuple[str, ...] = ()  # a hand-written format's (they name the format)
 
     def parse(self, text: str) -> ParsedMessage:
         """The message (content, reasoning content, tool calls) llama.cpp's chat parser reads in the whole
@@ -54,8 +59,10 @@ class ChatFormat:
             MessageParseError: the text does not match the format.
             NotPorted: the format's parser is not ported.
         """
+        grammar = ChatGrammar(analysis=self.analysis) if self.analysis is not None else \
+            ChatGrammar(preserved_tokens=self.preserved_tokens, arena=self.arena)
         return parse_message(
-            text, ChatGrammar(analysis=self.analysis), generation_prompt=self.generation_prompt,
+            text, grammar, generation_prompt=self.generation_prompt,
             tools=self.tools, tool_choice=self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
             reasoning_format=self.reasoning_format, supports_tool_calls=self.supports_tool_calls,
             has_response_format=self.has_response_format)
@@ -63,19 +70,23 @@ class ChatFormat:
     def to_json(self) -> str:
         """The settings as JSON text (`from_json` reads it back)."""
         analysis = self.analysis
-        reasoning = analysis.reasoning
-        tools = analysis.tools
-        return json.dumps({
-            "version": _VERSION,
-            "analysis": {
+        written: dict[str, Any] | None = None
+        if analysis is not None:
+            reasoning = analysis.reasoning
+            written = {
                 "reasoning": {"mode": reasoning.mode.value, "start": reasoning.start, "end": reasoning.end},
                 "content_mode": analysis.content_mode.value,
                 "content_start": analysis.content_start,
                 "content_end": analysis.content_end,
-                "tools": {f.name: _plain(getattr(tools, f.name)) for f in fields(ToolFormat)},
+                "tools": {f.name: _plain(getattr(analysis.tools, f.name)) for f in fields(ToolFormat)},
                 "preserved_tokens": analysis.preserved_tokens,
                 "additional_stops": analysis.additional_stops,
-            },
+            }
+        return json.dumps({
+            "version": _VERSION,
+            "analysis": written,
+            "arena": None if self.arena is None else self.arena.to_data(),
+            "preserved_tokens": list(self.preserved_tokens),
             "generation_prompt": self.generation_prompt,
             "tools": list(self.tools),
             "tool_choice": self.tool_choice,
@@ -97,27 +108,47 @@ class ChatFormat:
             if data.get("version") != _VERSION:
                 raise ValueError(f"chat format version {data.get('version')!r}, not {_VERSION}")
             found = data["analysis"]
-            tool_fields = dict(found["tools"])
-            tool_fields["mode"] = ToolMode(tool_fields["mode"])
-            tool_fields["call_id_position"] = CallIdPosition(tool_fields["call_id_position"])
-            reasoning = found["reasoning"]
-            analysis = TemplateAnalysis(
-                reasoning=ReasoningAnalysis(ReasoningMode(reasoning["mode"]), _text(reasoning["start"]),
-                                            _text(reasoning["end"])),
-                content_mode=ContentMode(found["content_mode"]),
-                content_start=_text(found["content_start"]),
-                content_end=_text(found["content_end"]),
-                tools=ToolFormat(**tool_fields),
-                preserved_tokens=_texts(found["preserved_tokens"]),
-                additional_stops=_texts(found["additional_stops"]),
-            )
+            analysis = None if found is None else _analysis(found)
+            arena = None if data["arena"] is None else PegArena.from_data(data["arena"])
+            if (analysis is None) == (arena is None):
+                raise ValueError("a chat format reads with an analysis or a parser, one of them")
             return cls(
                 analysis, _text(data["generation_prompt"]), tuple(_objects(data["tools"])),
                 _text(data["tool_choice"]), bool(data["parallel_tool_calls"]),
                 _text(data["reasoning_format"]), bool(data["supports_tool_calls"]),
-                bool(data["has_response_format"]))
+                bool(data["has_response_format"]), arena, tuple(_texts(data["preserved_tokens"])))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a chat format: {type(exc).__name__}: {exc}") from None
+
+
+def chat_format(params: ChatGrammar, generation_prompt: str, tools: tuple[Mapping[str, Any], ...],
+                tool_choice: str, parallel_tool_calls: bool, reasoning_format: str, supports_tool_calls: bool,
+                has_response_format: bool) -> ChatFormat:
+    """The parser settings of a request whose chat params are `params`: its analysis, or a hand-written
+    format's parser and preserved tokens."""
+    if params.analysis is not None:
+        return ChatFormat(params.analysis, generation_prompt, tools, tool_choice, parallel_tool_calls,
+                          reasoning_format, supports_tool_calls, has_response_format)
+    return ChatFormat(None, generation_prompt, tools, tool_choice, parallel_tool_calls, reasoning_format,
+                      supports_tool_calls, has_response_format, params.arena,
+                      tuple(params.preserved_tokens or ()))
+
+
+def _analysis(found: Any) -> TemplateAnalysis:
+    tool_fields = dict(found["tools"])
+    tool_fields["mode"] = ToolMode(tool_fields["mode"])
+    tool_fields["call_id_position"] = CallIdPosition(tool_fields["call_id_position"])
+    reasoning = found["reasoning"]
+    return TemplateAnalysis(
+        reasoning=ReasoningAnalysis(ReasoningMode(reasoning["mode"]), _text(reasoning["start"]),
+                                    _text(reasoning["end"])),
+        content_mode=ContentMode(found["content_mode"]),
+        content_start=_text(found["content_start"]),
+        content_end=_text(found["content_end"]),
+        tools=ToolFormat(**tool_fields),
+        preserved_tokens=_texts(found["preserved_tokens"]),
+        additional_stops=_texts(found["additional_stops"]),
+    )
 
 
 def _plain(value: Any) -> Any:

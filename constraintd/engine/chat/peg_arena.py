@@ -65,6 +65,48 @@ class PegArena:
         self._rules: dict[str, int] = {}
         self.root = -1
 
+    def to_data(self) -> dict[str, Any]:
+        """The arena as JSON data (`from_data` reads it back): a parser is data, so the request's parser
+        travels with its settings (chat_format.py) to whoever reads the generated text."""
+        return {
+            "root": self.root, "rules": dict(self._rules),
+            "parsers": [[held.kind, held.children, held.text, held.min_count, held.max_count,
+                         list(held.delimiters), held.schema, held.trigger] for held in self._parsers],
+        }
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> PegArena:
+        """The arena `to_data` wrote.
+
+        Raises:
+            ValueError: not such data (a field missing or of the wrong type, a child or rule out of range).
+        """
+        arena = cls()
+        try:
+            for kind, children, text, low, high, delimiters, schema, trigger in data["parsers"]:
+                if not (isinstance(kind, str) and isinstance(text, str) and isinstance(low, int)
+                        and isinstance(high, int) and isinstance(trigger, bool)
+                        and all(isinstance(child, int) for child in children)
+                        and all(isinstance(delimiter, str) for delimiter in delimiters)):
+                    raise TypeError(f"a parser of the wrong shape: {kind!r}")
+                arena._add(_Parser(kind, list(children), text, low, high, tuple(delimiters), schema, trigger))
+            count = len(arena._parsers)
+            arena._rules = {str(name): int(at) for name, at in data["rules"].items()}
+            arena.root = int(data["root"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"not a PEG arena: {type(exc).__name__}: {exc}") from None
+        held = [child for parser in arena._parsers for child in parser.children]
+        if any(not 0 <= at < count for at in (*held, *arena._rules.values())) or not -1 <= arena.root < count:
+            raise ValueError("not a PEG arena: a parser out of range")
+        return arena
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PegArena):
+            return NotImplemented
+        return self.to_data() == other.to_data()
+
+    __hash__ = None  # type: ignore[assignment]  # built call by call: no hash
+
     def _add(self, parser: _Parser) -> int:
         self._parsers.append(parser)
         return len(self._parsers) - 1
