@@ -11,14 +11,15 @@
 # - A grammar where there is a response schema (any JSON object, an empty one too), or tools with tool_choice
 #   other than none; lazy unless there is a schema or tool_choice is required. The call block's start is the
 #   trigger word of every grammar, lazy or not.
-# - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
-#   order: the generation prompt, the reasoning where it is extracted (an optional thought, or a bare
-#   `</mm:think>`), then the schema's JSON in a ```json fence, or the text up to the block and the block (at
-#   least one call where tool_choice is required, more where parallel calls are on). An argument that may be
-#   a string is any text up to its close; one of alternatives, each alternative's value; an object with
-#   properties, its members as elements; an array, its items as `<item>` elements; any other its schema's
-#   JSON. Members: the required ones in the properties' order, space between, then the optional ones in any
-#   order, space before each.
+# - The parser is built for every request (the message parser runs it; with neither a schema nor tools to
+#   call, the thought then the rest as content), its grammar written only where there is one. It is the
+#   arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its order: the generation
+#   prompt, the reasoning where it is extracted (an optional thought, or a bare `</mm:think>`), then the
+#   schema's JSON in a ```json fence, or the text up to the block and the block (at least one call where
+#   tool_choice is required, more where parallel calls are on). An argument that may be a string is any text
+#   up to its close; one of alternatives, each alternative's value; an object with properties, its members as
+#   elements; an array, its items as `<item>` elements; any other its schema's JSON. Members: the required
+#   ones in the properties' order, space between, then the optional ones in any order, space before each.
 # - Not done (NotImplementedError): parameters that hold a $ref, and arguments whose may-be-a-string answer
 #   needs allOf or a string format without a type (tagged_tool_grammar.may_be_string's refusals).
 from __future__ import annotations
@@ -63,26 +64,26 @@ def minimax_m3_params(
     has_tools = bool(tools)
     has_schema = isinstance(json_schema, Mapping)
     include_grammar = has_schema or (has_tools and tool_choice != "none")
-    arena = None
     functions = tool_functions([tool for tool in tools if tool.get("type") == "function"])
-    if include_grammar:
-        try:
-            arena = _parser(functions if has_tools and tool_choice != "none" else [],
-                            require_tools=tool_choice == "required", parallel_tool_calls=parallel_tool_calls,
-                            extract_reasoning=reasoning_format != "none", enable_thinking=enable_thinking,
-                            json_schema=json_schema if has_schema else None)
-        except NotImplementedError as exc:
-            raise NotImplementedError(f"minimax-m3: {exc}") from exc
+    wants_tools = has_tools and tool_choice != "none"
+    try:
+        arena = _parser(functions if wants_tools else None,
+                        require_tools=tool_choice == "required", parallel_tool_calls=parallel_tool_calls,
+                        extract_reasoning=reasoning_format != "none", enable_thinking=enable_thinking,
+                        json_schema=json_schema if has_schema else None)
+    except NotImplementedError as exc:
+        raise NotImplementedError(f"minimax-m3: {exc}") from exc
     lazy = include_grammar and not (has_schema or (has_tools and tool_choice == "required"))
     return FormatParams(arena, lazy, (FC_START,) if include_grammar else (), True, THINK_START, (THINK_END,),
-                        PRESERVED_TOKENS, message_delimiters=MESSAGE_DELIMITERS)
+                        PRESERVED_TOKENS, message_delimiters=MESSAGE_DELIMITERS,
+                        writes_grammar=include_grammar)
 
 
-def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, require_tools: bool, parallel_tool_calls: bool,
-            extract_reasoning: bool, enable_thinking: bool, json_schema: Mapping[str, Any] | None
-            ) -> PegArena:
-    # the parser of build_chat_peg_parser's function, each expression's parsers made in llama.cpp's order
-    # (the right operand of `+` and `|` first)
+def _parser(functions: list[tuple[str, Mapping[str, Any]]] | None, *, require_tools: bool,
+            parallel_tool_calls: bool, extract_reasoning: bool, enable_thinking: bool,
+            json_schema: Mapping[str, Any] | None) -> PegArena:
+    # the parser of build_chat_peg_parser's function (functions None: no tools to call), each expression's
+    # parsers made in llama.cpp's order (the right operand of `+` and `|` first)
     p = PegArena()
     generation_prompt = p.literal(GENERATION_PROMPT)  # prefix(GEN_PROMPT, THINK_START): no thought in it
     end = p.end()
@@ -107,6 +108,10 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, require_tools: bo
         head = p.sequence(p.literal("```json"), head)
         response_format = p.rule("response-format", _chain(p, head, content, space, fence_close))
         p.root = _chain(p, generation_prompt, reasoning, response_format, end)
+        return p
+    if functions is None:
+        # generation_prompt + reasoning + content(rest()) + end
+        p.root = _chain(p, generation_prompt, reasoning, p.tag(p.rest(), "content"), end)
         return p
     tool_choice = p.choice()
     for name, function in functions:

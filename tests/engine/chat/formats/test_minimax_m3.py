@@ -160,7 +160,8 @@ def test_tool_choice_auto_is_lazy_on_the_blocks_start() -> None:
 
 def test_tool_choice_none_and_no_tools_give_no_grammar() -> None:
     for made in (minimax_m3_params(SOURCE, tools=TOOLS, tool_choice="none"), minimax_m3_params(SOURCE)):
-        assert made.arena is None and not made.grammar_lazy and made.trigger_words == ()
+        assert made.arena is not None and not made.writes_grammar  # the parser, no grammar
+        assert not made.grammar_lazy and made.trigger_words == ()
 
 
 def test_a_response_schema_is_json_in_a_fence_after_the_reasoning() -> None:
@@ -173,7 +174,7 @@ def test_a_response_schema_is_json_in_a_fence_after_the_reasoning() -> None:
     assert not _takes(matcher, PROMPT + '```json\n{"confidence": 1}')  # the answer is required
     assert not _takes(matcher, PROMPT + WEATHER)  # no calls with a response format
     assert _completes(matcher, PROMPT + '</mm:think>```json{"answer": "Paris"}```')  # a bare thought's close
-    assert minimax_m3_params(SOURCE, json_schema={}).arena is not None  # an empty schema is one too
+    assert minimax_m3_params(SOURCE, json_schema={}).writes_grammar  # an empty schema is one too
 
 
 def test_thinking_tags_preserved_tokens_and_message_delimiters() -> None:
@@ -204,7 +205,8 @@ FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem == "Min
 def _ours(made: FormatParams) -> dict[str, Any]:
     # the fields tests/chat_oracle/params.py compares, as chat_params.py will give them
     return {
-        "grammar": _grammar_text(made) if made.arena is not None else "", "grammar_lazy": made.grammar_lazy,
+        "grammar": _grammar_text(made) if made.arena is not None and made.writes_grammar else "",
+        "grammar_lazy": made.grammar_lazy,
         "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],
         "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
         "thinking_end_tags": list(made.thinking_end_tags),
