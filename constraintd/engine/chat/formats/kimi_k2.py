@@ -9,14 +9,15 @@
 # - A grammar exactly where there are tools and tool_choice is not none (a response schema alone gives none:
 #   llama.cpp's format does not read it); lazy where tool_choice is auto; the trigger word
 #   `<|tool_call_begin|>` with every grammar, lazy or not (llama.cpp sets it for required too).
-# - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
-#   order: the generation prompt, the reasoning where it is extracted (it may stop at a call marker, its
-#   closing tag optional), the text up to the section's or a call's marker, then the section: its opening
-#   marker optional, the calls (at least one where tool_choice is required, any number where parallel calls
-#   are on, else at most one) each as `<|tool_call_begin|>functions.<name>:<digits>` then
-#   `<|tool_call_argument_begin|>` and the arguments' JSON by the parameters' schema, its `<|tool_call_end|>`
-#   optional, then the section's closing marker optional. Lazy, the grammar is that section from the first
-#   call marker on.
+# - The parser is built for every request (the message parser runs it; with no tools to call, the thought then
+#   the rest as content), its grammar written only where there is one. It is the arena's (peg_arena.py) of the
+#   parser llama.cpp builds, made call for call in its order: the generation prompt, the reasoning where it is
+#   extracted (it may stop at a call marker, its closing tag optional), the text up to the section's or a
+#   call's marker, then the section: its opening marker optional, the calls (at least one where tool_choice is
+#   required, any number where parallel calls are on, else at most one) each as
+#   `<|tool_call_begin|>functions.<name>:<digits>` then `<|tool_call_argument_begin|>` and the arguments' JSON
+#   by the parameters' schema, its `<|tool_call_end|>` optional, then the section's closing marker optional.
+#   Lazy, the grammar is that section from the first call marker on.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -51,20 +52,19 @@ def kimi_k2_params(
     """
     del source, json_schema  # the format is the same for every template, and has no response-format grammar
     include_grammar = bool(tools) and tool_choice != "none"
-    arena = None
-    if include_grammar:
-        functions = tool_functions([tool for tool in tools if tool.get("type") == "function"])
-        arena = _parser(functions, extract_reasoning=reasoning_format != "none", tool_choice=tool_choice,
-                        parallel_tool_calls=parallel_tool_calls)
+    functions = tool_functions([tool for tool in tools if tool.get("type") == "function" and include_grammar])
+    arena = _parser(functions, extract_reasoning=reasoning_format != "none",
+                    tool_choice=tool_choice if include_grammar else None,
+                    parallel_tool_calls=parallel_tool_calls)
     return FormatParams(
         arena, include_grammar and tool_choice == "auto", (CALL_BEGIN,) if include_grammar else (), True,
-        THINK_START, (THINK_END,), PRESERVED_TOKENS)
+        THINK_START, (THINK_END,), PRESERVED_TOKENS, writes_grammar=include_grammar)
 
 
-def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning: bool, tool_choice: str,
-            parallel_tool_calls: bool) -> PegArena:
-    # the parser of build_chat_peg_parser's function with tools, each expression's parsers made in llama.cpp's
-    # order (the right operand of + first)
+def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning: bool,
+            tool_choice: str | None, parallel_tool_calls: bool) -> PegArena:
+    # the parser of build_chat_peg_parser's function (tool_choice None: no tools to call), each expression's
+    # parsers made in llama.cpp's order (the right operand of + first)
     p = PegArena()
     at_end = p.end()
     if extract_reasoning:
@@ -76,6 +76,11 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     else:
         reasoning = p.eps()
     generation_prompt = p.literal(GENERATION_PROMPT)
+    if tool_choice is None:
+        # generation_prompt + reasoning + content(rest()) + end
+        content = p.tag(p.rest(), "content")
+        p.root = p.sequence(p.sequence(p.sequence(generation_prompt, reasoning), content), at_end)
+        return p
     choice = p.choice()
     for name, function in functions:
         # tool_id(literal("functions.") + tool_name(literal(name)) + literal(":") + chars("[0-9]", 1, -1))
