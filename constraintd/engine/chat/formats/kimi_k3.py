@@ -11,13 +11,15 @@
 # - A grammar exactly where there are tools and tool_choice is not none (a response schema alone gives none:
 #   llama.cpp's format does not read it); lazy where tool_choice is not required; the trigger word
 #   `<|open|>tools<|sep|>` with every grammar, lazy or not.
-# - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
-#   order: the message opener, the think section and the response (each opener and closer optional, the text
-#   up to the closer or the next section), then the tools section (required where tool_choice is required,
-#   else optional) with one call or more, each of the function's arguments any number of times in any order,
-#   every value any text up to the argument's closer (its JSON type is not constrained), then the message's
-#   closer and end-of-message token, optional. Lazy, the grammar is the tools section alone, with the
-#   message's closer and end-of-message token after it (optional; llama.cpp's trigger rule holds them).
+# - The parser is built for every request (the message parser runs it; with no tools to call, no tools
+#   section), its grammar written only where there is one. It is the arena's (peg_arena.py) of the parser
+#   llama.cpp builds, made call for call in its order: the message opener, the think section and the response
+#   (each opener and closer optional, the text up to the closer or the next section), then the tools section
+#   (required where tool_choice is required, else optional) with one call or more, each of the function's
+#   arguments any number of times in any order, every value any text up to the argument's closer (its JSON
+#   type is not constrained), then the message's closer and end-of-message token, optional. Lazy, the grammar
+#   is the tools section alone, with the message's closer and end-of-message token after it (optional;
+#   llama.cpp's trigger rule holds them).
 # - Not done (NotImplementedError): parameters whose properties are not an object (llama.cpp iterates them
 #   as JSON; not ported).
 from __future__ import annotations
@@ -67,20 +69,19 @@ def kimi_k3_params(
     # the think section's body is tagged reasoning or content as reasoning_format says: the same grammar
     del source, parallel_tool_calls, json_schema
     include_grammar = bool(tools) and tool_choice != "none"
-    arena = None
-    if include_grammar:
-        functions = tool_functions([tool for tool in tools if tool.get("type") == "function"])
-        arena = _parser(functions, extract_reasoning=reasoning_format != "none",
-                        required=tool_choice == "required")
+    functions = tool_functions([tool for tool in tools if tool.get("type") == "function" and include_grammar])
+    arena = _parser(functions if include_grammar else None, extract_reasoning=reasoning_format != "none",
+                    required=tool_choice == "required")
     return FormatParams(
         arena, include_grammar and tool_choice != "required", (TOOLS_START,) if include_grammar else (), True,
-        THINK_START, (THINK_END,), PRESERVED_TOKENS, message_delimiters=MESSAGE_DELIMITERS)
+        THINK_START, (THINK_END,), PRESERVED_TOKENS, message_delimiters=MESSAGE_DELIMITERS,
+        writes_grammar=include_grammar)
 
 
-def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning: bool,
+def _parser(functions: list[tuple[str, Mapping[str, Any]]] | None, *, extract_reasoning: bool,
             required: bool) -> PegArena:
-    # the parser of build_chat_peg_parser's function with tools, each expression's parsers made in llama.cpp's
-    # order (the right operand of + first)
+    # the parser of build_chat_peg_parser's function (functions None: no tools to call), each expression's
+    # parsers made in llama.cpp's order (the right operand of + first)
     p = PegArena()
     at_end = p.end()
     start = p.optional(p.literal(MSG_START))
@@ -94,6 +95,11 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, extract_reasoning
     response = p.sequence(p.sequence(p.optional(p.literal(RESP_START)), content), resp_end)
     eom = p.optional(p.literal(EOM_TOKEN))
     trailer = p.sequence(p.optional(p.literal(MSG_END)), eom)
+    if functions is None:
+        # start + reasoning + response + trailer + end
+        root = p.sequence(p.sequence(start, reasoning), response)
+        p.root = p.sequence(p.sequence(root, trailer), at_end)
+        return p
     choice = p.choice()
     for name, function in functions:
         args = p.eps()
