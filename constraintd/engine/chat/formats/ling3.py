@@ -8,13 +8,15 @@
 #   markers preserved, `<|role_end|>` an additional stop, and the messages' start delimiters per role.
 # - A grammar exactly where there are tools and tool_choice is not none (a response schema is not read);
 #   lazy where tool_choice is not required, with the trigger word `<tool_call>`.
-# - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
-#   order: the optional role opener, the think block (its tags optional; its body up to `</think>`, or up to
-#   a call's start too where the generation prompt leaves `<think>` open), the content up to a call, then the
-#   calls' section (required where tool_choice is required, else optional) and the turn's tail. A call is
-#   `<tool_call>name`, its required arguments in any order (as `ling3-<name>-args-N` rules), then its
-#   optional ones in any order and number. A string argument is any text up to `</arg_value>`; any other its
-#   schema's JSON; one that may be both, the string rule.
+# - The parser is built for every request (the message parser runs it; with no tools to call, the thought then
+#   the rest of the turn as content), its grammar written only where there is one. It is the arena's
+#   (peg_arena.py) of the parser llama.cpp builds, made call for call in its order: the optional role opener,
+#   the think block (its tags optional; its body up to `</think>`, or up to a call's start too where the
+#   generation prompt leaves `<think>` open), the content up to a call, then the calls' section (required
+#   where tool_choice is required, else optional) and the turn's tail. A call is `<tool_call>name`, its
+#   required arguments in any order (as `ling3-<name>-args-N` rules), then its optional ones in any order and
+#   number. A string argument is any text up to `</arg_value>`; any other its schema's JSON; one that may be
+#   both, the string rule.
 # - Not done (NotImplementedError): parameters that hold a $ref, and argument schemas whose value types are
 #   not ported (qwen3_coder.value_types says which).
 from __future__ import annotations
@@ -65,25 +67,25 @@ def ling3_params(
     """
     del source, json_schema
     include_grammar = bool(tools) and tool_choice != "none"
-    arena = None
-    if include_grammar:
-        functions = tool_functions([tool for tool in tools if tool.get("type") == "function"])
-        last_open, last_close = generation_prompt.rfind(THINK_START), generation_prompt.rfind(THINK_END)
-        think_open = last_open != -1 and (last_close == -1 or last_open > last_close)
-        try:
-            arena = _parser(functions, think_open=think_open, extract_reasoning=reasoning_format != "none",
-                            required=tool_choice == "required", parallel_tool_calls=parallel_tool_calls)
-        except NotImplementedError as exc:
-            raise NotImplementedError(f"ling-3: {exc}") from exc
+    functions = tool_functions([tool for tool in tools if tool.get("type") == "function" and include_grammar])
+    last_open, last_close = generation_prompt.rfind(THINK_START), generation_prompt.rfind(THINK_END)
+    think_open = last_open != -1 and (last_close == -1 or last_open > last_close)
+    try:
+        arena = _parser(functions if include_grammar else None, think_open=think_open,
+                        extract_reasoning=reasoning_format != "none", required=tool_choice == "required",
+                        parallel_tool_calls=parallel_tool_calls)
+    except NotImplementedError as exc:
+        raise NotImplementedError(f"ling-3: {exc}") from exc
     return FormatParams(
         arena, include_grammar and tool_choice != "required", (CALL_START,) if include_grammar else (), True,
-        THINK_START, (THINK_END, CALL_START), PRESERVED_TOKENS, (ROLE_END,), MESSAGE_DELIMITERS)
+        THINK_START, (THINK_END, CALL_START), PRESERVED_TOKENS, (ROLE_END,), MESSAGE_DELIMITERS,
+        writes_grammar=include_grammar)
 
 
-def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, think_open: bool, extract_reasoning: bool,
-            required: bool, parallel_tool_calls: bool) -> PegArena:
-    # the parser of build_chat_peg_parser's function with tools, each expression's parsers made in llama.cpp's
-    # order (the right operand of `+` and `|` first)
+def _parser(functions: list[tuple[str, Mapping[str, Any]]] | None, *, think_open: bool,
+            extract_reasoning: bool, required: bool, parallel_tool_calls: bool) -> PegArena:
+    # the parser of build_chat_peg_parser's function (functions None: no tools to call), each expression's
+    # parsers made in llama.cpp's order (the right operand of `+` and `|` first)
     p = PegArena()
     end = p.end()
     space = p.optional(p.space())
@@ -95,6 +97,10 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, think_open: bool,
     reasoning = p.optional(p.sequence(reasoning, think_end))
     content = p.optional(p.tag(p.until_one_of([CALL_START]), "content"))
     tail = _tail(p)
+    if functions is None:
+        # opener + reasoning + tail + end
+        p.root = p.sequence(p.sequence(p.sequence(opener, reasoning), tail), end)
+        return p
     tool_choices = p.choice()
     arg_close = p.atomic(p.tag(p.literal(ARG_VAL_END), "tool-arg-close"))
     arg_string = p.rule("ling3-arg-string", p.sequence(p.tag(p.until(ARG_VAL_END),

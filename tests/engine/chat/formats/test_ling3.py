@@ -143,7 +143,8 @@ def test_tool_choice_auto_is_lazy_on_the_call_start() -> None:
 def test_no_grammar_without_tools_to_call(tools: list[dict[str, Any]], tool_choice: str,
                                           json_schema: Any) -> None:
     made = ling3_params("", tools=tools, tool_choice=tool_choice, json_schema=json_schema)
-    assert made.arena is None and not made.grammar_lazy and made.trigger_words == ()
+    assert made.arena is not None and not made.writes_grammar  # the parser, no grammar
+    assert not made.grammar_lazy and made.trigger_words == ()
 
 
 def test_thinking_tags_stops_preserved_tokens_and_message_delimiters() -> None:
@@ -180,7 +181,8 @@ def _generation_prompt(source: str, case: ParamsCase, tools: list[dict[str, Any]
 def _ours(made: FormatParams) -> dict[str, Any]:
     # the fields tests/chat_oracle/params.py compares, as chat_params.py will give them
     return {
-        "grammar": grammar_text(made) if made.arena is not None else "", "grammar_lazy": made.grammar_lazy,
+        "grammar": grammar_text(made) if made.arena is not None and made.writes_grammar else "",
+        "grammar_lazy": made.grammar_lazy,
         "grammar_triggers": [["word", word] for word in made.trigger_words],
         "additional_stops": list(made.additional_stops),
         "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
