@@ -8,12 +8,14 @@
 # - A grammar exactly where there are tools and tool_choice is not none (a response schema gives none:
 #   llama.cpp's format does not read it); lazy where tool_choice is auto. Its trigger is the pattern
 #   `>>>(?!all)` (TRIGGER_PATTERN, whenever there is a grammar, lazy or not).
-# - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
-#   order: the generation prompt (up to its `>>>`), then `all\n` and text up to the next `>>>` followed by
-#   the calls, or the calls alone, or (tool_choice auto) `all\n` and any text. Calls are `<name>\n` and the
-#   parameters' JSON, written one after the other with nothing between them: one or more where parallel
-#   calls are on (or after no text, whatever parallel_tool_calls says: llama.cpp's `tools` rule), else one.
-#   Lazy, the grammar is the calls' rule alone, one or more.
+# - The parser is built for every request (the message parser runs it; with no tools to call, `all` and the
+#   rest as content), its grammar written only where there is one. It is the arena's (peg_arena.py) of the
+#   parser llama.cpp builds, made call for call in its order: the generation prompt (up to its `>>>`), then
+#   `all\n` and text up to the next `>>>` followed by the calls, or the calls alone, or (tool_choice auto)
+#   `all\n` and any text. Calls are `<name>\n` and the parameters' JSON, written one after the other with
+#   nothing between them: one or more where parallel calls are on (or after no text, whatever
+#   parallel_tool_calls says: llama.cpp's `tools` rule), else one. Lazy, the grammar is the calls' rule alone,
+#   one or more.
 # - Every builder call is the arena's (peg_arena.py).
 from __future__ import annotations
 
@@ -44,25 +46,28 @@ def functionary_v3_2_params(
     """
     del source, json_schema, reasoning_format  # the same for every template, no response format, no thinking
     include_grammar = bool(tools) and tool_choice != "none"
-    arena = None
-    if include_grammar:
-        arena = _parser(tool_functions(tools), tool_choice=tool_choice,
-                        parallel_tool_calls=parallel_tool_calls)
+    arena = _parser(tool_functions(tools) if include_grammar else [],
+                    tool_choice=tool_choice if include_grammar else None,
+                    parallel_tool_calls=parallel_tool_calls)
     return FormatParams(
         arena, include_grammar and tool_choice == "auto", (), False, "", (), PRESERVED_TOKENS,
-        trigger_patterns=(TRIGGER_PATTERN,) if include_grammar else ())
+        trigger_patterns=(TRIGGER_PATTERN,) if include_grammar else (), writes_grammar=include_grammar)
 
 
-def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, tool_choice: str,
+def _parser(functions: list[tuple[str, Mapping[str, Any]]], *, tool_choice: str | None,
             parallel_tool_calls: bool) -> PegArena:
-    # the parser of build_chat_peg_parser's function with tools, each expression's parsers made in llama.cpp's
-    # order (the right operand of `+` first, a braced list left to right)
+    # the parser of build_chat_peg_parser's function (tool_choice None: no tools to call), each expression's
+    # parsers made in llama.cpp's order (the right operand of `+` first, a braced list left to right)
     p = PegArena()
     text = p.tag(p.until(RECIPIENT), "content")
     content_until_tool = p.sequence(p.literal(CONTENT_RECIPIENT), text)
     rest = p.tag(p.rest(), "content")
     content_until_end = p.sequence(p.literal(CONTENT_RECIPIENT), rest)
     generation_prompt = p.literal(GENERATION_PROMPT)
+    if tool_choice is None:
+        # generation_prompt + content_until_end + end()
+        p.root = p.sequence(p.sequence(generation_prompt, content_until_end), p.end())
+        return p
     choice = p.choice()
     for name, function in functions:
         # tool(tool_open(tool_name(literal(name)) + literal("\n")) + tool_args(schema(json(), ...)))

@@ -119,7 +119,8 @@ def test_tool_choice_required_is_not_lazy_and_keeps_its_pattern() -> None:
 def test_no_grammar_without_tools_to_call(tools: list[dict[str, Any]], tool_choice: str,
                                           json_schema: Any) -> None:
     made = functionary_v3_2_params(SOURCE, tools=tools, tool_choice=tool_choice, json_schema=json_schema)
-    assert made.arena is None and not made.grammar_lazy and made.trigger_patterns == ()
+    assert made.arena is not None and not made.writes_grammar  # the parser, no grammar
+    assert not made.grammar_lazy and made.trigger_patterns == ()
 
 
 def test_no_thinking_and_one_preserved_token() -> None:
