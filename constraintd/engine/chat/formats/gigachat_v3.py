@@ -8,10 +8,11 @@
 # - A grammar exactly where there are tools and tool_choice is not none (a response schema is not read, nor
 #   parallel calls: the format writes one call at most); lazy exactly where tool_choice is auto, the call's
 #   start (TOOL_CALL_START) its trigger word.
-# - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
-#   order: the generation prompt, the text up to `<|message_sep|>\n\n`, then the call (required where
-#   tool_choice is required, else optional): the call's start and a JSON object of the tool's name and its
-#   arguments, the parameters' schema's JSON.
+# - The parser is built for every request (the message parser runs it; with no tools to call, the rest after
+#   the generation prompt as content), its grammar written only where there is one. It is the arena's
+#   (peg_arena.py) of the parser llama.cpp builds, made call for call in its order: the generation prompt, the
+#   text up to `<|message_sep|>\n\n`, then the call (required where tool_choice is required, else optional):
+#   the call's start and a JSON object of the tool's name and its arguments, the parameters' schema's JSON.
 # - Not here: json_member, which the arena lacks, is written in this module (_json_member).
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def gigachat_v3_params(
     response schema, parallel calls and the reasoning format do not change what it gives.
     """
     if not tools or tool_choice == "none":
-        return FormatParams(None, False, (), False, "", (), PRESERVED_TOKENS)
+        return FormatParams(_content_parser(), False, (), False, "", (), PRESERVED_TOKENS, writes_grammar=False)
     arena = _parser(tools, require_tools=tool_choice == "required")
     return FormatParams(arena, tool_choice == "auto", (TOOL_CALL_START,), False, "", (), PRESERVED_TOKENS)
 
@@ -71,6 +72,15 @@ def _parser(tools: Sequence[Mapping[str, Any]], *, require_tools: bool) -> PegAr
     tool_calls = p.trigger_rule("tool-call-root", p.repeat(tool_call, 1 if require_tools else 0, 1))
     body = _then(p, p.tag(p.until(MESSAGE_SEP), "content"), tool_calls)
     p.root = p.sequence(p.literal(GENERATION_PROMPT), body)
+    return p
+
+
+def _content_parser() -> PegArena:
+    # literal(GENERATION_PROMPT) + content(rest()): the parser of a request with no tools to call
+    p = PegArena()
+    p.eps()  # the returned parser's first value, replaced
+    content = p.tag(p.rest(), "content")
+    p.root = p.sequence(p.literal(GENERATION_PROMPT), content)
     return p
 
 

@@ -99,7 +99,8 @@ def test_tool_choice_required_is_not_lazy() -> None:
 def test_tool_choice_none_no_tools_and_a_response_schema_give_no_grammar() -> None:
     for made in (gigachat_v3_params(SOURCE, tools=TOOLS, tool_choice="none"), gigachat_v3_params(SOURCE),
                  gigachat_v3_params(SOURCE, json_schema=RESPONSE_SCHEMA)):
-        assert made.arena is None and not made.grammar_lazy and made.trigger_words == ()
+        assert made.arena is not None and not made.writes_grammar  # the parser, no grammar
+        assert not made.grammar_lazy and made.trigger_words == ()
     # a response schema with tools is not read: the tools' grammar alone
     with_schema = gigachat_v3_params(SOURCE, tools=TOOLS, tool_choice="auto", json_schema=RESPONSE_SCHEMA)
     assert _grammar_text(with_schema) == _grammar_text(gigachat_v3_params(SOURCE, tools=TOOLS))
@@ -120,7 +121,8 @@ FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem == "Gig
 def _ours(made: FormatParams) -> dict[str, Any]:
     # the fields tests/chat_oracle/params.py compares, as chat_params.py will give them
     return {
-        "grammar": _grammar_text(made) if made.arena is not None else "", "grammar_lazy": made.grammar_lazy,
+        "grammar": _grammar_text(made) if made.arena is not None and made.writes_grammar else "",
+        "grammar_lazy": made.grammar_lazy,
         "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],
         "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
         "thinking_end_tags": list(made.thinking_end_tags),
