@@ -41,7 +41,8 @@ def gigachat_v3_params(
     response schema, parallel calls and the reasoning format do not change what it gives.
     """
     if not tools or tool_choice == "none":
-        return FormatParams(_content_parser(), False, (), False, "", (), PRESERVED_TOKENS, writes_grammar=False)
+        return FormatParams(_content_parser(), False, (), False, "", (), PRESERVED_TOKENS,
+                            writes_grammar=False)
     arena = _parser(tools, require_tools=tool_choice == "required")
     return FormatParams(arena, tool_choice == "auto", (TOOL_CALL_START,), False, "", (), PRESERVED_TOKENS)
 
