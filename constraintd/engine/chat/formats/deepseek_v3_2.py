@@ -10,10 +10,12 @@
 #   other than none; lazy exactly where there are tools and tool_choice is not required (a schema included:
 #   the lazy grammar is then the call block alone, whose choice of tools is empty). The block's start is the
 #   trigger word of every grammar, lazy or not.
-# - The grammar is the arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its
-#   order: the generation prompt, the reasoning where it is extracted (with thinking on, a thought may also
-#   run into the call block with no `</think>`; with thinking off, the empty `<think></think>` of V3.2 or the
-#   bare `</think>` of V4), then the schema's JSON in a ```json fence, or the text up to the block and the
+# - The parser is built for every request (the message parser runs it; with neither a schema nor tools to
+#   call, the thought then the rest as content), its grammar written only where there is one. It is the
+#   arena's (peg_arena.py) of the parser llama.cpp builds, made call for call in its order: the generation
+#   prompt, the reasoning where it is extracted (with thinking on, a thought may also run into the call
+#   block with no `</think>`; with thinking off, the empty `<think></think>` of V3.2 or the bare
+#   `</think>` of V4), then the schema's JSON in a ```json fence, or the text up to the block and the
 #   block (at least one call where tool_choice is required, more after space where parallel calls are on).
 #   An argument that may be a string is any text up to `</｜DSML｜parameter>`, any other its schema's JSON;
 #   the required arguments in the parameters' order, space between, then the optional ones in any order,
@@ -60,24 +62,25 @@ def deepseek_v3_2_params(
     has_tools = bool(tools)
     has_schema = isinstance(json_schema, Mapping)
     include_grammar = has_schema or (has_tools and tool_choice != "none")
-    if not include_grammar:
-        return _params(None, False, (), block_start)
-    functions = tool_functions([tool for tool in tools if tool.get("type") == "function"])
+    wants_tools = has_tools and tool_choice != "none"
+    functions = tool_functions([tool for tool in tools if tool.get("type") == "function" and wants_tools])
     try:
-        arena = _parser(functions if has_tools and tool_choice != "none" else None, is_v4=is_v4,
+        arena = _parser(functions if wants_tools else None, is_v4=is_v4,
                         block_start=block_start, require_tools=tool_choice == "required",
                         parallel_tool_calls=parallel_tool_calls, extract_reasoning=reasoning_format != "none",
                         enable_thinking=enable_thinking, json_schema=json_schema if has_schema else None)
     except NotImplementedError as exc:
         raise NotImplementedError(f"deepseek-v3.2: {exc}") from exc
+    if not include_grammar:
+        return _params(arena, False, (), block_start, writes_grammar=False)
     lazy = has_tools and tool_choice != "required"
-    return _params(arena, lazy, (block_start,), block_start)
+    return _params(arena, lazy, (block_start,), block_start, writes_grammar=True)
 
 
-def _params(arena: PegArena | None, lazy: bool, trigger_words: tuple[str, ...], block_start: str
-            ) -> FormatParams:
+def _params(arena: PegArena, lazy: bool, trigger_words: tuple[str, ...], block_start: str, *,
+            writes_grammar: bool) -> FormatParams:
     return FormatParams(arena, lazy, trigger_words, True, THINK_START, (THINK_END, block_start),
-                             (DSML, THINK_START, THINK_END))
+                        (DSML, THINK_START, THINK_END), writes_grammar=writes_grammar)
 
 
 def _parser(functions: list[tuple[str, Mapping[str, Any]]] | None, *, is_v4: bool, block_start: str,
@@ -140,7 +143,11 @@ def _parser(functions: list[tuple[str, Mapping[str, Any]]] | None, *, is_v4: boo
                                                                fence_close))
         p.root = p.sequence(p.sequence(p.sequence(generation_prompt, reasoning), response_format), end)
         return p
-    # without a schema, there are calls (else no grammar: llama.cpp's content(rest()) is not written)
+    if functions is None:
+        # generation_prompt + reasoning + content(rest()) + end: no tools to call, no grammar
+        p.root = p.sequence(p.sequence(p.sequence(generation_prompt, reasoning), p.tag(p.rest(), "content")),
+                            end)
+        return p
     # negate(THINK_START) + content(until_one_of(...)) + space()
     space = p.space()
     before = p.tag(p.until_one_of([_TC_SEPARATOR + block_start, block_start]), "content")

@@ -171,7 +171,8 @@ def test_tool_choice_required_is_not_lazy_and_keeps_its_trigger_word() -> None:
 
 def test_tool_choice_none_and_no_tools_give_no_grammar() -> None:
     for made in (deepseek_v3_2_params(V3_2, tools=TOOLS, tool_choice="none"), deepseek_v3_2_params(V4)):
-        assert made.arena is None and not made.grammar_lazy and made.trigger_words == ()
+        assert made.arena is not None and not made.writes_grammar  # the parser, no grammar
+        assert not made.grammar_lazy and made.trigger_words == ()
 
 
 def test_a_response_schema_is_json_in_a_fence_after_the_reasoning() -> None:
@@ -183,7 +184,7 @@ def test_a_response_schema_is_json_in_a_fence_after_the_reasoning() -> None:
     assert not takes(matcher, PROMPT + '{"answer"')  # the fence is not optional
     assert not takes(matcher, PROMPT + '```json\n{"confidence": 1}')  # the answer is required
     # an empty schema is a response format too
-    assert deepseek_v3_2_params(V3_2, json_schema={}).arena is not None
+    assert deepseek_v3_2_params(V3_2, json_schema={}).writes_grammar
 
 
 def test_a_response_schema_with_tools_auto_is_lazy_on_an_empty_block() -> None:
@@ -225,7 +226,8 @@ FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem in (
 def _ours(made: FormatParams) -> dict[str, Any]:
     # the fields tests/chat_oracle/params.py compares, as chat_params.py will give them
     return {
-        "grammar": grammar_text(made) if made.arena is not None else "", "grammar_lazy": made.grammar_lazy,
+        "grammar": grammar_text(made) if made.arena is not None and made.writes_grammar else "",
+        "grammar_lazy": made.grammar_lazy,
         "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],
         "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
         "thinking_end_tags": list(made.thinking_end_tags),
