@@ -443,7 +443,7 @@ def parse_message(
         return _format_message(text, grammar, generation_prompt=generation_prompt)
     analysis = grammar.analysis
     if analysis is None and format_of(grammar.preserved_tokens) is not None:
-        # a hand-written format's request without a grammar: its parser is not kept (FormatParams.arena)
+        # a hand-written format that gives no parser (FormatParams.arena None): every ported one gives it
         raise NotPorted(f"the parser of a {format_of(grammar.preserved_tokens)} request without a grammar")
     if analysis is None:
         raise NotPorted("the parser of a request without the auto-parser's analysis")
