@@ -19,12 +19,12 @@ __all__ = ["FormatParams"]
 class FormatParams:
     """What a format's `*_params` gives: the request's parser (llama.cpp builds one for every request: the
     message parser runs it on the generated text), whether its grammar is written (`writes_grammar`: False
-    where the request gets none, as with no tools to call; a format that builds no parser then gives
-    `arena` None), whether that grammar is lazy, its trigger words, the thinking tags and preserved tokens,
-    and where the format has them, additional stops, its prompt's message delimiters ((role, text) pairs)
-    and trigger patterns (llama.cpp's pattern triggers, after the words)."""
+    where the request gets none, as with no tools to call), whether that grammar is lazy, its trigger words,
+    the thinking tags and preserved tokens, and where the format has them, additional stops, its prompt's
+    message delimiters ((role, text) pairs) and trigger patterns (llama.cpp's pattern triggers, after the
+    words)."""
 
-    arena: PegArena | None
+    arena: PegArena | None  # None: no parser (a caller's hand-made params; every format builds one)
     grammar_lazy: bool
     trigger_words: tuple[str, ...]
     supports_thinking: bool
