@@ -1,0 +1,290 @@
+"""llama.cpp's own chat-parser test cases, read from the pinned source's tests/test-chat.cpp.
+
+The one call form read is test-chat.cpp's peg_tester builder chain on a tester made with a literal template
+path, the form of its test_template_output_peg_parsers:
+
+    auto tst = peg_tester("models/templates/X.jinja", ...);
+    tst.test(<string literals, adjacent ones joined>).setter(...)...run();
+
+A case is the text given to `.test(...)` on the template its tester was made with, with the request the
+setters give: reasoning_format, enable_thinking, tools (named common_chat_tool definitions, or a named vector
+of them), tool_choice, parallel_tool_calls, json_schema (a literal, or a named `const char *` literal). The
+`expect*` setters are left out: the oracle compares the two implementations, not llama.cpp's expectations.
+The rest of the request is the builder's default (one user message "Hey there!", add_generation_prompt on,
+reasoning_format none, thinking on, tool_choice auto, no parallel calls, no bos or eos text).
+
+Skipped, and counted by reason in `skipped_calls()`: a text that is not only string literals
+(`get_time_call + ...`: 11), a tester whose template is a variable (`peg_tester(path, ...)`: 19), tools that
+are not named definitions (2), and the setters the project's parser does not take or this reader does not
+render, counted by the first one met: messages(...) (72; continue_final_message and
+add_generation_prompt(false) come with it) and is_partial(true) (6: parse_message reads whole texts only).
+test-chat-peg-parser.cpp and test-chat-auto-parser.cpp are not read: their cases pair a parser built in C++,
+or a template's analysis, with a text, not a template and a request with a text.
+
+On the pinned source this reads 315 cases on 53 templates (file name without .jinja, cases):
+Apertus-8B-Instruct 1, Apriel-1.6-15b-Thinker-fixed 2, ByteDance-Seed-OSS 6, Cohere2MoE 9,
+CohereForAI-c4ai-command-r-plus-tool_use 2, CohereForAI-c4ai-command-r7b-12-2024-tool_use 7, GLM-4.6 1,
+GLM-4.7-Flash 6, GigaChat3-10B-A1.8B 3, GigaChat3.1-10B-A1.8B 3, Kimi-K2-Instruct 2, Kimi-K2-Thinking 11,
+Kimi-K3 9, LFM2.5-8B-A1B 5, MiniMax-M2 4, MiniMax-M3 19, Mistral-Small-3.2-24B-Instruct-2506 3,
+NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 8, NVIDIA-Nemotron-Nano-v2 2,
+NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use 2, Qwen-QwQ-32B 2, Qwen3-Coder 22, Qwen3.5-4B 20, Reka-Edge 15,
+Spark2.5 6, StepFun3.5-Flash 11, deepseek-ai-DeepSeek-R1-Distill-Llama-8B 2,
+deepseek-ai-DeepSeek-R1-Distill-Qwen-32B 3, deepseek-ai-DeepSeek-V3.1 5, deepseek-ai-DeepSeek-V3.2 13,
+deepseek-ai-DeepSeek-V4-Flash-0731 1, deepseek-ai-DeepSeek-V4 8, fireworks-ai-llama-3-firefunction-v2 2,
+google-gemma-2-2b-it 3, google-gemma-4-31B-it 26, ibm-granite-granite-3.3-2B-Instruct 2,
+ibm-granite-granite-4.0 2, ibm-granite-granite-4.1 2, inclusionai-ling-3.0-flash 12, llama-cpp-deepseek-r1 3,
+meetkai-functionary-medium-v3.1 2, meetkai-functionary-medium-v3.2 2, meta-llama-Llama-3.1-8B-Instruct 3,
+meta-llama-Llama-3.2-3B-Instruct 1, meta-llama-Llama-3.3-70B-Instruct 1,
+mistralai-Ministral-3-14B-Reasoning-2512 8, mistralai-Mistral-Nemo-Instruct-2407 2, moonshotai-Kimi-K2 2,
+muse-glimmer 3, openai-gpt-oss-120b 14, openbmb-MiniCPM5-1B 7, unsloth-Apriel-1.5 2,
+unsloth-mistral-Devstral-Small-2507 3
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from tests import reference
+
+_TOKEN = re.compile(r"""
+    (?P<space>\s+|//[^\n]*|/\*.*?\*/)
+  | (?P<raw>(?:u8)?R"(?P<delim>[^(\s]*)\((?P<body>.*?)\)(?P=delim)")
+  | (?P<string>(?:u8)?"(?:\\.|[^"\\\n])*")
+  | (?P<char>'(?:\\.|[^'\\])+')
+  | (?P<ident>[A-Za-z_]\w*)
+  | (?P<number>\d[\w.]*)
+  | (?P<punct>::|->|.)
+""", re.VERBOSE | re.DOTALL)
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "'": "'", "0": "\0", "?": "?", "/": "/"}
+_REASONING = {"COMMON_REASONING_FORMAT_NONE": "none", "COMMON_REASONING_FORMAT_AUTO": "auto",
+              "COMMON_REASONING_FORMAT_DEEPSEEK": "deepseek",
+              "COMMON_REASONING_FORMAT_DEEPSEEK_LEGACY": "deepseek-legacy"}
+_CHOICE = {"COMMON_CHAT_TOOL_CHOICE_AUTO": "auto", "COMMON_CHAT_TOOL_CHOICE_REQUIRED": "required",
+           "COMMON_CHAT_TOOL_CHOICE_NONE": "none"}
+_BOOL = {"true": True, "false": False}
+
+
+@dataclass(frozen=True, slots=True)
+class CppCase:
+    """One `.test(...)...run()` of llama.cpp's tests/test-chat.cpp: a template, a text and its request."""
+
+    template: str  # the file name under models/templates/
+    line: int  # where the `.test(` is in test-chat.cpp
+    text: str  # the generated text, as llama.cpp's tests/test-chat.cpp writes it at `line`
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str = "auto"
+    parallel_tool_calls: bool = False
+    reasoning_format: str = "none"
+    enable_thinking: bool = True
+    json_schema: Any = None
+
+    @property
+    def name(self) -> str:
+        return f"test-chat.cpp:{self.line}"
+
+
+class _Skip(Exception):
+    """A call this reader does not take (see the module's docstring)."""
+
+
+def _tokens(source: str) -> list[tuple[str, str, int]]:
+    found = []
+    line = 1
+    for match in _TOKEN.finditer(source):
+        kind = match.lastgroup
+        assert kind is not None
+        if kind != "space":
+            if match.group("raw") is not None:
+                found.append(("string", match.group("body"), line))
+            elif kind == "string":
+                text = _unescape(match.group()[match.group().index('"') + 1:-1])
+                found.append(("string", text, line) if text is not None else ("bytes", "", line))
+            else:
+                found.append((kind, match.group(), line))
+        line += match.group().count("\n")
+    return found
+
+
+def _unescape(body: str) -> str | None:
+    # C++ escapes, to the bytes they stand for; None where those bytes are no UTF-8 text
+    out = bytearray()
+    for match in re.finditer(r"\\(u[0-9a-fA-F]{4}|x[0-9a-fA-F]{1,2}|.)|[^\\]+", body, re.DOTALL):
+        escape = match.group(1)
+        if escape is None:
+            out += match.group().encode()
+        elif escape[0] == "u":
+            out += chr(int(escape[1:], 16)).encode()
+        elif escape[0] == "x":
+            out.append(int(escape[1:], 16))
+        else:
+            out += _ESCAPES[escape].encode()
+    try:
+        return out.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _strings(tokens: list[tuple[str, str, int]]) -> str:
+    if not tokens or any(kind != "string" for kind, _, _ in tokens):
+        raise _Skip("a text that is not string literals")
+    return "".join(value for _, value, _ in tokens)
+
+
+def _group(tokens: list[tuple[str, str, int]], at: int) -> int:
+    # the index after the bracket that closes the one at `at`
+    depth = 0
+    for index in range(at, len(tokens)):
+        value = tokens[index][1] if tokens[index][0] == "punct" else ""
+        depth += value in "({[" and value != ""
+        depth -= value in ")}]" and value != ""
+        if depth == 0:
+            return index + 1
+    raise ValueError("unbalanced brackets in test-chat.cpp")
+
+
+def _split_args(tokens: list[tuple[str, str, int]]) -> list[list[tuple[str, str, int]]]:
+    parts: list[list[tuple[str, str, int]]] = [[]]
+    index = 0
+    while index < len(tokens):
+        kind, value, _ = tokens[index]
+        if kind == "punct" and value in "({[":
+            end = _group(tokens, index)
+            parts[-1].extend(tokens[index:end])
+            index = end
+            continue
+        if kind == "punct" and value == ",":
+            parts.append([])
+        else:
+            parts[-1].append(tokens[index])
+        index += 1
+    return [part for part in parts if part]
+
+
+@dataclass(slots=True)
+class _Definitions:
+    tools: dict[str, dict[str, Any]]
+    tool_lists: dict[str, list[str]]
+    strings: dict[str, str]
+
+
+def _definitions(tokens: list[tuple[str, str, int]]) -> _Definitions:
+    found = _Definitions({}, {}, {})
+    for index, (kind, value, _) in enumerate(tokens):
+        if kind != "ident" or index + 2 >= len(tokens):
+            continue
+        name_kind, name, _ = tokens[index + 1]
+        opening = tokens[index + 2][1]
+        if value == "common_chat_tool" and name_kind == "ident" and opening == "{":
+            parts = _split_args(tokens[index + 3:_group(tokens, index + 2) - 1])
+            try:
+                tool_name, description, parameters = (_strings(part) for part in parts)
+            except (_Skip, ValueError):
+                continue
+            found.tools[name] = {"type": "function", "function": {
+                "name": tool_name, "description": description, "parameters": json.loads(parameters)}}
+        if value == "char" and tokens[index + 1][1] == "*" and tokens[index + 3][1] == "=":
+            end = next(i for i in range(index + 4, len(tokens)) if tokens[i][1] == ";")
+            try:
+                found.strings[tokens[index + 2][1]] = _strings(tokens[index + 4:end])
+            except _Skip:
+                continue
+        if value == "common_chat_tool" and tokens[index + 1][1] == ">" and tokens[index + 3][1] == "{":
+            parts = _split_args(tokens[index + 4:_group(tokens, index + 3) - 1])
+            if all(len(part) == 1 and part[0][0] == "ident" for part in parts):
+                found.tool_lists[tokens[index + 2][1]] = [part[0][1] for part in parts]
+    return found
+
+
+def _tools(args: list[tuple[str, str, int]], known: _Definitions) -> tuple[dict[str, Any], ...]:
+    if len(args) == 1 and args[0][1] in known.tool_lists:
+        names = known.tool_lists[args[0][1]]
+    elif args and args[0][1] == "{":
+        parts = _split_args(args[1:-1])
+        if not all(len(part) == 1 and part[0][1] in known.tools for part in parts):
+            raise _Skip("tools that are not named definitions")
+        names = [part[0][1] for part in parts]
+    else:
+        raise _Skip("tools that are not named definitions")
+    return tuple(known.tools[name] for name in names)
+
+
+def _setting(name: str, args: list[tuple[str, str, int]], known: _Definitions) -> tuple[str, Any] | None:
+    word = args[0][1] if len(args) == 1 else ""
+    if name == "reasoning_format":
+        return "reasoning_format", _REASONING[word]
+    if name == "tool_choice":
+        return "tool_choice", _CHOICE[word]
+    if name in ("enable_thinking", "parallel_tool_calls"):
+        return name, _BOOL[word]
+    if name == "tools":
+        return "tools", _tools(args, known)
+    if name == "json_schema":
+        text = known.strings[word] if word in known.strings else _strings(args)
+        return "json_schema", json.loads(text)
+    if name == "add_generation_prompt" and word == "true":
+        return None
+    if name == "is_partial" and word == "false":
+        return None
+    if name.startswith("expect"):
+        return None
+    raise _Skip(f"{name}(...)")
+
+
+@cache
+def _read() -> tuple[tuple[CppCase, ...], Counter[str]]:
+    path = reference.require(reference.llama_cpp_dir() / "tests" / "test-chat.cpp")
+    tokens = _tokens(Path(path).read_text())
+    known = _definitions(tokens)
+    testers: dict[str, str | None] = {}
+    found = []
+    skipped: Counter[str] = Counter()
+    for index, (kind, value, line) in enumerate(tokens):
+        if value == "peg_tester" and tokens[index + 1][1] == "(" and tokens[index - 1][1] == "=":
+            first = tokens[index + 2]
+            template = first[1].rsplit("/", 1)[-1] if first[0] == "string" else None
+            testers[tokens[index - 2][1]] = template
+        if not (kind == "ident" and value in testers and tokens[index + 1][1] == "."
+                and tokens[index + 2][1] == "test" and tokens[index + 3][1] == "("):
+            continue
+        end = _group(tokens, index + 3)
+        settings: dict[str, Any] = {}
+        try:
+            template = testers[value]
+            if template is None:
+                raise _Skip("a tester whose template is a variable")
+            text = _strings(tokens[index + 4:end - 1])
+            while tokens[end][1] == "." and tokens[end + 1][1] != "run":
+                name, closing = tokens[end + 1][1], _group(tokens, end + 2)
+                setting = _setting(name, tokens[end + 3:closing - 1], known)
+                if setting is not None:
+                    settings[setting[0]] = setting[1]
+                end = closing
+        except _Skip as exc:
+            skipped[str(exc)] += 1
+            continue
+        found.append(CppCase(template, line, text, **settings))
+    return tuple(found), skipped
+
+
+def cpp_cases() -> tuple[CppCase, ...]:
+    """Every case of the read form in the pinned tests/test-chat.cpp, in the file's order."""
+    return _read()[0]
+
+
+def skipped_calls() -> Counter[str]:
+    """The `.test(...)` calls not read, counted by reason."""
+    return Counter(_read()[1])
+
+
+def cases_by_template() -> dict[str, list[CppCase]]:
+    """The cases read, by template file name."""
+    by_template: dict[str, list[CppCase]] = {}
+    for case in cpp_cases():
+        by_template.setdefault(case.template, []).append(case)
+    return by_template
