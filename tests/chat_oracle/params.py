@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
+from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted, format_grammar
+from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.prompt import template_source
 from constraintd.engine.chat.template_analysis import TemplateAnalysis, analyze_template
 from constraintd.engine.chat.template_inputs import parse_messages, parse_tools
@@ -50,6 +51,23 @@ def _llamas(answer: dict[str, Any]) -> dict[str, Any]:
     fields = {name: answer[name] for name in FIELDS}
     fields["grammar_triggers"] = [[t["type"], t["value"]] for t in answer["grammar_triggers"]]
     return fields
+
+
+def format_fields(made: FormatParams) -> dict[str, Any]:
+    """A hand-written format's params (constraintd.engine.chat.formats) as the fields compared here, as
+    chat_params gives them to a request (format_grammar)."""
+    return _ours(format_grammar(made))
+
+
+def format_differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
+    """The fields of a hand-written format's params that are not llama.cpp's (its harness answer): those
+    compared here, the preserved tokens and the message delimiters."""
+    ours = {**format_fields(made), "preserved_tokens": list(made.preserved_tokens),
+            "message_delimiters": [[role, text] for role, text in made.message_delimiters]}
+    delimiters = [[each["role"], each["delimiter"]] for each in llama["message_delimiters"]]
+    theirs = {**_llamas(llama), "preserved_tokens": llama["preserved_tokens"],
+              "message_delimiters": delimiters}
+    return [name for name in ours if ours[name] != theirs[name]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from tests.chat_oracle.cases import (
     ParamsCase,
     template_paths,
 )
-from tests.chat_oracle.params import PARALLEL_CASES
+from tests.chat_oracle.params import PARALLEL_CASES, format_differences
 from tests.conftest import OracleReport
 
 BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
@@ -162,19 +162,6 @@ def test_a_tool_without_parameters_takes_an_empty_object() -> None:
     assert not _takes(matcher, PROMPT + _action(_call("ping", "[]")))
 
 
-def _differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
-    ours = {
-        "grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
-        "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],
-        "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
-        "thinking_end_tags": list(made.thinking_end_tags), "preserved_tokens": list(made.preserved_tokens),
-        "message_delimiters": [{"role": role, "delimiter": text} for role, text in made.message_delimiters],
-    }
-    theirs = {**{name: llama[name] for name in ours},
-              "grammar_triggers": [[t["type"], t["value"]] for t in llama["grammar_triggers"]]}
-    return [name for name in ours if ours[name] != theirs[name]]
-
-
 FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem == "Cohere2MoE")
 
 
@@ -197,7 +184,7 @@ def test_cohere2moe_params_are_llama_cpps(path: Path, chat_oracle: Path, oracle_
             template_source(source), tools=case.tool_list or [], tool_choice=case.llama_tool_choice,
             parallel_tool_calls=parallel, json_schema=RESPONSE_SCHEMA if case.schema else None,
             reasoning_format=case.reasoning_format)
-        differences = _differences(made, llama)
+        differences = format_differences(made, llama)
         if differences:
             differing[f"{case.name}{' parallel' if parallel else ''}"] = differences
     oracle_report.add("chat params: cohere2-moe", path.stem, identical=len(requests) - len(differing),
@@ -231,7 +218,7 @@ def test_cohere2moe_grammars_of_other_tools_are_llama_cpps(
     made = cohere2moe_params(template_source(source), tools=OTHER_TOOLS, tool_choice=tool_choice,
                              parallel_tool_calls=parallel, json_schema=RESPONSE_SCHEMA if schema else None,
                              reasoning_format=reasoning_format)
-    differences = _differences(made, llama)
+    differences = format_differences(made, llama)
     oracle_report.add("chat params: cohere2-moe, other tools", FORMAT_TEMPLATES[0].stem,
                       identical=int(not differences), total=1)
     assert differences == []

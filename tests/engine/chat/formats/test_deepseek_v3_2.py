@@ -29,7 +29,7 @@ from tests.chat_oracle.cases import (
     template_paths,
 )
 from tests.chat_oracle.grammars import BYTES, completes, format_matcher, grammar_text, takes
-from tests.chat_oracle.params import PARALLEL_CASES, ParamsComparison
+from tests.chat_oracle.params import PARALLEL_CASES, ParamsComparison, format_fields
 from tests.conftest import OracleReport
 
 V3_2 = "dsml_token DSML function_calls"  # the marks of the format: V3.2 names its call block function_calls
@@ -223,17 +223,6 @@ FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem in (
     "deepseek-ai-DeepSeek-V3.2", "deepseek-ai-DeepSeek-V4-Flash-0731", "deepseek-ai-DeepSeek-V4"))
 
 
-def _ours(made: FormatParams) -> dict[str, Any]:
-    # the fields tests/chat_oracle/params.py compares, as chat_params.py will give them
-    return {
-        "grammar": grammar_text(made) if made.arena is not None and made.writes_grammar else "",
-        "grammar_lazy": made.grammar_lazy,
-        "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],
-        "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
-        "thinking_end_tags": list(made.thinking_end_tags),
-    }
-
-
 def _compare(binary: Path, path: Path, case: ParamsCase, *, parallel: bool) -> ParamsComparison:
     source = path.read_text()
     llama = run_harness(binary, case.request(source, now=int(time.time()), parallel_tool_calls=parallel))
@@ -241,7 +230,7 @@ def _compare(binary: Path, path: Path, case: ParamsCase, *, parallel: bool) -> P
         template_source(source), tools=case.tool_list or [], tool_choice=case.llama_tool_choice,
         parallel_tool_calls=parallel, json_schema=RESPONSE_SCHEMA if case.schema else None,
         reasoning_format=case.reasoning_format, enable_thinking=case.thinking)
-    return ParamsComparison(path.stem, case.name, _ours(made), llama, None, made.preserved_tokens)
+    return ParamsComparison(path.stem, case.name, format_fields(made), llama, None, made.preserved_tokens)
 
 
 @pytest.mark.oracle

@@ -30,7 +30,7 @@ from tests.chat_oracle.cases import (
     ParamsCase,
     template_paths,
 )
-from tests.chat_oracle.params import PARALLEL_CASES
+from tests.chat_oracle.params import PARALLEL_CASES, format_differences
 from tests.conftest import OracleReport
 
 BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
@@ -137,21 +137,6 @@ def test_a_tool_without_parameters_takes_an_empty_object() -> None:
     assert not _takes(matcher, PROMPT + "ping\n[]")
 
 
-def _differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
-    ours = {
-        "grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
-        "grammar_triggers": [["word", word] for word in made.trigger_words]
-        + [["pattern", pattern] for pattern in made.trigger_patterns], "additional_stops": [],
-        "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
-        "thinking_end_tags": list(made.thinking_end_tags), "preserved_tokens": list(made.preserved_tokens),
-        "message_delimiters": [list(pair) for pair in made.message_delimiters],
-    }
-    theirs = {**{name: llama[name] for name in ours},
-              "grammar_triggers": [[t["type"], t["value"]] for t in llama["grammar_triggers"]],
-              "message_delimiters": [[d["role"], d["delimiter"]] for d in llama["message_delimiters"]]}
-    return [name for name in ours if ours[name] != theirs[name]]
-
-
 FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem == "meetkai-functionary-medium-v3.2")
 
 
@@ -171,7 +156,7 @@ def test_functionary_v3_2_params_are_llama_cpps(path: Path, chat_oracle: Path,
             template_source(source), tools=case.tool_list or [], tool_choice=case.llama_tool_choice,
             parallel_tool_calls=parallel, json_schema=RESPONSE_SCHEMA if case.schema else None,
             reasoning_format=case.reasoning_format)
-        differences = _differences(made, llama)
+        differences = format_differences(made, llama)
         if differences:
             differing[f"{case.name}{' parallel' if parallel else ''}"] = differences
     oracle_report.add("chat params: functionary-v3.2", path.stem, identical=len(requests) - len(differing),
@@ -201,7 +186,7 @@ def test_functionary_v3_2_grammars_of_other_tools_are_llama_cpps(
         source, now=int(time.time()), tools=OTHER_TOOLS, parallel_tool_calls=parallel))
     made = functionary_v3_2_params(template_source(source), tools=OTHER_TOOLS, tool_choice=tool_choice,
                                    parallel_tool_calls=parallel)
-    differences = _differences(made, llama)
+    differences = format_differences(made, llama)
     oracle_report.add("chat params: functionary-v3.2, other tools", FORMAT_TEMPLATES[0].stem,
                       identical=int(not differences), total=1)
     assert differences == []

@@ -29,7 +29,7 @@ from tests.chat_oracle.cases import (
     ParamsCase,
     template_paths,
 )
-from tests.chat_oracle.params import PARALLEL_CASES, ParamsComparison
+from tests.chat_oracle.params import PARALLEL_CASES, ParamsComparison, format_fields
 from tests.conftest import OracleReport
 
 BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
@@ -118,17 +118,6 @@ def test_no_thinking_and_the_preserved_tokens() -> None:
 FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem == "GigaChat3-10B-A1.8B")
 
 
-def _ours(made: FormatParams) -> dict[str, Any]:
-    # the fields tests/chat_oracle/params.py compares, as chat_params.py will give them
-    return {
-        "grammar": _grammar_text(made) if made.arena is not None and made.writes_grammar else "",
-        "grammar_lazy": made.grammar_lazy,
-        "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],
-        "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
-        "thinking_end_tags": list(made.thinking_end_tags),
-    }
-
-
 def _compare(binary: Path, path: Path, case: ParamsCase, *, parallel: bool) -> ParamsComparison:
     source = path.read_text()
     llama = run_harness(binary, case.request(source, now=int(time.time()), parallel_tool_calls=parallel))
@@ -137,7 +126,7 @@ def _compare(binary: Path, path: Path, case: ParamsCase, *, parallel: bool) -> P
         parallel_tool_calls=parallel, json_schema=RESPONSE_SCHEMA if case.schema else None,
         reasoning_format=case.reasoning_format)
     assert llama["message_delimiters"] == []
-    return ParamsComparison(path.stem, case.name, _ours(made), llama, None, made.preserved_tokens)
+    return ParamsComparison(path.stem, case.name, format_fields(made), llama, None, made.preserved_tokens)
 
 
 @pytest.mark.oracle

@@ -29,7 +29,7 @@ from tests.chat_oracle.cases import (
     ParamsCase,
     template_paths,
 )
-from tests.chat_oracle.params import PARALLEL_CASES
+from tests.chat_oracle.params import PARALLEL_CASES, format_differences
 from tests.conftest import OracleReport
 
 BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
@@ -171,21 +171,6 @@ def test_a_tool_without_parameters_takes_an_empty_object() -> None:
     assert not _takes(matcher, _in_role("ping", "[]"))
 
 
-def _differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
-    ours = {
-        "grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
-        "grammar_triggers": [["word", word] for word in made.trigger_words]
-        + [["pattern", pattern] for pattern in made.trigger_patterns], "additional_stops": [],
-        "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
-        "thinking_end_tags": list(made.thinking_end_tags), "preserved_tokens": list(made.preserved_tokens),
-        "message_delimiters": [list(pair) for pair in made.message_delimiters],
-    }
-    theirs = {**{name: llama[name] for name in ours},
-              "grammar_triggers": [[t["type"], t["value"]] for t in llama["grammar_triggers"]],
-              "message_delimiters": [[d["role"], d["delimiter"]] for d in llama["message_delimiters"]]}
-    return [name for name in ours if ours[name] != theirs[name]]
-
-
 FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem == "openai-gpt-oss-120b")
 
 
@@ -204,7 +189,7 @@ def test_gpt_oss_params_are_llama_cpps(path: Path, chat_oracle: Path, oracle_rep
             template_source(source), tools=case.tool_list or [], tool_choice=case.llama_tool_choice,
             parallel_tool_calls=parallel, json_schema=RESPONSE_SCHEMA if case.schema else None,
             reasoning_format=case.reasoning_format)
-        differences = _differences(made, llama)
+        differences = format_differences(made, llama)
         if differences:
             differing[f"{case.name}{' parallel' if parallel else ''}"] = differences
     oracle_report.add("chat params: gpt-oss", path.stem, identical=len(requests) - len(differing),
@@ -235,7 +220,7 @@ def test_gpt_oss_grammars_of_other_tools_are_llama_cpps(
                                                 ).request(source, now=int(time.time()), tools=OTHER_TOOLS))
     made = gpt_oss_params(template_source(source), tools=OTHER_TOOLS, tool_choice=tool_choice,
                           json_schema=json_schema, reasoning_format=reasoning_format)
-    differences = _differences(made, llama)
+    differences = format_differences(made, llama)
     oracle_report.add("chat params: gpt-oss, other tools", FORMAT_TEMPLATES[0].stem,
                       identical=int(not differences), total=1)
     assert differences == []

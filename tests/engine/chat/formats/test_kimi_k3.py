@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from constraintd.engine import Grammar, Matcher
-from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.kimi_k3 import kimi_k3_params
 from constraintd.engine.chat.prompt import template_source
 from tests.chat_oracle.build import run_harness
@@ -28,7 +27,7 @@ from tests.chat_oracle.cases import (
     template_paths,
 )
 from tests.chat_oracle.grammars import BYTES, completes, format_matcher, grammar_text, takes
-from tests.chat_oracle.params import PARALLEL_CASES
+from tests.chat_oracle.params import PARALLEL_CASES, format_differences
 from tests.conftest import OracleReport
 
 SOURCE = "<|open|><|close|><|end_of_msg|>"  # the marks llama.cpp picks the format by
@@ -162,20 +161,6 @@ def test_properties_that_are_not_an_object_are_refused() -> None:
         kimi_k3_params(SOURCE, tools=[tool], tool_choice="required")
 
 
-def _differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
-    ours = {
-        "grammar": grammar_text(made), "grammar_lazy": made.grammar_lazy,
-        "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],
-        "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
-        "thinking_end_tags": list(made.thinking_end_tags), "preserved_tokens": list(made.preserved_tokens),
-        "message_delimiters": [list(pair) for pair in made.message_delimiters],
-    }
-    theirs = {**{name: llama[name] for name in ours},
-              "grammar_triggers": [[t["type"], t["value"]] for t in llama["grammar_triggers"]],
-              "message_delimiters": [[d["role"], d["delimiter"]] for d in llama["message_delimiters"]]}
-    return [name for name in ours if ours[name] != theirs[name]]
-
-
 FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem == "Kimi-K3")
 
 
@@ -194,7 +179,7 @@ def test_kimi_k3_params_are_llama_cpps(path: Path, chat_oracle: Path, oracle_rep
             template_source(source), tools=case.tool_list or [], tool_choice=case.llama_tool_choice,
             parallel_tool_calls=parallel, json_schema=RESPONSE_SCHEMA if case.schema else None,
             reasoning_format=case.reasoning_format)
-        differences = _differences(made, llama)
+        differences = format_differences(made, llama)
         if differences:
             differing[f"{case.name}{' parallel' if parallel else ''}"] = differences
     oracle_report.add("chat params: kimi-k3", path.stem, identical=len(requests) - len(differing),
@@ -228,7 +213,7 @@ def test_kimi_k3_grammars_of_other_tools_are_llama_cpps(
         source, now=int(time.time()), tools=OTHER_TOOLS, parallel_tool_calls=parallel))
     made = kimi_k3_params(template_source(source), tools=OTHER_TOOLS, tool_choice=tool_choice,
                           parallel_tool_calls=parallel, reasoning_format=reasoning_format)
-    differences = _differences(made, llama)
+    differences = format_differences(made, llama)
     oracle_report.add("chat params: kimi-k3, other tools", FORMAT_TEMPLATES[0].stem,
                       identical=int(not differences), total=1)
     assert differences == []

@@ -34,7 +34,7 @@ from tests.chat_oracle.cases import (
     template_paths,
 )
 from tests.chat_oracle.grammars import BYTES, completes, format_matcher, grammar_text, takes
-from tests.chat_oracle.params import PARALLEL_CASES, ParamsComparison
+from tests.chat_oracle.params import PARALLEL_CASES, ParamsComparison, format_fields
 from tests.conftest import OracleReport
 
 THINKING = "<role>ASSISTANT</role>\n<think>"  # the template's generation prompt, thinking on
@@ -178,18 +178,6 @@ def _generation_prompt(source: str, case: ParamsCase, tools: list[dict[str, Any]
         eos_text=EOS_TOKEN, enable_thinking=case.thinking, now=now).generation_prompt
 
 
-def _ours(made: FormatParams) -> dict[str, Any]:
-    # the fields tests/chat_oracle/params.py compares, as chat_params.py will give them
-    return {
-        "grammar": grammar_text(made) if made.arena is not None and made.writes_grammar else "",
-        "grammar_lazy": made.grammar_lazy,
-        "grammar_triggers": [["word", word] for word in made.trigger_words],
-        "additional_stops": list(made.additional_stops),
-        "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
-        "thinking_end_tags": list(made.thinking_end_tags),
-    }
-
-
 def _compare(binary: Path, path: Path, case: ParamsCase, *, parallel: bool,
              tools: list[dict[str, Any]] | None = None) -> tuple[ParamsComparison, FormatParams]:
     source = path.read_text()
@@ -202,7 +190,8 @@ def _compare(binary: Path, path: Path, case: ParamsCase, *, parallel: bool,
         parallel_tool_calls=parallel, json_schema=RESPONSE_SCHEMA if case.schema else None,
         reasoning_format=case.reasoning_format,
         generation_prompt=_generation_prompt(source, case, tool_list, now))
-    return ParamsComparison(path.stem, case.name, _ours(made), llama, None, made.preserved_tokens), made
+    fields = format_fields(made)
+    return ParamsComparison(path.stem, case.name, fields, llama, None, made.preserved_tokens), made
 
 
 @pytest.mark.oracle

@@ -28,7 +28,7 @@ from tests.chat_oracle.cases import (
     template_paths,
 )
 from tests.chat_oracle.grammars import completes, format_matcher, grammar_text, takes
-from tests.chat_oracle.params import PARALLEL_CASES, ParamsComparison
+from tests.chat_oracle.params import PARALLEL_CASES, ParamsComparison, format_fields
 from tests.conftest import OracleReport
 
 PROMPT = "<|im_start|>assistant\n"
@@ -144,18 +144,6 @@ def test_parameters_holding_a_ref_are_refused() -> None:
 FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem == "openbmb-MiniCPM5-1B")
 
 
-def _ours(made: FormatParams) -> dict[str, Any]:
-    # the fields tests/chat_oracle/params.py compares, as chat_params.py will give them
-    return {
-        "grammar": grammar_text(made) if made.arena is not None and made.writes_grammar else "",
-        "grammar_lazy": made.grammar_lazy,
-        "grammar_triggers": [["word", word] for word in made.trigger_words],
-        "additional_stops": list(made.additional_stops),
-        "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
-        "thinking_end_tags": list(made.thinking_end_tags),
-    }
-
-
 def _compare(binary: Path, path: Path, case: ParamsCase, *, parallel: bool,
              tools: list[dict[str, Any]] | None = None) -> tuple[ParamsComparison, FormatParams]:
     source = path.read_text()
@@ -167,7 +155,8 @@ def _compare(binary: Path, path: Path, case: ParamsCase, *, parallel: bool,
         template_source(source), tools=(case.tool_list if tools is None else tools) or [],
         tool_choice=case.llama_tool_choice, parallel_tool_calls=parallel,
         json_schema=RESPONSE_SCHEMA if case.schema else None, reasoning_format=case.reasoning_format)
-    return ParamsComparison(path.stem, case.name, _ours(made), llama, None, made.preserved_tokens), made
+    fields = format_fields(made)
+    return ParamsComparison(path.stem, case.name, fields, llama, None, made.preserved_tokens), made
 
 
 def _same_delimiters(comparison: ParamsComparison, made: FormatParams) -> bool:
@@ -243,7 +232,8 @@ def test_minicpm5_response_schemas_are_llama_cpps(
     llama = run_harness(chat_oracle, case.request(source, now=int(time.time()), json_schema=json_schema))
     made = minicpm5_params(template_source(source), tools=case.tool_list or [],
                            tool_choice=case.llama_tool_choice, json_schema=json_schema)
-    comparison = ParamsComparison(path.stem, case.name, _ours(made), llama, None, made.preserved_tokens)
+    fields = format_fields(made)
+    comparison = ParamsComparison(path.stem, case.name, fields, llama, None, made.preserved_tokens)
     oracle_report.add("chat params: minicpm5, response schemas", path.stem,
                       identical=int(comparison.identical), total=1)
     assert comparison.identical, comparison.describe()

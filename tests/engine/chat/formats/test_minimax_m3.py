@@ -29,7 +29,7 @@ from tests.chat_oracle.cases import (
     ParamsCase,
     template_paths,
 )
-from tests.chat_oracle.params import PARALLEL_CASES, ParamsComparison
+from tests.chat_oracle.params import PARALLEL_CASES, ParamsComparison, format_fields
 from tests.conftest import OracleReport
 
 BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
@@ -202,17 +202,6 @@ def test_arguments_not_ported_are_refused(parameters: dict[str, Any]) -> None:
 FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem == "MiniMax-M3")
 
 
-def _ours(made: FormatParams) -> dict[str, Any]:
-    # the fields tests/chat_oracle/params.py compares, as chat_params.py will give them
-    return {
-        "grammar": _grammar_text(made) if made.arena is not None and made.writes_grammar else "",
-        "grammar_lazy": made.grammar_lazy,
-        "grammar_triggers": [["word", word] for word in made.trigger_words], "additional_stops": [],
-        "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
-        "thinking_end_tags": list(made.thinking_end_tags),
-    }
-
-
 def _compare(binary: Path, path: Path, case: ParamsCase, *, parallel: bool) -> ParamsComparison:
     source = path.read_text()
     llama = run_harness(binary, case.request(source, now=int(time.time()), parallel_tool_calls=parallel))
@@ -222,7 +211,7 @@ def _compare(binary: Path, path: Path, case: ParamsCase, *, parallel: bool) -> P
         reasoning_format=case.reasoning_format, enable_thinking=case.thinking)
     assert [list(pair) for pair in made.message_delimiters] == [
         [each["role"], each["delimiter"]] for each in llama["message_delimiters"]]
-    return ParamsComparison(path.stem, case.name, _ours(made), llama, None, made.preserved_tokens)
+    return ParamsComparison(path.stem, case.name, format_fields(made), llama, None, made.preserved_tokens)
 
 
 @pytest.mark.oracle

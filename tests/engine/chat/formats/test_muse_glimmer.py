@@ -29,7 +29,7 @@ from tests.chat_oracle.cases import (
     ParamsCase,
     template_paths,
 )
-from tests.chat_oracle.params import PARALLEL_CASES
+from tests.chat_oracle.params import PARALLEL_CASES, format_differences
 from tests.conftest import OracleReport
 
 BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
@@ -151,20 +151,6 @@ def test_an_answer_may_be_followed_by_a_call_where_tool_choice_is_auto() -> None
     assert not _takes(matcher, START + "<|message|>Done.<|eot|>" + START)
 
 
-def _differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
-    ours = {
-        "grammar": _grammar_text(made), "grammar_lazy": made.grammar_lazy,
-        "grammar_triggers": [[t.kind, t.value] for t in format_grammar(made).grammar_triggers],
-        "additional_stops": [],
-        "supports_thinking": made.supports_thinking, "thinking_start_tag": made.thinking_start_tag,
-        "thinking_end_tags": list(made.thinking_end_tags), "preserved_tokens": list(made.preserved_tokens),
-        "message_delimiters": [{"role": role, "delimiter": text} for role, text in made.message_delimiters],
-    }
-    theirs = {**{name: llama[name] for name in ours},
-              "grammar_triggers": [[t["type"], t["value"]] for t in llama["grammar_triggers"]]}
-    return [name for name in ours if ours[name] != theirs[name]]
-
-
 FORMAT_TEMPLATES = sorted(path for path in template_paths() if path.stem == "muse-glimmer")
 
 
@@ -188,7 +174,7 @@ def test_muse_glimmer_params_are_llama_cpps(path: Path, chat_oracle: Path,
             template_source(source), tools=case.tool_list or [], tool_choice=case.llama_tool_choice,
             parallel_tool_calls=parallel, json_schema=RESPONSE_SCHEMA if case.schema else None,
             reasoning_format=case.reasoning_format)
-        differences = _differences(made, llama)
+        differences = format_differences(made, llama)
         if differences:
             differing[f"{case.name}{' parallel' if parallel else ''}"] = differences
     oracle_report.add("chat params: muse-glimmer", path.stem, identical=len(requests) - len(differing),
@@ -227,7 +213,7 @@ def test_muse_glimmer_grammars_of_other_tools_are_llama_cpps(
     made = muse_glimmer_params(template_source(source), tools=OTHER_TOOLS, tool_choice=tool_choice,
                                parallel_tool_calls=parallel, json_schema=schema,
                                reasoning_format=reasoning_format)
-    differences = _differences(made, llama)
+    differences = format_differences(made, llama)
     oracle_report.add("chat params: muse-glimmer, other tools", FORMAT_TEMPLATES[0].stem,
                       identical=int(not differences), total=1)
     assert differences == []
