@@ -32,7 +32,6 @@
     tagged_message_parser  the calls of the tag formats whose arguments are tagged, for message_parser
     peg_parse  a hand-written format's text read with its request's PEG arena, as llama.cpp's parser runs
               it, and the message its mapper makes of the tagged nodes
-    format_tags  which hand-written format a request's chat params are of, and the tags its mapper reads
     gemma4_message, minimax_m3_message  the two formats whose mappers are their own
     chat_format  a request's parser settings as one value that travels (JSON both ways): what reads its
               answer back where the template is not at hand

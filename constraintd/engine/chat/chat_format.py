@@ -3,7 +3,7 @@
 # Contract:
 # - A `ChatFormat` holds every input of `parse_message` that is not the text: the template's analysis
 #   (reasoning tags, content wrapping, the tool-call format's markers and fields) or, for a hand-written
-#   format, the request's parser (its PEG arena) and preserved tokens, the generation prompt, the tools,
+#   format, the request's parser (its PEG arena) and the format's name, the generation prompt, the tools,
 #   tool_choice, parallel_tool_calls, the reasoning format, the template's tool-call capability and whether
 #   a response schema was asked. `parse(text)` is `parse_message` on them.
 # - `to_json()` writes it as JSON text and `from_json` reads that text back to an equal value, so the
@@ -49,7 +49,7 @@ class ChatFormat:
     supports_tool_calls: bool = True
     has_response_format: bool = False
     arena: PegArena | None = None  # a hand-written format's parser
-    preserved_tokens: tuple[str, ...] = ()  # a hand-written format's (they name the format)
+    format_name: str = ""  # a hand-written format's (its parser's mapper)
 
     def parse(self, text: str) -> ParsedMessage:
         """The message (content, reasoning content, tool calls) llama.cpp's chat parser reads in the whole
@@ -60,7 +60,7 @@ class ChatFormat:
             NotPorted: the format's parser is not ported.
         """
         grammar = ChatGrammar(analysis=self.analysis) if self.analysis is not None else \
-            ChatGrammar(preserved_tokens=self.preserved_tokens, arena=self.arena)
+            ChatGrammar(arena=self.arena, format_name=self.format_name)
         return parse_message(
             text, grammar, generation_prompt=self.generation_prompt,
             tools=self.tools, tool_choice=self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
@@ -86,7 +86,7 @@ class ChatFormat:
             "version": _VERSION,
             "analysis": written,
             "arena": None if self.arena is None else self.arena.to_data(),
-            "preserved_tokens": list(self.preserved_tokens),
+            "format_name": self.format_name,
             "generation_prompt": self.generation_prompt,
             "tools": list(self.tools),
             "tool_choice": self.tool_choice,
@@ -116,7 +116,7 @@ class ChatFormat:
                 analysis, _text(data["generation_prompt"]), tuple(_objects(data["tools"])),
                 _text(data["tool_choice"]), bool(data["parallel_tool_calls"]),
                 _text(data["reasoning_format"]), bool(data["supports_tool_calls"]),
-                bool(data["has_response_format"]), arena, tuple(_texts(data["preserved_tokens"])))
+                bool(data["has_response_format"]), arena, _text(data["format_name"]))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a chat format: {type(exc).__name__}: {exc}") from None
 
@@ -125,13 +125,12 @@ def chat_format(params: ChatGrammar, generation_prompt: str, tools: tuple[Mappin
                 tool_choice: str, parallel_tool_calls: bool, reasoning_format: str, supports_tool_calls: bool,
                 has_response_format: bool) -> ChatFormat:
     """The parser settings of a request whose chat params are `params`: its analysis, or a hand-written
-    format's parser and preserved tokens."""
+    format's parser and name."""
     if params.analysis is not None:
         return ChatFormat(params.analysis, generation_prompt, tools, tool_choice, parallel_tool_calls,
                           reasoning_format, supports_tool_calls, has_response_format)
     return ChatFormat(None, generation_prompt, tools, tool_choice, parallel_tool_calls, reasoning_format,
-                      supports_tool_calls, has_response_format, params.arena,
-                      tuple(params.preserved_tokens or ()))
+                      supports_tool_calls, has_response_format, params.arena, params.format_name)
 
 
 def _analysis(found: Any) -> TemplateAnalysis:

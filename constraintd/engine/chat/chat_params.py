@@ -166,6 +166,7 @@ class ChatGrammar:
     preserved_tokens: tuple[str, ...] | None = None  # None: made without a template's analysis
     analysis: TemplateAnalysis | None = field(default=None, compare=False)
     arena: PegArena | None = field(default=None, compare=False, repr=False)  # a hand-written format's parser
+    format_name: str = ""  # a hand-written format's name (specialised_format's), its parser's mapper
 
 
 # The rules llama.cpp's PEG builder writes for p.json() (peg-parser.cpp json_value and its parts), as its
@@ -447,10 +448,10 @@ def _format_params(name: str, source: str, *, tools: Sequence[Mapping[str, Any]]
     return init(source, **options)
 
 
-def format_grammar(made: FormatParams) -> ChatGrammar:
+def format_grammar(made: FormatParams, format_name: str = "") -> ChatGrammar:
     """A hand-written format's params (chat/formats/) as chat params: its arena written as GBNF where the
-    request gets a grammar (and kept, the message parser's), its trigger words then patterns, stops, thinking
-    tags and preserved tokens as they are."""
+    request gets a grammar (and kept, the message parser's, with `format_name` naming its mapper), its trigger
+    words then patterns, stops, thinking tags and preserved tokens as they are."""
     grammar = ""
     if made.arena is not None and made.writes_grammar:
         built = _GrammarText()
@@ -466,7 +467,7 @@ def format_grammar(made: FormatParams) -> ChatGrammar:
         grammar, made.grammar_lazy, tuple(triggers),
         additional_stops=made.additional_stops, supports_thinking=made.supports_thinking,
         thinking_start_tag=made.thinking_start_tag, thinking_end_tags=made.thinking_end_tags,
-        preserved_tokens=made.preserved_tokens, arena=made.arena)
+        preserved_tokens=made.preserved_tokens, arena=made.arena, format_name=format_name)
 
 
 def chat_params(
@@ -511,7 +512,7 @@ def chat_params(
                                   generation_prompt=generation_prompt)
         except NotImplementedError as exc:
             raise NotPorted(str(exc)) from None
-        return format_grammar(made)
+        return format_grammar(made, specialised)
     analysis = (analyze() if analyze is not None
                 else analyze_template(source, render, caps, bos_token=bos_token, eos_token=eos_token))
     reasoning = analysis.reasoning

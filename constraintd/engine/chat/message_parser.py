@@ -32,7 +32,6 @@ from constraintd.engine.chat import peg_parse
 from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
 from constraintd.engine.chat.content import AnswerState, parse_json_answer
 from constraintd.engine.chat.diff_split import trim_whitespace
-from constraintd.engine.chat.format_tags import format_of, tag_names
 from constraintd.engine.chat.gemma4_message import gemma4_message
 from constraintd.engine.chat.json_tool_grammar import (
     call_id_before_arguments,
@@ -404,13 +403,12 @@ def _content_until(scan: Scan, delimiters: Sequence[str]) -> None:
 def _format_message(text: str, grammar: ChatGrammar, *, generation_prompt: str) -> ParsedMessage:
     # a hand-written format's request: its own parser (the arena its grammar is written from) run on the
     # generation prompt and the text (common_chat_peg_parse), its tagged nodes mapped (peg_parse.py)
-    assert grammar.arena is not None
-    name = format_of(grammar.preserved_tokens)
-    if name is None:
-        raise NotPorted("the parser of a hand-written format format_tags.py does not know")
+    arena, name = grammar.arena, grammar.format_name
+    assert arena is not None
+    if any(arena.kind(parser) == "tag" and not arena.text(parser) for parser in range(len(arena))):
+        raise NotPorted(f"the parser of the {name or 'unnamed'} format")  # a tag its mapper cannot read
     try:
-        tags = tag_names(name, grammar.arena)
-        result = peg_parse.run(grammar.arena, generation_prompt + text, tags)
+        result = peg_parse.run(arena, generation_prompt + text)
     except NotImplementedError as exc:
         raise NotPorted(str(exc)) from None
     if result.outcome is peg_parse.Outcome.FAIL:
@@ -442,9 +440,9 @@ def parse_message(
     if grammar.arena is not None:
         return _format_message(text, grammar, generation_prompt=generation_prompt)
     analysis = grammar.analysis
-    if analysis is None and format_of(grammar.preserved_tokens) is not None:
+    if analysis is None and grammar.format_name:
         # a hand-written format that gives no parser (FormatParams.arena None): every ported one gives it
-        raise NotPorted(f"the parser of a {format_of(grammar.preserved_tokens)} request without a grammar")
+        raise NotPorted(f"the parser of a {grammar.format_name} request without a grammar")
     if analysis is None:
         raise NotPorted("the parser of a request without the auto-parser's analysis")
     scan = Scan(generation_prompt + text)

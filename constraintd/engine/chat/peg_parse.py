@@ -4,7 +4,7 @@
 # parser.
 #
 # Contract:
-# - `run(arena, text, tags)` gives parser_executor's answer for the arena's root at position 0: SUCCESS,
+# - `run(arena, text)` gives parser_executor's answer for the arena's root at position 0: SUCCESS,
 #   FAIL or NEED_MORE (the text ends where the parser could go on), the end it reached and, in the order
 #   llama.cpp's AST visit meets them, the tagged nodes (tag, text). Lenient, as common_chat_peg_parse parses:
 #   a literal, char class, JSON string or repetition cut by the end of the text needs more input; an
@@ -12,9 +12,8 @@
 #   end stops there, a success. A repetition tries nothing at the end of the text; a lookahead consumes
 #   nothing and `not` of a parser that needs more input needs more input; an atomic parser that needs more
 #   input drops the nodes it found. No memo: llama.cpp's executor has none either.
-# - A tag's name is the arena's where the format gave it one, else the one `tags` gives (chat/format_tags.py
-#   knows them for a format whose arena has none); an unnamed tag is a tag llama.cpp's mapper ignores.
-#   end() matches only at the end of the text.
+# - A tag's name is the arena's (PegArena.tag's, as the format's builder call spells it); an unnamed tag is
+#   one llama.cpp's mapper ignores. end() matches only at the end of the text.
 # - `message(nodes)` is common_chat_peg_mapper::from_ast over those nodes: content and reasoning concatenated,
 #   tool calls opened, named and closed, tagged arguments written as JSON, whitespace-only reasoning dropped.
 # - Positions are code points of a Python str: a str is whole UTF-8, so llama.cpp's byte positions and its
@@ -27,7 +26,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from constraintd.engine.chat.message_scan import ParsedToolCall
@@ -87,7 +86,6 @@ def _fail(start: int, end: int | None = None) -> ParseResult:
 class _Executor:
     arena: PegArena
     text: str
-    tags: Mapping[int, str]
     lenient: bool = True
     _classes: dict[int, tuple[bool, list[tuple[str, str]]]] = field(default_factory=dict)
 
@@ -286,8 +284,7 @@ class _Executor:
         return self._node(parser, start, "", self.arena.text(parser))
 
     def _tag(self, parser: int, start: int) -> ParseResult:
-        # the arena's own name for the tag where the format gave one, else the one `tags` gives
-        return self._node(parser, start, self.arena.text(parser) or self.tags.get(parser, ""), "")
+        return self._node(parser, start, self.arena.text(parser), "")
 
     def _node(self, parser: int, start: int, tag: str, rule: str) -> ParseResult:
         # a rule's or tag's AST node around what its child found
@@ -305,13 +302,13 @@ class _Executor:
         return result
 
 
-def run(arena: PegArena, text: str, tags: Mapping[int, str], *, lenient: bool = True) -> ParseResult:
+def run(arena: PegArena, text: str, *, lenient: bool = True) -> ParseResult:
     """The arena's root parsed on `text` from its start, as parser_executor parses (see the contract).
 
     Raises:
         NotImplementedError: the parse meets a parser kind not ported.
     """
-    return _Executor(arena, text, tags, lenient).parse(arena.root, 0)
+    return _Executor(arena, text, lenient).parse(arena.root, 0)
 
 
 # -- common_chat_peg_mapper

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted, format_grammar
-from constraintd.engine.chat.format_tags import format_of
 from constraintd.engine.chat.formats.qwen3_coder import GENERATION_PREFIX as QWEN_PROMPT
 from constraintd.engine.chat.formats.qwen3_coder import qwen3_coder_params
 from constraintd.engine.chat.message_parser import MessageParseError, parse_message
@@ -43,12 +42,12 @@ from tests.engine.chat.test_chat_params import PORTED_FORMATS, SPECIALISED
 
 
 def _outcome(arena: PegArena, text: str, *, lenient: bool = True) -> tuple[Outcome, int]:
-    result = run(arena, text, {}, lenient=lenient)
+    result = run(arena, text, lenient=lenient)
     return result.outcome, result.end
 
 
-def _tagged(arena: PegArena, text: str, tags: dict[int, str]) -> list[tuple[str, str]]:
-    return [(node.tag, node.text) for node in run(arena, text, tags).visit()]
+def _tagged(arena: PegArena, text: str) -> list[tuple[str, str]]:
+    return [(node.tag, node.text) for node in run(arena, text).visit()]
 
 
 # -- the executor
@@ -105,16 +104,13 @@ def test_lookaheads_consume_nothing_and_not_propagates_need_more() -> None:
 
 def test_an_atomic_parser_cut_short_drops_its_nodes() -> None:
     p = PegArena()
-    name = p.tag(p.literal("get_weather"))
-    p.root = p.choice(p.atomic(p.tag(p.sequence(p.literal("<f="), name))), p.eps())
-    tags = {name: "tool-name", name + 3: "tool-open"}
-    assert _tagged(p, "<f=get_we", tags) == []
-    assert _tagged(p, "<f=get_weather", tags) == [
-        ("tool-open", "<f=get_weather"), ("tool-name", "get_weather")]
+    name = p.tag(p.literal("get_weather"), "tool-name")
+    p.root = p.choice(p.atomic(p.tag(p.sequence(p.literal("<f="), name), "tool-open")), p.eps())
+    assert _tagged(p, "<f=get_we") == []
+    assert _tagged(p, "<f=get_weather") == [("tool-open", "<f=get_weather"), ("tool-name", "get_weather")]
     q = PegArena()
-    tag = q.tag(q.literal("get_weather"))
-    q.root = q.sequence(q.literal("<f="), tag)
-    assert _tagged(q, "<f=get_we", {tag: "tool-name"}) == [("tool-name", "get_we")]  # not atomic: kept
+    q.root = q.sequence(q.literal("<f="), q.tag(q.literal("get_weather"), "tool-name"))
+    assert _tagged(q, "<f=get_we") == [("tool-name", "get_we")]  # not atomic: kept
 
 
 def test_a_choice_takes_the_first_that_does_not_fail() -> None:
@@ -228,11 +224,9 @@ def test_a_format_request_without_a_grammar_is_parsed_with_its_parser() -> None:
 def test_an_arena_with_a_tag_without_a_name_is_refused() -> None:
     p = PegArena()
     p.root = p.tag(p.rest())
-    grammar = ChatGrammar(preserved_tokens=("<tool_call>",), arena=p)
+    grammar = ChatGrammar(arena=p, format_name="qwen3-coder")
     with pytest.raises(NotPorted, match=r"^the parser of the qwen3-coder format$"):
         parse_message("Paris.", grammar, generation_prompt="")
-    assert format_of(("<tool_call>", "</tool_call>")) == "qwen3-coder"
-    assert format_of(("<unknown>",)) is None
 
 
 # -- the oracle: texts a model of each hand-written format writes
