@@ -254,10 +254,11 @@ class AsyncSession:
         one): the prompt, the stops, the preserved tokens, the triggers, the parser settings."""
         return self.record.chat
 
-    def parse(self, text: str) -> ParsedMessage:
+    def parse(self, text: str, *, partial: bool = False) -> ParsedMessage:
         """The message (content, reasoning_content, tool_calls) llama-server's chat parser reads in the
         generated `text`, through the engine's message parser in this process (no round trip); a text cut
-        short keeps what was read.
+        short keeps what was read. `partial`: the text so far of a stream, read as llama-server reads it
+        (a text the format does not match yet is an empty message once the parse read past its start).
 
         Raises:
             ValueError: the session was not made from a chat request.
@@ -266,7 +267,7 @@ class AsyncSession:
         """
         if self.record.chat is None:
             raise ValueError("parse needs a session made from a chat request (chat=)")
-        return self.record.chat.parse(text)
+        return self.record.chat.parse(text, partial=partial)
 
     async def accept(self, token: int) -> bool:
         """Accepts the token if the grammar allows it; False (and no change) if not."""

@@ -107,12 +107,14 @@ class ChatSettings:
             thinking_start_tag=chat.thinking_start_tag, thinking_end_tags=tuple(chat.thinking_end_tags),
             prefill=chat.prefill, format=ChatFormat.from_json(chat.parser))
 
-    def parse(self, text: str) -> ParsedMessage:
+    def parse(self, text: str, *, partial: bool = False) -> ParsedMessage:
         """The message (content, reasoning_content, tool_calls) llama-server's chat parser reads in the
         generated `text` (what the model wrote after the prompt); a text cut short keeps what was read.
+        `partial`: the text so far of a stream, read as llama-server reads it (a text the format does not
+        match yet is an empty message once the parse read past its start).
 
         Raises:
             MessageParseError: the text does not match the format.
             NotPorted: the format's parser is not ported.
         """
-        return self.format.parse(text)
+        return self.format.parse(text, partial=partial)

@@ -206,14 +206,15 @@ class ToolChat:
         """The template's additional stop strings."""
         return self.settings.additional_stops
 
-    def parse(self, text: str) -> ParsedMessage:
-        """The message llama-server's chat parser reads in the whole generated text.
+    def parse(self, text: str, *, partial: bool = False) -> ParsedMessage:
+        """The message llama-server's chat parser reads in the whole generated text (`partial`: in a
+        stream's text so far, ChatFormat.parse).
 
         Raises:
             MessageParseError: the text does not match the format.
             NotPorted: the format's parser is not ported.
         """
-        return self.settings.parse(text)
+        return self.settings.parse(text, partial=partial)
 
     def read(self, text: str) -> tuple[ParsedMessage, str | None]:
         """The message in the whole generated text, and None; or, where the parser refuses the text, the

@@ -6,8 +6,10 @@
 # - The message is what the chat's parser reads (sampler_worker.prompt.ToolChat): content, reasoning
 #   content, tool calls. A whole text the parser refuses is its content alone, as `generate --tools` reports
 #   it; a cut-short text (the token budget) is read as far as it goes, as llama.cpp reads a partial one.
-# - Streamed, the text so far is read again at each step; a reading the parser refuses (the text ends where
-#   the format cannot tell yet) is skipped, as llama-server skips an empty one. A reading is sent only as
+# - Streamed, the text so far is read again at each step as llama-server reads it (common_chat_parse with
+#   is_partial: a text the format does not match yet reads as an empty message); an empty reading is
+#   skipped, as llama-server skips one, and so is one the parser refuses (it failed at the text's very
+#   start, where llama.cpp throws). A reading is sent only as
 #   what it adds to the last one sent: the content, reasoning content and the last call's arguments grow,
 #   calls are only added, a call's name and id never change. A reading that would take back anything sent
 #   (a shorter text, a call gone, arguments that are no longer a continuation) is held back, never sent, and
@@ -97,9 +99,11 @@ class ToolMessage:
         if not text:
             return []
         try:
-            message = self._chat.parse(self._text)
+            message = self._chat.parse(self._text, partial=True)
         except MessageParseError:
             return []  # the text cannot be read yet: the next step's may be
+        if message == ParsedMessage():
+            return []  # update_chat_msg keeps the last reading when the new one is empty
         return self._advance(message)
 
     def finish(self) -> list[dict[str, Any]]:

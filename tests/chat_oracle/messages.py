@@ -10,10 +10,11 @@ that are no object, and space around the section's calls, the arguments and the 
 format with tagged arguments string and JSON values (empty, escaped, spaced, no JSON), the text cut in each
 of a call's parts, calls apart or after ", ", arguments out of order, left out or unknown, each after a
 thinking block too; for the response schema, the value plain, spaced, fenced, after a thinking block, cut
-short, and texts that are no such answer. The harness's "parse" mode answers llama.cpp's message for each
+short, and texts that are no such answer. Each text is read twice, whole and partial (is_partial, as
+llama-server reads a stream's text so far). The harness's "parse" mode answers llama.cpp's message for each
 (the same chat params, the parser llama-server loads); the project's comes from `parse_message` on its own
-chat params. Compared: content, reasoning content, tool calls (name, arguments, id), or both sides refusing
-the text. A case the project does not parse (`NotPorted`) is counted apart.
+chat params, in the same mode. Compared: content, reasoning content, tool calls (name, arguments, id), or
+both sides refusing the text. A case the project does not parse (`NotPorted`) is counted apart.
 """
 
 from __future__ import annotations
@@ -278,32 +279,34 @@ def compare_messages(binary: Path, path: Path, *, now: int) -> list[MessageCompa
             found.append(MessageComparison(path.stem, name, "*", None, {}, str(exc)))
             continue
         for text_name, text in (texts(grammar) if schema is None else answers(grammar)).items():
-            request: dict[str, Any] = {
-                "mode": "parse", "template": source, "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN,
-                "messages": MESSAGE_SETS["system+user"], "tool_choice": choice,
-                "parallel_tool_calls": parallel,
-                "now": now, "text": text, "reasoning_format": "auto",
-            }
-            if tool_list is not None:
-                request["tools"] = tool_list
-            if schema is not None:
-                request["json_schema"] = schema
-            llama = _llama(run_harness(binary, request))
-            ours: dict[str, Any] | None
-            not_ported = None
-            try:
-                message = parse_message(
-                    text, grammar, generation_prompt=prompt.generation_prompt,
-                    tools=[tool.to_json() for tool in tools], tool_choice=choice,
-                    parallel_tool_calls=parallel,
-                    supports_tool_calls=_caps(source), has_response_format=schema is not None)
-                ours = {"content": message.content, "reasoning_content": message.reasoning_content,
-                        "tool_calls": [[c.name, c.arguments, c.id] for c in message.tool_calls]}
-            except MessageParseError:
-                ours = {"error": "parse"}
-            except NotPorted as exc:
-                ours, not_ported = None, str(exc)
-            found.append(MessageComparison(path.stem, name, text_name, ours, llama, not_ported))
+            for partial in (False, True):
+                request: dict[str, Any] = {
+                    "mode": "parse", "template": source, "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN,
+                    "messages": MESSAGE_SETS["system+user"], "tool_choice": choice,
+                    "parallel_tool_calls": parallel, "now": now, "text": text, "reasoning_format": "auto",
+                    "is_partial": partial,
+                }
+                if tool_list is not None:
+                    request["tools"] = tool_list
+                if schema is not None:
+                    request["json_schema"] = schema
+                llama = _llama(run_harness(binary, request))
+                ours: dict[str, Any] | None
+                not_ported = None
+                try:
+                    message = parse_message(
+                        text, grammar, generation_prompt=prompt.generation_prompt,
+                        tools=[tool.to_json() for tool in tools], tool_choice=choice,
+                        parallel_tool_calls=parallel, supports_tool_calls=_caps(source),
+                        has_response_format=schema is not None, partial=partial)
+                    ours = {"content": message.content, "reasoning_content": message.reasoning_content,
+                            "tool_calls": [[c.name, c.arguments, c.id] for c in message.tool_calls]}
+                except MessageParseError:
+                    ours = {"error": "parse"}
+                except NotPorted as exc:
+                    ours, not_ported = None, str(exc)
+                found.append(MessageComparison(path.stem, name, text_name + (" (partial)" if partial else ""),
+                                               ours, llama, not_ported))
     return found
 
 

@@ -51,9 +51,11 @@ class ChatFormat:
     arena: PegArena | None = None  # a hand-written format's parser
     format_name: str = ""  # a hand-written format's (its parser's mapper)
 
-    def parse(self, text: str) -> ParsedMessage:
+    def parse(self, text: str, *, partial: bool = False) -> ParsedMessage:
         """The message (content, reasoning content, tool calls) llama.cpp's chat parser reads in the whole
-        generated `text`; a text cut short keeps what was read, as its lenient parser does.
+        generated `text`; a text cut short keeps what was read, as its lenient parser does. `partial`
+        reads a stream's text so far as llama-server does: a text the format does not match (yet) is an
+        empty message once the parse read past its start (message_parser.parse_message).
 
         Raises:
             MessageParseError: the text does not match the format.
@@ -65,7 +67,7 @@ class ChatFormat:
             text, grammar, generation_prompt=self.generation_prompt,
             tools=self.tools, tool_choice=self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
             reasoning_format=self.reasoning_format, supports_tool_calls=self.supports_tool_calls,
-            has_response_format=self.has_response_format)
+            has_response_format=self.has_response_format, partial=partial)
 
     def to_json(self) -> str:
         """The settings as JSON text (`from_json` reads it back)."""

@@ -1,9 +1,10 @@
-# The assistant's message from a generated text, as llama.cpp's chat layer parses a whole (non-streamed)
-# text on the templates its auto-parser handles: the PEG parser autoparser::build_parser builds
-# (chat-auto-parser-generator.cpp: build_tool_parser_json_native with standard_json_tools in
-# chat-peg-parser.cpp, build_tool_parser_tag_json and build_tool_parser_tag_tagged with build_func_parser)
-# and common_chat_peg_mapper, run on the generation prompt followed by the text (common_chat_peg_parse),
-# written here as a direct scan (message_scan.py; the tagged arguments' calls in tagged_message_parser.py).
+# The assistant's message from a generated text, as llama.cpp's chat layer parses a whole text, or a
+# stream's text so far (is_partial), on the templates its auto-parser handles: the PEG parser
+# autoparser::build_parser builds (chat-auto-parser-generator.cpp: build_tool_parser_json_native with
+# standard_json_tools in chat-peg-parser.cpp, build_tool_parser_tag_json and build_tool_parser_tag_tagged
+# with build_func_parser) and common_chat_peg_mapper, run on the generation prompt followed by the text
+# (common_chat_peg_parse), written here as a direct scan (message_scan.py; the tagged arguments' calls in
+# tagged_message_parser.py).
 #
 # Contract:
 # - `parse_message` gives the content, the reasoning content and the tool calls (name, arguments as the JSON
@@ -19,9 +20,11 @@
 #   input at the end of the text (the content, the thinking or a call reaching it), what was read is the
 #   message: a call cut short is kept once its name is read (a tag format's: once its whole open is read),
 #   with the arguments read so far.
-# - A text that does not match raises MessageParseError with llama.cpp's words; what is not ported
-#   (the parts of build_tool_parser_tag_json json_tool_grammar.py does not port, the call ids of tagged
-#   arguments, fields nested under a function object, hand-written formats) raises NotPorted.
+# - A text that does not match raises MessageParseError with llama.cpp's words; read as partial, it is an
+#   empty message where the failed parse ends past the input's start (common_chat_peg_parse maps the
+#   failed result's nodes, and a failed result holds none), and only a failure at the start raises.
+# - What is not ported (the parts of build_tool_parser_tag_json json_tool_grammar.py does not port, the
+#   call ids of tagged arguments, fields nested under a function object) raises NotPorted.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -330,10 +333,10 @@ def _tag_json_call(scan: Scan, names: Sequence[str], tools: ToolFormat) -> None:
     raise ScanFail
 
 
-def _tag_json_tools(scan: Scan, names: Sequence[str], tools: ToolFormat, *, parallel: bool) -> None:
+def _tag_json_tools(scan: Scan, names: Sequence[str], tools: ToolFormat, *, required: bool,
+                    parallel: bool) -> None:
     # build_tool_parser_tag_json: each call between the per-call markers, more after space when parallel,
-    # all in the section where there is one; optional (llama.cpp's are not where tool_choice is required,
-    # which no text tells apart: the end of the text follows them, and a text ending inside them stands)
+    # all in the section where there is one; optional unless tool_choice is required
     def wrapped() -> None:
         scan.literal(tools.per_call_start)
         _tag_json_call(scan, names, tools)
@@ -357,7 +360,10 @@ def _tag_json_tools(scan: Scan, names: Sequence[str], tools: ToolFormat, *, para
             scan.space()
             scan.literal(tools.section_end)
 
-    scan.optional(calls)
+    if required:
+        calls()
+    else:
+        scan.optional(calls)
 
 
 def _response_format(scan: Scan) -> None:
@@ -365,9 +371,28 @@ def _response_format(scan: Scan) -> None:
     # value's text; an answer that cannot parse does not match, one still open is read so far
     answer = parse_json_answer(scan.text[scan.pos:])
     if answer.state is AnswerState.INVALID:
+        scan.pos = _answer_end(scan)  # where the end() that follows fails, or the choice's start
         raise ScanFail
     scan.content.append(answer.content)
     scan.pos = len(scan.text)
+
+
+def _answer_end(scan: Scan) -> int:
+    # where llama.cpp's choice of the answer ("```json" space value space "```" | space value space) ends
+    # when one of them matches, else where it starts
+    start = scan.pos
+    for fence in ("```json", ""):
+        scan.pos = start
+        try:
+            scan.literal(fence)
+            scan.space()
+            scan.json_value()
+            scan.space()
+            scan.literal(fence[:3])
+            return scan.pos
+        except (ScanFail, NeedMore):
+            continue
+    return start
 
 
 def _reasoning(scan: Scan, analysis: TemplateAnalysis, *, extracting: bool) -> None:
@@ -400,7 +425,8 @@ def _content_until(scan: Scan, delimiters: Sequence[str]) -> None:
         raise
 
 
-def _format_message(text: str, grammar: ChatGrammar, *, generation_prompt: str) -> ParsedMessage:
+def _format_message(text: str, grammar: ChatGrammar, *, generation_prompt: str,
+                    partial: bool) -> ParsedMessage:
     # a hand-written format's request: its own parser (the arena its grammar is written from) run on the
     # generation prompt and the text (common_chat_peg_parse), its tagged nodes mapped (peg_parse.py)
     arena, name = grammar.arena, grammar.format_name
@@ -412,8 +438,7 @@ def _format_message(text: str, grammar: ChatGrammar, *, generation_prompt: str) 
     except NotImplementedError as exc:
         raise NotPorted(str(exc)) from None
     if result.outcome is peg_parse.Outcome.FAIL:
-        raise MessageParseError(
-            "The model produced output that does not match the expected peg-native format") from None
+        return _refused(result.end, partial=partial)
     if name == "gemma4":  # the formats with a mapper of their own
         content, reasoning, calls = gemma4_message(result.nodes)
     elif name == "minimax-m3":
@@ -423,22 +448,35 @@ def _format_message(text: str, grammar: ChatGrammar, *, generation_prompt: str) 
     return ParsedMessage(content, reasoning, calls)
 
 
+def _refused(end: int, *, partial: bool) -> ParsedMessage:
+    # common_chat_peg_parse on a text its parser fails on: a partial parse whose failure lies past the start
+    # of the input maps the nodes of the failed result, and a failed result holds none: an empty message
+    if partial and end > 0:
+        return ParsedMessage()
+    raise MessageParseError(
+        "The model produced output that does not match the expected peg-native format") from None
+
+
 def parse_message(
     text: str, grammar: ChatGrammar, *, generation_prompt: str, tools: Sequence[Mapping[str, Any]] = (),
     tool_choice: str = "auto", parallel_tool_calls: bool = False, reasoning_format: str = "auto",
-    supports_tool_calls: bool = True, has_response_format: bool = False,
+    supports_tool_calls: bool = True, has_response_format: bool = False, partial: bool = False,
 ) -> ParsedMessage:
-    """The message llama.cpp's chat parser reads in a whole generated `text` (see the module's contract).
+    """The message llama.cpp's chat parser reads in a generated `text` (see the module's contract).
 
     `grammar` is the request's chat params (chat_params.chat_params), `generation_prompt` its generation
-    prompt; `supports_tool_calls` the template's capability (TemplateCaps).
+    prompt; `supports_tool_calls` the template's capability (TemplateCaps). `partial` reads the text as
+    llama-server reads a stream's text so far (common_chat_parse with is_partial): the same message, except
+    that a text the format does not match gives an empty message once the parse has read past the input's
+    start (it may be the start of a longer text that matches).
 
     Raises:
-        MessageParseError: the text does not match the format.
+        MessageParseError: the text does not match the format (and, when partial, the parse failed at
+            the input's start).
         NotPorted: the format's parser is not ported.
     """
     if grammar.arena is not None:
-        return _format_message(text, grammar, generation_prompt=generation_prompt)
+        return _format_message(text, grammar, generation_prompt=generation_prompt, partial=partial)
     analysis = grammar.analysis
     if analysis is None and grammar.format_name:
         # a hand-written format that gives no parser (FormatParams.arena None): every ported one gives it
@@ -471,7 +509,8 @@ def parse_message(
             scan.space()
             _reasoning(scan, analysis, extracting=extracting)
             scan.optional(lambda: _content_until(scan, [analysis.trigger_marker]))
-            _tag_json_tools(scan, _tool_names(tools), analysis.tools, parallel=parallel_tool_calls)
+            _tag_json_tools(scan, _tool_names(tools), analysis.tools, required=tool_choice == "required",
+                            parallel=parallel_tool_calls)
         elif with_tools and analysis.tools.mode is ToolMode.TAG_WITH_TAGGED:
             # the same, with the calls' arguments tagged one by one (tagged_message_parser.py)
             scan.space()
@@ -515,8 +554,8 @@ def parse_message(
     except NeedMore:
         pass
     except ScanFail:
-        raise MessageParseError(
-            "The model produced output that does not match the expected peg-native format") from None
+        # the scan stands where llama.cpp's failed sequence ends (message_scan.py's contract)
+        return _refused(scan.pos, partial=partial)
     reasoning_text = "".join(scan.reasoning)
     if not reasoning_text.strip(" \n\r\t"):
         reasoning_text = ""

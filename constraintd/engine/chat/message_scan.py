@@ -6,6 +6,8 @@
 #   parser fails (the caller puts `pos` back where its choice or optional began, and drops what the failed
 #   branch gathered) and NeedMore where it stops for more input at the end of the text (lenient parsing:
 #   what was gathered before it stands, and the parse ends there).
+# - A failure leaves `pos` where llama.cpp's failed result ends: a sequence's where its failing part's
+#   ends, a choice's and a literal's where they began (a partial parse reads that end).
 # - `content`, `reasoning` and `calls` are what the mapper would hold for the nodes read so far.
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""constraintd.engine.chat.message_parser: the assistant's message from a whole generated text, as llama.cpp's
-chat parser reads it.
+"""constraintd.engine.chat.message_parser: the assistant's message from a whole generated text, or a stream's
+text so far, as llama.cpp's chat parser reads it.
 
 The oracle test runs tests/chat_oracle/messages.py's texts on every auto-parser template through
-llama.cpp's common_chat_parse (the harness's "parse" mode) and through `parse_message`: content, reasoning
+llama.cpp's common_chat_parse (the harness's "parse" mode), whole and partial, and through `parse_message`
+with the same mode: content, reasoning
 content and tool calls identical, or both sides refusing; requests whose tool grammar or parser is not ported
 (the tag formats' grammars llama.cpp's chat params build that are not ported) are counted apart. A response
 schema's answers are among the texts.
@@ -17,7 +18,12 @@ from pathlib import Path
 import pytest
 
 from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
-from constraintd.engine.chat.message_parser import MessageParseError, ParsedToolCall, parse_message
+from constraintd.engine.chat.message_parser import (
+    MessageParseError,
+    ParsedMessage,
+    ParsedToolCall,
+    parse_message,
+)
 from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
 from constraintd.engine.chat.template_analysis import CallIdPosition, TemplateAnalysis, ToolFormat, ToolMode
 from tests.chat_oracle.cases import template_paths
@@ -57,6 +63,37 @@ def test_an_unknown_tool_does_not_match() -> None:
     text = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
     with pytest.raises(MessageParseError, match="does not match the expected"):
         parse_message(text, HERMES, generation_prompt=PROMPT, tools=TOOLS)
+
+
+def test_a_partial_text_that_does_not_match_past_its_start_is_an_empty_message() -> None:
+    # common_chat_parse with is_partial: the failed parse ends past the input's start (the generation prompt
+    # at least), so llama-server's stream gets an empty message, not an error
+    text = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+    assert parse_message(text, HERMES, generation_prompt=PROMPT, tools=TOOLS, partial=True) == ParsedMessage()
+    matched = 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>'
+    assert parse_message(matched, HERMES, generation_prompt=PROMPT, tools=TOOLS, partial=True) == \
+        parse_message(matched, HERMES, generation_prompt=PROMPT, tools=TOOLS)
+
+
+def test_a_required_calls_failure_ends_inside_the_call() -> None:
+    # the calls are not optional when tool_choice is required: the failure ends at the unknown name, past the
+    # marker, so a partial read is an empty message even with no generation prompt
+    text = '<function=get_time>{}</function>'
+    assert parse_message(text, FUNCTIONARY, generation_prompt="", tools=TOOLS, tool_choice="required",
+                         partial=True) == ParsedMessage()
+    with pytest.raises(MessageParseError, match="does not match the expected"):
+        parse_message(text, FUNCTIONARY, generation_prompt="", tools=TOOLS, tool_choice="auto", partial=True)
+
+
+def test_a_partial_answer_is_empty_past_its_value_and_refused_at_its_start() -> None:
+    # the answer's value matches and the end does not follow: the failure ends past the value; no value at
+    # all (and no generation prompt): the failure ends at the input's start, where llama.cpp throws
+    grammar = ChatGrammar(analysis=TemplateAnalysis(ReasoningAnalysis()))
+    text = '{"city": "Paris"} and more'
+    assert parse_message(text, grammar, generation_prompt="", has_response_format=True,
+                         partial=True) == ParsedMessage()
+    with pytest.raises(MessageParseError, match="does not match the expected"):
+        parse_message("Paris", grammar, generation_prompt="", has_response_format=True, partial=True)
 
 
 # A thinking template (Qwen 3): a response schema's answer after the thinking block

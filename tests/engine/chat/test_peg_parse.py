@@ -6,9 +6,10 @@ until. The oracle test parses texts a model of each hand-written format writes (
 content, calls alone, after content and two of them, calls cut short at several points, an unknown tool,
 malformed text, a response schema's answers) under tool_choice auto, required and none, parallel calls on and
 off, through llama.cpp's common_chat_parse (the harness's "parse" mode) and through `parse_message` on the
-project's chat params: content, reasoning content and tool calls (name, arguments, id) identical, or both
-sides refusing. A format whose parse is not ported refuses with NotPorted and is counted as not identical; a
-request without a grammar is parsed with its format's parser, as llama.cpp parses it.
+project's chat params, each text read whole and partial (a stream's text so far): content, reasoning
+content and tool calls (name, arguments, id) identical, or both sides refusing. A format whose parse is not
+ported refuses with NotPorted and is counted as not identical; a request without a grammar is parsed with its
+format's parser, as llama.cpp parses it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted, format_grammar
 from constraintd.engine.chat.formats.qwen3_coder import GENERATION_PREFIX as QWEN_PROMPT
 from constraintd.engine.chat.formats.qwen3_coder import qwen3_coder_params
-from constraintd.engine.chat.message_parser import MessageParseError, parse_message
+from constraintd.engine.chat.message_parser import MessageParseError, ParsedMessage, parse_message
 from constraintd.engine.chat.peg_arena import PegArena
 from constraintd.engine.chat.peg_parse import Outcome, TaggedNode, message, normalize_quotes_to_json, run
 from constraintd.engine.chat.template_inputs import parse_messages, parse_tools
@@ -211,6 +212,10 @@ def test_a_text_the_format_does_not_match_is_refused_with_llama_cpps_words() -> 
     grammar = _qwen3_coder_grammar(tool_choice="required")
     with pytest.raises(MessageParseError, match="does not match the expected peg-native format"):
         parse_message("<tool_call>\n<oops>", grammar, generation_prompt=QWEN_PROMPT, tools=[WEATHER_TOOL])
+    # read as a stream's text so far, the failure past the input's start is an empty message
+    partial = parse_message("<tool_call>\n<oops>", grammar, generation_prompt=QWEN_PROMPT,
+                            tools=[WEATHER_TOOL], partial=True)
+    assert partial == ParsedMessage()
 
 
 def test_a_format_request_without_a_grammar_is_parsed_with_its_parser() -> None:
@@ -670,30 +675,32 @@ def compare(binary: Path, path: Path, *, now: int) -> list[tuple[str, str, Any, 
         texts = (_answers() if schema is not None else
                  FORMAT_TEXTS.get(format_name, lambda _: _generic_texts())(source))
         for text_name, text in texts.items():
-            request: dict[str, Any] = {
-                "mode": "parse", "template": source, "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN,
-                "messages": MESSAGE_SETS["system+user"], "tool_choice": choice,
-                "parallel_tool_calls": parallel,
-                "now": now, "text": text, "reasoning_format": "auto",
-            }
-            if tool_list is not None:
-                request["tools"] = tool_list
-            if schema is not None:
-                request["json_schema"] = schema
-            llama = _llama(run_harness(binary, request))
-            ours: Any
-            not_ported = None
-            try:
-                parsed = parse_message(text, grammar, generation_prompt=prompt.generation_prompt,
-                                       tools=[tool.to_json() for tool in tools], tool_choice=choice,
-                                       parallel_tool_calls=parallel, has_response_format=schema is not None)
-                ours = {"content": parsed.content, "reasoning_content": parsed.reasoning_content,
-                        "tool_calls": [[c.name, c.arguments, c.id] for c in parsed.tool_calls]}
-            except MessageParseError:
-                ours = {"error": "parse"}
-            except NotPorted as exc:
-                ours, not_ported = None, str(exc)
-            found.append((name, text_name, ours, llama, not_ported))
+            for partial in (False, True):
+                request: dict[str, Any] = {
+                    "mode": "parse", "template": source, "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN,
+                    "messages": MESSAGE_SETS["system+user"], "tool_choice": choice,
+                    "parallel_tool_calls": parallel, "now": now, "text": text, "reasoning_format": "auto",
+                    "is_partial": partial,
+                }
+                if tool_list is not None:
+                    request["tools"] = tool_list
+                if schema is not None:
+                    request["json_schema"] = schema
+                llama = _llama(run_harness(binary, request))
+                ours: Any
+                not_ported = None
+                try:
+                    parsed = parse_message(text, grammar, generation_prompt=prompt.generation_prompt,
+                                           tools=[tool.to_json() for tool in tools], tool_choice=choice,
+                                           parallel_tool_calls=parallel,
+                                           has_response_format=schema is not None, partial=partial)
+                    ours = {"content": parsed.content, "reasoning_content": parsed.reasoning_content,
+                            "tool_calls": [[c.name, c.arguments, c.id] for c in parsed.tool_calls]}
+                except MessageParseError:
+                    ours = {"error": "parse"}
+                except NotPorted as exc:
+                    ours, not_ported = None, str(exc)
+                found.append((name, text_name + (" (partial)" if partial else ""), ours, llama, not_ported))
     return found
 
 
