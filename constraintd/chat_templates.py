@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from constraintd.engine.chat.caps import detect_caps, quietly, touch
 from constraintd.engine.chat.chat_params import ChatGrammar, chat_params
+from constraintd.engine.chat.continuation import Continuation
 from constraintd.engine.chat.jinja_values import (
     llama_json,
     llama_repr,
@@ -405,12 +406,15 @@ def chat_grammar_of(
     tool_choice: str = "auto", json_schema: Any = None, reasoning_format: str = "auto", bos_text: str = "",
     eos_text: str = "", enable_thinking: bool = True, now: float | None = None,
     caps: TemplateCaps | None = None, parallel_tool_calls: bool = False, generation_prompt: str | None = None,
+    continuation: Continuation = Continuation.NONE,
 ) -> ChatGrammar:
     """The grammar side of llama.cpp's chat params for a chat request on the template `source` (see
     constraintd.engine.chat.chat_params), with the generation prompt `chat_prompt_of` makes.
 
     `json_schema`: the response schema, parsed (constraintd.engine.schema.json_text.parse_json).
     `generation_prompt`: the request's, when the caller has rendered its prompt already (`chat_prompt_of`).
+    `continuation`: what of a final message is continued (continued_chat's, of
+    constraintd.engine.chat.continuation; `messages` then those rendered, without it).
 
     Raises:
         TemplateError: the template does not render the request.
@@ -430,4 +434,5 @@ def chat_grammar_of(
         tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls, json_schema=json_schema,
         reasoning_format=reasoning_format, enable_thinking=enable_thinking, bos_token=bos_text,
         eos_token=eos_text,
-        analyze=lambda: known_analysis(source, now, caps, bos_token=bos_text, eos_token=eos_text))
+        analyze=lambda: known_analysis(source, now, caps, bos_token=bos_text, eos_token=eos_text),
+        continuation=continuation)

@@ -7,7 +7,8 @@
 //    "messages": [OpenAI messages], "tools": [OpenAI tools], "tool_choice": "auto" | "required" | "none",
 //    "parallel_tool_calls": false, "json_schema": {...}, "grammar": "",
 //    "reasoning_format": "none" | "auto" | "deepseek" | "deepseek-legacy", "enable_thinking": true,
-//    "add_generation_prompt": true, "chat_template_kwargs": {"name": <json>}, "now": <unix seconds>,
+//    "add_generation_prompt": true, "continue_final_message": true | "reasoning_content" | "content",
+//    "chat_template_kwargs": {"name": <json>}, "now": <unix seconds>,
 //    parse mode only: "text": "...", "is_partial": false, "parse_tool_calls": true,
 //    "reasoning_in_content": false}
 // "apply" answers common_chat_templates_init(nullptr, template, bos, eos) + common_chat_templates_apply:
@@ -83,6 +84,9 @@ static common_chat_templates_inputs inputs_from(const common_json & request) {
     inputs.reasoning_format = common_reasoning_format_from_name(string_field(request, "reasoning_format", "none"));
     inputs.enable_thinking = bool_field(request, "enable_thinking", true);
     inputs.add_generation_prompt = bool_field(request, "add_generation_prompt", true);
+    if (request.contains("continue_final_message")) {
+        inputs.continue_final_message = common_chat_continuation_parse(request.at("continue_final_message"));
+    }
     if (request.contains("chat_template_kwargs")) {
         for (const auto & [key, value] : request.at("chat_template_kwargs").items()) {
             inputs.chat_template_kwargs[key] = value.dump();

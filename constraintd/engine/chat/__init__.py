@@ -9,6 +9,8 @@
     caps      a template's capabilities, found as llama.cpp finds them (probe conversations over tracked
               values; the renderer reports what the template reads)
     prompt    the prompt and generation prompt of llama.cpp's chat params, through the caller's renderer
+    continuation  continuing the final message (continue_final_message): the chat split before rendering,
+              the generation prompt continued after, as the request's format does
     jinja_values  values as llama.cpp's Jinja writes them (tojson, the string filter, printing)
     diff_split  the auto-parser's text tools: markers and text, where two renderings differ
     reasoning  a template's thinking tags, found by the auto-parser's probe conversations

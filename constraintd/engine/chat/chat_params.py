@@ -8,7 +8,9 @@
 #   source (common_chat_try_specialized_template, in its order), or None: the auto-parser's templates. A
 #   hand-written format's params are its module's (chat/formats/: the request as it came, the arena written
 #   here as GBNF); `chat_params` raises NotPorted for a format with no module, and for what a module does not
-#   port. The rest of this contract is the auto-parser's.
+#   port. A continued final message (continuation.py) changes only ling-3's parser: the rest is built on the
+#   generation prompt before the continuation, as llama.cpp builds it. The rest of this contract is the
+#   auto-parser's.
 # - A request gets a grammar where it has a response schema, or tools llama.cpp sees a syntax for with
 #   tool_choice auto (and a word to trigger on) or required. Exact here: no tools, tool_choice none, tools the
 #   template has no syntax for, or auto where the format has no word to trigger on, without a schema, give
@@ -39,6 +41,7 @@ from functools import partial
 from typing import Any, Final
 
 from constraintd.engine.aho_corasick import AhoCorasick
+from constraintd.engine.chat.continuation import Continuation
 from constraintd.engine.chat.diff_split import C_SPACE, Render, trim_whitespace
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.cohere2moe import cohere2moe_params
@@ -428,11 +431,12 @@ _FORMATS: Final[Mapping[str, Callable[..., FormatParams]]] = {
 }
 _READS_THINKING: Final = frozenset({"deepseek-v3.2", "minimax-m3"})  # enable_thinking
 _READS_GENERATION_PROMPT: Final = frozenset({"ling-3"})  # whether the prompt leaves a thought open
+_READS_CONTINUATION: Final = frozenset({"ling-3"})  # whether a continued message's thought is open
 
 
 def _format_params(name: str, source: str, *, tools: Sequence[Mapping[str, Any]], tool_choice: str,
                    parallel_tool_calls: bool, json_schema: JsonValue, reasoning_format: str,
-                   enable_thinking: bool, generation_prompt: str) -> FormatParams:
+                   enable_thinking: bool, generation_prompt: str, continuation: Continuation) -> FormatParams:
     # common_chat_try_specialized_template's call of the format's init, with the request as it came
     init = _FORMATS.get(name)
     if init is None:
@@ -445,6 +449,8 @@ def _format_params(name: str, source: str, *, tools: Sequence[Mapping[str, Any]]
         options["enable_thinking"] = enable_thinking
     if name in _READS_GENERATION_PROMPT:
         options["generation_prompt"] = generation_prompt
+    if name in _READS_CONTINUATION:
+        options["continuation"] = continuation
     return init(source, **options)
 
 
@@ -485,6 +491,7 @@ def chat_params(
     bos_token: str = "",
     eos_token: str = "",
     analyze: Callable[[], TemplateAnalysis] | None = None,
+    continuation: Continuation = Continuation.NONE,
 ) -> ChatGrammar:
     """The grammar side of llama.cpp's chat params for a request (see the module's contract).
 
@@ -492,7 +499,9 @@ def chat_params(
     llama.cpp's Jinja dialect, `generation_prompt` is the request's (prompt.chat_prompt's). `analyze`
     gives the template's analysis where the caller remembers it (the same as `analyze_template` of these
     arguments makes; by default that is called). `enable_thinking` is the request's (only a hand-written
-    format reads it: the auto-parser's templates read it through their generation prompt).
+    format reads it: the auto-parser's templates read it through their generation prompt). `continuation`
+    is what of a final message the request continues (continuation.continued_chat's; `generation_prompt` then
+    the one rendered before it is continued, as llama.cpp builds its parser on).
 
     Raises:
         NotPorted: the template has a hand-written format not ported, or the request's grammar holds tool
@@ -509,7 +518,7 @@ def chat_params(
             made = _format_params(specialised, source, tools=tools, tool_choice=tool_choice,
                                   parallel_tool_calls=parallel_tool_calls, json_schema=json_schema,
                                   reasoning_format=reasoning_format, enable_thinking=enable_thinking,
-                                  generation_prompt=generation_prompt)
+                                  generation_prompt=generation_prompt, continuation=continuation)
         except NotImplementedError as exc:
             raise NotPorted(str(exc)) from None
         return format_grammar(made, specialised)

@@ -11,8 +11,10 @@
 # - `template_source` is the template llama.cpp renders for a model's template text: ChatML where there
 #   is none (or it is "chatml"), and two known templates' refusals patched out (gpt-oss's of a channel
 #   written in content, Mistral's of an assistant turn with neither content nor tool calls).
-# - Not done: continuing the final message (continue_final_message), a GGUF's separate tool_use template,
-#   and the formats' parsers (chat_params.py has the grammar side, in part).
+# - Continuing the final message (continue_final_message) is continuation.py's: it splits the chat before
+#   this renders it, and rebuilds the generation prompt after.
+# - Not done: a GGUF's separate tool_use template, and the formats' parsers (chat_params.py has the grammar
+#   side, in part).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence

@@ -12,7 +12,8 @@
 #   the rest of the turn as content), its grammar written only where there is one. It is the arena's
 #   (peg_arena.py) of the parser llama.cpp builds, made call for call in its order: the optional role opener,
 #   the think block (its tags optional; its body up to `</think>`, or up to a call's start too where the
-#   generation prompt leaves `<think>` open), the content up to a call, then the calls' section (required
+#   generation prompt leaves `<think>` open, or, continuing a final message, where its content is not
+#   continued), the content up to a call, then the calls' section (required
 #   where tool_choice is required, else optional) and the turn's tail. A call is `<tool_call>name`, its
 #   required arguments in any order (as `ling3-<name>-args-N` rules), then its optional ones in any order and
 #   number. A string argument is any text up to `</arg_value>`; any other its schema's JSON; one that may be
@@ -24,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from constraintd.engine.chat.continuation import Continuation
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.qwen3_coder import value_types
 from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_parameters
@@ -52,7 +54,7 @@ MESSAGE_DELIMITERS: Final = (
 def ling3_params(
     source: str, *, tools: Sequence[Mapping[str, Any]] = (), tool_choice: str = "auto",
     parallel_tool_calls: bool = False, json_schema: Any = None, reasoning_format: str = "auto",
-    generation_prompt: str = "",
+    generation_prompt: str = "", continuation: Continuation = Continuation.NONE,
 ) -> FormatParams:
     """common_chat_params_init_ling3's grammar side for a request (see the module's contract).
 
@@ -60,7 +62,9 @@ def ling3_params(
     template's with thinking on), the thought also ends at a call's start. `source`, `json_schema` and
     `reasoning_format` do not change the answer (llama.cpp's format reads none of them for the grammar: the
     think body is tagged reasoning or content alike); they are taken for the same call as the other formats'.
-    Does not render the prompt nor handle a continued final message.
+    `continuation`: what of a final message is continued (continuation.continued_chat's; NONE: nothing),
+    which, where something is, says whether the thought is open instead of the generation prompt. Does not
+    render the prompt.
 
     Raises:
         NotImplementedError: parameters or an argument schema whose reading is not ported.
@@ -70,6 +74,8 @@ def ling3_params(
     functions = tool_functions([tool for tool in tools if tool.get("type") == "function" and include_grammar])
     last_open, last_close = generation_prompt.rfind(THINK_START), generation_prompt.rfind(THINK_END)
     think_open = last_open != -1 and (last_close == -1 or last_open > last_close)
+    if continuation is not Continuation.NONE:
+        think_open = continuation is not Continuation.CONTENT
     try:
         arena = _parser(functions if include_grammar else None, think_open=think_open,
                         extract_reasoning=reasoning_format != "none", required=tool_choice == "required",
