@@ -93,6 +93,8 @@ _FORMAT_RULE_NAMES: Final = {
     StringFormat.DATE_TIME: "date-time-string",
 }
 _NOT_OBJECTS: Final = ("array", "string", "number", "boolean", "null")
+# llama.cpp's rules -> the extended dialect's spelling of them (extended.PRIMITIVES)
+_EXTENDED_PRIMITIVES: Final = {PRIMITIVE_RULES[name]: rule for name, rule in extended.PRIMITIVES.items()}
 _BAD_UTF8: Final = (
     "the grammar llama.cpp makes of this pattern is not valid UTF-8 (a quantifier after a non-ASCII "
     "character repeats only its last byte)"
@@ -123,9 +125,9 @@ class _Converter:
         self.journal: list[str] | None = None  # rule names added while a pattern is being translated
         self.bad_utf8_pointer: str | None = None
         # the extended dialect's rule of other keys by the names they are not (None: none written), and the
-        # rules those write for a key leaving the names, by their characters (shared by every object)
+        # rules those write (shared by every object)
         self.other_key_rules: dict[tuple[str, ...], str | None] = {}
-        self.key_leaves: dict[tuple[str, bool], str] = {}
+        self.key_rules = extended.KeyRules()
         self.readings = extended.Readings()  # shared with the report (it asks the same of patterns)
 
     def _name_for(self, name: str, rule_of: Callable[[str], str]) -> str:
@@ -159,8 +161,13 @@ class _Converter:
         return self.add_rule(key, rule_of(key))
 
     def add_primitive(self, name: str, rule: BuiltinRule) -> str:
+        if self.extended:  # the same language in the dialect's spelling, with what it needs
+            rule = _EXTENDED_PRIMITIVES.get(rule, rule)
         result = self.add_rule(name, rule.content)
         for dep in rule.deps:
+            if self.extended and dep in extended.RULES:
+                self.add_extended(dep)
+                continue
             dep_rule = PRIMITIVE_RULES.get(dep) or STRING_FORMAT_RULES.get(dep)
             if dep_rule is None:
                 self.errors.append((f"Rule {dep} not known", "#"))
@@ -179,7 +186,10 @@ class _Converter:
         added = self.add_rule(name, rule.content)  # first: rules may refer to each other (x-value)
         for dep in rule.deps:
             if dep not in self.rules:
-                self.add_extended(dep)
+                if dep in extended.RULES:
+                    self.add_extended(dep)
+                else:  # one of llama.cpp's rules, as the dialect writes it
+                    self.add_primitive(dep, PRIMITIVE_RULES[dep])
         return added
 
     def any_value(self) -> str:
@@ -333,7 +343,7 @@ class _Converter:
             if key not in self.other_key_rules:
                 self.add_extended("x-key-end")
                 rule = extended.other_keys_rule([from_utf8(name) for name in names], self.add_rule,
-                                                leaving=self.key_leaves)
+                                                self.key_rules)
                 self.other_key_rules[key] = None if rule is None else self.add_rule(name, rule)
             shared = self.other_key_rules[key]
             if shared is not None:

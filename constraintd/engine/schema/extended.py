@@ -43,17 +43,19 @@
 #   false (`undeclared_required`).
 # - minLength / maxLength on a plain string count characters: a character outside the BMP is taken raw
 #   only (llama.cpp's rule counts each of its two escapes).
-# - `other_keys_rule(names, add_rule)`: the keys beside an object's declared properties, exactly the JSON
-#   strings that are none of the names (see the section below).
+# - `other_keys_rule(names, add_rule, written)`: the keys beside an object's declared properties, exactly
+#   the JSON strings that are none of the names (see the section below).
 # - `x-value` (in `RULES`): any JSON value, as llama.cpp's `value` but numbers of any number of digits (its
 #   `integral-part` and `decimal-part` write a rule per digit), over llama.cpp's `ANY_VALUE_PRIMITIVES`.
 # - Rules are written for the parser's cost (it reads a grammar in time linear in its elements, and each
 #   group, `*`, `+` or `?` is one rule more): repetitions as right recursion, an empty alternative shared in
 #   a named rule where many places would each write one, the same language as the plainer spelling.
+# - `PRIMITIVES`: llama.cpp's rules the dialect writes in its own spelling, the same languages in fewer
+#   rules (`number`, `integer` and their parts sharing one repetition of digits, `boolean`).
 # Invariants: every rule name written here starts with `x-`. `RESERVED_NAMES` reserves those of `RULES`,
 # which refer to each other by name, so a property's rule can never take one of them; the rules
-# `other_keys_rule` adds (`x-key-not-...`, `x-key-more-not-...`) are referred to by the names `add_rule`
-# gives them.
+# `other_keys_rule` adds (`x-key-not-...`, `x-key-more-not-...`, `x-key-at-...`) are referred to by the
+# names `add_rule` gives them.
 from __future__ import annotations
 
 import math
@@ -88,8 +90,10 @@ __all__ = [
     "FORMAT_SPECS",
     "MAX_DIGITS",
     "OPEN_DIGITS",
+    "PRIMITIVES",
     "RESERVED_NAMES",
     "RULES",
+    "KeyRules",
     "PatternKeys",
     "PatternSplit",
     "Readings",
@@ -246,6 +250,11 @@ RULES: Final[Mapping[str, BuiltinRule]] = {
                                  ("x-digits", "x-number-exp")),
     "x-number-exp": BuiltinRule("| [eE] [-+]? [0-9] x-digits", ("x-digits",)),
     "x-digits": BuiltinRule("| [0-9] x-digits"),
+    # the rest of llama.cpp's `number` after its integral part, and its digits after the first (PRIMITIVES)
+    "x-bounded-frac": BuiltinRule('x-bounded-exp | "." decimal-part x-bounded-exp',
+                                  ("decimal-part", "x-bounded-exp")),
+    "x-bounded-exp": BuiltinRule('| [eE] integral-part | [eE] [-+] integral-part', ("integral-part",)),
+    "x-digits-15": BuiltinRule("[0-9]{0,15}"),
     # one character of a string whose length counts: a character outside the BMP only raw (as two `\u`
     # escapes it would be one character counted twice)
     "x-counted-char": BuiltinRule(
@@ -254,6 +263,18 @@ RULES: Final[Mapping[str, BuiltinRule]] = {
     ),
 }
 RESERVED_NAMES: Final = frozenset(RULES)
+# llama.cpp's rules (schema/rules.py's PRIMITIVE_RULES) as the dialect writes them: the same languages in
+# fewer rules (a group, `?` or `*` is one rule more to the grammar's parser, a repetition `{0,15}` fifteen):
+# the integral and decimal parts share their repetition of digits; a dependency is one of these (or of
+# llama.cpp's rules) or of `RULES`
+PRIMITIVES: Final[Mapping[str, BuiltinRule]] = {
+    "boolean": BuiltinRule('"true" | "false"'),
+    "decimal-part": BuiltinRule("[0-9] x-digits-15", ("x-digits-15",)),
+    "integral-part": BuiltinRule("[0] | [1-9] x-digits-15", ("x-digits-15",)),
+    "number": BuiltinRule('integral-part x-bounded-frac | "-" integral-part x-bounded-frac',
+                          ("integral-part", "x-bounded-frac")),
+    "integer": BuiltinRule('integral-part | "-" integral-part', ("integral-part",)),
+}
 # llama.cpp's rules `x-value` refers to (schema/rules.py's PRIMITIVE_RULES)
 ANY_VALUE_PRIMITIVES: Final = ("string", "boolean", "null")
 
@@ -591,14 +612,6 @@ def _class_char(char: str) -> str:
 _NEEDS_ESCAPE: Final = re.compile(r'[\x00-\x1f"\\\x7f]')
 
 
-class _Trie:
-    __slots__ = ("children", "end")
-
-    def __init__(self) -> None:
-        self.children: dict[str, _Trie] = {}
-        self.end = False
-
-
 def other_keys_held(names: Sequence[str]) -> bool:
     """Whether `other_keys_rule(names)` writes a rule (without writing it)."""
     return not any(len(name) > _MAX_NAME_CHARS or _NEEDS_ESCAPE.search(name) for name in names)
@@ -610,25 +623,33 @@ def _literal_char(char: str) -> str:
     return char if " " <= char <= "~" else f"\\U{ord(char):08X}"
 
 
-def other_keys_rule(names: Sequence[str], add_rule: AddRule,
-                    leaving: dict[tuple[str, bool], str] | None = None) -> str | None:
+class KeyRules:
+    """The rules `other_keys_rule` wrote for one grammar, kept between its calls (each is written once):
+    the rules of a key leaving the names, by (characters, a name ends there); the rules of the names'
+    places, by their text; and those of the places that only one name goes on from, by its rest."""
+
+    __slots__ = ("chains", "leaves", "places")
+
+    def __init__(self) -> None:
+        self.leaves: dict[tuple[str, bool], str] = {}
+        self.places: dict[str, str] = {}
+        self.chains: dict[str, str] = {}
+
+
+def other_keys_rule(names: Sequence[str], add_rule: AddRule, written: KeyRules | None = None) -> str | None:
     """A GBNF expression for a JSON string (with its quotes) that is none of `names` (text), or None when a
     name holds a character JSON must escape, or is too long for the rule's nesting. The rules it needs
     beside the `x-key-*` ones of `RULES` are added with `add_rule`: one per set of characters a place of the
     names may hold (`x-key-not-...`: a key leaving the names there, or ending there; `x-key-more-not-...`
     where a name ends there, so the key may not), shared by every place and every object of the grammar
-    with the same set. `leaving` keeps those rules' names by (characters, a name ends there) between calls
-    with the same `add_rule` (one grammar), so each is written once. The closing quote is written by the
-    rules a key ends in (none of the expression's rules may be empty)."""
+    with the same set, and one per place of the names (`x-key-at-...`), shared by every place of the grammar
+    that takes the same rest of a key. `written` keeps them between calls with the same `add_rule` (one
+    grammar). The closing quote is written by the rules a key ends in (none of the expression's rules may
+    be empty)."""
     if not other_keys_held(names):
         return None
-    leaves: dict[tuple[str, bool], str] = {} if leaving is None else leaving
-    root = _Trie()
-    for name in names:
-        node = root
-        for char in name:
-            node = node.children.setdefault(char, _Trie())
-        node.end = True
+    kept = KeyRules() if written is None else written
+    leaves, places, chains = kept.leaves, kept.places, kept.chains
 
     def leave(chars: str, end: bool) -> str:
         # the rest of a key that leaves the names at a place of these characters: a character none of them
@@ -643,22 +664,67 @@ def other_keys_rule(names: Sequence[str], add_rule: AddRule,
                 + ("x-key-escape x-key-tail" if end else "x-key-end"))
         return found
 
-    # one group per place of the names (a group is a rule to the parser): its characters, each followed by
-    # the places after it, or a key that leaves the names there
-    def rest(node: _Trie) -> str:
-        if not node.children:
-            return "x-key-more" if node.end else "x-key-tail"  # a name ends here: the key goes on
-        alternatives: list[str] = []
-        for char, child in sorted(node.children.items()):
-            literal = _literal_char(char)
-            if len(child.children) == 1 and not child.end:
-                # a place of one character where no name ends: written in this group (one rule less)
-                (after, grandchild), = child.children.items()
-                alternatives += [f'"{literal}{_literal_char(after)}" {rest(grandchild)}',
-                                 f'"{literal}" {leave(after, False)}']
-            else:
-                alternatives.append(f'"{literal}" {rest(child)}')
-        alternatives.append(leave("".join(sorted(node.children)), node.end))
-        return "(" + " | ".join(alternatives) + ")"
+    def place(rule: str) -> str:
+        found = places.get(rule)
+        if found is None:
+            found = places[rule] = add_rule(f"x-key-at-{len(places)}", rule)
+        return found
 
-    return f'"\\"" {rest(root)}'
+    # One rule per place of the names, named so that the places of the grammar that take the same rest of
+    # a key (names with the same ending, objects with names in common) share it: its characters, each
+    # followed by the places after it, or a key that leaves the names there. A place of one character where
+    # no name ends is written in the rule of the place before it (a rule less), counted from the end of a
+    # run of such places, so that the places of the same ending are the same wherever the run starts.
+    # A place is the names that go through it (sorted, distinct) and how many characters of them it follows.
+    def chain(rest: str) -> str:
+        # the place only one name goes on from, `rest` more characters (at least one); no name ends there
+        found = chains.get(rest)
+        if found is None:
+            first = _literal_char(rest[0])
+            if len(rest) % 2:  # an even run after the first character: written one place at a time
+                after = chain(rest[1:]) if len(rest) > 1 else "x-key-more"
+                rule = f'"{first}" {after} | {leave(rest[0], False)}'
+            else:
+                after = chain(rest[2:]) if len(rest) > 2 else "x-key-more"
+                rule = (f'"{first}{_literal_char(rest[1])}" {after} | "{first}" {leave(rest[1], False)} | '
+                        + leave(rest[0], False))
+            found = chains[rest] = place(rule)
+        return found
+
+    def run(group: Sequence[str], depth: int) -> int:
+        # how many places of one character where no name ends start `depth` characters into these names
+        # (sorted, distinct: where the first and the last agree, all do, and a name ending first comes first)
+        first, last = group[0], group[-1]
+        steps = 0
+        while depth + steps < min(len(first), len(last)) and first[depth + steps] == last[depth + steps]:
+            steps += 1
+        return steps
+
+    def rest(group: Sequence[str], depth: int) -> str:
+        # the place of these names (sorted, distinct) `depth` characters into them
+        if len(group) == 1:
+            name = group[0]
+            return chain(name[depth:]) if len(name) > depth else "x-key-more"
+        end = len(group[0]) == depth
+        alternatives: list[str] = []
+        chars: list[str] = []
+        start = 1 if end else 0
+        while start < len(group):
+            char = group[start][depth]
+            stop = start + 1
+            while stop < len(group) and group[stop][depth] == char:
+                stop += 1
+            chars.append(char)
+            literal = _literal_char(char)
+            child = group[start:stop]
+            if run(child, depth + 1) % 2:  # the next place written in this one
+                follow = child[0][depth + 1]
+                alternatives += [f'"{literal}{_literal_char(follow)}" {rest(child, depth + 2)}',
+                                 f'"{literal}" {leave(follow, False)}']
+            else:
+                alternatives.append(f'"{literal}" {rest(child, depth + 1)}')
+            start = stop
+        alternatives.append(leave("".join(chars), end))
+        return place(" | ".join(alternatives))
+
+    return f'"\\"" {rest(sorted(set(names)), 0) if names else "x-key-tail"}'
