@@ -40,8 +40,9 @@ class Limits:
             file is memory-mapped), so this refuses what no model file is rather than bounding memory.
         max_grammar_bytes: size of a GBNF text, a JSON schema or a request body (UTF-8 bytes), with its
             lazy trigger patterns counted in.
-        max_trigger_patterns: lazy trigger patterns of one constraint (each is looked for after every
-            token a waiting grammar accepts).
+        max_trigger_patterns: lazy trigger patterns of one constraint that are not literal words (each is
+            looked for after every token a waiting grammar accepts; literal words are one automaton
+            together, bounded by max_grammar_bytes).
         max_piece_bytes: length of one token's piece (or special-token text) in a registered vocabulary;
             the longest piece of the reference vocabularies is 512 bytes.
         max_tokens_per_call: token ids in one call: an Allows request, a session's replay, its trigger

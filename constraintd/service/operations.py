@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from constraintd.engine.grammar.triggers import literal_of
 from constraintd.engine.masks.compute import check_deadline
 from constraintd.engine.matcher import Matcher
 from constraintd.engine.schema.extended import DEFAULT_DIALECT, check_dialect
@@ -356,9 +357,12 @@ class Operations:
         text, root = read(request)
         options = request.options
         limits = self._limits
-        if len(options.trigger_patterns) > limits.max_trigger_patterns:
+        # literal patterns (trigger words) are one automaton, sized by the grammar's bytes; the others
+        # each run after every token a waiting grammar accepts
+        searched = sum(literal_of(pattern) is None for pattern in options.trigger_patterns)
+        if searched > limits.max_trigger_patterns:
             raise LimitError(
-                f"{len(options.trigger_patterns)} trigger patterns are over the limit of "
+                f"{searched} trigger patterns that are not literal words are over the limit of "
                 f"{limits.max_trigger_patterns}"
             )
         self._check_tokens(len(options.trigger_tokens), "trigger tokens")

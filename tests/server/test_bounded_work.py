@@ -167,7 +167,8 @@ async def test_a_vocabulary_with_a_huge_piece_is_refused_before_it_is_built(
     ("patterns", "message"),
     [
         (["x" * (1 << 20)], f"the gbnf and its trigger patterns ({1 << 20} bytes) are over the limit of"),
-        (["x"] * 65, "65 trigger patterns are over the limit of 64"),
+        ([f"x{i}+" for i in range(65)],
+         "65 trigger patterns that are not literal words are over the limit of 64"),
     ],
     ids=["size", "count"],
 )
@@ -181,6 +182,14 @@ async def test_trigger_patterns_count_in_the_grammar_size(
     code, details = await refusal(stub.CreateSession(request))
     assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert message in details
+
+
+@pytest.mark.asyncio
+async def test_trigger_words_count_in_bytes_not_in_patterns(stub: Stub) -> None:
+    # a thousand tool names as trigger words (one automaton): taken, and the grammar waits for them
+    words = [f"<function=tool_{i}>" for i in range(1000)]
+    _, session_id = await session(stub, options=pb.SessionOptions(trigger_patterns=words))
+    assert session_id
 
 
 @pytest.mark.asyncio

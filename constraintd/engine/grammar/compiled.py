@@ -259,4 +259,10 @@ def _state_bytes(state: State | None) -> int:
 def _triggers_bytes(triggers: Triggers) -> int:
     instructions = sum(len(pattern.program.code) for pattern in triggers.patterns)
     tokens = triggers.tokens
-    return instructions * _INSTRUCTION_BYTES + sys.getsizeof(tokens) + len(tokens) * INT_BYTES
+    total = instructions * _INSTRUCTION_BYTES + sys.getsizeof(tokens) + len(tokens) * INT_BYTES
+    literals = triggers.literals
+    if literals is not None:  # a dict per automaton state, its links, and the patterns ending there
+        total += sum(map(sys.getsizeof, literals.children)) + sys.getsizeof(literals.children)
+        total += sys.getsizeof(literals.fail) + sys.getsizeof(literals.found)
+        total += sum(PAIR_BYTES for found in literals.found if found is not None)
+    return total

@@ -14,9 +14,15 @@
 #   capture group that matched something, else that of the whole match.
 # - The patterns run as automata (grammar/trigger_regex.py: no backtracking, the constructs refused
 #   there are refused here), and incrementally: a `TriggerScan` holds where each pattern's search stands,
-#   and `advance` reads only the bytes appended since (and the last few again), so an accept while a
-#   grammar waits costs its piece's length times the patterns' size, however long the buffer has grown.
-#   `MAX_PROGRAM` bounds the size of the patterns together.
+#   and `advance` reads only the bytes appended since (and the last few again), however long the buffer
+#   has grown.
+# - A pattern that is a plain literal (a trigger word as llama-server escapes it: one per tool name in
+#   some chat formats, so hundreds) is not a program of its own: the literals together are one
+#   Aho-Corasick automaton over bytes (`_Literals`), whose step costs the same for one word or a thousand.
+#   Its answer is the same: among the patterns that match, the first in order wins, and a literal's match
+#   starts at its leftmost occurrence (no literal matched before the bytes just appended, or the wait
+#   would have ended). So an accept while a grammar waits costs its piece's length times the size of the
+#   patterns that are not literals. `MAX_PROGRAM` bounds those together; `MAX_LITERAL_BYTES` the literals.
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -26,13 +32,92 @@ from typing import Final
 from constraintd.engine.grammar.trigger_regex import MAX_PROGRAM, Captures, Program, Scan
 from constraintd.errors import GrammarError
 
-__all__ = ["BufferedToken", "TriggerPattern", "TriggerScan", "Triggers"]
+__all__ = ["MAX_LITERAL_BYTES", "BufferedToken", "TriggerPattern", "TriggerScan", "Triggers", "literal_of"]
 
 # (token id, start, end) of a buffered piece in the buffer
 BufferedToken = tuple[int, int, int]
-# per pattern: its search, and its whole-buffer match (None unless written ^...$)
-TriggerScan = tuple[tuple[Scan, Scan | None], ...]
-_NO_SCAN: Final[TriggerScan] = ()
+# the literals' automaton state and the bytes it has read; per other pattern, its search and its
+# whole-buffer match (None unless written ^...$)
+TriggerScan = tuple[int, int, tuple[tuple[Scan, Scan | None], ...]]
+MAX_LITERAL_BYTES: Final = 1 << 20  # the literal patterns' bytes together (their automaton's states)
+# what a backslash makes literal (an identity escape), and what is not literal unescaped
+_ESCAPABLE: Final = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+_SPECIAL: Final = frozenset(".^$|()*+?[]{}\\")
+
+
+def literal_of(pattern: str) -> bytes | None:
+    """The bytes `pattern` matches if it is a plain literal (characters and escaped punctuation, as
+    llama.cpp's regex_escape writes a word), else None (the empty pattern included)."""
+    chars: list[str] = []
+    at = 0
+    while at < len(pattern):
+        char = pattern[at]
+        if char == "\\":
+            if at + 1 < len(pattern) and pattern[at + 1] in _ESCAPABLE:
+                chars.append(pattern[at + 1])
+                at += 2
+                continue
+            return None
+        if char in _SPECIAL:
+            return None
+        chars.append(char)
+        at += 1
+    return "".join(chars).encode() or None
+
+
+class _Literals:
+    """The literal patterns as one Aho-Corasick automaton over bytes: after each byte, the first pattern in
+    order that ends there, through its links (`found`)."""
+
+    __slots__ = ("children", "fail", "found", "size")
+
+    def __init__(self, literals: Sequence[tuple[int, bytes]]) -> None:
+        # literals: (the pattern's index among all patterns, its bytes), in that order
+        self.children: list[dict[int, int]] = [{}]
+        ends: list[tuple[int, int] | None] = [None]  # the pattern ending at a node: (index, length)
+        for index, word in literals:
+            node = 0
+            for byte in word:
+                child = self.children[node].get(byte)
+                if child is None:
+                    child = len(self.children)
+                    self.children.append({})
+                    ends.append(None)
+                    self.children[node][byte] = child
+                node = child
+            if ends[node] is None:  # a repeated literal: its first index wins
+                ends[node] = (index, len(word))
+        self.size = sum(len(word) for _, word in literals)
+        # failure links breadth first; `found` is the first (least index) pattern ending at a node
+        self.fail = [0] * len(self.children)
+        self.found = list(ends)
+        queue = list(self.children[0].values())
+        for node in queue:
+            for byte, child in self.children[node].items():
+                link = self.fail[node]
+                while link and byte not in self.children[link]:
+                    link = self.fail[link]
+                target = self.children[link].get(byte, 0)
+                self.fail[child] = target if target != child else 0
+                mine, linked = self.found[child], self.found[self.fail[child]]
+                if linked is not None and (mine is None or linked[0] < mine[0]):
+                    self.found[child] = linked
+                queue.append(child)
+
+    def advance(self, state: int, data: bytes | bytearray, begin: int) -> tuple[int, int, int]:
+        """The state after `data[begin:]`, and the first pattern in order with an occurrence in it and
+        where that occurrence starts ((-1, -1) when none)."""
+        children, fail, found = self.children, self.fail, self.found
+        best, start = -1, -1
+        for at in range(begin, len(data)):
+            byte = data[at]
+            while state and byte not in children[state]:
+                state = fail[state]
+            state = children[state].get(byte, 0)
+            here = found[state]
+            if here is not None and (best < 0 or here[0] < best):
+                best, start = here[0], at + 1 - here[1]
+        return state, best, start
 
 
 def _start_of(captures: Captures) -> int:
@@ -97,7 +182,9 @@ class TriggerPattern:
 class Triggers:
     """What ends a lazy grammar's wait."""
 
-    patterns: tuple[TriggerPattern, ...]
+    patterns: tuple[TriggerPattern, ...]  # the patterns that are no literal, in order
+    order: tuple[int, ...]  # each one's index among all the patterns given
+    literals: _Literals | None  # the literal patterns, one automaton
     tokens: frozenset[int]
 
     @classmethod
@@ -107,26 +194,46 @@ class Triggers:
         Raises:
             GrammarError: a pattern cannot be compiled, or the patterns together are too large.
         """
-        compiled = tuple(TriggerPattern.compile(p) for p in patterns)
+        literals: list[tuple[int, bytes]] = []
+        compiled: list[TriggerPattern] = []
+        order: list[int] = []
+        for index, pattern in enumerate(patterns):
+            word = literal_of(pattern)
+            if word is not None:
+                literals.append((index, word))
+            else:
+                compiled.append(TriggerPattern.compile(pattern))
+                order.append(index)
         size = sum(len(p.program.code) for p in compiled)
         if size > MAX_PROGRAM:
             raise GrammarError(f"trigger patterns compile to {size} instructions, over {MAX_PROGRAM}")
-        return cls(compiled, frozenset(int(t) for t in tokens))
+        words = _Literals(literals) if literals else None
+        if words is not None and words.size > MAX_LITERAL_BYTES:
+            raise GrammarError(f"trigger patterns hold {words.size} literal bytes, over {MAX_LITERAL_BYTES}")
+        return cls(tuple(compiled), tuple(order), words, frozenset(int(t) for t in tokens))
 
     def start(self) -> TriggerScan:
         """The scan of an empty buffer."""
-        return tuple(pattern.start() for pattern in self.patterns) if self.patterns else _NO_SCAN
+        return 0, 0, tuple(pattern.start() for pattern in self.patterns)
 
     def advance(self, scan: TriggerScan, buffer: bytes | bytearray) -> tuple[TriggerScan, int]:
         """`scan` taken over what was appended to `buffer` since, and where the first pattern that matches
         `buffer` puts the start of the constrained text (-1: none matches)."""
+        state, read, searches = scan
+        first, found = -1, -1  # the first literal in order that matches, and its start
+        if self.literals is not None:
+            state, first, found = self.literals.advance(state, buffer, read)
         scans = []
-        for pattern, each in zip(self.patterns, scan, strict=True):
+        for index, pattern, each in zip(self.order, self.patterns, searches, strict=True):
+            if 0 <= first < index:
+                return scan, found  # a literal before this pattern matches
             moved, start = pattern.advance(each, buffer)
             if start >= 0:
                 return scan, start
             scans.append(moved)
-        return tuple(scans), -1
+        if first >= 0:
+            return scan, found
+        return (state, len(buffer), tuple(scans)), -1
 
     @staticmethod
     def replayed(

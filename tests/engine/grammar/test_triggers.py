@@ -8,8 +8,9 @@ import re
 import pytest
 
 from constraintd.engine import Grammar, GrammarError, Matcher, Vocab, unpack_mask
+from constraintd.engine.chat.chat_params import regex_escape
 from constraintd.engine.grammar.trigger_regex import Program
-from constraintd.engine.grammar.triggers import TriggerPattern, Triggers
+from constraintd.engine.grammar.triggers import MAX_LITERAL_BYTES, TriggerPattern, Triggers, literal_of
 
 FIND_CASES = [
     # (pattern, buffer, start)
@@ -153,6 +154,84 @@ def test_a_waiting_accept_costs_the_same_however_long_the_buffer(monkeypatch: py
     matcher = Matcher(Grammar.from_gbnf('root ::= "x"+ "y" "{"\n', piece, trigger_patterns=[r"(x+x+)+y"]))
     assert all(matcher.accept(1) for _ in range(300)) and matcher.awaiting_trigger
     assert matcher.accept(2) and not matcher.awaiting_trigger and matcher.accept(3) and matcher.is_complete()
+
+
+LITERALS = [
+    # (pattern, the bytes it matches if it is a plain literal)
+    ("<function=get_weather>", b"<function=get_weather>"),
+    (regex_escape("<|tool_call_begin|>functions.a.b(1)[x]{y}^$?*+\\"),
+     b"<|tool_call_begin|>functions.a.b(1)[x]{y}^$?*+\\"),
+    (r"a\-b\/c\_", b"a-b/c_"),
+    ("caf\u00e9 \n", "caf\u00e9 \n".encode()),
+    ("a.b", None),
+    (r"\d", None),
+    (r"a\nb", None),
+    ("^<tool_call>$", None),
+    ("a|b", None),
+    ("a{2}", None),
+    ("a]", None),
+    ("", None),
+    ("a\\", None),
+]
+
+
+@pytest.mark.parametrize(("pattern", "word"), LITERALS, ids=[p for p, _ in LITERALS])
+def test_literal_patterns_are_told_apart(pattern: str, word: bytes | None) -> None:
+    assert literal_of(pattern) == word
+    if word is not None:  # the program finds it where the literal is
+        assert TriggerPattern.compile(pattern).find(b"xy" + word + word) == 2
+
+
+def _first_match(patterns: list[str], buffer: bytes) -> int:
+    # llama_grammar_accept_impl: each pattern in order searched in the whole buffer, each as its own program
+    for pattern in patterns:
+        start = TriggerPattern.compile(pattern).find(buffer)
+        if start >= 0:
+            return start
+    return -1
+
+
+def test_literal_and_other_patterns_together_answer_as_each_in_order() -> None:
+    # words (one automaton) among regular patterns (programs): the first pattern in order that matches
+    # wins, wherever the others match, as when every pattern is its own program
+    rng = random.Random(7)
+    words = ["<tool_call>", "<function=a>", "<function=ab>", "b>", "<fun", "ab", "a", ">>>x", "(a)"]
+    others = [r"[\s\S]*?(<tool_call>)[\s\S]*", r"a(x?)b", r">>>(?!all)", r"^\s*(\{)[\s\S]*$", r"\bab\b"]
+    alphabet = [b"a", b"b", b">", b"<", b"x", b" ", b"{", b"(a)", b"<function=", b"<tool_call>", b">>>",
+                b"all"]
+    for _ in range(400):
+        chosen = rng.sample([regex_escape(w) for w in words], rng.randrange(1, 6))
+        chosen += rng.sample(others, rng.randrange(3))
+        rng.shuffle(chosen)
+        triggers = Triggers.compile(chosen, [])
+        scan, buffer = triggers.start(), b""
+        for _ in range(rng.randrange(1, 8)):
+            buffer += b"".join(rng.choice(alphabet) for _ in range(rng.randrange(4)))
+            scan, start = triggers.advance(scan, buffer)
+            assert start == _first_match(chosen, buffer), (chosen, buffer)
+            if start >= 0:
+                break
+
+
+def test_trigger_words_cost_no_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a thousand tool names are one automaton: no program runs, and none is over MAX_PROGRAM
+    triggers = Triggers.compile([regex_escape(f"<function=tool_{i}>") for i in range(1000)], [])
+    assert triggers.patterns == ()
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("a program ran")
+
+    monkeypatch.setattr(Program, "advance", refuse)
+    scan, buffer = triggers.start(), bytearray()
+    for piece in (b"Let me ", b"call <func", b"tion=tool_", b"999> now"):
+        buffer += piece
+        scan, start = triggers.advance(scan, buffer)
+    assert start == buffer.index(b"<function=tool_999>")
+
+
+def test_literal_patterns_together_are_bounded() -> None:
+    with pytest.raises(GrammarError, match="literal bytes"):
+        Triggers.compile(["x" * 1024 + str(i) for i in range(MAX_LITERAL_BYTES // 1024)], [])
 
 
 def test_replay_cuts_the_first_token_at_the_match_start() -> None:
