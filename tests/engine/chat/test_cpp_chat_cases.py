@@ -5,8 +5,12 @@ peg_tester `.test(text)...run()` calls: the template, the text and the request s
 for the forms it reads and skips). Each text is parsed whole by both sides: llama.cpp's harness
 ("parse" mode: common_chat_parse with the parser params llama-server derives) and the project's
 `parse_message` on its own chat params (constraintd.chat_templates.chat_grammar_of). The messages compared:
-content, reasoning content, tool calls (name, arguments, id), or both sides refusing. llama.cpp's expected
-values in test-chat.cpp are not used: the two implementations are compared.
+content, reasoning content, tool calls (name, arguments, id), or both sides refusing. A case that sets the
+conversation (`.messages(...)`) and continues its final message goes the same way on both sides: the
+harness takes the messages and continue_final_message, the project splits the chat
+(constraintd.engine.chat.continuation.continued_chat), renders its prompt, makes its chat params, and
+continues the generation prompt (continued_prompt) the parser reads first. llama.cpp's expected values in
+test-chat.cpp are not used: the two implementations are compared.
 """
 
 from __future__ import annotations
@@ -18,6 +22,12 @@ import pytest
 
 from constraintd.chat_templates import chat_grammar_of, chat_prompt_of, template_caps
 from constraintd.engine.chat.chat_params import NotPorted
+from constraintd.engine.chat.continuation import (
+    continued_chat,
+    continued_prompt,
+    parse_continuation,
+    parser_input,
+)
 from constraintd.engine.chat.message_parser import MessageParseError, parse_message
 from constraintd.engine.chat.prompt import template_source
 from constraintd.engine.chat.template_inputs import parse_messages, parse_tools
@@ -31,6 +41,9 @@ pytestmark = pytest.mark.oracle
 BY_TEMPLATE = cases_by_template()
 # test-chat.cpp's peg_test_case default: one user message
 USER_MESSAGE = [{"role": "user", "content": "Hey there!"}]
+# a case's continue_final_message, as llama-server's request has it (common_chat_continuation_parse)
+CONTINUATION_REQUEST: dict[str, Any] = {"auto": True, "reasoning_content": "reasoning_content",
+                                        "content": "content"}
 NOW = 1_700_000_000
 
 # Where the project's parser does not give llama.cpp's message: (template, test-chat.cpp line) -> why. Every
@@ -43,12 +56,20 @@ EXPECTED_DIFFERENCES: dict[tuple[str, int], str] = {
 }
 
 
+def _messages(case: CppCase) -> list[dict[str, Any]]:
+    # the case's conversation as OpenAI messages (common_chat_msg::to_json_oaicompat), or the default one
+    return [message.to_json() for message in case.messages] if case.messages else USER_MESSAGE
+
+
 def _llama(case: CppCase, source: str, binary: Path) -> dict[str, Any]:
     request: dict[str, Any] = {
-        "mode": "parse", "template": source, "bos_token": "", "eos_token": "", "messages": USER_MESSAGE,
+        "mode": "parse", "template": source, "bos_token": "", "eos_token": "", "messages": _messages(case),
         "tool_choice": case.tool_choice, "parallel_tool_calls": case.parallel_tool_calls, "now": NOW,
         "reasoning_format": case.reasoning_format, "enable_thinking": case.enable_thinking, "text": case.text,
+        "add_generation_prompt": case.add_generation_prompt,
     }
+    if case.continue_final_message in CONTINUATION_REQUEST:
+        request["continue_final_message"] = CONTINUATION_REQUEST[case.continue_final_message]
     if case.tools:
         request["tools"] = list(case.tools)
     if case.json_schema is not None:
@@ -61,16 +82,22 @@ def _llama(case: CppCase, source: str, binary: Path) -> dict[str, Any]:
 
 
 def _ours(case: CppCase, source: str) -> dict[str, Any]:
-    messages = parse_messages(USER_MESSAGE)
+    chat = continued_chat(parse_messages(_messages(case)),
+                          parse_continuation(CONTINUATION_REQUEST.get(case.continue_final_message)),
+                          add_generation_prompt=case.add_generation_prompt)
     tools = parse_tools(list(case.tools) or None)
     try:
-        prompt = chat_prompt_of(source, messages, tools=tools, enable_thinking=case.enable_thinking, now=NOW)
+        prompt = chat_prompt_of(source, chat.messages, tools=tools, enable_thinking=case.enable_thinking,
+                                add_generation_prompt=chat.add_generation_prompt, now=NOW)
         grammar = chat_grammar_of(
-            source, messages, tools=tools, tool_choice=case.tool_choice, json_schema=case.json_schema,
+            source, chat.messages, tools=tools, tool_choice=case.tool_choice, json_schema=case.json_schema,
             reasoning_format=case.reasoning_format, enable_thinking=case.enable_thinking, now=NOW,
-            parallel_tool_calls=case.parallel_tool_calls, generation_prompt=prompt.generation_prompt)
+            parallel_tool_calls=case.parallel_tool_calls, generation_prompt=prompt.generation_prompt,
+            continuation=chat.continuation)
+        generation_prompt, lead = parser_input(
+            prompt, continued_prompt(template_source(source), prompt, chat, grammar))
         message = parse_message(
-            case.text, grammar, generation_prompt=prompt.generation_prompt,
+            lead + case.text, grammar, generation_prompt=generation_prompt,
             tools=[tool.to_json() for tool in tools], tool_choice=case.tool_choice,
             parallel_tool_calls=case.parallel_tool_calls, reasoning_format=case.reasoning_format,
             supports_tool_calls=template_caps(template_source(source)).supports_tool_calls,
@@ -85,10 +112,13 @@ def _ours(case: CppCase, source: str) -> dict[str, Any]:
 
 def test_cases_are_read() -> None:
     # the reader finds the peg_tester cases of every template test-chat.cpp names with a literal path
-    assert (len(cpp_cases()), len(BY_TEMPLATE)) == (315, 53)  # as tests/chat_oracle/cpp_cases.py says
-    assert skipped_calls() == {"messages(...)": 72, "a tester whose template is a variable": 19,
+    assert (len(cpp_cases()), len(BY_TEMPLATE)) == (387, 53)  # as tests/chat_oracle/cpp_cases.py says
+    assert skipped_calls() == {"a tester whose template is a variable": 19,
                                "a text that is not string literals": 11, "is_partial(...)": 6,
                                "tools that are not named definitions": 2}
+    # the cases that set the conversation, and those of them that continue its final message
+    assert sum(bool(case.messages) for case in cpp_cases()) == 72
+    assert sum(case.continue_final_message != "none" for case in cpp_cases()) == 69
     assert {template for template, _ in EXPECTED_DIFFERENCES} <= set(BY_TEMPLATE)
 
 
@@ -99,16 +129,22 @@ def test_parser_is_llama_cpps_on_its_test_cases(template: str, chat_oracle: Path
     source = (reference.llama_cpp_dir() / "models" / "templates" / template).read_text()
     differing, stale = [], []
     cases = BY_TEMPLATE[template]
+    identical: list[CppCase] = []
     for case in cases:
         ours, llama = _ours(case, source), _llama(case, source, chat_oracle)
         listed = (template, case.line) in EXPECTED_DIFFERENCES
+        if ours == llama:
+            identical.append(case)
         if ours != llama and not listed:
             differing.append(f"{case.name} {case.text!r}: ours {ours!r}, llama.cpp {llama!r}")
         if ours == llama and listed:
             stale.append(case.name)
-    oracle_report.add("chat parser: llama.cpp's test-chat cases", template.removesuffix(".jinja"),
-                      identical=len(cases) - len(differing) - sum((template, c.line) in EXPECTED_DIFFERENCES
-                                                                   for c in cases) + len(stale),
+    subject = template.removesuffix(".jinja")
+    oracle_report.add("chat parser: llama.cpp's test-chat cases", subject, identical=len(identical),
                       total=len(cases))
+    if any(case.messages for case in cases):  # the cases that set the conversation, a row of their own
+        oracle_report.add("chat parser: llama.cpp's test-chat cases with messages", subject,
+                          identical=sum(bool(case.messages) for case in identical),
+                          total=sum(bool(case.messages) for case in cases))
     assert not differing, "\n".join(differing)
     assert not stale, f"listed as differing, now identical: {stale}"
