@@ -26,7 +26,7 @@ test-chat-peg-parser.cpp and test-chat-auto-parser.cpp are not read: their cases
 or a template's analysis, with a text, not a template and a request with a text.
 
 On the pinned source this reads 387 cases on 53 templates, 72 of them with their messages (69 continuing the
-final message) (file name without .jinja, cases):
+final message, 3 with a tool's call and its result in the conversation) (file name without .jinja, cases):
 Apertus-8B-Instruct 2, Apriel-1.6-15b-Thinker-fixed 4, ByteDance-Seed-OSS 8, Cohere2MoE 9,
 CohereForAI-c4ai-command-r-plus-tool_use 3, CohereForAI-c4ai-command-r7b-12-2024-tool_use 7, GLM-4.6 1,
 GLM-4.7-Flash 8, GigaChat3-10B-A1.8B 4, GigaChat3.1-10B-A1.8B 4, Kimi-K2-Instruct 2, Kimi-K2-Thinking 13,

@@ -4,12 +4,14 @@ The cases are read from the pinned llama.cpp's tests/test-chat.cpp by tests/chat
 peg_tester `.test(text)...run()` calls: the template, the text and the request settings; see that module
 for the forms it reads and skips). Each text is parsed whole by both sides: llama.cpp's harness
 ("parse" mode: common_chat_parse with the parser params llama-server derives) and the project's
-`parse_message` on its own chat params (constraintd.chat_templates.chat_grammar_of). The messages compared:
+`parse_message` on its own chat params (constraintd.chat_templates.chat_grammar_of). Both sides read the clock
+(llama.cpp's templates read it, not the request's time). The messages compared:
 content, reasoning content, tool calls (name, arguments, id), or both sides refusing. A case that sets the
 conversation (`.messages(...)`) and continues its final message goes the same way on both sides: the
 harness takes the messages and continue_final_message, the project splits the chat
 (constraintd.engine.chat.continuation.continued_chat), renders its prompt, makes its chat params, and
-continues the generation prompt (continued_prompt) the parser reads first. llama.cpp's expected values in
+continues the generation prompt (continued_prompt) the parser reads first; the request's prompt and
+generation prompt (the harness's "apply" mode) are compared too. llama.cpp's expected values in
 test-chat.cpp are not used: the two implementations are compared.
 """
 
@@ -44,7 +46,6 @@ USER_MESSAGE = [{"role": "user", "content": "Hey there!"}]
 # a case's continue_final_message, as llama-server's request has it (common_chat_continuation_parse)
 CONTINUATION_REQUEST: dict[str, Any] = {"auto": True, "reasoning_content": "reasoning_content",
                                         "content": "content"}
-NOW = 1_700_000_000
 
 # Where the project's parser does not give llama.cpp's message: (template, test-chat.cpp line) -> why. Every
 # other case gives the same message, and a listed case that becomes identical fails the test too.
@@ -64,7 +65,7 @@ def _messages(case: CppCase) -> list[dict[str, Any]]:
 def _llama(case: CppCase, source: str, binary: Path) -> dict[str, Any]:
     request: dict[str, Any] = {
         "mode": "parse", "template": source, "bos_token": "", "eos_token": "", "messages": _messages(case),
-        "tool_choice": case.tool_choice, "parallel_tool_calls": case.parallel_tool_calls, "now": NOW,
+        "tool_choice": case.tool_choice, "parallel_tool_calls": case.parallel_tool_calls,
         "reasoning_format": case.reasoning_format, "enable_thinking": case.enable_thinking, "text": case.text,
         "add_generation_prompt": case.add_generation_prompt,
     }
@@ -77,8 +78,13 @@ def _llama(case: CppCase, source: str, binary: Path) -> dict[str, Any]:
     answer = run_harness(binary, request)
     if "error" in answer:
         return {"error": answer["stage"]}
-    return {"content": answer["content"], "reasoning_content": answer["reasoning_content"],
-            "tool_calls": [[c["name"], c["arguments"], c["id"]] for c in answer["tool_calls"]]}
+    message = {"content": answer["content"], "reasoning_content": answer["reasoning_content"],
+               "tool_calls": [[c["name"], c["arguments"], c["id"]] for c in answer["tool_calls"]]}
+    if not case.messages:
+        return message
+    # a case that sets the conversation: its prompt and generation prompt too (common_chat_templates_apply)
+    applied = run_harness(binary, request | {"mode": "apply"})
+    return message | {"prompt": applied["prompt"], "generation_prompt": applied["generation_prompt"]}
 
 
 def _ours(case: CppCase, source: str) -> dict[str, Any]:
@@ -88,14 +94,14 @@ def _ours(case: CppCase, source: str) -> dict[str, Any]:
     tools = parse_tools(list(case.tools) or None)
     try:
         prompt = chat_prompt_of(source, chat.messages, tools=tools, enable_thinking=case.enable_thinking,
-                                add_generation_prompt=chat.add_generation_prompt, now=NOW)
+                                add_generation_prompt=chat.add_generation_prompt)
         grammar = chat_grammar_of(
             source, chat.messages, tools=tools, tool_choice=case.tool_choice, json_schema=case.json_schema,
-            reasoning_format=case.reasoning_format, enable_thinking=case.enable_thinking, now=NOW,
+            reasoning_format=case.reasoning_format, enable_thinking=case.enable_thinking,
             parallel_tool_calls=case.parallel_tool_calls, generation_prompt=prompt.generation_prompt,
             continuation=chat.continuation)
-        generation_prompt, lead = parser_input(
-            prompt, continued_prompt(template_source(source), prompt, chat, grammar))
+        continued = continued_prompt(template_source(source), prompt, chat, grammar)
+        generation_prompt, lead = parser_input(prompt, continued)
         message = parse_message(
             lead + case.text, grammar, generation_prompt=generation_prompt,
             tools=[tool.to_json() for tool in tools], tool_choice=case.tool_choice,
@@ -106,8 +112,11 @@ def _ours(case: CppCase, source: str) -> dict[str, Any]:
         return {"error": "parse"}
     except NotPorted as exc:
         return {"not ported": str(exc)}
-    return {"content": message.content, "reasoning_content": message.reasoning_content,
+    made = {"content": message.content, "reasoning_content": message.reasoning_content,
             "tool_calls": [[c.name, c.arguments, c.id] for c in message.tool_calls]}
+    if not case.messages:
+        return made
+    return made | {"prompt": continued.prompt, "generation_prompt": continued.generation_prompt}
 
 
 def test_cases_are_read() -> None:
@@ -119,6 +128,9 @@ def test_cases_are_read() -> None:
     # the cases that set the conversation, and those of them that continue its final message
     assert sum(bool(case.messages) for case in cpp_cases()) == 72
     assert sum(case.continue_final_message != "none" for case in cpp_cases()) == 69
+    # and those whose conversation holds a tool's call (simple_assist_msg with a name and an id) and result
+    assert sum(any(message.tool_calls and message.tool_calls[0].id for message in case.messages)
+               and any(message.tool_call_id for message in case.messages) for case in cpp_cases()) == 3
     assert {template for template, _ in EXPECTED_DIFFERENCES} <= set(BY_TEMPLATE)
 
 
