@@ -20,28 +20,29 @@ parallel calls, nothing continued, no bos or eos text).
 Skipped, and counted by reason in `skipped_calls()`: a text that is not only string literals
 (`get_time_call + ...`: 11), a tester whose template is a variable (`peg_tester(path, ...)`: 19), tools that
 are not named definitions (2), messages that are not named definitions (none on the pinned source), and the
-setters the project's parser does not take or this reader does not render, counted by the first one met:
-is_partial(true) (6: parse_message reads whole texts only).
+setters the project's parser does not take or this reader does not render, counted by the first one met
+(none on the pinned source). `is_partial(true)` reads the text as a stream's text so far, both sides.
 test-chat-peg-parser.cpp and test-chat-auto-parser.cpp are not read: their cases pair a parser built in C++,
 or a template's analysis, with a text, not a template and a request with a text.
 
-On the pinned source this reads 387 cases on 53 templates, 72 of them with their messages (69 continuing the
-final message, 3 with a tool's call and its result in the conversation) (file name without .jinja, cases):
-Apertus-8B-Instruct 2, Apriel-1.6-15b-Thinker-fixed 4, ByteDance-Seed-OSS 8, Cohere2MoE 9,
-CohereForAI-c4ai-command-r-plus-tool_use 3, CohereForAI-c4ai-command-r7b-12-2024-tool_use 7, GLM-4.6 1,
-GLM-4.7-Flash 8, GigaChat3-10B-A1.8B 4, GigaChat3.1-10B-A1.8B 4, Kimi-K2-Instruct 2, Kimi-K2-Thinking 13,
+On the pinned source this reads 393 cases on 53 templates, 72 of them with their messages (69 continuing the
+final message, 3 with a tool's call and its result in the conversation) and 6 read as a stream's text so far
+(is_partial) (file name without .jinja, cases):
+Apertus-8B-Instruct 2, Apriel-1.6-15b-Thinker-fixed 4, ByteDance-Seed-OSS 8, Cohere2MoE 10,
+CohereForAI-c4ai-command-r-plus-tool_use 3, CohereForAI-c4ai-command-r7b-12-2024-tool_use 8, GLM-4.6 1,
+GLM-4.7-Flash 8, GigaChat3-10B-A1.8B 4, GigaChat3.1-10B-A1.8B 4, Kimi-K2-Instruct 2, Kimi-K2-Thinking 14,
 Kimi-K3 9, LFM2.5-8B-A1B 7, MiniMax-M2 6, MiniMax-M3 21, Mistral-Small-3.2-24B-Instruct-2506 4,
 NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 10, NVIDIA-Nemotron-Nano-v2 3,
-NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use 3, Qwen-QwQ-32B 4, Qwen3-Coder 23, Qwen3.5-4B 25, Reka-Edge 19,
+NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use 3, Qwen-QwQ-32B 4, Qwen3-Coder 23, Qwen3.5-4B 25, Reka-Edge 21,
 Spark2.5 6, StepFun3.5-Flash 13, deepseek-ai-DeepSeek-R1-Distill-Llama-8B 4,
 deepseek-ai-DeepSeek-R1-Distill-Qwen-32B 5, deepseek-ai-DeepSeek-V3.1 7, deepseek-ai-DeepSeek-V3.2 15,
-deepseek-ai-DeepSeek-V4-Flash-0731 1, deepseek-ai-DeepSeek-V4 10, fireworks-ai-llama-3-firefunction-v2 3,
+deepseek-ai-DeepSeek-V4 10, deepseek-ai-DeepSeek-V4-Flash-0731 1, fireworks-ai-llama-3-firefunction-v2 3,
 google-gemma-2-2b-it 4, google-gemma-4-31B-it 28, ibm-granite-granite-3.3-2B-Instruct 4,
 ibm-granite-granite-4.0 3, ibm-granite-granite-4.1 2, inclusionai-ling-3.0-flash 14, llama-cpp-deepseek-r1 5,
 meetkai-functionary-medium-v3.1 3, meetkai-functionary-medium-v3.2 3, meta-llama-Llama-3.1-8B-Instruct 4,
 meta-llama-Llama-3.2-3B-Instruct 2, meta-llama-Llama-3.3-70B-Instruct 2,
 mistralai-Ministral-3-14B-Reasoning-2512 10, mistralai-Mistral-Nemo-Instruct-2407 3, moonshotai-Kimi-K2 4,
-muse-glimmer 3, openai-gpt-oss-120b 16, openbmb-MiniCPM5-1B 8, unsloth-Apriel-1.5 3,
+muse-glimmer 3, openai-gpt-oss-120b 17, openbmb-MiniCPM5-1B 8, unsloth-Apriel-1.5 3,
 unsloth-mistral-Devstral-Small-2507 3
 """
 
@@ -101,6 +102,7 @@ class CppCase:
     messages: tuple[ChatMessage, ...] = ()  # none given: the builder's default, one user message
     add_generation_prompt: bool = True
     continue_final_message: str = "none"  # or "auto", "reasoning_content", "content": the last message's
+    partial: bool = False  # is_partial: the text read as a stream's text so far
 
     @property
     def name(self) -> str:
@@ -318,8 +320,8 @@ def _setting(name: str, args: list[tuple[str, str, int]], known: _Definitions,
         return "continue_final_message", _CONTINUATION[word]
     if name == "messages":
         return "messages", _messages(args, at, known)
-    if name == "is_partial" and word == "false":
-        return None
+    if name == "is_partial":
+        return "partial", _BOOL[word]
     if name.startswith("expect"):
         return None
     raise _Skip(f"{name}(...)")

@@ -2,7 +2,8 @@
 
 The cases are read from the pinned llama.cpp's tests/test-chat.cpp by tests/chat_oracle/cpp_cases.py (its
 peg_tester `.test(text)...run()` calls: the template, the text and the request settings; see that module
-for the forms it reads and skips). Each text is parsed whole by both sides: llama.cpp's harness
+for the forms it reads and skips). Each text is parsed by both sides, whole, or partial where the case says
+`is_partial(true)`: llama.cpp's harness
 ("parse" mode: common_chat_parse with the parser params llama-server derives) and the project's
 `parse_message` on its own chat params (constraintd.chat_templates.chat_grammar_of). Both sides read the clock
 (llama.cpp's templates read it, not the request's time). The messages compared:
@@ -67,7 +68,7 @@ def _llama(case: CppCase, source: str, binary: Path) -> dict[str, Any]:
         "mode": "parse", "template": source, "bos_token": "", "eos_token": "", "messages": _messages(case),
         "tool_choice": case.tool_choice, "parallel_tool_calls": case.parallel_tool_calls,
         "reasoning_format": case.reasoning_format, "enable_thinking": case.enable_thinking, "text": case.text,
-        "add_generation_prompt": case.add_generation_prompt,
+        "add_generation_prompt": case.add_generation_prompt, "is_partial": case.partial,
     }
     if case.continue_final_message in CONTINUATION_REQUEST:
         request["continue_final_message"] = CONTINUATION_REQUEST[case.continue_final_message]
@@ -107,7 +108,7 @@ def _ours(case: CppCase, source: str) -> dict[str, Any]:
             tools=[tool.to_json() for tool in tools], tool_choice=case.tool_choice,
             parallel_tool_calls=case.parallel_tool_calls, reasoning_format=case.reasoning_format,
             supports_tool_calls=template_caps(template_source(source)).supports_tool_calls,
-            has_response_format=case.json_schema is not None)
+            has_response_format=case.json_schema is not None, partial=case.partial)
     except MessageParseError:
         return {"error": "parse"}
     except NotPorted as exc:
@@ -121,12 +122,13 @@ def _ours(case: CppCase, source: str) -> dict[str, Any]:
 
 def test_cases_are_read() -> None:
     # the reader finds the peg_tester cases of every template test-chat.cpp names with a literal path
-    assert (len(cpp_cases()), len(BY_TEMPLATE)) == (387, 53)  # as tests/chat_oracle/cpp_cases.py says
+    assert (len(cpp_cases()), len(BY_TEMPLATE)) == (393, 53)  # as tests/chat_oracle/cpp_cases.py says
     assert skipped_calls() == {"a tester whose template is a variable": 19,
-                               "a text that is not string literals": 11, "is_partial(...)": 6,
+                               "a text that is not string literals": 11,
                                "tools that are not named definitions": 2}
     # the cases that set the conversation, and those of them that continue its final message
     assert sum(bool(case.messages) for case in cpp_cases()) == 72
+    assert sum(case.partial for case in cpp_cases()) == 6  # read as a stream's text so far
     assert sum(case.continue_final_message != "none" for case in cpp_cases()) == 69
     # and those whose conversation holds a tool's call (simple_assist_msg with a name and an id) and result
     assert sum(any(message.tool_calls and message.tool_calls[0].id for message in case.messages)
