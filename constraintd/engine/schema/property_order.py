@@ -24,7 +24,8 @@
 #   declared property), bounds up to MAX_PAIRS, as a counted repetition of pairs. A repeated name counts
 #   once per pair (JSON Schema leaves an object with a repeated name undefined).
 # - Other pairs before a declared one are one rule with the comma (`x-sep`: `( "," space other )* "," space`;
-#   before the first pair of an object with a required property, `x-before`: `( other "," space )*`), and
+#   before the first pair of an object with a required property, `x-before`: `( other "," space )*`); past
+#   the exact bound, a set's rule takes the comma and a free pair or one of the set (`x-props-...`), and
 #   loops are right recursion: a `*` and its group are two rules more to the grammar's parser; an object of
 #   one alternative is written without a group.
 # Invariants: rule names come from `add_rule`, which shares a rule only with an identical one, and
@@ -168,7 +169,9 @@ def _required_tracked(kvs: Sequence[str], required: Sequence[bool], other: str |
     needed = [i for i in range(count) if required[i]]
     full = (1 << len(needed)) - 1
     optional_pairs = [kvs[i] for i in range(count) if not required[i]] + ([other] if other else [])
-    optional = add_rule(f"{prefix}x-optional", " | ".join(optional_pairs)) if optional_pairs else ""
+    # one pair is referred to as it is (a rule of one alternative would be a rule more)
+    optional = (optional_pairs[0] if len(optional_pairs) == 1 else
+                add_rule(f"{prefix}x-optional", " | ".join(optional_pairs)) if optional_pairs else "")
     free: list[str] = []
     rest: list[str] = []
     for mask in range(full + 1):
@@ -181,10 +184,17 @@ def _required_tracked(kvs: Sequence[str], required: Sequence[bool], other: str |
         if not mask:
             rest.append(_loop(add_recursive, f"{prefix}x-loop-{mask}", free[mask]) if free[mask] else "")
             continue
-        sep = _sep(add_recursive, f"{prefix}x-sep-{mask}", free[mask]) if free[mask] else '"," space'
-        progress = [_join(sep, kvs[needed[bit]], rest[mask & ~(1 << bit)])
+        # the comma, then a free pair (and the same set after it) or one of the set: one rule, whose
+        # alternatives each write the comma (a rule of the free pairs before the comma would be one more)
+        progress = [_join('"," space', kvs[needed[bit]], rest[mask & ~(1 << bit)])
                     for bit in range(len(needed)) if mask >> bit & 1]
-        rest.append(add_rule(f"{prefix}x-props-{mask}", " | ".join(progress)))
+        body = " | ".join(progress)
+        if free[mask]:
+            pair = free[mask]
+            rest.append(add_recursive(f"{prefix}x-props-{mask}",
+                                      lambda me: f'"," space {pair} {me} | {body}'))  # noqa: B023 (called here)
+        else:
+            rest.append(add_rule(f"{prefix}x-props-{mask}", body))
     first = [_join(kvs[needed[bit]], rest[full & ~(1 << bit)]) for bit in range(len(needed))]
     if free[full]:
         first.append(_join(free[full], rest[full]))
