@@ -93,12 +93,18 @@ _FORMAT_RULE_NAMES: Final = {
     StringFormat.DATE_TIME: "date-time-string",
 }
 _NOT_OBJECTS: Final = ("array", "string", "number", "boolean", "null")
+
 # llama.cpp's rules -> the extended dialect's spelling of them (extended.PRIMITIVES)
 _EXTENDED_PRIMITIVES: Final = {PRIMITIVE_RULES[name]: rule for name, rule in extended.PRIMITIVES.items()}
 _BAD_UTF8: Final = (
     "the grammar llama.cpp makes of this pattern is not valid UTF-8 (a quantifier after a non-ASCII "
     "character repeats only its last byte)"
 )
+
+
+def _is_rule_name(name: str) -> bool:
+    # letters, digits and `-` only (most names are): INVALID_RULE_CHARS would change nothing
+    return name.isascii() and name.replace("-", "a").isalnum()
 
 
 class _Converter:
@@ -133,7 +139,7 @@ class _Converter:
     def _name_for(self, name: str, rule_of: Callable[[str], str]) -> str:
         # the first of name, name0, name1, ... (made a rule name) not held by another rule than the one
         # it would name, `rule_of(it)`
-        esc_name = INVALID_RULE_CHARS.sub("-", name)
+        esc_name = name if _is_rule_name(name) else INVALID_RULE_CHARS.sub("-", name)
         key = esc_name
         i = 0
         while key in self.rules and self.rules[key] != rule_of(key):
@@ -141,24 +147,33 @@ class _Converter:
             i += 1
         return key
 
+    def _insert(self, key: str, rule: str) -> None:
+        self.chars += len(key) + len(rule)
+        if self.chars > self.max_chars:
+            raise SchemaError(f"the grammar grows past {self.max_chars} characters")
+        self.rules[key] = rule
+        if self.journal is not None:
+            self.journal.append(key)
+
     def add_rule(self, name: str, rule: str) -> str:
-        if self.rules.get(name) == rule:  # held already under this name (a rule's name needs no escape)
+        held = self.rules.get(name)
+        if held == rule:  # held already under this name (a rule's name needs no escape)
+            return name
+        if held is None and _is_rule_name(name):  # a free name: its own (what `_name_for` would give)
+            self._insert(name, rule)
             return name
         key = self._name_for(name, lambda _: rule)
         if key not in self.rules:
-            self.chars += len(key) + len(rule)
-            if self.chars > self.max_chars:
-                raise SchemaError(f"the grammar grows past {self.max_chars} characters")
-            self.rules[key] = rule
-            if self.journal is not None:
-                self.journal.append(key)
+            self._insert(key, rule)
         return key
 
     def add_recursive(self, name: str, rule_of: Callable[[str], str]) -> str:
         """A rule that refers to itself: `rule_of(the name it gets)`, named as `add_rule` names (the first
         of name, name0, name1, ... not taken by another rule)."""
         key = self._name_for(name, rule_of)
-        return self.add_rule(key, rule_of(key))
+        if key not in self.rules:  # else it holds this rule already (`_name_for`)
+            self._insert(key, rule_of(key))
+        return key
 
     def add_primitive(self, name: str, rule: BuiltinRule) -> str:
         if self.extended:  # the same language in the dialect's spelling, with what it needs
