@@ -353,13 +353,15 @@ class _Converter:
             return self.add_primitive("string", PRIMITIVE_RULES["string"])
         if self.extended:
             # the same names (objects of the same declared properties, an object reached through several
-            # $refs, allOf merges) share one rule: the first one's name
+            # $refs, allOf merges) share one expression and its rules
             key = tuple(names)
             if key not in self.other_key_rules:
                 self.add_extended("x-key-end")
                 rule = extended.other_keys_rule([from_utf8(name) for name in names], self.add_rule,
                                                 self.key_rules)
-                self.other_key_rules[key] = None if rule is None else self.add_rule(name, rule)
+                # the expression itself (two symbols), written where the pair is: a rule of it would be one
+                # rule and one reference more
+                self.other_key_rules[key] = rule
             shared = self.other_key_rules[key]
             if shared is not None:
                 return shared
