@@ -598,6 +598,7 @@ def exact_range(low: int | None, high: int | None) -> tuple[int, int] | None:
 # llama.cpp's rule (and the report). Other spellings of a key (`\u0061`, `\/`) are refused.
 
 _MAX_NAME_CHARS: Final = 256  # the rule nests one group per character
+_RUN: Final = 3  # the most places of one character where no name ends written in one rule
 
 
 # printable ASCII a character class takes as it is written (not `\\`, `]`, `-` or `^`: escaped)
@@ -672,23 +673,25 @@ def other_keys_rule(names: Sequence[str], add_rule: AddRule, written: KeyRules |
 
     # One rule per place of the names, named so that the places of the grammar that take the same rest of
     # a key (names with the same ending, objects with names in common) share it: its characters, each
-    # followed by the places after it, or a key that leaves the names there. A place of one character where
-    # no name ends is written in the rule of the place before it (a rule less), counted from the end of a
-    # run of such places, so that the places of the same ending are the same wherever the run starts.
-    # A place is the names that go through it (sorted, distinct) and how many characters of them it follows.
+    # followed by the places after it, or a key that leaves the names there. Up to `_RUN - 1` places of one
+    # character where no name ends are written in the rule of the place before them (a rule less each),
+    # counted from the end of a run of such places, so that the places of the same ending are the same
+    # wherever the run starts. A place is the names that go through it (sorted, distinct) and how many
+    # characters of them it follows.
+    def written(chars: str, after: str) -> list[str]:
+        # the alternatives of these characters (a place's, then those of the places written in its rule)
+        # followed by `after`, or by a key leaving the names at one of those written in its rule
+        literals = [_literal_char(char) for char in chars]
+        return [f'"{"".join(literals)}" {after}'] + [f'"{"".join(literals[:i])}" {leave(chars[i], False)}'
+                                                     for i in range(len(chars) - 1, 0, -1)]
+
     def chain(rest: str) -> str:
         # the place only one name goes on from, `rest` more characters (at least one); no name ends there
         found = chains.get(rest)
         if found is None:
-            first = _literal_char(rest[0])
-            if len(rest) % 2:  # an even run after the first character: written one place at a time
-                after = chain(rest[1:]) if len(rest) > 1 else "x-key-more"
-                rule = f'"{first}" {after} | {leave(rest[0], False)}'
-            else:
-                after = chain(rest[2:]) if len(rest) > 2 else "x-key-more"
-                rule = (f'"{first}{_literal_char(rest[1])}" {after} | "{first}" {leave(rest[1], False)} | '
-                        + leave(rest[0], False))
-            found = chains[rest] = place(rule)
+            size = (len(rest) - 1) % _RUN + 1
+            after = chain(rest[size:]) if len(rest) > size else "x-key-more"
+            found = chains[rest] = place(" | ".join([*written(rest[:size], after), leave(rest[0], False)]))
         return found
 
     def run(group: Sequence[str], depth: int) -> int:
@@ -715,14 +718,9 @@ def other_keys_rule(names: Sequence[str], add_rule: AddRule, written: KeyRules |
             while stop < len(group) and group[stop][depth] == char:
                 stop += 1
             chars.append(char)
-            literal = _literal_char(char)
             child = group[start:stop]
-            if run(child, depth + 1) % 2:  # the next place written in this one
-                follow = child[0][depth + 1]
-                alternatives += [f'"{literal}{_literal_char(follow)}" {rest(child, depth + 2)}',
-                                 f'"{literal}" {leave(follow, False)}']
-            else:
-                alternatives.append(f'"{literal}" {rest(child, depth + 1)}')
+            size = run(child, depth + 1) % _RUN + 1  # this place's character and those written with it
+            alternatives += written(child[0][depth : depth + size], rest(child, depth + size))
             start = stop
         alternatives.append(leave("".join(chars), end))
         return place(" | ".join(alternatives))
