@@ -678,7 +678,7 @@ def other_keys_rule(names: Sequence[str], add_rule: AddRule, written: KeyRules |
     # counted from the end of a run of such places, so that the places of the same ending are the same
     # wherever the run starts. A place is the names that go through it (sorted, distinct) and how many
     # characters of them it follows.
-    def written(chars: str, after: str) -> list[str]:
+    def chunk(chars: str, after: str) -> list[str]:
         # the alternatives of these characters (a place's, then those of the places written in its rule)
         # followed by `after`, or by a key leaving the names at one of those written in its rule
         literals = [_literal_char(char) for char in chars]
@@ -691,7 +691,7 @@ def other_keys_rule(names: Sequence[str], add_rule: AddRule, written: KeyRules |
         if found is None:
             size = (len(rest) - 1) % _RUN + 1
             after = chain(rest[size:]) if len(rest) > size else "x-key-more"
-            found = chains[rest] = place(" | ".join([*written(rest[:size], after), leave(rest[0], False)]))
+            found = chains[rest] = place(" | ".join([*chunk(rest[:size], after), leave(rest[0], False)]))
         return found
 
     def run(group: Sequence[str], depth: int) -> int:
@@ -720,7 +720,7 @@ def other_keys_rule(names: Sequence[str], add_rule: AddRule, written: KeyRules |
             chars.append(char)
             child = group[start:stop]
             size = run(child, depth + 1) % _RUN + 1  # this place's character and those written with it
-            alternatives += written(child[0][depth : depth + size], rest(child, depth + size))
+            alternatives += chunk(child[0][depth : depth + size], rest(child, depth + size))
             start = stop
         alternatives.append(leave("".join(chars), end))
         return place(" | ".join(alternatives))
