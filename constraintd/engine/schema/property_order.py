@@ -163,8 +163,8 @@ def _required_tracked(kvs: Sequence[str], required: Sequence[bool], other: str |
     # any order, a property may repeat: only the required ones not yet written are tracked. Each value of a
     # repeated key is its property's, so whichever one a reader keeps, the document is valid.
     # free[mask]: the pairs that leave `mask` (the required properties not yet written) as it is: optional
-    # properties, other keys, required ones already written; any number of them then the comma before a
-    # required one (x-sep), or, once all are written, any number of them (x-loop)
+    # properties, other keys, required ones already written; taken any number of times in the set's rule
+    # (x-props), or, once all are written, in x-loop
     count = len(kvs)
     needed = [i for i in range(count) if required[i]]
     full = (1 << len(needed)) - 1
@@ -172,13 +172,15 @@ def _required_tracked(kvs: Sequence[str], required: Sequence[bool], other: str |
     # one pair is referred to as it is (a rule of one alternative would be a rule more)
     optional = (optional_pairs[0] if len(optional_pairs) == 1 else
                 add_rule(f"{prefix}x-optional", " | ".join(optional_pairs)) if optional_pairs else "")
-    free: list[str] = []
+    # free[mask] is free[mask + its lowest written property] or that property: two alternatives, whatever
+    # the number of pairs (the two sets of pairs have none in common)
+    free = [optional] * (full + 1)
+    for mask in range(full - 1, -1, -1):
+        bit = (~mask & (mask + 1)).bit_length() - 1
+        pairs = ([free[mask | 1 << bit]] if free[mask | 1 << bit] else []) + [kvs[needed[bit]]]
+        free[mask] = pairs[0] if len(pairs) == 1 else add_rule(f"{prefix}x-free-{mask}", " | ".join(pairs))
     rest: list[str] = []
     for mask in range(full + 1):
-        pairs = ([optional] if optional else []) + [kvs[needed[bit]] for bit in range(len(needed))
-                                                     if not mask >> bit & 1]
-        free.append(pairs[0] if len(pairs) == 1 else
-                    add_rule(f"{prefix}x-free-{mask}", " | ".join(pairs)) if pairs else "")
         if mask == full and not free[mask]:
             break  # only a free pair is followed by every required property
         if not mask:
