@@ -681,6 +681,9 @@ def other_keys_rule(names: Sequence[str], add_rule: AddRule, written: KeyRules |
     def chunk(chars: str, after: str) -> list[str]:
         # the alternatives of these characters (a place's, then those of the places written in its rule)
         # followed by `after`, or by a key leaving the names at one of those written in its rule
+        if chars.isascii() and chars.isprintable():  # each character as it is (most names)
+            return [f'"{chars}" {after}'] + [f'"{chars[:i]}" {leave(chars[i], False)}'
+                                             for i in range(len(chars) - 1, 0, -1)]
         literals = [_literal_char(char) for char in chars]
         return [f'"{"".join(literals)}" {after}'] + [f'"{"".join(literals[:i])}" {leave(chars[i], False)}'
                                                      for i in range(len(chars) - 1, 0, -1)]
