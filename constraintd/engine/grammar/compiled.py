@@ -39,7 +39,6 @@ import numpy as np
 from constraintd.engine.grammar.gbnf import ParsedGrammar, check_grammar, parse_gbnf
 from constraintd.engine.grammar.stack_sets import State, StateTable
 from constraintd.engine.grammar.stacks import (
-    DICT_ENTRY_BYTES,
     INT_BYTES,
     PAIR_BYTES,
     Rules,
@@ -231,18 +230,19 @@ def _key(definition: str, root: str, patterns: Sequence[str], tokens: Sequence[i
 
 def _rules_bytes(parsed: ParsedGrammar, rules: Rules) -> int:
     # ints past the small cached ones: the element values (shared by the parsed and flat tables), and a
-    # position for every character-class and follow entry and every stack slot (positions are made anew)
+    # position for every stack slot (positions are made anew)
     values = np.fromiter(rules.values, dtype=np.int64, count=len(rules.values))
     large_values = int(np.count_nonzero((values > 256) | (values < -5)))
-    elements = len(rules.kinds)
+    elements = len(rules.kinds)  # a pair each at most (a compile process's grammar shares equal ones)
     total = sys.getsizeof(parsed.rules) + sum(map(sys.getsizeof, parsed.rules)) + elements * PAIR_BYTES
     total += sys.getsizeof(parsed.symbol_ids) + sum(map(sys.getsizeof, parsed.symbol_ids))
     total += large_values * INT_BYTES
     total += sys.getsizeof(rules.kinds) + sys.getsizeof(rules.values) + sys.getsizeof(rules.rule_starts)
     total += sys.getsizeof(rules.alternates) + sum(map(sys.getsizeof, rules.alternates))
-    total += len(rules.after) * (2 * DICT_ENTRY_BYTES + 2 * INT_BYTES)  # `after` and `classes` by position
+    # the tables by position (grammar/stacks.py): a tuple of shared classes, two arrays of machine ints
+    total += sys.getsizeof(rules.classes) + sys.getsizeof(rules.after) + sys.getsizeof(rules.next_terminal)
     # each class object once: a literal character's is shared by its positions (grammar/stacks.py)
-    for _, ranges in {id(klass): klass for klass in rules.classes.values()}.values():
+    for _, ranges in {id(klass): klass for klass in rules.classes if klass is not None}.values():
         total += PAIR_BYTES + sys.getsizeof(ranges) + len(ranges) * PAIR_BYTES
     return total
 

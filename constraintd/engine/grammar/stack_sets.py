@@ -36,7 +36,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 import numpy as np
@@ -155,7 +155,7 @@ def _step_stacks(rules: Rules, stacks: Iterable[Stack], code_point: int) -> set[
     for stack in stacks:
         if not stack:
             continue
-        char_class = classes.get(stack[-1])  # None on a token or an escape mark
+        char_class = classes[stack[-1]]  # None on a token or an escape mark
         if char_class is None:
             continue
         positive, ranges = char_class
@@ -165,8 +165,8 @@ def _step_stacks(rules: Rules, stacks: Iterable[Stack], code_point: int) -> set[
         else:
             positive = not positive
         if positive:
-            follow = next_terminal.get(stack[-1])
-            if follow is not None:  # the next terminal of a sequence: the same depth, still canonical
+            follow = next_terminal[stack[-1]]
+            if follow >= 0:  # the next terminal of a sequence: the same depth, still canonical
                 found.add((*stack[:-1], follow))
                 continue
             after = popped.get(stack)
@@ -189,7 +189,7 @@ def _takes_token(rules: Rules, stacks: Iterable[Stack], token: int) -> bool:
 
 
 def _members(
-    tops: tuple[int, ...], classes: dict[int, CharClass], starts: list[int]
+    tops: tuple[int, ...], char_class: Callable[[int], CharClass], starts: list[int]
 ) -> list[tuple[int, ...]]:
     # per interval of code points (`starts`: where each begins, every class's ranges begin and end on
     # one), the tops whose class matches it, in the order of `tops`: each range marks the intervals it
@@ -198,7 +198,7 @@ def _members(
     count = len(starts)
     members: list[list[int]] = [[] for _ in range(count)]
     for pos in tops:
-        positive, ranges = classes[pos]
+        positive, ranges = char_class(pos)
         covered: set[int] = set()
         for low, high in ranges:
             covered.update(range(index[low], index.get(high + 1, count)))
@@ -509,19 +509,17 @@ class State:
             peers = self.peers
             after = tuple(None if number == _DEAD else peers[number] for number in numbers)
         else:
-            classes = self.table.rules.classes
+            rules = self.table.rules
             cuts: set[int] = set()
             for pos in self.char_tops:
-                for low, high in classes[pos][1]:
+                for low, high in rules.char_class(pos)[1]:
                     cuts.add(low)
                     if high + 1 < _TOP_CODE_POINT:
                         cuts.add(high + 1)
             bounds = np.array(sorted(cuts), dtype=np.int64)
             starts = [_NO_CODE_POINT, *bounds.tolist()]
-            after = tuple(
-                self._after_match(matched, limit)
-                for matched in _members(self.char_tops, classes, starts)
-            )
+            members = _members(self.char_tops, rules.char_class, starts)
+            after = tuple(self._after_match(matched, limit) for matched in members)
             if all(map(self.keeps, after)):
                 self._after = tuple(_DEAD if state is None else state.id for state in after)
                 self._bounds = bounds

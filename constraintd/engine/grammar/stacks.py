@@ -36,6 +36,7 @@
 from __future__ import annotations
 
 import sys
+from array import array
 from collections.abc import Iterable
 from typing import Final, cast
 
@@ -210,8 +211,18 @@ class Rules:
         self.rule_starts: tuple[int, ...] = tuple(starts)
         # alternates[rule]: where each alternate starts; -1 for an empty alternate
         self.alternates: tuple[tuple[int, ...], ...] = tuple(self._alternates(s) for s in starts)
-        classes: dict[int, CharClass] = {}
-        after: dict[int, int] = {}
+        # classes[pos] / after[pos]: the class at a char position (None elsewhere), and the position
+        # following a terminal (-1 when the terminal ends its alternate); next_terminal[pos]: that position
+        # when it is a terminal too (popping this one then replaces the top, nothing to advance), else -1.
+        # Tables indexed by position, not maps: a map made a key and a value object a position (three
+        # million small objects for a grammar of 70,000 alternatives, rebuilt in the server from the compile
+        # process's pickle), and the few objects allocated meanwhile that outlive them pinned the small-object
+        # allocator's arenas they shared (tens of MiB after the grammar was gone). The arrays hold machine
+        # ints and the tuple shared class objects: a handful of blocks, whatever the grammar's size.
+        size = len(kinds)
+        classes: list[CharClass | None] = [None] * size
+        after = array("i", bytes(4 * size))
+        next_terminal = array("i", b"\xff" * (4 * size))
         single: dict[int, CharClass] = {}  # a literal character's class, one object per character
         for pos, kind in enumerate(kinds):
             if kind == CHAR and kinds[pos + 1] not in _CLASS_MORE:  # one character (most of a grammar's)
@@ -220,20 +231,19 @@ class Rules:
                 if found is None:
                     found = single[value] = (True, ((value, value),))
                 classes[pos] = found
-                after[pos] = -1 if kinds[pos + 1] in _END_OF_SEQUENCE else pos + 1
+                end = pos + 1
             elif kind in (CHAR, CHAR_NOT, CHAR_ANY):
                 classes[pos], end = self._char_class(pos)
-                after[pos] = -1 if kinds[end] in _END_OF_SEQUENCE else end
             elif kind in TOKEN_KINDS:
-                after[pos] = -1 if kinds[pos + 1] in _END_OF_SEQUENCE else pos + 1
-        # classes[pos] / after[pos]: the class at a char position, and the position following a terminal
-        # (-1 when the terminal ends its alternate)
-        self.classes: dict[int, CharClass] = classes
-        self.after: dict[int, int] = after
-        # a terminal followed by another terminal -> that one: popping it replaces the top, nothing to advance
-        self.next_terminal: dict[int, int] = {
-            pos: follow for pos, follow in after.items() if follow >= 0 and kinds[follow] in TERMINAL_KINDS
-        }
+                end = pos + 1
+            else:
+                continue
+            follow = after[pos] = -1 if kinds[end] in _END_OF_SEQUENCE else end
+            if follow >= 0 and kinds[follow] in TERMINAL_KINDS:
+                next_terminal[pos] = follow
+        self.classes: tuple[CharClass | None, ...] = tuple(classes)
+        self.after: array[int] = after
+        self.next_terminal: array[int] = next_terminal
         self._nullable = self._nullable_rules()
         # position -> its closure: all of them now where the dependencies cycle, else each when first met
         self._closures: dict[int, _Closure] = self._compute_closures() if self._left_cycle() else {}
@@ -484,9 +494,15 @@ class Rules:
                 popped[stack] = found
         return found
 
+    def char_class(self, pos: int) -> CharClass:
+        """The character class at `pos`, a char position."""
+        found = self.classes[pos]
+        assert found is not None, f"no character class at {pos}"
+        return found
+
     def match_char(self, pos: int, code_point: int) -> bool:
         """llama_grammar_match_char: whether the class at `pos` matches `code_point`."""
-        positive, ranges = self.classes[pos]
+        positive, ranges = self.char_class(pos)
         for low, high in ranges:
             if low <= code_point <= high:
                 return positive
@@ -504,7 +520,7 @@ class Rules:
                 low = 1 << 11
             elif n_remain == 3:
                 low = 1 << 16
-        positive, ranges = self.classes[pos]
+        positive, ranges = self.char_class(pos)
         for range_low, range_high in ranges:
             if range_low <= high and low <= range_high:
                 return positive

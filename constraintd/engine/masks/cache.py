@@ -374,8 +374,8 @@ class MaskCache:
         # rows' groups by first code point: no walk)
         runs = self._class_runs()
         rows = runs.table.ids.size
-        classes = self.states.rules.classes
-        return sum(runs.count_starting(classes[top[-1]]) * FEW_SHARE > rows for top in tops)
+        rules = self.states.rules
+        return sum(runs.count_starting(rules.char_class(top[-1])) * FEW_SHARE > rows for top in tops)
 
     def _narrow(self, top: Stack, limit: int) -> bool:
         # whether a whole walk from the shortest top (escape, p) moves at most 1/FEW_SHARE of the rows past
@@ -427,7 +427,7 @@ class MaskCache:
         rules = self.states.rules
         if len(top) < 3 or top[0] != rules.escape:
             return None
-        char_class = rules.classes.get(top[-1])
+        char_class = rules.classes[top[-1]]
         if char_class is None:
             return None
         table = self.vocab.fresh_table()
@@ -600,7 +600,7 @@ class MaskCache:
         key = (SHIFT_MARK, *self.structure.stack((top[0],) if follow < 0 else (top[0], follow)))
         known = self.shared.shifted.get(key)
         n_first = table.count_from[0] if table.count_from else 0
-        in_class = class_members(rules.classes[top[1]], table.first_code_points)
+        in_class = class_members(rules.char_class(top[1]), table.first_code_points)
         rows = None if known is None else np.flatnonzero((in_class & ~known.firsts)[table.first_index])
         if rows is None or rows.size * 2 > table.ids.size:
             # a whole walk moves column 0 by first code point, not row by row: it costs less when most

@@ -848,9 +848,9 @@ def _bounds_ok(state: State, bounds: PartialBounds) -> BoolArray:
     # could still match it
     low, high = bounds.low, bounds.high
     ok = np.zeros(low.size, dtype=np.bool_)
-    classes = state.table.rules.classes
+    rules = state.table.rules
     for pos in state.char_tops:
-        positive, ranges = classes[pos]
+        positive, ranges = rules.char_class(pos)
         hit = np.zeros(low.size, dtype=np.bool_)
         for range_low, range_high in ranges:
             hit |= (range_low <= high) & (low <= range_high)

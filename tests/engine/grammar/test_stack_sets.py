@@ -128,7 +128,7 @@ def test_the_members_of_each_interval_are_the_classes_that_match_it(
     tops = tuple(classes)
     cuts = {edge for _, ranges in drawn for low, high in ranges for edge in (low, high + 1)}
     starts = [-1, *sorted(cuts)]
-    found = _members(tops, classes, starts)
+    found = _members(tops, classes.__getitem__, starts)
     ends = [*(start - 1 for start in starts[1:]), starts[-1] + 5]
     for start, end, members in zip(starts, ends, found, strict=True):
         for code_point in {start, end}:  # its first and its last (the first interval's is -1 if it is empty)

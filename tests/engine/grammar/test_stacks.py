@@ -86,7 +86,9 @@ def test_rules_flatten_the_parsed_rules() -> None:
     assert rules.rule_starts == (0, 3)
     assert rules.alternates == ((0,), (3, -1))
     assert rules.classes[3] == (True, ((ord("a"), ord("c")),))
-    assert rules.after == {1: -1, 3: -1}
+    assert [pos for pos, cls in enumerate(rules.classes) if cls is not None] == [1, 3]
+    assert (rules.after[1], rules.after[3]) == (-1, -1)  # the terminals: each ends its alternate
+    assert list(rules.next_terminal) == [-1] * len(rules.kinds)
     # root = x "b", x = [a-c] | empty: the root starts at [a-c] (with "b" below) or, x vanishing, at "b"
     assert rules.initial_stacks(0) == {(1, 3), (1,)}
 

@@ -386,7 +386,7 @@ def test_classes_leaving_one_stack_share_what_the_rest_of_a_token_does(
     # the stack each `[^"...]` leaves has one key (so has the one `[abc]` leaves in its loop): its entry
     # covers the first code points of every such class met
     rules = grammar._states.rules
-    (excluding,) = [pos for pos, char_class in rules.classes.items() if not char_class[0]]
+    (excluding,) = [pos for pos, char_class in enumerate(rules.classes) if char_class and not char_class[0]]
     assert grammar._masks.structure is not None
     key = (SHIFT_MARK, *grammar._masks.structure.stack((rules.escape, rules.after[excluding])))
     learned = shifted.peek(key)
@@ -446,7 +446,7 @@ def test_deeper_tops_of_classes_leaving_one_stack_share_it_too(
         assert matcher.accept(DEEP_TRIE_PIECES.index(b'"'))
         follow_choices(matcher, len(vocab), choices)
     rules = grammar._states.rules
-    (excluding,) = [pos for pos, char_class in rules.classes.items() if not char_class[0]]
+    (excluding,) = [pos for pos, char_class in enumerate(rules.classes) if char_class and not char_class[0]]
     matcher = Matcher(grammar)
     assert matcher.accept(DEEP_TRIE_PIECES.index(b"{")) and matcher.accept(DEEP_TRIE_PIECES.index(b'"'))
     (stack,) = [stack for stack in matcher.stacks if stack[-1] == excluding]
@@ -469,7 +469,7 @@ def test_a_longer_tops_shift_is_kept_once_its_key_is_met_again() -> None:
         assert matcher.accept(DEEP_TRIE_PIECES.index(b"{")) and matcher.accept(DEEP_TRIE_PIECES.index(b'"'))
         assert matcher.mask().tolist() == expected_mask(matcher).tolist()
         rules = grammar._states.rules
-        (excluding,) = [pos for pos, char_class in rules.classes.items() if not char_class[0]]
+        (excluding,) = [pos for pos, klass in enumerate(rules.classes) if klass and not klass[0]]
         (stack,) = [stack for stack in matcher.stacks if stack[-1] == excluding]
         assert grammar._masks.structure is not None
         left = (rules.escape, stack[-2], rules.after[excluding])
@@ -488,7 +488,7 @@ def test_a_deeper_tops_verdict_keeps_the_same_shift_as_ids_and_as_words() -> Non
     assert matcher.accept(DEEP_TRIE_PIECES.index(b"{")) and matcher.accept(DEEP_TRIE_PIECES.index(b'"'))
     matcher.mask()  # the grammar's structural ids exist from here on
     rules = grammar._states.rules
-    (excluding,) = [pos for pos, char_class in rules.classes.items() if not char_class[0]]
+    (excluding,) = [pos for pos, char_class in enumerate(rules.classes) if char_class and not char_class[0]]
     (stack,) = [stack for stack in matcher.stacks if stack[-1] == excluding]
     masks = grammar._masks
     top = (rules.escape, *stack[-2:])

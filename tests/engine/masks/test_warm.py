@@ -71,7 +71,7 @@ def test_a_key_trie_after_the_warm_up_finds_what_a_keys_rest_does() -> None:
     grammar = Grammar.from_gbnf(json_schema_to_gbnf(json.dumps(schema)), vocab)
     Matcher(grammar).mask()  # the grammar's structural ids exist from its first mask on
     rules = grammar._states.rules
-    (other_keys,) = [pos for pos, cls in rules.classes.items() if cls == (False, ((34, 34), (97, 97)))]
+    (other_keys,) = [pos for pos, cls in enumerate(rules.classes) if cls == (False, ((34, 34), (97, 97)))]
     structure = grammar._masks.structure
     assert structure is not None
     key = (SHIFT_MARK, *structure.stack((rules.escape, rules.after[other_keys])))
