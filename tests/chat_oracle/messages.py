@@ -20,6 +20,8 @@ both sides refusing the text. A case the project does not parse (`NotPorted`) is
 from __future__ import annotations
 
 import json
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,8 @@ from tests.chat_oracle.cases import BOS_TOKEN, EOS_TOKEN, MESSAGE_SETS, SEARCH_T
 CITY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"city": {"type": "string"}},
                                "required": ["city"]}
 # (name, tools, tool_choice, parallel_tool_calls, response schema)
-REQUESTS: tuple[tuple[str, list[dict[str, Any]] | None, str, bool, dict[str, Any] | None], ...] = (
+Request = tuple[str, list[dict[str, Any]] | None, str, bool, dict[str, Any] | None]
+REQUESTS: tuple[Request, ...] = (
     ("no tools", None, "auto", False, None),
     ("auto", [WEATHER_TOOL, SEARCH_TOOL], "auto", False, None),
     ("required", [WEATHER_TOOL, SEARCH_TOOL], "required", False, None),
@@ -262,49 +265,111 @@ def _llama(answer: dict[str, Any]) -> dict[str, Any]:
             "tool_calls": [[c["name"], c["arguments"], c["id"]] for c in answer["tool_calls"]]}
 
 
-def compare_messages(binary: Path, path: Path, *, now: int) -> list[MessageComparison]:
-    """Every request and text on one template file."""
+@dataclass(frozen=True, slots=True)
+class ParseRequest:
+    """One template and request, with the project's chat params for it: a text parsed both ways."""
+
+    source: str
+    name: str
+    tool_list: list[dict[str, Any]] | None
+    choice: str
+    parallel: bool
+    schema: dict[str, Any] | None
+    now: int
+    grammar: ChatGrammar
+    generation_prompt: str
+
+    @classmethod
+    def make(cls, source: str, name: str, tool_list: list[dict[str, Any]] | None, choice: str, parallel: bool,
+             schema: dict[str, Any] | None, *, now: int) -> ParseRequest:
+        """The request's chat params, as a client of the service gets them.
+
+        Raises:
+            NotPorted: the project does not make this request's chat params.
+        """
+        messages = parse_messages(MESSAGE_SETS["system+user"])
+        tools = parse_tools(tool_list)
+        prompt = chat_prompt_of(source, messages, tools=tools, bos_text=BOS_TOKEN, eos_text=EOS_TOKEN,
+                                now=now)
+        grammar = chat_grammar_of(source, messages, tools=tools, tool_choice=choice, bos_text=BOS_TOKEN,
+                                  eos_text=EOS_TOKEN, now=now, parallel_tool_calls=parallel,
+                                  generation_prompt=prompt.generation_prompt, json_schema=schema)
+        return cls(source, name, tool_list, choice, parallel, schema, now, grammar, prompt.generation_prompt)
+
+    def compare(self, binary: Path, text: str, *, partial: bool) -> tuple[dict[str, Any] | None,
+                                                                           dict[str, Any], str | None]:
+        """(ours, llama.cpp's, the NotPorted message or None) for `text`, whole or partial."""
+        request: dict[str, Any] = {
+            "mode": "parse", "template": self.source, "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN,
+            "messages": MESSAGE_SETS["system+user"], "tool_choice": self.choice,
+            "parallel_tool_calls": self.parallel, "now": self.now, "text": text, "reasoning_format": "auto",
+            "is_partial": partial,
+        }
+        if self.tool_list is not None:
+            request["tools"] = self.tool_list
+        if self.schema is not None:
+            request["json_schema"] = self.schema
+        llama = _llama(run_harness(binary, request))
+        try:
+            message = parse_message(
+                text, self.grammar, generation_prompt=self.generation_prompt,
+                tools=[tool.to_json() for tool in parse_tools(self.tool_list)], tool_choice=self.choice,
+                parallel_tool_calls=self.parallel, supports_tool_calls=_caps(self.source),
+                has_response_format=self.schema is not None, partial=partial)
+        except MessageParseError:
+            return {"error": "parse"}, llama, None
+        except NotPorted as exc:
+            return None, llama, str(exc)
+        return ({"content": message.content, "reasoning_content": message.reasoning_content,
+                 "tool_calls": [[c.name, c.arguments, c.id] for c in message.tool_calls]}, llama, None)
+
+
+def stream_cuts(text: str, count: int, rng: random.Random) -> list[str]:
+    """`count` prefixes of `text` at cut points drawn with `rng` (each a distinct length, shortest first), as
+    a stream reads its text so far."""
+    lengths = sorted(rng.sample(range(1, len(text)), min(count, len(text) - 1)))
+    return [text[:length] for length in lengths]
+
+
+def compare_streams(binary: Path, path: Path, requests: Sequence[Request],
+                    texts_of: Callable[[ParseRequest], dict[str, str]], *, now: int,
+                    cuts: int) -> list[MessageComparison]:
+    """The longest text of each request on one template, read partial at `cuts` prefixes drawn at random
+    (seeded by the template and request), as llama-server reads a stream's text so far."""
     source = path.read_text()
-    messages = parse_messages(MESSAGE_SETS["system+user"])
+    found = []
+    for name, tool_list, choice, parallel, schema in requests:
+        try:
+            request = ParseRequest.make(source, name, tool_list, choice, parallel, schema, now=now)
+        except NotPorted as exc:
+            found.append(MessageComparison(path.stem, name, "*", None, {}, str(exc)))
+            continue
+        text_name, text = max(texts_of(request).items(), key=lambda item: len(item[1]))
+        for cut in stream_cuts(text, cuts, random.Random(f"{path.stem}/{name}")):
+            ours, llama, not_ported = request.compare(binary, cut, partial=True)
+            found.append(MessageComparison(path.stem, name, f"{text_name} to {len(cut)} of {len(text)}", ours,
+                                           llama, not_ported))
+    return found
+
+
+def message_texts(request: ParseRequest) -> dict[str, str]:
+    """The texts written in an auto-parser template's format for the request (or its schema's answers)."""
+    return texts(request.grammar) if request.schema is None else answers(request.grammar)
+
+
+def compare_messages(binary: Path, path: Path, *, now: int) -> list[MessageComparison]:
+    """Every request and text on one template file, each read whole and partial."""
+    source = path.read_text()
     found = []
     for name, tool_list, choice, parallel, schema in REQUESTS:
-        tools = parse_tools(tool_list)
         try:
-            prompt = chat_prompt_of(source, messages, tools=tools, bos_text=BOS_TOKEN, eos_text=EOS_TOKEN,
-                                    now=now)
-            grammar = chat_grammar_of(source, messages, tools=tools, tool_choice=choice, bos_text=BOS_TOKEN,
-                                      eos_text=EOS_TOKEN, now=now, parallel_tool_calls=parallel,
-                                      generation_prompt=prompt.generation_prompt, json_schema=schema)
+            request = ParseRequest.make(source, name, tool_list, choice, parallel, schema, now=now)
         except NotPorted as exc:  # the request's chat params: the tag formats' tool grammars
             found.append(MessageComparison(path.stem, name, "*", None, {}, str(exc)))
             continue
-        for text_name, text in (texts(grammar) if schema is None else answers(grammar)).items():
+        for text_name, text in message_texts(request).items():
             for partial in (False, True):
-                request: dict[str, Any] = {
-                    "mode": "parse", "template": source, "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN,
-                    "messages": MESSAGE_SETS["system+user"], "tool_choice": choice,
-                    "parallel_tool_calls": parallel, "now": now, "text": text, "reasoning_format": "auto",
-                    "is_partial": partial,
-                }
-                if tool_list is not None:
-                    request["tools"] = tool_list
-                if schema is not None:
-                    request["json_schema"] = schema
-                llama = _llama(run_harness(binary, request))
-                ours: dict[str, Any] | None
-                not_ported = None
-                try:
-                    message = parse_message(
-                        text, grammar, generation_prompt=prompt.generation_prompt,
-                        tools=[tool.to_json() for tool in tools], tool_choice=choice,
-                        parallel_tool_calls=parallel, supports_tool_calls=_caps(source),
-                        has_response_format=schema is not None, partial=partial)
-                    ours = {"content": message.content, "reasoning_content": message.reasoning_content,
-                            "tool_calls": [[c.name, c.arguments, c.id] for c in message.tool_calls]}
-                except MessageParseError:
-                    ours = {"error": "parse"}
-                except NotPorted as exc:
-                    ours, not_ported = None, str(exc)
+                ours, llama, not_ported = request.compare(binary, text, partial=partial)
                 found.append(MessageComparison(path.stem, name, text_name + (" (partial)" if partial else ""),
                                                ours, llama, not_ported))
     return found

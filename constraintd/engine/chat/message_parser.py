@@ -163,14 +163,23 @@ def _flat_call(scan: Scan, names: Sequence[str], tools: ToolFormat, name_key: st
 
 def _keyed_call(scan: Scan, names: Sequence[str], tools: ToolFormat, args_key: str,
                 effective_args: str) -> None:
-    # build_json_tools_function_is_key: {"<name>": <arguments>} or {"<name>": {ids, "<args>": <arguments>}}
+    # build_json_tools_function_is_key: {"<name>": <arguments>} or {"<name>": {ids, "<args>": <arguments>}};
+    # the name is a literal of its own between the quotes (not atomic): the call has it once it is read,
+    # its closing quote still to come
     for name in names:
         start = scan.pos
+        named = False
         try:
             found = {"arguments": "", "id": ""}
             scan.literal("{")
             scan.space()
-            _key(scan, name)
+            scan.literal('"')
+            scan.literal(name)
+            named = True
+            scan.literal('"')
+            scan.space()
+            scan.literal(":")
+            scan.space()
             inner = [key for key in (tools.id_field, tools.gen_id_field) if key]
             if not args_key and not inner:
                 found["arguments"] = scan.json_value().rstrip(SPACE)
@@ -199,7 +208,7 @@ def _keyed_call(scan: Scan, names: Sequence[str], tools: ToolFormat, args_key: s
             scan.pos = start
             continue
         except NeedMore:
-            if scan.pos > start + 1 + len(name):  # past the name
+            if named:
                 arguments = found["arguments"] or scan.partial or "{"
                 scan.calls.append(ParsedToolCall(name, arguments, found["id"]))
             raise

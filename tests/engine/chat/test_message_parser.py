@@ -3,7 +3,8 @@ text so far, as llama.cpp's chat parser reads it.
 
 The oracle test runs tests/chat_oracle/messages.py's texts on every auto-parser template through
 llama.cpp's common_chat_parse (the harness's "parse" mode), whole and partial, and through `parse_message`
-with the same mode: content, reasoning
+with the same mode (and, as a stream reads them, each request's longest text cut at prefixes drawn at random,
+partial): content, reasoning
 content and tool calls identical, or both sides refusing; requests whose tool grammar or parser is not ported
 (the tag formats' grammars llama.cpp's chat params build that are not ported) are counted apart. A response
 schema's answers are among the texts.
@@ -27,7 +28,7 @@ from constraintd.engine.chat.message_parser import (
 from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
 from constraintd.engine.chat.template_analysis import CallIdPosition, TemplateAnalysis, ToolFormat, ToolMode
 from tests.chat_oracle.cases import template_paths
-from tests.chat_oracle.messages import compare_messages
+from tests.chat_oracle.messages import REQUESTS, compare_messages, compare_streams, message_texts
 from tests.conftest import OracleReport
 from tests.engine.chat.test_chat_params import SPECIALISED
 
@@ -63,6 +64,20 @@ def test_an_unknown_tool_does_not_match() -> None:
     text = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
     with pytest.raises(MessageParseError, match="does not match the expected"):
         parse_message(text, HERMES, generation_prompt=PROMPT, tools=TOOLS)
+
+
+# A template that writes each call as {"name": arguments} in a list in a section (Apertus)
+KEYED = ChatGrammar(analysis=TemplateAnalysis(ReasoningAnalysis(), tools=ToolFormat(
+    ToolMode.JSON_NATIVE, section_start="<|tools_prefix|>", section_end="<|tools_suffix|>",
+    fun_name_is_key=True, tools_array_wrapped=True)))
+
+
+def test_a_call_whose_name_is_its_key_has_its_name_before_the_closing_quote() -> None:
+    # the name is a literal between two quote literals, not atomic: read whole, the call is kept
+    cut = parse_message('<|tools_prefix|>[{"get_weather', KEYED, generation_prompt=PROMPT, tools=TOOLS)
+    assert cut.tool_calls == (ParsedToolCall("get_weather", "{"),)
+    short = parse_message('<|tools_prefix|>[{"get_weathe', KEYED, generation_prompt=PROMPT, tools=TOOLS)
+    assert short.tool_calls == ()
 
 
 def test_a_partial_text_that_does_not_match_past_its_start_is_an_empty_message() -> None:
@@ -318,5 +333,18 @@ def test_messages_are_llama_cpps(path: Path, chat_oracle: Path, oracle_report: O
     comparisons = compare_messages(chat_oracle, path, now=int(time.time()))
     parsed = [c for c in comparisons if c.not_ported is None]
     oracle_report.add("chat parser: content, reasoning, tool calls", path.stem,
+                      identical=sum(c.identical for c in parsed), total=len(comparisons))
+    assert [c.describe() for c in parsed if not c.identical] == []
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
+def test_a_streams_text_so_far_is_read_as_llama_cpp_reads_it(path: Path, chat_oracle: Path,
+                                                             oracle_report: OracleReport) -> None:
+    """Each request's longest text cut at 12 prefixes drawn at random, read partial (llama-server's stream):
+    llama.cpp's message, or both sides refusing."""
+    comparisons = compare_streams(chat_oracle, path, REQUESTS, message_texts, now=int(time.time()), cuts=12)
+    parsed = [c for c in comparisons if c.not_ported is None]
+    oracle_report.add("chat parser: a stream's text so far", path.stem,
                       identical=sum(c.identical for c in parsed), total=len(comparisons))
     assert [c.describe() for c in parsed if not c.identical] == []

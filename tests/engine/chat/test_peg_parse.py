@@ -27,17 +27,8 @@ from constraintd.engine.chat.formats.qwen3_coder import qwen3_coder_params
 from constraintd.engine.chat.message_parser import MessageParseError, ParsedMessage, parse_message
 from constraintd.engine.chat.peg_arena import PegArena
 from constraintd.engine.chat.peg_parse import Outcome, TaggedNode, message, normalize_quotes_to_json, run
-from constraintd.engine.chat.template_inputs import parse_messages, parse_tools
-from sampler_worker.prompt import chat_grammar_of, chat_prompt_of
-from tests.chat_oracle.build import run_harness
-from tests.chat_oracle.cases import (
-    BOS_TOKEN,
-    EOS_TOKEN,
-    MESSAGE_SETS,
-    SEARCH_TOOL,
-    WEATHER_TOOL,
-    template_paths,
-)
+from tests.chat_oracle.cases import SEARCH_TOOL, WEATHER_TOOL, template_paths
+from tests.chat_oracle.messages import ParseRequest, Request, compare_streams
 from tests.conftest import OracleReport
 from tests.engine.chat.test_chat_params import PORTED_FORMATS, SPECIALISED
 
@@ -239,7 +230,7 @@ TEMPLATES = [path for path in template_paths() if SPECIALISED.get(path.stem) in 
 CITY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"city": {"type": "string"}},
                                "required": ["city"]}
 # (name, tools, tool_choice, parallel_tool_calls, response schema)
-REQUESTS: tuple[tuple[str, list[dict[str, Any]] | None, str, bool, dict[str, Any] | None], ...] = (
+REQUESTS: tuple[Request, ...] = (
     ("no tools", None, "auto", False, None),
     ("auto", [WEATHER_TOOL, SEARCH_TOOL], "auto", False, None),
     ("required", [WEATHER_TOOL, SEARCH_TOOL], "required", False, None),
@@ -648,27 +639,15 @@ FORMAT_TEXTS: dict[str, Callable[[str], dict[str, str]]] = {
 }
 
 
-def _llama(answer: dict[str, Any]) -> dict[str, Any]:
-    if "error" in answer:
-        return {"error": answer["stage"]}
-    return {"content": answer["content"], "reasoning_content": answer["reasoning_content"],
-            "tool_calls": [[c["name"], c["arguments"], c["id"]] for c in answer["tool_calls"]]}
-
-
 def compare(binary: Path, path: Path, *, now: int) -> list[tuple[str, str, Any, Any, str | None]]:
-    """(request, text name, ours, llama.cpp's, NotPorted message) for every request and text."""
+    """(request, text name, ours, llama.cpp's, NotPorted message) for every request and text, each read
+    whole and partial."""
     source = path.read_text()
-    messages = parse_messages(MESSAGE_SETS["system+user"])
     format_name = SPECIALISED[path.stem]
     found: list[tuple[str, str, Any, Any, str | None]] = []
     for name, tool_list, choice, parallel, schema in REQUESTS:
-        tools = parse_tools(tool_list)
-        prompt = chat_prompt_of(source, messages, tools=tools, bos_text=BOS_TOKEN, eos_text=EOS_TOKEN,
-                                now=now)
         try:
-            grammar = chat_grammar_of(source, messages, tools=tools, tool_choice=choice, bos_text=BOS_TOKEN,
-                                      eos_text=EOS_TOKEN, now=now, parallel_tool_calls=parallel,
-                                      generation_prompt=prompt.generation_prompt, json_schema=schema)
+            request = ParseRequest.make(source, name, tool_list, choice, parallel, schema, now=now)
         except NotPorted as exc:
             found.append((name, "*", None, {}, str(exc)))
             continue
@@ -676,30 +655,7 @@ def compare(binary: Path, path: Path, *, now: int) -> list[tuple[str, str, Any, 
                  FORMAT_TEXTS.get(format_name, lambda _: _generic_texts())(source))
         for text_name, text in texts.items():
             for partial in (False, True):
-                request: dict[str, Any] = {
-                    "mode": "parse", "template": source, "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN,
-                    "messages": MESSAGE_SETS["system+user"], "tool_choice": choice,
-                    "parallel_tool_calls": parallel, "now": now, "text": text, "reasoning_format": "auto",
-                    "is_partial": partial,
-                }
-                if tool_list is not None:
-                    request["tools"] = tool_list
-                if schema is not None:
-                    request["json_schema"] = schema
-                llama = _llama(run_harness(binary, request))
-                ours: Any
-                not_ported = None
-                try:
-                    parsed = parse_message(text, grammar, generation_prompt=prompt.generation_prompt,
-                                           tools=[tool.to_json() for tool in tools], tool_choice=choice,
-                                           parallel_tool_calls=parallel,
-                                           has_response_format=schema is not None, partial=partial)
-                    ours = {"content": parsed.content, "reasoning_content": parsed.reasoning_content,
-                            "tool_calls": [[c.name, c.arguments, c.id] for c in parsed.tool_calls]}
-                except MessageParseError:
-                    ours = {"error": "parse"}
-                except NotPorted as exc:
-                    ours, not_ported = None, str(exc)
+                ours, llama, not_ported = request.compare(binary, text, partial=partial)
                 found.append((name, text_name + (" (partial)" if partial else ""), ours, llama, not_ported))
     return found
 
@@ -721,6 +677,26 @@ def test_format_messages_are_llama_cpps(path: Path, chat_oracle: Path, oracle_re
     else:
         # a request without a grammar is parsed like any other (llama.cpp builds its parser all the same)
         assert refused == REFUSALS.get(path.stem, set())
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("path", TEMPLATES, ids=[path.stem for path in TEMPLATES])
+def test_a_streams_text_so_far_is_read_as_llama_cpp_reads_it(path: Path, chat_oracle: Path,
+                                                             oracle_report: OracleReport) -> None:
+    """Each request's longest text cut at 12 prefixes drawn at random, read partial (llama-server's stream):
+    llama.cpp's message, or both sides refusing."""
+    format_name = SPECIALISED[path.stem]
+
+    def texts(request: ParseRequest) -> dict[str, str]:
+        if request.schema is not None:
+            return _answers()
+        return FORMAT_TEXTS.get(format_name, lambda _: _generic_texts())(request.source)
+
+    comparisons = compare_streams(chat_oracle, path, REQUESTS, texts, now=int(time.time()), cuts=12)
+    parsed = [c for c in comparisons if c.not_ported is None]
+    oracle_report.add("chat parser of a hand-written format: a stream's text so far", path.stem,
+                      identical=sum(c.identical for c in parsed), total=len(comparisons))
+    assert [c.describe() for c in parsed if not c.identical] == []
 
 
 def format_of_name(path: Path) -> str:
