@@ -162,7 +162,9 @@ def test_generated_schema_matches_llama_cpp(
 ) -> None:
     verdict = compare_conversion(schema_oracle, json.dumps(schema, ensure_ascii=False))
     oracle_report.add("schema grammars", "hypothesis", identical=int(verdict.verdict == "identical"), total=1)
-    assert verdict.verdict == "identical", verdict.detail
+    # a drawn pattern can split a multi-byte character (`^é*$`): llama.cpp writes a grammar that is not
+    # UTF-8, and the refusal is the design (EDGE_SCHEMAS' "split multi-byte pattern character")
+    assert verdict.verdict in EXPECTED_VERDICTS, verdict.detail
 
 
 # Schemas at llama.cpp's corners, each compared with llama.cpp itself, and what we answer.
