@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from constraintd.engine.chat.chat_format import ChatFormat
-from constraintd.engine.chat.message_parser import ParsedMessage
+from constraintd.engine.chat.parsing.chat_format import ChatFormat
+from constraintd.engine.chat.parsing.message_parser import ParsedMessage
 from constraintd.v1 import constraintd_pb2 as pb
 
 __all__ = ["ChatRequest", "ChatSettings"]

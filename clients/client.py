@@ -22,7 +22,7 @@ from clients.base import LOCAL, BaseClient, ClientTls, JsonText
 from clients.chat import ChatRequest, ChatSettings
 from clients.flows import Flow, Pause, Policy, SessionRecord, StepOutcome, VocabHandle
 from clients.transports import MIB, GrpcTransport, LocalTransport, Transport
-from constraintd.engine.chat.message_parser import ParsedMessage
+from constraintd.engine.chat.parsing.message_parser import ParsedMessage
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import ConstraintdError
 

@@ -13,10 +13,11 @@
 #   holding a list or mapping equals nothing (llama.cpp compares only "hashable" ones); `~` joins none and
 #   undefined as ""; `format` fills "{}" placeholders only.
 # - The template's capabilities (which of llama.cpp's rewrites apply) are found as llama.cpp finds them,
-#   by running the template on probe conversations (`template_caps`, constraintd.engine.chat.caps).
-# - A template's analysis (the auto-parser's, constraintd.engine.chat.template_analysis), which llama.cpp
-#   makes again for every request by rendering probe conversations (4-9 ms on common templates, README),
-#   is remembered per template, caps and special tokens (`known_analysis`), with every reading of the
+#   by running the template on probe conversations (`template_caps`,
+#   constraintd.engine.chat.templates.caps).
+# - A template's analysis (the auto-parser's, constraintd.engine.chat.analysis.template_analysis), which
+#   llama.cpp makes again for every request by rendering probe conversations (4-9 ms on common templates,
+#   README), is remembered per template, caps and special tokens (`known_analysis`), with every reading of the
 #   clock its renders made (`strftime_now`'s pattern and text): a request whose time gives those same
 #   texts gets the analysis it would make again, for the renders are the same; another day's (or
 #   minute's, for a template that prints one) makes it afresh. Each request gets a copy of its own.
@@ -33,19 +34,19 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from constraintd.engine.chat.caps import detect_caps, quietly, touch
-from constraintd.engine.chat.chat_params import ChatGrammar, chat_params
-from constraintd.engine.chat.continuation import Continuation
-from constraintd.engine.chat.jinja_values import (
+from constraintd.engine.chat.analysis.template_analysis import TemplateAnalysis, analyze_template
+from constraintd.engine.chat.params.chat_params import ChatGrammar, chat_params
+from constraintd.engine.chat.templates.caps import detect_caps, quietly, touch
+from constraintd.engine.chat.templates.continuation import Continuation
+from constraintd.engine.chat.templates.jinja_values import (
     llama_json,
     llama_repr,
     llama_string,
     llama_values,
     output_text,
 )
-from constraintd.engine.chat.prompt import ChatPrompt, chat_prompt, template_source
-from constraintd.engine.chat.template_analysis import TemplateAnalysis, analyze_template
-from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps, format_time
+from constraintd.engine.chat.templates.prompt import ChatPrompt, chat_prompt, template_source
+from constraintd.engine.chat.templates.template_inputs import ChatMessage, ChatTool, TemplateCaps, format_time
 
 if TYPE_CHECKING:
     import jinja2
@@ -262,7 +263,8 @@ def _environment(*, tracking: bool = False) -> jinja2.Environment:
 
 def template_caps(source: str, *, now: float | None = None) -> TemplateCaps:
     """The template's capabilities, found as llama.cpp finds them: by running it on probe conversations
-    (constraintd.engine.chat.caps). A template that does not parse has llama.cpp's default capabilities.
+    (constraintd.engine.chat.templates.caps). A template that does not parse has llama.cpp's default
+    capabilities.
     """
     import jinja2
 
@@ -382,7 +384,8 @@ def chat_prompt_of(
     template_kwargs: Mapping[str, Any] | None = None,
 ) -> ChatPrompt:
     """llama.cpp's prompt and generation prompt for a chat on the template `source` (a model's template
-    text; ChatML where it is empty), as constraintd.engine.chat.prompt.chat_prompt makes them, rendered here.
+    text; ChatML where it is empty), as constraintd.engine.chat.templates.prompt.chat_prompt makes them,
+    rendered here.
 
     `caps`: the template's capabilities, found in the template when not given (`template_caps`).
     `template_kwargs`: llama-server's chat_template_kwargs, variables given to the template.
@@ -409,12 +412,12 @@ def chat_grammar_of(
     continuation: Continuation = Continuation.NONE,
 ) -> ChatGrammar:
     """The grammar side of llama.cpp's chat params for a chat request on the template `source` (see
-    constraintd.engine.chat.chat_params), with the generation prompt `chat_prompt_of` makes.
+    constraintd.engine.chat.params.chat_params), with the generation prompt `chat_prompt_of` makes.
 
     `json_schema`: the response schema, parsed (constraintd.engine.schema.json_text.parse_json).
     `generation_prompt`: the request's, when the caller has rendered its prompt already (`chat_prompt_of`).
     `continuation`: what of a final message is continued (continued_chat's, of
-    constraintd.engine.chat.continuation; `messages` then those rendered, without it).
+    constraintd.engine.chat.templates.continuation; `messages` then those rendered, without it).
 
     Raises:
         TemplateError: the template does not render the request.

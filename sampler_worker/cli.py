@@ -207,7 +207,7 @@ def tools_from(args: argparse.Namespace) -> list[Any] | None:
     if args.json or args.schema is not None or args.grammar is not None or args.request is not None:
         raise UsageError("--tools decides the grammar itself: give no --json, --schema, --grammar or "
                          "--request")
-    from constraintd.engine.chat.template_inputs import ChatRequestError, parse_tools
+    from constraintd.engine.chat.templates.template_inputs import ChatRequestError, parse_tools
 
     try:
         return list(parse_tools(json.loads(_read(args.tools))))
@@ -414,7 +414,7 @@ def run_generate(args: argparse.Namespace, out: TextIO, say: TextIO) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; the exit status (0 done, 1 failed, 2 bad input)."""
     args = build_parser().parse_args(argv)
-    from constraintd.engine.chat.chat_params import NotPorted
+    from constraintd.engine.chat.params.chat_params import NotPorted
     from constraintd.errors import ConstraintdError, InputError
 
     try:

@@ -6,9 +6,10 @@
 #   `tokenize_input_prompts(..., add_special=true, parse_special=true)`.
 # - A chat prompt (`/v1/chat/completions`) is the GGUF's chat template, or llama.cpp's ChatML template when
 #   the GGUF has none, rendered as llama.cpp's chat layer renders it: the variables and rewritten messages
-#   of `constraintd.engine.chat.template_inputs.template_context`, rendered by `render_template`, a Jinja2
-#   environment made to behave as llama.cpp's own Jinja engine (common/jinja) does where chat templates
-#   meet the difference (constraintd.chat_templates, with the template's capabilities); a leading BOS
+#   of `constraintd.engine.chat.templates.template_inputs.template_context`, rendered by
+#   `render_template`, a Jinja2 environment made to behave as llama.cpp's own Jinja engine (common/jinja)
+#   does where chat templates meet the difference (constraintd.chat_templates, with the template's
+#   capabilities); a leading BOS
 #   text is cut when the tokenizer adds BOS itself (and a trailing EOS text when it adds EOS); then the
 #   text is tokenized as a raw prompt.
 # - A chat with tools (`tool_chat`) is the service's: a session made from a chat request (CreateSession's
@@ -42,12 +43,12 @@ from constraintd.chat_templates import (
     render_template,
     template_caps,
 )
-from constraintd.engine.chat.chat_format import chat_format
-from constraintd.engine.chat.chat_params import TOOL_CHOICES, NotPorted, regex_escape
-from constraintd.engine.chat.message_parser import MessageParseError, ParsedMessage
-from constraintd.engine.chat.prompt import CHATML_TEMPLATE, template_source
+from constraintd.engine.chat.params.chat_params import TOOL_CHOICES, NotPorted, regex_escape
+from constraintd.engine.chat.parsing.chat_format import chat_format
+from constraintd.engine.chat.parsing.message_parser import MessageParseError, ParsedMessage
 from constraintd.engine.chat.requests import JSON_OBJECT_SCHEMA, AnswerFormat, read_request, resolve_request
-from constraintd.engine.chat.template_inputs import C_SPACE, ChatMessage, ChatTool, TemplateCaps
+from constraintd.engine.chat.templates.prompt import CHATML_TEMPLATE, template_source
+from constraintd.engine.chat.templates.template_inputs import C_SPACE, ChatMessage, ChatTool, TemplateCaps
 from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.errors import ChatTemplateError, FreeTextError, NotPortedError
 from sampler_worker.reasoning_budget import ReasoningBudget, server_budget, utf8_complete

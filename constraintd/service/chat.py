@@ -37,16 +37,16 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from constraintd.chat_templates import TemplateError, chat_grammar_of, chat_prompt_of, known_caps
-from constraintd.engine.chat.chat_format import chat_format
-from constraintd.engine.chat.chat_params import (
+from constraintd.engine.chat.params.chat_params import (
     TOOL_CHOICES,
     ChatGrammar,
     NotPorted,
     regex_escape,
     specialised_format,
 )
-from constraintd.engine.chat.prompt import template_source
-from constraintd.engine.chat.template_inputs import ChatTool, parse_messages, parse_tools
+from constraintd.engine.chat.parsing.chat_format import chat_format
+from constraintd.engine.chat.templates.prompt import template_source
+from constraintd.engine.chat.templates.template_inputs import ChatTool, parse_messages, parse_tools
 from constraintd.engine.schema.json_text import parse_json
 from constraintd.engine.vocab.vocab import Vocab
 from constraintd.errors import ChatTemplateError, FreeTextError, InputError, NotPortedError

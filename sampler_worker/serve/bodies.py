@@ -36,10 +36,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from constraintd.engine.chat.chat_params import TOOL_CHOICES
+from constraintd.engine.chat.params.chat_params import TOOL_CHOICES
 from constraintd.engine.chat.requests import read_request
-from constraintd.engine.chat.template_inputs import ChatMessage as TemplateMessage
-from constraintd.engine.chat.template_inputs import ChatTool, parse_messages, parse_tools
+from constraintd.engine.chat.templates.template_inputs import ChatMessage as TemplateMessage
+from constraintd.engine.chat.templates.template_inputs import ChatTool, parse_messages, parse_tools
 from sampler_worker.chain import SamplerSettings
 from sampler_worker.prompt import Message, chat_response_schema
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from constraintd.engine.chat.chat_params import NotPorted
+from constraintd.engine.chat.params.chat_params import NotPorted
 from constraintd.errors import (
     ConstraintdError,
     DeadlineError,

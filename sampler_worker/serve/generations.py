@@ -56,7 +56,7 @@ import numpy as np
 import numpy.typing as npt
 
 from clients import ChatSettings, Session
-from constraintd.engine.chat.template_inputs import ChatMessage as TemplateMessage
+from constraintd.engine.chat.templates.template_inputs import ChatMessage as TemplateMessage
 from sampler_worker.generate import Counters, Generation, Overlap, Step, generate
 from sampler_worker.model import Model
 from sampler_worker.prompt import ToolChat, chat_settings, chat_text, reasoning_budget, tool_chat

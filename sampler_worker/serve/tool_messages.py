@@ -28,7 +28,7 @@ import string
 from collections.abc import Callable
 from typing import Any
 
-from constraintd.engine.chat.message_parser import MessageParseError, ParsedMessage, ParsedToolCall
+from constraintd.engine.chat.parsing.message_parser import MessageParseError, ParsedMessage, ParsedToolCall
 from sampler_worker.prompt import ToolChat
 
 __all__ = ["ToolMessage", "tool_call_id"]

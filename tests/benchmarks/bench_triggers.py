@@ -63,7 +63,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from constraintd.chat_templates import chat_grammar_of  # noqa: E402
 from constraintd.engine import Grammar, Matcher, Vocab  # noqa: E402
-from constraintd.engine.chat.template_inputs import ChatTool, parse_messages  # noqa: E402
+from constraintd.engine.chat.templates.template_inputs import ChatTool, parse_messages  # noqa: E402
 from constraintd.service.chat import chat_triggers  # noqa: E402
 from tests import reference  # noqa: E402
 from tests.chat_oracle.cases import template_paths  # noqa: E402

@@ -1,12 +1,13 @@
 """The project's chat-template path beside llama.cpp's, on the requests of tests/chat_oracle/cases.py.
 
-The project renders a chat prompt as llama.cpp's chat layer does: `constraintd.engine.chat.template_inputs`
-reads the OpenAI messages and tools and rewrites them for the template (`template_context`),
+The project renders a chat prompt as llama.cpp's chat layer does:
+`constraintd.engine.chat.templates.template_inputs` reads the OpenAI messages and tools and rewrites them for
+the template (`template_context`),
 `sampler_worker.prompt` renders them in a Jinja2 environment made to behave as llama.cpp's Jinja engine,
-and `constraintd.engine.chat.prompt.chat_prompt` makes the prompt and the generation prompt from them
-(`sampler_worker.prompt.chat_prompt_of` runs it with that renderer). The template's capabilities (which
+and `constraintd.engine.chat.templates.prompt.chat_prompt` makes the prompt and the generation prompt from
+them (`sampler_worker.prompt.chat_prompt_of` runs it with that renderer). The template's capabilities (which
 rewrites apply) are the project's own, found as llama.cpp finds them (`sampler_worker.prompt.template_caps`
-over constraintd.engine.chat.caps); `llama_caps` reads llama.cpp's from the oracle, to compare them.
+over constraintd.engine.chat.templates.caps); `llama_caps` reads llama.cpp's from the oracle, to compare them.
 
 Both sides render with the current time (llama.cpp reads the clock itself): a comparison that straddles
 midnight could see two dates.
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from constraintd.engine.chat.template_inputs import (
+from constraintd.engine.chat.templates.template_inputs import (
     ChatRequestError,
     TemplateCaps,
     parse_messages,

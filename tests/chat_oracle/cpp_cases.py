@@ -56,7 +56,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from constraintd.engine.chat.template_inputs import ChatMessage, ToolCall
+from constraintd.engine.chat.templates.template_inputs import ChatMessage, ToolCall
 from tests import reference
 
 _TOKEN = re.compile(r"""

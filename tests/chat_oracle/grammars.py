@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import format_grammar
 from constraintd.engine.chat.formats import FormatParams
+from constraintd.engine.chat.params.chat_params import format_grammar
 
 # one token a byte (and an end of generation): a text is taken as its bytes
 BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])

@@ -1,5 +1,5 @@
-"""The project's message parser (constraintd.engine.chat.message_parser) beside llama.cpp's common_chat_parse,
-on texts written in each template's own tool-call format.
+"""The project's message parser (constraintd.engine.chat.parsing.message_parser) beside llama.cpp's
+common_chat_parse, on texts written in each template's own tool-call format.
 
 For every auto-parser template and a few requests (tools with tool_choice auto, required, parallel calls on;
 no tools; a response schema), texts are made from the template's analysis, as a model would write them: plain
@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
-from constraintd.engine.chat.json_tool_grammar import call_id_before_arguments
-from constraintd.engine.chat.message_parser import MessageParseError, parse_message
-from constraintd.engine.chat.prompt import template_source
-from constraintd.engine.chat.template_analysis import ToolFormat, ToolMode
-from constraintd.engine.chat.template_inputs import parse_messages, parse_tools
+from constraintd.engine.chat.analysis.template_analysis import ToolFormat, ToolMode
+from constraintd.engine.chat.params.chat_params import ChatGrammar, NotPorted
+from constraintd.engine.chat.params.json_tool_grammar import call_id_before_arguments
+from constraintd.engine.chat.parsing.message_parser import MessageParseError, parse_message
+from constraintd.engine.chat.templates.prompt import template_source
+from constraintd.engine.chat.templates.template_inputs import parse_messages, parse_tools
 from sampler_worker.prompt import chat_grammar_of, chat_prompt_of, template_caps
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import BOS_TOKEN, EOS_TOKEN, MESSAGE_SETS, SEARCH_TOOL, WEATHER_TOOL

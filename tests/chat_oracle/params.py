@@ -1,13 +1,14 @@
-"""The project's chat params (constraintd.engine.chat.chat_params) beside llama.cpp's, on the requests of
-tests/chat_oracle/cases.py's PARAMS_CASES.
+"""The project's chat params (constraintd.engine.chat.params.chat_params) beside llama.cpp's, on the requests
+of tests/chat_oracle/cases.py's PARAMS_CASES.
 
 Compared, byte for byte: the grammar, the lazy flag, the triggers, the additional stops, supports_thinking and
 the thinking tags; and the preserved tokens apart. A case the project does not compute yet (`NotPorted`: a
 hand-written format, or a tag format's call ids) is counted apart, never as identical.
 
 `compare_analysis` compares the auto-parser's analysis of a template (harness "analyze" mode) with the
-project's (constraintd.engine.chat.template_analysis), field by field: reasoning, content, the tool-call
-format's mode, markers and JSON fields, the function, argument and call id markers, the preserved tokens and
+project's (constraintd.engine.chat.analysis.template_analysis), field by field: reasoning, content, the
+tool-call format's mode, markers and JSON fields, the function, argument and call id markers, the preserved
+tokens and
 the additional stops (not the user and assistant start markers, which the project does not compute).
 """
 
@@ -17,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted, format_grammar
+from constraintd.engine.chat.analysis.template_analysis import TemplateAnalysis, analyze_template
 from constraintd.engine.chat.formats import FormatParams
-from constraintd.engine.chat.prompt import template_source
-from constraintd.engine.chat.template_analysis import TemplateAnalysis, analyze_template
-from constraintd.engine.chat.template_inputs import parse_messages, parse_tools
+from constraintd.engine.chat.params.chat_params import ChatGrammar, NotPorted, format_grammar
+from constraintd.engine.chat.templates.prompt import template_source
+from constraintd.engine.chat.templates.template_inputs import parse_messages, parse_tools
 from sampler_worker.prompt import chat_grammar_of, render_template, template_caps
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (

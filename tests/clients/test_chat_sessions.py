@@ -16,8 +16,8 @@ import pytest
 
 from clients import AsyncClient, ChatRequest, Client, Policy, Session, VocabHandle
 from constraintd.chat_templates import chat_grammar_of, chat_prompt_of
-from constraintd.engine.chat.message_parser import ParsedToolCall, parse_message
-from constraintd.engine.chat.template_inputs import parse_messages, parse_tools
+from constraintd.engine.chat.parsing.message_parser import ParsedToolCall, parse_message
+from constraintd.engine.chat.templates.template_inputs import parse_messages, parse_tools
 from constraintd.engine.masks.bitmask import unpack_mask
 from constraintd.engine.schema.json_text import parse_json
 from constraintd.engine.vocab.vocab import Vocab

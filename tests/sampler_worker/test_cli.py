@@ -335,7 +335,7 @@ def text_chat(
     template: str | None, chat: str, tools: list[dict[str, Any]], **options: Any
 ) -> Iterator[ToolChat]:
     """`tool_chat` for TextModel on this template, through an in-process constraintd."""
-    from constraintd.engine.chat.template_inputs import parse_tools
+    from constraintd.engine.chat.templates.template_inputs import parse_tools
 
     with Client("local") as client:
         vocab = client.register_vocab(pieces=TEXT_PIECES)

@@ -621,7 +621,7 @@ def test_tool_call_generation_is_llama_servers(
     case: ToolCase, gemma: Model, logits_cache: LogitsCache, mask_cache: MaskCache, llama_vocab: LlamaVocab,
     local_client: tuple[Client, VocabHandle], chat_oracle_binary: Path, oracle_report: OracleReport,
 ) -> None:
-    from constraintd.engine.chat.template_inputs import parse_tools
+    from constraintd.engine.chat.templates.template_inputs import parse_tools
     from sampler_worker.prompt import tool_chat
     from tests.chat_oracle.cases import template_paths
 
@@ -750,7 +750,7 @@ def test_chat_response_format_generation_is_llama_servers(
     logits_cache: LogitsCache, mask_cache: MaskCache, llama_vocab: LlamaVocab,
     local_client: tuple[Client, VocabHandle], chat_oracle_binary: Path, oracle_report: OracleReport,
 ) -> None:
-    from constraintd.engine.chat.prompt import CHATML_TEMPLATE
+    from constraintd.engine.chat.templates.prompt import CHATML_TEMPLATE
     from sampler_worker.prompt import tool_chat
 
     message, _ = PROMPTS[chat]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from constraintd.engine.chat.template_inputs import TemplateCaps
+from constraintd.engine.chat.templates.template_inputs import TemplateCaps
 from sampler_worker.prompt import (
     CHATML_TEMPLATE,
     Message,

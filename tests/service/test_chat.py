@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from constraintd.engine.chat.chat_format import ChatFormat
+from constraintd.engine.chat.parsing.chat_format import ChatFormat
 from constraintd.errors import ChatTemplateError, FreeTextError, InputError, NotPortedError
 from constraintd.service.chat import ChatRequest, ChatSettings, resolve_chat
 from constraintd.service.constraints import Constraint, ConstraintKind, resolve

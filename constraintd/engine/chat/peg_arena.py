@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from constraintd.engine.chat.json_tool_grammar import JSON_STRING_CONTENT, rule_name
+from constraintd.engine.chat.params.json_tool_grammar import JSON_STRING_CONTENT, rule_name
 from constraintd.engine.schema.rules import format_literal, to_bytes
 
 __all__ = ["MAX_PERMUTE", "AcGrammar", "PegArena"]
@@ -297,7 +297,7 @@ class PegArena:
                 self.sequence(ws, self.literal(","), ws, self.json())))
         return self._json_container("json-array", "[", "]", elements)
 
-    # -- read-only views for the parse (chat/peg_parse.py): a parser's kind and parts, a rule's parser
+    # -- read-only views for the parse (chat/parsing/peg_parse.py): a parser's kind and parts, a rule's parser
     def kind(self, parser: int) -> str:
         """The parser's kind ("literal", "sequence", "tag", "until", "end", ...)."""
         return self._parsers[parser].kind

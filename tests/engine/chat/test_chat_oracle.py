@@ -1,8 +1,9 @@
 """llama.cpp's chat layer as an oracle (tests/chat_oracle), and the project's chat prompts against it.
 
 Issue 18 ports llama.cpp's chat layer. Its prompt: the project's path (the message rewrites and template
-variables of constraintd.engine.chat.template_inputs, rendered by sampler_worker.prompt.render_template)
-with the capabilities it finds in the template (checked against llama.cpp's own on every template)
+variables of constraintd.engine.chat.templates.template_inputs, rendered by
+sampler_worker.prompt.render_template) with the capabilities it finds in the template (checked against
+llama.cpp's own on every template)
 renders every template of the reference (models/templates/, 70 of them) on the cases of
 tests/chat_oracle/cases.py, and the prompt is compared byte for byte with llama.cpp's. Every case is
 identical except those listed with their reason, so a case that stops being identical fails the test, and so
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from constraintd.engine.chat.template_inputs import parse_messages
+from constraintd.engine.chat.templates.template_inputs import parse_messages
 from sampler_worker.prompt import TemplateError, template_caps
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import CASES, JINJA_CASES, MESSAGE_SETS, WEATHER_TOOL, ChatCase, template_paths

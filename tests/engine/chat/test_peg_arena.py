@@ -15,8 +15,12 @@ from typing import Any
 import pytest
 
 from constraintd.engine.chat import formats
-from constraintd.engine.chat.chat_params import _JSON_RULES
-from constraintd.engine.chat.json_tool_grammar import JSON_STRING_CONTENT, JSON_VALUE_AGAIN, JSON_VALUE_FIRST
+from constraintd.engine.chat.params.chat_params import _JSON_RULES
+from constraintd.engine.chat.params.json_tool_grammar import (
+    JSON_STRING_CONTENT,
+    JSON_VALUE_AGAIN,
+    JSON_VALUE_FIRST,
+)
 from constraintd.engine.chat.peg_arena import PegArena
 from tests.chat_oracle.cases import RESPONSE_SCHEMA, SEARCH_TOOL, WEATHER_TOOL
 

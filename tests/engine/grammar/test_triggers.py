@@ -8,7 +8,7 @@ import re
 import pytest
 
 from constraintd.engine import Grammar, GrammarError, Matcher, Vocab, unpack_mask
-from constraintd.engine.chat.chat_params import regex_escape
+from constraintd.engine.chat.params.chat_params import regex_escape
 from constraintd.engine.grammar.trigger_regex import Program
 from constraintd.engine.grammar.triggers import MAX_LITERAL_BYTES, TriggerPattern, Triggers, literal_of
 

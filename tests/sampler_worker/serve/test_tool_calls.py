@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from constraintd.engine.chat.chat_params import NotPorted
+from constraintd.engine.chat.params.chat_params import NotPorted
 from sampler_worker.cli import main
 from sampler_worker.serve.errors import http_error
 from tests.sampler_worker.conftest import fixed_date

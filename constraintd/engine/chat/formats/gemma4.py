@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from constraintd.engine.chat.formats import FormatParams
-from constraintd.engine.chat.json_tool_grammar import tool_functions
+from constraintd.engine.chat.params.json_tool_grammar import tool_functions
 from constraintd.engine.chat.peg_arena import PegArena
 
 __all__ = ["gemma4_params"]

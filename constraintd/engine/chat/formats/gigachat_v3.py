@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from constraintd.engine.chat.formats import FormatParams
-from constraintd.engine.chat.json_tool_grammar import tool_parameters
+from constraintd.engine.chat.params.json_tool_grammar import tool_parameters
 from constraintd.engine.chat.peg_arena import PegArena
 
 __all__ = ["TOOL_CALL_START", "gigachat_v3_params"]

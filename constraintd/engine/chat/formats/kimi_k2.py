@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from constraintd.engine.chat.formats import FormatParams
-from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_parameters
+from constraintd.engine.chat.params.json_tool_grammar import tool_functions, tool_parameters
 from constraintd.engine.chat.peg_arena import PegArena
 
 __all__ = ["kimi_k2_params"]

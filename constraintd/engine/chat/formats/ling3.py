@@ -25,12 +25,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from constraintd.engine.chat.continuation import Continuation
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.qwen3_coder import value_types
-from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_parameters
+from constraintd.engine.chat.params.json_tool_grammar import tool_functions, tool_parameters
+from constraintd.engine.chat.params.tagged_tool_grammar import tagged_arguments
 from constraintd.engine.chat.peg_arena import PegArena
-from constraintd.engine.chat.tagged_tool_grammar import tagged_arguments
+from constraintd.engine.chat.templates.continuation import Continuation
 
 __all__ = ["ling3_params"]
 

@@ -28,9 +28,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from constraintd.engine.chat.formats import FormatParams
-from constraintd.engine.chat.json_tool_grammar import tool_functions, tool_parameters
+from constraintd.engine.chat.params.json_tool_grammar import tool_functions, tool_parameters
+from constraintd.engine.chat.params.tagged_tool_grammar import tagged_arguments
 from constraintd.engine.chat.peg_arena import PegArena
-from constraintd.engine.chat.tagged_tool_grammar import tagged_arguments
 
 __all__ = ["qwen3_coder_params", "value_types"]
 

@@ -18,7 +18,7 @@ import pytest
 from constraintd.engine import Grammar, Matcher
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.deepseek_v3_2 import deepseek_v3_2_params
-from constraintd.engine.chat.prompt import template_source
+from constraintd.engine.chat.templates.prompt import template_source
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
     PARAMS_CASES,

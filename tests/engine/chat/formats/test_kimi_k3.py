@@ -16,7 +16,7 @@ import pytest
 
 from constraintd.engine import Grammar, Matcher
 from constraintd.engine.chat.formats.kimi_k3 import kimi_k3_params
-from constraintd.engine.chat.prompt import template_source
+from constraintd.engine.chat.templates.prompt import template_source
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
     PARAMS_CASES,

@@ -17,16 +17,16 @@ from typing import Any
 import pytest
 
 from constraintd.engine import Grammar, Matcher
-from constraintd.engine.chat.chat_params import (
-    specialised_format,
-)
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.lfm2 import (
     lfm2_params,
     lfm2_tool_list_tokens,
 )
-from constraintd.engine.chat.prompt import template_source
-from constraintd.engine.chat.template_inputs import parse_tools
+from constraintd.engine.chat.params.chat_params import (
+    specialised_format,
+)
+from constraintd.engine.chat.templates.prompt import template_source
+from constraintd.engine.chat.templates.template_inputs import parse_tools
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
     PARAMS_CASES,

@@ -19,8 +19,8 @@ from constraintd.chat_templates import chat_prompt_of
 from constraintd.engine import Grammar, Matcher
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.ling3 import ling3_params
-from constraintd.engine.chat.prompt import template_source
-from constraintd.engine.chat.template_inputs import parse_messages, parse_tools
+from constraintd.engine.chat.templates.prompt import template_source
+from constraintd.engine.chat.templates.template_inputs import parse_messages, parse_tools
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
     BOS_TOKEN,

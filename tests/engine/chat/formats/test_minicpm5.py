@@ -17,7 +17,7 @@ import pytest
 from constraintd.engine import Matcher
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.minicpm5 import minicpm5_params
-from constraintd.engine.chat.prompt import template_source
+from constraintd.engine.chat.templates.prompt import template_source
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
     PARAMS_CASES,

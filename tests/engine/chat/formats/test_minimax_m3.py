@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import format_grammar
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.minimax_m3 import minimax_m3_params
-from constraintd.engine.chat.prompt import template_source
+from constraintd.engine.chat.params.chat_params import format_grammar
+from constraintd.engine.chat.templates.prompt import template_source
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import (
     PARAMS_CASES,

@@ -17,7 +17,7 @@ import pytest
 
 from constraintd.engine import Grammar, Matcher
 from constraintd.engine.chat.formats.qwen3_coder import qwen3_coder_params, value_types
-from constraintd.engine.chat.prompt import template_source
+from constraintd.engine.chat.templates.prompt import template_source
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import SEARCH_TOOL, WEATHER_TOOL, ParamsCase, template_paths
 from tests.chat_oracle.grammars import BYTES, completes, format_matcher, grammar_text, takes

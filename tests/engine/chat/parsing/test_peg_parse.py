@@ -1,5 +1,5 @@
-"""Tests of constraintd.engine.chat.peg_parse: a PEG arena run on a text as llama.cpp's parser_executor runs
-it, and the hand-written formats' messages it gives through `parse_message`.
+"""Tests of constraintd.engine.chat.parsing.peg_parse: a PEG arena run on a text as llama.cpp's
+parser_executor runs it, and the hand-written formats' messages it gives through `parse_message`.
 
 The unit tests hold the executor's rules at the end of the text (lenient parsing), lookaheads, atomic and
 until. The oracle test parses texts a model of each hand-written format writes (content, thinking then
@@ -21,16 +21,22 @@ from typing import Any
 
 import pytest
 
-from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted, format_grammar
 from constraintd.engine.chat.formats.qwen3_coder import GENERATION_PREFIX as QWEN_PROMPT
 from constraintd.engine.chat.formats.qwen3_coder import qwen3_coder_params
-from constraintd.engine.chat.message_parser import MessageParseError, ParsedMessage, parse_message
+from constraintd.engine.chat.params.chat_params import ChatGrammar, NotPorted, format_grammar
+from constraintd.engine.chat.parsing.message_parser import MessageParseError, ParsedMessage, parse_message
+from constraintd.engine.chat.parsing.peg_parse import (
+    Outcome,
+    TaggedNode,
+    message,
+    normalize_quotes_to_json,
+    run,
+)
 from constraintd.engine.chat.peg_arena import PegArena
-from constraintd.engine.chat.peg_parse import Outcome, TaggedNode, message, normalize_quotes_to_json, run
 from tests.chat_oracle.cases import SEARCH_TOOL, WEATHER_TOOL, template_paths
 from tests.chat_oracle.messages import ParseRequest, Request, compare_streams
 from tests.conftest import OracleReport
-from tests.engine.chat.test_chat_params import PORTED_FORMATS, SPECIALISED
+from tests.engine.chat.params.test_chat_params import PORTED_FORMATS, SPECIALISED
 
 
 def _outcome(arena: PegArena, text: str, *, lenient: bool = True) -> tuple[Outcome, int]:

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from constraintd.engine.chat.jinja_values import llama_json, llama_string, llama_values, output_text
-from constraintd.engine.chat.prompt import (
+from constraintd.engine.chat.templates.jinja_values import llama_json, llama_string, llama_values, output_text
+from constraintd.engine.chat.templates.prompt import (
     CHATML_TEMPLATE,
     chat_prompt,
     cut_special,
     finish_prompt,
     template_source,
 )
-from constraintd.engine.chat.template_inputs import (
+from constraintd.engine.chat.templates.template_inputs import (
     ChatRequestError,
     TemplateCaps,
     parse_messages,

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from constraintd.engine.chat.gemma4_message import find_by_tag
-from constraintd.engine.chat.message_scan import ParsedToolCall
-from constraintd.engine.chat.peg_parse import TaggedNode
+from constraintd.engine.chat.parsing.gemma4_message import find_by_tag
+from constraintd.engine.chat.parsing.message_scan import ParsedToolCall
+from constraintd.engine.chat.parsing.peg_parse import TaggedNode
 
 __all__ = ["minimax_m3_message"]
 

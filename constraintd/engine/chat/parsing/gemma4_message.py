@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from constraintd.engine.chat.message_scan import ParsedToolCall
-from constraintd.engine.chat.peg_parse import TaggedNode
+from constraintd.engine.chat.parsing.message_scan import ParsedToolCall
+from constraintd.engine.chat.parsing.peg_parse import TaggedNode
 
 __all__ = ["find_by_tag", "gemma4_message"]
 

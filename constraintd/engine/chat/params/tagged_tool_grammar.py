@@ -29,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from constraintd.engine.chat.json_tool_grammar import (
+from constraintd.engine.chat.analysis.template_analysis import ToolFormat
+from constraintd.engine.chat.params.json_tool_grammar import (
     JSON_VALUE_AGAIN,
     JSON_VALUE_FIRST,
     AddRule,
@@ -43,7 +44,6 @@ from constraintd.engine.chat.json_tool_grammar import (
     tool_functions,
     tool_parameters,
 )
-from constraintd.engine.chat.template_analysis import ToolFormat
 
 __all__ = ["TaggedArgument", "may_be_string", "tagged_arguments", "tagged_tool_rules"]
 

@@ -21,7 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool, TemplateCaps, template_context
+from constraintd.engine.chat.templates.template_inputs import (
+    ChatMessage,
+    ChatTool,
+    TemplateCaps,
+    template_context,
+)
 
 __all__ = ["CHATML_TEMPLATE", "ChatPrompt", "chat_prompt", "cut_special", "finish_prompt", "template_source"]
 

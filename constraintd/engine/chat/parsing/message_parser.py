@@ -31,21 +31,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from constraintd.engine.chat import peg_parse
-from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
+from constraintd.engine.chat.analysis.diff_split import trim_whitespace
+from constraintd.engine.chat.analysis.reasoning import ReasoningMode
+from constraintd.engine.chat.analysis.template_analysis import (
+    ContentMode,
+    TemplateAnalysis,
+    ToolFormat,
+    ToolMode,
+)
 from constraintd.engine.chat.content import AnswerState, parse_json_answer
-from constraintd.engine.chat.diff_split import trim_whitespace
-from constraintd.engine.chat.gemma4_message import gemma4_message
-from constraintd.engine.chat.json_tool_grammar import (
+from constraintd.engine.chat.params.chat_params import ChatGrammar, NotPorted
+from constraintd.engine.chat.params.json_tool_grammar import (
     call_id_before_arguments,
     call_keys,
     tag_json_grammar_not_done,
 )
-from constraintd.engine.chat.message_scan import SPACE, NeedMore, ParsedToolCall, Scan, ScanFail
-from constraintd.engine.chat.minimax_m3_message import minimax_m3_message
-from constraintd.engine.chat.reasoning import ReasoningMode
-from constraintd.engine.chat.tagged_message_parser import tagged_functions, tagged_tool_calls
-from constraintd.engine.chat.template_analysis import ContentMode, TemplateAnalysis, ToolFormat, ToolMode
+from constraintd.engine.chat.parsing import peg_parse
+from constraintd.engine.chat.parsing.gemma4_message import gemma4_message
+from constraintd.engine.chat.parsing.message_scan import SPACE, NeedMore, ParsedToolCall, Scan, ScanFail
+from constraintd.engine.chat.parsing.minimax_m3_message import minimax_m3_message
+from constraintd.engine.chat.parsing.tagged_message_parser import tagged_functions, tagged_tool_calls
 
 __all__ = ["MessageParseError", "ParsedMessage", "ParsedToolCall", "parse_message"]
 

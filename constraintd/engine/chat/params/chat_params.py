@@ -41,8 +41,14 @@ from functools import partial
 from typing import Any, Final
 
 from constraintd.engine.aho_corasick import AhoCorasick
-from constraintd.engine.chat.continuation import Continuation
-from constraintd.engine.chat.diff_split import C_SPACE, Render, trim_whitespace
+from constraintd.engine.chat.analysis.diff_split import C_SPACE, Render, trim_whitespace
+from constraintd.engine.chat.analysis.reasoning import ReasoningAnalysis, ReasoningMode
+from constraintd.engine.chat.analysis.template_analysis import (
+    ContentMode,
+    TemplateAnalysis,
+    ToolMode,
+    analyze_template,
+)
 from constraintd.engine.chat.formats import FormatParams
 from constraintd.engine.chat.formats.cohere2moe import cohere2moe_params
 from constraintd.engine.chat.formats.deepseek_v3_2 import deepseek_v3_2_params
@@ -59,21 +65,15 @@ from constraintd.engine.chat.formats.minimax_m3 import minimax_m3_params
 from constraintd.engine.chat.formats.ministral3 import ministral3_params
 from constraintd.engine.chat.formats.muse_glimmer import muse_glimmer_params
 from constraintd.engine.chat.formats.qwen3_coder import qwen3_coder_params
-from constraintd.engine.chat.json_tool_grammar import (
+from constraintd.engine.chat.params.json_tool_grammar import (
     json_tool_parsers,
     json_tool_rules,
     tag_json_tool_rules,
 )
+from constraintd.engine.chat.params.tagged_tool_grammar import tagged_tool_rules
 from constraintd.engine.chat.peg_arena import PegArena
-from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
-from constraintd.engine.chat.tagged_tool_grammar import tagged_tool_rules
-from constraintd.engine.chat.template_analysis import (
-    ContentMode,
-    TemplateAnalysis,
-    ToolMode,
-    analyze_template,
-)
-from constraintd.engine.chat.template_inputs import TemplateCaps
+from constraintd.engine.chat.templates.continuation import Continuation
+from constraintd.engine.chat.templates.template_inputs import TemplateCaps
 from constraintd.engine.schema.convert import (
     MAX_CONVERSION_SECONDS,
     MAX_GRAMMAR_CHARS,

@@ -1,4 +1,5 @@
-"""constraintd.engine.chat.caps: a template's capabilities from what it does with probe conversations.
+"""constraintd.engine.chat.templates.caps: a template's capabilities from what it does with probe
+conversations.
 
 Here the template is a Python function reading the tracked context as a template would (the renderer's
 part, touch, done by hand); sampler_worker's test_prompt.py runs real templates, and test_chat_oracle.py
@@ -10,8 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from constraintd.engine.chat.caps import TrackedDict, TrackedStr, detect_caps, quietly, touch, tracked
-from constraintd.engine.chat.template_inputs import TemplateCaps
+from constraintd.engine.chat.templates.caps import (
+    TrackedDict,
+    TrackedStr,
+    detect_caps,
+    quietly,
+    touch,
+    tracked,
+)
+from constraintd.engine.chat.templates.template_inputs import TemplateCaps
 
 
 def _read(container: Any, key: Any) -> Any:

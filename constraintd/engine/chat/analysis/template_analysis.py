@@ -24,13 +24,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from constraintd.engine.chat.diff_split import (
+from constraintd.engine.chat.analysis.diff_split import (
     C_SPACE,
     Render,
     diff_split,
     trim_whitespace,
 )
-from constraintd.engine.chat.reasoning import (
+from constraintd.engine.chat.analysis.reasoning import (
     ARG_FIRST,
     ARG_SECOND,
     ASSISTANT_MSG,
@@ -48,7 +48,7 @@ from constraintd.engine.chat.reasoning import (
     probe_tools,
     tool_call,
 )
-from constraintd.engine.chat.template_inputs import TemplateCaps
+from constraintd.engine.chat.templates.template_inputs import TemplateCaps
 
 __all__ = ["CallIdPosition", "ContentMode", "TemplateAnalysis", "ToolFormat", "ToolMode", "analyze_template"]
 

@@ -30,11 +30,11 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from constraintd.engine.chat.chat_params import NotPorted
-from constraintd.engine.chat.json_tool_grammar import call_id_before_arguments
-from constraintd.engine.chat.message_scan import NeedMore, ParsedToolCall, Scan, ScanFail
-from constraintd.engine.chat.tagged_tool_grammar import may_be_string, tagged_arguments
-from constraintd.engine.chat.template_analysis import ToolFormat
+from constraintd.engine.chat.analysis.template_analysis import ToolFormat
+from constraintd.engine.chat.params.chat_params import NotPorted
+from constraintd.engine.chat.params.json_tool_grammar import call_id_before_arguments
+from constraintd.engine.chat.params.tagged_tool_grammar import may_be_string, tagged_arguments
+from constraintd.engine.chat.parsing.message_scan import NeedMore, ParsedToolCall, Scan, ScanFail
 
 __all__ = ["TaggedFunction", "tagged_functions", "tagged_tool_calls"]
 

@@ -11,7 +11,7 @@ import pytest
 
 from constraintd import chat_templates
 from constraintd.chat_templates import known_analysis, known_caps, renderer
-from constraintd.engine.chat.template_analysis import TemplateAnalysis, analyze_template
+from constraintd.engine.chat.analysis.template_analysis import TemplateAnalysis, analyze_template
 
 # a ChatML template whose thinking tag carries the minute it was rendered in: its analysis depends on the time
 STAMPED = (

@@ -1,4 +1,5 @@
-"""constraintd.engine.chat.chat_params, diff_split and reasoning: the grammar side of llama.cpp's chat params.
+"""constraintd.engine.chat.params.chat_params, diff_split and reasoning: the grammar side of llama.cpp's chat
+params.
 
 The oracle test runs tests/chat_oracle/cases.py's PARAMS_CASES on every template of the reference through
 llama.cpp's chat layer (tests/chat_oracle/harness.cpp) and through the project's port, and compares the
@@ -20,18 +21,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from constraintd.engine import Grammar, Matcher, Vocab
-from constraintd.engine.chat.chat_params import (
+from constraintd.engine.chat.analysis.diff_split import (
+    DiffSplit,
+    Segment,
+    diff_split,
+    segments,
+    trim_whitespace,
+)
+from constraintd.engine.chat.analysis.reasoning import ReasoningMode
+from constraintd.engine.chat.analysis.template_analysis import ToolMode, analyze_template
+from constraintd.engine.chat.params.chat_params import (
     NotPorted,
     _excluding_grammar,
     _state_grammar,
     chat_params,
     specialised_format,
 )
-from constraintd.engine.chat.diff_split import DiffSplit, Segment, diff_split, segments, trim_whitespace
-from constraintd.engine.chat.prompt import template_source
-from constraintd.engine.chat.reasoning import ReasoningMode
-from constraintd.engine.chat.template_analysis import ToolMode, analyze_template
-from constraintd.engine.chat.template_inputs import TemplateCaps
+from constraintd.engine.chat.templates.prompt import template_source
+from constraintd.engine.chat.templates.template_inputs import TemplateCaps
 from sampler_worker.prompt import render_template, template_caps
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cases import PARAMS_CASES, ParamsCase, template_paths

@@ -23,8 +23,9 @@
 #     5. the message rewrites of the specialised formats whose prompt llama.cpp renders from adjusted
 #        messages (Ministral 3's content blocks, LFM2's and gpt-oss's `thinking`, the older Gemma 4
 #        templates' `tool_responses`, StepFun's trimmed contents).
-# Nothing here renders a template: the renderer is the caller's (sampler_worker.prompt); chat/prompt.py
-# renders through it, and chat/jinja_values.py writes values as llama.cpp's Jinja does.
+# Nothing here renders a template: the renderer is the caller's (sampler_worker.prompt);
+# chat/templates/prompt.py renders through it, and chat/templates/jinja_values.py writes values as
+# llama.cpp's Jinja does.
 from __future__ import annotations
 
 import contextlib

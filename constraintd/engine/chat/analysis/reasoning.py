@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from constraintd.engine.chat.diff_split import (
+from constraintd.engine.chat.analysis.diff_split import (
     C_SPACE,
     Render,
     VariantDiff,
@@ -32,7 +32,7 @@ from constraintd.engine.chat.diff_split import (
     segments,
     trim_whitespace,
 )
-from constraintd.engine.chat.template_inputs import TemplateCaps, _normalize_content
+from constraintd.engine.chat.templates.template_inputs import TemplateCaps, _normalize_content
 
 __all__ = [
     "MARKER", "SPACE", "Probe", "ReasoningAnalysis", "ReasoningMode", "analyze_reasoning", "probe_tools",

@@ -24,11 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from constraintd.engine.chat.prompt import ChatPrompt
-from constraintd.engine.chat.template_inputs import ChatMessage
+from constraintd.engine.chat.templates.prompt import ChatPrompt
+from constraintd.engine.chat.templates.template_inputs import ChatMessage
 
 if TYPE_CHECKING:  # chat_params reads the continuation: it is imported here for the type alone
-    from constraintd.engine.chat.chat_params import ChatGrammar
+    from constraintd.engine.chat.params.chat_params import ChatGrammar
 
 __all__ = [
     "Continuation",

@@ -1,5 +1,5 @@
-"""constraintd.engine.chat.message_parser: the assistant's message from a whole generated text, or a stream's
-text so far, as llama.cpp's chat parser reads it.
+"""constraintd.engine.chat.parsing.message_parser: the assistant's message from a whole generated text, or a
+stream's text so far, as llama.cpp's chat parser reads it.
 
 The oracle test runs tests/chat_oracle/messages.py's texts on every auto-parser template through
 llama.cpp's common_chat_parse (the harness's "parse" mode), whole and partial, and through `parse_message`
@@ -18,19 +18,24 @@ from pathlib import Path
 
 import pytest
 
-from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
-from constraintd.engine.chat.message_parser import (
+from constraintd.engine.chat.analysis.reasoning import ReasoningAnalysis, ReasoningMode
+from constraintd.engine.chat.analysis.template_analysis import (
+    CallIdPosition,
+    TemplateAnalysis,
+    ToolFormat,
+    ToolMode,
+)
+from constraintd.engine.chat.params.chat_params import ChatGrammar, NotPorted
+from constraintd.engine.chat.parsing.message_parser import (
     MessageParseError,
     ParsedMessage,
     ParsedToolCall,
     parse_message,
 )
-from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
-from constraintd.engine.chat.template_analysis import CallIdPosition, TemplateAnalysis, ToolFormat, ToolMode
 from tests.chat_oracle.cases import template_paths
 from tests.chat_oracle.messages import REQUESTS, compare_messages, compare_streams, message_texts
 from tests.conftest import OracleReport
-from tests.engine.chat.test_chat_params import SPECIALISED
+from tests.engine.chat.params.test_chat_params import SPECIALISED
 
 TEMPLATES = [path for path in template_paths() if path.stem not in SPECIALISED]
 

@@ -29,7 +29,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from constraintd.engine.chat.message_scan import ParsedToolCall
+from constraintd.engine.chat.parsing.message_scan import ParsedToolCall
 from constraintd.engine.chat.peg_arena import PegArena
 
 __all__ = ["Outcome", "ParseResult", "message", "run"]

@@ -1,5 +1,5 @@
-"""Continuing the final message (constraintd/engine/chat/continuation.py): the chat's split, and the prompt
-and generation prompt beside llama.cpp's on every template of the reference.
+"""Continuing the final message (constraintd/engine/chat/templates/continuation.py): the chat's split, and the
+prompt and generation prompt beside llama.cpp's on every template of the reference.
 
 The oracle test sends each template a user message and a partial assistant turn to continue (its reasoning
 and content, its reasoning alone, its content alone, its content as text parts; after a tool's call and
@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from constraintd.chat_templates import chat_grammar_of, chat_prompt_of
-from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted
-from constraintd.engine.chat.continuation import (
+from constraintd.engine.chat.analysis.reasoning import ReasoningAnalysis, ReasoningMode
+from constraintd.engine.chat.analysis.template_analysis import TemplateAnalysis
+from constraintd.engine.chat.params.chat_params import ChatGrammar, NotPorted
+from constraintd.engine.chat.templates.continuation import (
     Continuation,
     ContinuedChat,
     continued_chat,
@@ -26,10 +28,8 @@ from constraintd.engine.chat.continuation import (
     parse_continuation,
     parser_input,
 )
-from constraintd.engine.chat.prompt import ChatPrompt, template_source
-from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
-from constraintd.engine.chat.template_analysis import TemplateAnalysis
-from constraintd.engine.chat.template_inputs import (
+from constraintd.engine.chat.templates.prompt import ChatPrompt, template_source
+from constraintd.engine.chat.templates.template_inputs import (
     ChatMessage,
     ChatRequestError,
     ContentPart,

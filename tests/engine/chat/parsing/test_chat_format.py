@@ -1,5 +1,5 @@
-"""constraintd.engine.chat.chat_format: a request's parser settings written as JSON and read back to an equal
-value, on every auto-parser template of the reference that gets an analysis, and parsing the same as
+"""constraintd.engine.chat.parsing.chat_format: a request's parser settings written as JSON and read back to
+an equal value, on every auto-parser template of the reference that gets an analysis, and parsing the same as
 parse_message."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from constraintd.chat_templates import chat_grammar_of, chat_prompt_of
-from constraintd.engine.chat.chat_format import ChatFormat, chat_format
-from constraintd.engine.chat.chat_params import ChatGrammar, NotPorted, specialised_format
-from constraintd.engine.chat.message_parser import MessageParseError, parse_message
-from constraintd.engine.chat.template_inputs import ChatMessage, ChatTool
+from constraintd.engine.chat.params.chat_params import ChatGrammar, NotPorted, specialised_format
+from constraintd.engine.chat.parsing.chat_format import ChatFormat, chat_format
+from constraintd.engine.chat.parsing.message_parser import MessageParseError, parse_message
+from constraintd.engine.chat.templates.template_inputs import ChatMessage, ChatTool
 from tests.chat_oracle.cases import template_paths
 
 # every template of the reference the auto-parser analyses (the hand-written formats have no analysis)

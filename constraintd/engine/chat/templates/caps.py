@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from constraintd.engine.chat.template_inputs import TemplateCaps
+from constraintd.engine.chat.templates.template_inputs import TemplateCaps
 
 __all__ = [
     "TrackedDict",

@@ -1,4 +1,5 @@
-"""constraintd.engine.chat.template_analysis on small hand-written tag formats, beside llama.cpp's analysis.
+"""constraintd.engine.chat.analysis.template_analysis on small hand-written tag formats, beside llama.cpp's
+analysis.
 
 The reference's templates (test_chat_params.py compares the analysis on each) write a call's id in one place
 only, between the function's name and its arguments; these templates put it before the name, after the

@@ -10,8 +10,8 @@ for the forms it reads and skips). Each text is parsed by both sides, whole, or 
 content, reasoning content, tool calls (name, arguments, id), or both sides refusing. A case that sets the
 conversation (`.messages(...)`) and continues its final message goes the same way on both sides: the
 harness takes the messages and continue_final_message, the project splits the chat
-(constraintd.engine.chat.continuation.continued_chat), renders its prompt, makes its chat params, and
-continues the generation prompt (continued_prompt) the parser reads first; the request's prompt and
+(constraintd.engine.chat.templates.continuation.continued_chat), renders its prompt, makes its chat params,
+and continues the generation prompt (continued_prompt) the parser reads first; the request's prompt and
 generation prompt (the harness's "apply" mode) are compared too. llama.cpp's expected values in
 test-chat.cpp are not used: the two implementations are compared.
 """
@@ -24,16 +24,16 @@ from typing import Any
 import pytest
 
 from constraintd.chat_templates import chat_grammar_of, chat_prompt_of, template_caps
-from constraintd.engine.chat.chat_params import NotPorted
-from constraintd.engine.chat.continuation import (
+from constraintd.engine.chat.params.chat_params import NotPorted
+from constraintd.engine.chat.parsing.message_parser import MessageParseError, parse_message
+from constraintd.engine.chat.templates.continuation import (
     continued_chat,
     continued_prompt,
     parse_continuation,
     parser_input,
 )
-from constraintd.engine.chat.message_parser import MessageParseError, parse_message
-from constraintd.engine.chat.prompt import template_source
-from constraintd.engine.chat.template_inputs import parse_messages, parse_tools
+from constraintd.engine.chat.templates.prompt import template_source
+from constraintd.engine.chat.templates.template_inputs import parse_messages, parse_tools
 from tests import reference
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cpp_cases import CppCase, cases_by_template, cpp_cases, skipped_calls

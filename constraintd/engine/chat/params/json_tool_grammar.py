@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from constraintd.engine.chat.template_analysis import CallIdPosition, ToolFormat
+from constraintd.engine.chat.analysis.template_analysis import CallIdPosition, ToolFormat
 
 __all__ = [
     "JSON_STRING_CONTENT", "JSON_VALUE_AGAIN", "JSON_VALUE_FIRST", "StateGrammar", "TagToolRules",

@@ -17,17 +17,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from constraintd.engine.chat.chat_params import ChatGrammar
-from constraintd.engine.chat.message_parser import ParsedMessage, parse_message
-from constraintd.engine.chat.peg_arena import PegArena
-from constraintd.engine.chat.reasoning import ReasoningAnalysis, ReasoningMode
-from constraintd.engine.chat.template_analysis import (
+from constraintd.engine.chat.analysis.reasoning import ReasoningAnalysis, ReasoningMode
+from constraintd.engine.chat.analysis.template_analysis import (
     CallIdPosition,
     ContentMode,
     TemplateAnalysis,
     ToolFormat,
     ToolMode,
 )
+from constraintd.engine.chat.params.chat_params import ChatGrammar
+from constraintd.engine.chat.parsing.message_parser import ParsedMessage, parse_message
+from constraintd.engine.chat.peg_arena import PegArena
 
 __all__ = ["ChatFormat", "chat_format"]
 
