@@ -262,7 +262,9 @@ def _triggers_bytes(triggers: Triggers) -> int:
     total = instructions * _INSTRUCTION_BYTES + sys.getsizeof(tokens) + len(tokens) * INT_BYTES
     literals = triggers.literals
     if literals is not None:  # a dict per automaton state, its links, and the patterns ending there
-        total += sum(map(sys.getsizeof, literals.children)) + sys.getsizeof(literals.children)
-        total += sys.getsizeof(literals.fail) + sys.getsizeof(literals.found)
+        automaton = literals.automaton
+        total += sum(map(sys.getsizeof, automaton.children)) + sys.getsizeof(automaton.children)
+        total += sys.getsizeof(automaton.fail) + sys.getsizeof(automaton.match)
+        total += sys.getsizeof(literals.found)
         total += sum(PAIR_BYTES for found in literals.found if found is not None)
     return total

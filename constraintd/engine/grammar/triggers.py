@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from constraintd.engine.aho_corasick import AhoCorasick
 from constraintd.engine.grammar.trigger_regex import MAX_PROGRAM, Captures, Program, Scan
 from constraintd.errors import GrammarError
 
@@ -66,48 +67,37 @@ def literal_of(pattern: str) -> bytes | None:
 
 
 class _Literals:
-    """The literal patterns as one Aho-Corasick automaton over bytes: after each byte, the first pattern in
-    order that ends there, through its links (`found`)."""
+    """The literal patterns as one Aho-Corasick automaton over bytes (aho_corasick.py): after each byte,
+    the first pattern in order that ends there, through its links (`found`)."""
 
-    __slots__ = ("children", "fail", "found", "size")
+    __slots__ = ("automaton", "found", "size")
 
     def __init__(self, literals: Sequence[tuple[int, bytes]]) -> None:
-        # literals: (the pattern's index among all patterns, its bytes), in that order
-        self.children: list[dict[int, int]] = [{}]
-        ends: list[tuple[int, int] | None] = [None]  # the pattern ending at a node: (index, length)
+        # literals: (the pattern's index among all patterns, its bytes), in that order; a repeated literal's
+        # first index wins, and the automaton numbers the distinct ones in the same order
+        first: dict[bytes, int] = {}
         for index, word in literals:
-            node = 0
-            for byte in word:
-                child = self.children[node].get(byte)
-                if child is None:
-                    child = len(self.children)
-                    self.children.append({})
-                    ends.append(None)
-                    self.children[node][byte] = child
-                node = child
-            if ends[node] is None:  # a repeated literal: its first index wins
-                ends[node] = (index, len(word))
-        self.size = sum(len(word) for _, word in literals)
-        # failure links breadth first; `found` is the first (least index) pattern ending at a node
-        self.fail = [0] * len(self.children)
-        self.found = list(ends)
-        queue = list(self.children[0].values())
+            first.setdefault(word, index)
+        self.automaton = automaton = AhoCorasick(first)
+        ends = [(index, len(word)) for word, index in first.items()]
+        self.size = sum(map(len, first))
+        # `found`, breadth first (a node's failure link is shallower): its own pattern or its link's, the
+        # one first in order
+        self.found: list[tuple[int, int] | None] = [None] * len(automaton.children)
+        queue = [0]
         for node in queue:
-            for byte, child in self.children[node].items():
-                link = self.fail[node]
-                while link and byte not in self.children[link]:
-                    link = self.fail[link]
-                target = self.children[link].get(byte, 0)
-                self.fail[child] = target if target != child else 0
-                mine, linked = self.found[child], self.found[self.fail[child]]
-                if linked is not None and (mine is None or linked[0] < mine[0]):
-                    self.found[child] = linked
-                queue.append(child)
+            own = automaton.pattern[node]
+            mine = ends[own] if own >= 0 else None
+            linked = self.found[automaton.fail[node]] if node else None
+            if linked is not None and (mine is None or linked[0] < mine[0]):
+                mine = linked
+            self.found[node] = mine
+            queue.extend(automaton.children[node].values())
 
     def advance(self, state: int, data: bytes | bytearray, begin: int) -> tuple[int, int, int]:
         """The state after `data[begin:]`, and the first pattern in order with an occurrence in it and
         where that occurrence starts ((-1, -1) when none)."""
-        children, fail, found = self.children, self.fail, self.found
+        children, fail, found = self.automaton.children, self.automaton.fail, self.found
         best, start = -1, -1
         for at in range(begin, len(data)):
             byte = data[at]
