@@ -38,7 +38,8 @@ FIELDS = ("grammar", "grammar_lazy", "grammar_triggers", "additional_stops", "su
           "thinking_start_tag", "thinking_end_tags")
 
 
-def _ours(grammar: ChatGrammar) -> dict[str, Any]:
+def params_fields(grammar: ChatGrammar) -> dict[str, Any]:
+    """The project's chat params as the fields compared (FIELDS)."""
     return {
         "grammar": grammar.grammar, "grammar_lazy": grammar.grammar_lazy,
         "grammar_triggers": [[t.kind, t.value] for t in grammar.grammar_triggers],
@@ -48,7 +49,8 @@ def _ours(grammar: ChatGrammar) -> dict[str, Any]:
     }
 
 
-def _llamas(answer: dict[str, Any]) -> dict[str, Any]:
+def llama_params_fields(answer: dict[str, Any]) -> dict[str, Any]:
+    """llama.cpp's chat params (the harness's "apply" answer) as the fields compared (FIELDS)."""
     fields = {name: answer[name] for name in FIELDS}
     fields["grammar_triggers"] = [[t["type"], t["value"]] for t in answer["grammar_triggers"]]
     return fields
@@ -57,7 +59,7 @@ def _llamas(answer: dict[str, Any]) -> dict[str, Any]:
 def format_fields(made: FormatParams) -> dict[str, Any]:
     """A hand-written format's params (constraintd.engine.chat.formats) as the fields compared here, as
     chat_params gives them to a request (format_grammar)."""
-    return _ours(format_grammar(made))
+    return params_fields(format_grammar(made))
 
 
 def format_differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
@@ -66,7 +68,7 @@ def format_differences(made: FormatParams, llama: dict[str, Any]) -> list[str]:
     ours = {**format_fields(made), "preserved_tokens": list(made.preserved_tokens),
             "message_delimiters": [[role, text] for role, text in made.message_delimiters]}
     delimiters = [[each["role"], each["delimiter"]] for each in llama["message_delimiters"]]
-    theirs = {**_llamas(llama), "preserved_tokens": llama["preserved_tokens"],
+    theirs = {**llama_params_fields(llama), "preserved_tokens": llama["preserved_tokens"],
               "message_delimiters": delimiters}
     return [name for name in ours if ours[name] != theirs[name]]
 
@@ -89,7 +91,8 @@ class ParamsComparison:
 
     @property
     def identical(self) -> bool:
-        return self.ours is not None and "error" not in self.llama and self.ours == _llamas(self.llama)
+        return (self.ours is not None and "error" not in self.llama
+                and self.ours == llama_params_fields(self.llama))
 
     def describe(self) -> str:
         if self.not_ported is not None:
@@ -97,7 +100,7 @@ class ParamsComparison:
         if "error" in self.llama:
             return f"{self.case}: llama.cpp refused: {self.llama['error']}"
         assert self.ours is not None
-        llama = _llamas(self.llama)
+        llama = llama_params_fields(self.llama)
         return f"{self.case}: " + "; ".join(
             f"{name}: ours {self.ours[name]!r} llama.cpp {llama[name]!r}"
             for name in FIELDS if self.ours[name] != llama[name])
@@ -142,7 +145,7 @@ def compare_case(
                               json_schema=json_schema)
     except NotPorted as exc:
         return ParamsComparison(path.stem, case.name, None, llama, str(exc))
-    return ParamsComparison(path.stem, case.name, _ours(made), llama, None, made.preserved_tokens)
+    return ParamsComparison(path.stem, case.name, params_fields(made), llama, None, made.preserved_tokens)
 
 
 # tool_choice auto and required with parallel_tool_calls on (PARAMS_CASES leave it off, as llama-server does)

@@ -30,6 +30,11 @@ from tests.server.running import ServerThread, client_of, server_config, socket_
 POLICY = Policy(timeout=60.0, setup_timeout=120.0)
 NOW = 1_767_000_000.0  # a fixed request time: the templates that print the date print the same one
 TEMPLATES = {path.stem: path for path in template_paths()}
+# Mistral Small 3.2's template with its call ids and [ARGS] markers taken out: a tag format whose function
+# names have nothing after them but the arguments (atomic function names), which the project does not port
+NO_CALL_IDS = "Mistral-Small-3.2-24B-Instruct-2506 without call ids"
+VARIANTS = {NO_CALL_IDS: TEMPLATES["Mistral-Small-3.2-24B-Instruct-2506"].read_text().replace(
+    "{{- '[CALL_ID]' + tool_call.id }}", "").replace("'[ARGS]' + tool_call", "tool_call")}
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -67,7 +72,8 @@ def vocab_file(name: str) -> Path:
 
 def chat_request(template: str, tool_choice: str, *, messages: list[dict[str, Any]] | None = None,
                  tools: list[dict[str, Any]] | None = None) -> ChatRequest:
-    return ChatRequest(messages or ASK, template=TEMPLATES[template].read_text(),
+    source = VARIANTS[template] if template in VARIANTS else TEMPLATES[template].read_text()
+    return ChatRequest(messages or ASK, template=source,
                        tools=TOOLS if tools is None else tools, tool_choice=tool_choice, now=NOW)
 
 
@@ -248,8 +254,7 @@ def test_a_hand_written_formats_session_takes_and_parses_its_calls(client: Clien
 @pytest.mark.parametrize(
     ("template", "tool_choice", "tools", "words"),
     [
-        ("Mistral-Small-3.2-24B-Instruct-2506", "required", TOOLS,
-         "not ported yet: the tag formats' argument markers and atomic function names"),
+        (NO_CALL_IDS, "required", TOOLS, "not ported yet: the tag formats' atomic function names"),
         ("Qwen-Qwen2.5-7B-Instruct", "none", TOOLS, "asks for free text"),
         ("meta-llama-Llama-3.2-3B-Instruct", "auto", TOOLS, "asks for free text"),
         ("Qwen-Qwen2.5-7B-Instruct", "get_date", TOOLS, "tool_choice 'get_date' names none of the tools"),

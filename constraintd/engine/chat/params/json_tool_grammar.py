@@ -211,8 +211,10 @@ def call_id_not_done(tools: ToolFormat) -> str:
 def tag_json_grammar_not_done(tools: ToolFormat) -> str:
     """What of build_tool_parser_tag_json a tag format with JSON arguments needs and the grammar does not
     port (the module's contract), or "" when nothing is."""
-    if tools.args_separator or tools.args_start or tools.args_end or not tools.name_suffix:
-        return "the tag formats' argument markers and atomic function names"
+    if tools.args_separator or tools.args_start or tools.args_end:
+        return "the tag formats' argument markers"
+    if not tools.name_suffix and not call_id_before_arguments(tools):
+        return "the tag formats' atomic function names"
     if not tools.per_call_start or (tools.section_start and not tools.section_end):
         return "tag-format calls marked by their section alone"
     return ""
@@ -247,7 +249,8 @@ def tag_json_tool_rules(
     if missing:
         raise NotImplementedError(missing)
     # a call id between the name and the arguments: here always closed by its suffix (an empty one comes
-    # with the arguments' start marker, not ported)
+    # with the arguments' start marker, not ported); without a name suffix, the open and the call id are
+    # one atomic parser (the grammar is the same)
     call_id = call_id_before_arguments(tools)
     arena = first_parser + 1  # the empty choice of tools
     choices = []
@@ -260,6 +263,8 @@ def tag_json_tool_rules(
             text = until(f"until-{arena + 1}", tools.call_id_suffix)
             head += f" ({literal(tools.call_id_prefix)} {text})? {literal(tools.call_id_suffix)}"
             arena += _CALL_ID
+            if not tools.name_suffix:
+                head = f"({head})"  # atomic(open + call id): a sequence of its own
         schema = add_schema(f"tool-{name}-schema", tool_parameters(function))
         body = f"{head} space {schema}"
         if tools.function_close:
@@ -268,7 +273,8 @@ def tag_json_tool_rules(
             body += " space"
         choices.append(add_rule(rule_name(f"tool-{name}"), body))
         # tool_args(schema(json())), then the function
-        arena += (JSON_VALUE_AGAIN if at else JSON_VALUE_FIRST) + 2 + function_parsers(tools, peek=False)
+        arena += (JSON_VALUE_AGAIN if at else JSON_VALUE_FIRST) + 2 + function_parsers(tools, peek=False,
+                                                                                       call_id=call_id)
     wrapped = f"{literal(tools.per_call_start)} ({' | '.join(choices)}) {literal(tools.per_call_end)}"
     add_rule("tool-call", f"{wrapped} (space {wrapped})*" if parallel_tool_calls else wrapped)
     # eps(), start + choice + end, zero_or_more(space + call) and its sequence, the trigger rule
@@ -296,23 +302,30 @@ _OPEN: Final = 9  # tool_open(prefix + tool_name(literal(name)) + suffix)
 _CALL_ID: Final = 8  # optional(prefix + tool_id(until(suffix))) + suffix
 
 
-def function_parsers(tools: ToolFormat, *, peek: bool) -> int:
-    """The parsers a tag format's tools parser adds for one function from its call id section (no call
-    id) to the choice of tools, its arguments apart (build_func_parser; `peek`: the atomic peek at the
-    first argument's marker)."""
+def function_parsers(tools: ToolFormat, *, peek: bool, call_id: bool = False) -> int:
+    """The parsers a tag format's tools parser adds for one function from its call id section (its eps();
+    a call id's own parsers are the caller's) to the choice of tools, its arguments apart
+    (build_func_parser; `peek`: the atomic peek at the first argument's marker; `call_id`: a call id before
+    the arguments)."""
     count = 1 + (2 if peek else 0)  # eps() for the call id section, peek(literal(arg name prefix))
     count += _OPEN + 1 + (4 if tools.args_separator else 0)  # the open, eps(), space + separator
-    if tools.name_suffix or not peek:
+    atomic = not tools.name_suffix and not call_id  # the whole function atomic, at its end
+    if tools.name_suffix:
         count += 4  # open + call id + space + args
+    elif call_id:
+        count += 5  # atomic(open + call id) + space + args
+    elif not peek:
+        count += 4
     else:
         count += 6  # atomic(open + call id + space + peek) + args
+        atomic = False
     if tools.function_close:
         count += 6  # space + tool_close(literal(close))
     elif tools.per_call_end:
         count += (4 if tools.tolerate_intertag_whitespace else 2) + 3  # tool_close(peek(...))
     else:
         count += 4  # tool_close(space())
-    if not tools.name_suffix and not peek:
+    if atomic:
         count += 1  # atomic(the whole function)
     return count + 2 + 1  # the rule and its reference, the choice
 

@@ -293,10 +293,11 @@ def _json_tools(scan: Scan, analysis: TemplateAnalysis, names: Sequence[str], *,
 
 
 def _tag_json_call(scan: Scan, names: Sequence[str], tools: ToolFormat) -> None:
-    # build_func_parser with a name suffix: the call's open (the name between the function's name prefix and
-    # suffix), space, the arguments' JSON, then the close: space and the function's close, or a look at the
-    # call's end marker. The open is atomic (tool_open): the mapper keeps the call once the whole open is
-    # read, never from a part of it; its arguments are the JSON where it is an object, else "{", which a
+    # build_func_parser with a name suffix, or without one before a call id: the call's open (the name
+    # between the function's name prefix and suffix), its call id, space, the arguments' JSON, then the
+    # close: space and the function's close, or a look at the call's end marker. The open is atomic
+    # (tool_open; without a name suffix, with the call id): the mapper keeps the call once the whole of it
+    # is read, never from a part of it; its arguments are the JSON where it is an object, else "{", which a
     # close makes "{}".
     for name in names:
         start = scan.pos
@@ -305,7 +306,9 @@ def _tag_json_call(scan: Scan, names: Sequence[str], tools: ToolFormat) -> None:
         call_id = ""
         try:
             scan.literal(tools.name_prefix + name + tools.name_suffix)
-            opened = True
+            # without a name suffix the open and the call id are one atomic parser: the call is kept once
+            # both are read
+            opened = bool(tools.name_suffix)
             if call_id_before_arguments(tools):
                 # optional(prefix tool_id(until(suffix))) suffix: the id as written, trailing space trimmed,
                 # once the until is done (an id the text ends inside is not the mapper's)
@@ -315,6 +318,7 @@ def _tag_json_call(scan: Scan, names: Sequence[str], tools: ToolFormat) -> None:
                     call_id = scan.until([tools.call_id_suffix]).rstrip(SPACE)
                 scan.optional(read_id)
                 scan.literal(tools.call_id_suffix)
+                opened = True
             scan.space()
             try:
                 value = scan.json_value().rstrip(SPACE)

@@ -37,6 +37,7 @@ from constraintd.engine.chat.templates.template_inputs import parse_messages, pa
 from tests import reference
 from tests.chat_oracle.build import run_harness
 from tests.chat_oracle.cpp_cases import CppCase, cases_by_template, cpp_cases, skipped_calls
+from tests.chat_oracle.params import llama_params_fields, params_fields
 from tests.conftest import OracleReport
 
 pytestmark = pytest.mark.oracle
@@ -50,12 +51,7 @@ CONTINUATION_REQUEST: dict[str, Any] = {"auto": True, "reasoning_content": "reas
 
 # Where the project's parser does not give llama.cpp's message: (template, test-chat.cpp line) -> why. Every
 # other case gives the same message, and a listed case that becomes identical fails the test too.
-NOT_PORTED_CALL_ID = ("the project's parser refuses (NotPorted: the tag formats' argument markers and atomic "
-                      "function names) a Mistral call with a call id: [TOOL_CALLS]name[CALL_ID]id[ARGS]{...}")
-EXPECTED_DIFFERENCES: dict[tuple[str, int], str] = {
-    ("Mistral-Small-3.2-24B-Instruct-2506.jinja", 6254): NOT_PORTED_CALL_ID,  # one call
-    ("Mistral-Small-3.2-24B-Instruct-2506.jinja", 6260): NOT_PORTED_CALL_ID,  # two calls, parallel
-}
+EXPECTED_DIFFERENCES: dict[tuple[str, int], str] = {}
 
 
 def _messages(case: CppCase) -> list[dict[str, Any]]:
@@ -81,10 +77,12 @@ def _llama(case: CppCase, source: str, binary: Path) -> dict[str, Any]:
         return {"error": answer["stage"]}
     message = {"content": answer["content"], "reasoning_content": answer["reasoning_content"],
                "tool_calls": [[c["name"], c["arguments"], c["id"]] for c in answer["tool_calls"]]}
+    # the request's chat params (common_chat_templates_apply): grammar, lazy flag, triggers, stops, thinking
+    applied = run_harness(binary, request | {"mode": "apply"})
+    message |= llama_params_fields(applied)
     if not case.messages:
         return message
-    # a case that sets the conversation: its prompt and generation prompt too (common_chat_templates_apply)
-    applied = run_harness(binary, request | {"mode": "apply"})
+    # a case that sets the conversation: its prompt and generation prompt too
     return message | {"prompt": applied["prompt"], "generation_prompt": applied["generation_prompt"]}
 
 
@@ -114,7 +112,7 @@ def _ours(case: CppCase, source: str) -> dict[str, Any]:
     except NotPorted as exc:
         return {"not ported": str(exc)}
     made = {"content": message.content, "reasoning_content": message.reasoning_content,
-            "tool_calls": [[c.name, c.arguments, c.id] for c in message.tool_calls]}
+            "tool_calls": [[c.name, c.arguments, c.id] for c in message.tool_calls], **params_fields(grammar)}
     if not case.messages:
         return made
     return made | {"prompt": continued.prompt, "generation_prompt": continued.generation_prompt}

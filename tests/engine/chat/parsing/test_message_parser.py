@@ -194,6 +194,26 @@ def test_a_call_id_before_the_arguments_is_read_once_it_is_closed() -> None:
         calls('[TOOL_CALLS]get_weather[ARGS][ARGS]{} and more')
 
 
+# The same calls as llama.cpp's analysis reads them without the template's special tokens: the name has no
+# suffix, the call id follows it: [TOOL_CALLS]name[CALL_ID]id[ARGS]{...}
+CALL_IDS_NO_SUFFIX = ChatGrammar(analysis=TemplateAnalysis(ReasoningAnalysis(), tools=ToolFormat(
+    ToolMode.TAG_WITH_JSON, per_call_start="[TOOL_CALLS]",
+    call_id_position=CallIdPosition.BETWEEN_FUNC_AND_ARGS, call_id_prefix="[CALL_ID]",
+    call_id_suffix="[ARGS]")))
+
+
+def test_a_name_without_suffix_keeps_its_call_once_its_call_id_is_read() -> None:
+    # atomic(open + call id): nothing of the call stands until [ARGS] closes the id
+    def calls(text: str) -> tuple[ParsedToolCall, ...]:
+        return parse_message(text, CALL_IDS_NO_SUFFIX, generation_prompt=PROMPT, tools=TOOLS).tool_calls
+
+    assert calls('[TOOL_CALLS]get_weather[CALL_ID]12345[ARGS]{"city": "Paris"}') == (
+        ParsedToolCall("get_weather", '{"city": "Paris"}', "12345"),)
+    assert calls("[TOOL_CALLS]get_weather[CALL_ID]123") == ()
+    assert calls("[TOOL_CALLS]get_weather") == ()
+    assert calls("[TOOL_CALLS]get_weather[CALL_ID]123[ARGS]") == (ParsedToolCall("get_weather", "{", "123"),)
+
+
 def test_a_tag_format_with_argument_markers_is_not_ported() -> None:
     analysis = TemplateAnalysis(ReasoningAnalysis(), tools=ToolFormat(
         ToolMode.TAG_WITH_JSON, per_call_start="<function=", per_call_end="</function>", name_suffix=">",
