@@ -114,6 +114,12 @@ def _call_id(scan: Scan, key: str, *, numbers: bool) -> str:
     return _number(scan)
 
 
+def _keep_cut_call(scan: Scan, name: str, found: dict[str, str]) -> None:
+    # a JSON call the text ends inside, once named: the arguments read whole, else those read so far, else
+    # the "{" the mapper opened them with
+    scan.calls.append(ParsedToolCall(name, found["arguments"] or scan.partial or "{", found["id"]))
+
+
 def _flat_call(scan: Scan, names: Sequence[str], tools: ToolFormat, name_key: str, args_key: str) -> None:
     # build_json_tools_flat_keys: "{" [type] the fields in the template's order "}", one choice per tool
     fields = [name_key, args_key]
@@ -158,8 +164,7 @@ def _flat_call(scan: Scan, names: Sequence[str], tools: ToolFormat, name_key: st
             continue
         except NeedMore:
             if found["name"]:  # the mapper keeps a call once it has its name
-                scan.calls.append(ParsedToolCall(found["name"], found["arguments"] or scan.partial or "{",
-                                                 found["id"]))
+                _keep_cut_call(scan, found["name"], found)
             raise
         scan.calls.append(ParsedToolCall(found["name"], found["arguments"], found["id"]))
         return
@@ -214,8 +219,7 @@ def _keyed_call(scan: Scan, names: Sequence[str], tools: ToolFormat, args_key: s
             continue
         except NeedMore:
             if named:
-                arguments = found["arguments"] or scan.partial or "{"
-                scan.calls.append(ParsedToolCall(name, arguments, found["id"]))
+                _keep_cut_call(scan, name, found)
             raise
         scan.calls.append(ParsedToolCall(name, found["arguments"], found["id"]))
         return

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SPACE", "NeedMore", "ParsedToolCall", "Scan", "ScanFail"]
+__all__ = ["SPACE", "NeedMore", "ParsedToolCall", "Scan", "ScanFail", "brace_depth"]
 
 SPACE = " \t\n\v\f\r"  # C's isspace
 
@@ -31,6 +31,23 @@ class ParsedToolCall:
 
     def to_json(self) -> dict[str, str]:
         return {"name": self.name, "arguments": self.arguments, "id": self.id}
+
+
+def brace_depth(text: str) -> int:
+    """The `{` of a JSON text not yet closed, outside its strings (json_brace_depth: how many `}` the
+    mapper appends to arguments cut short)."""
+    depth = 0
+    in_string = escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\" and in_string:
+            escaped = True
+        elif char == '"':
+            in_string = not in_string
+        elif not in_string and char in "{}":
+            depth += 1 if char == "{" else -1
+    return depth
 
 
 class NeedMore(Exception):

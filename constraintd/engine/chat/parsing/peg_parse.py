@@ -29,7 +29,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from constraintd.engine.chat.parsing.message_scan import ParsedToolCall
+from constraintd.engine.chat.parsing.message_scan import ParsedToolCall, brace_depth
 from constraintd.engine.chat.peg_arena import PegArena
 
 __all__ = ["Outcome", "ParseResult", "message", "run"]
@@ -328,20 +328,6 @@ def _dump(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _brace_depth(text: str) -> int:
-    depth, in_string, escaped = 0, False, False
-    for char in text:
-        if escaped:
-            escaped = False
-        elif char == "\\" and in_string:
-            escaped = True
-        elif char == '"':
-            in_string = not in_string
-        elif not in_string:
-            depth += {"{": 1, "}": -1}.get(char, 0)
-    return depth
-
-
 _PY_LITERALS = (("True", "true"), ("False", "false"), ("None", "null"))
 
 
@@ -502,7 +488,7 @@ class _Mapper:
         if self.quote_pending:
             call.arguments += '"'
             self.quote_pending = False
-        call.arguments += "}" * max(0, _brace_depth(call.arguments))
+        call.arguments += "}" * max(0, brace_depth(call.arguments))
         if self.pending is not None:
             if call.name:
                 self.calls.append(self.pending)

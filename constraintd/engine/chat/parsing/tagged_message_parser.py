@@ -34,7 +34,7 @@ from constraintd.engine.chat.analysis.template_analysis import ToolFormat
 from constraintd.engine.chat.params.chat_params import NotPorted
 from constraintd.engine.chat.params.json_tool_grammar import call_id_before_arguments
 from constraintd.engine.chat.params.tagged_tool_grammar import may_be_string, tagged_arguments
-from constraintd.engine.chat.parsing.message_scan import NeedMore, ParsedToolCall, Scan, ScanFail
+from constraintd.engine.chat.parsing.message_scan import NeedMore, ParsedToolCall, Scan, ScanFail, brace_depth
 
 __all__ = ["TaggedFunction", "tagged_functions", "tagged_tool_calls"]
 
@@ -118,23 +118,7 @@ class _Arguments:
 
     def close_call(self) -> None:  # TOOL_CLOSE: the open quote, then the braces left open
         self.close_argument()
-        self.text += "}" * _brace_depth(self.text)
-
-
-def _brace_depth(text: str) -> int:
-    # json_brace_depth: the `{` not closed, outside strings
-    depth = 0
-    in_string = escaped = False
-    for c in text:
-        if escaped:
-            escaped = False
-        elif c == "\\" and in_string:
-            escaped = True
-        elif c == '"':
-            in_string = not in_string
-        elif not in_string and c in "{}":
-            depth += 1 if c == "{" else -1
-    return depth
+        self.text += "}" * brace_depth(self.text)
 
 
 # llama.cpp's PEG JSON value (common_peg_parser_builder::json): each reader advances the scan, raises
