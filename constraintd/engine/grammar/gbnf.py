@@ -16,6 +16,7 @@
 #   nesting is handled with an explicit stack, never with Python recursion.
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -138,6 +139,25 @@ _CLASS_ITEM: Final = r'[^\]\\\0]|\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-
 _CLASS: Final = re.compile(r"\[(\^?)((?:" + _CLASS_ITEM + r")*)\]" + _BLANKS)
 _CLASS_NL: Final = re.compile(r"\[(\^?)((?:" + _CLASS_ITEM + r")*)\]" + _BLANKS_NL)
 _CLASS_ITEMS: Final = re.compile(_CLASS_ITEM)
+# A rule whose body is references, literals and char classes only (all escapes well formed), with
+# alternates and plain blanks between them: no group, no repetition, no token, no `.`, no comment. Most rules
+# a converter writes are such: the rule is then matched whole by one pattern and its items found by another,
+# without the sequence's bookkeeping (nothing in it can be repeated). Any other rule is read by the general
+# loop, which also finds every refusal where llama.cpp does.
+_LITERAL_ITEM: Final = r'[^"\\\0]|\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[trn\\"\[\]-])'
+_LITERAL_TEXT: Final = r'"(?:' + _LITERAL_ITEM + r')*+"'
+_CLASS_TEXT: Final = r"\[\^?(?:" + _CLASS_ITEM + r")*+\]"
+# such a rule whole: its name, its body, and its line's end with the blanks after it (the next rule's start)
+_SIMPLE_RULE: Final = re.compile(
+    r"([a-zA-Z0-9-]+)" + _BLANKS + "::=" + _BLANKS_NL
+    + r"((?:(?:[a-zA-Z0-9-]++|" + _LITERAL_TEXT + "|" + _CLASS_TEXT + r")[ \t]*+|\|[ \t\r\n]*+)*+)"
+    + r"(?:\r\n?|\n|(?=\0))" + _BLANKS_NL
+)
+# the items of such a body, blanks skipped: a reference, a literal, a char class, or `|`
+_ITEMS: Final = re.compile(r"([a-zA-Z0-9-]++)|(" + _LITERAL_TEXT + ")|(" + _CLASS_TEXT + r")|\|")
+# literals and classes up to this long keep their elements for the next grammar that writes them
+_KEPT_ITEM_CHARS: Final = 64
+_LITERAL_ITEMS: Final = re.compile(_LITERAL_ITEM)
 _Match = Callable[[str, int], "re.Match[str] | None"]
 # by `nested` (newlines are blanks inside a group): the matchers of a reference, a literal, a char class
 _MATCHERS: Final[Mapping[bool, tuple[_Match, _Match, _Match]]] = {
@@ -165,6 +185,25 @@ def parse_gbnf(text: str, *, token_id: Callable[[str], int | None] | None = None
     return _Parser(text, token_id).parse()
 
 
+def _read_literal(literal: str) -> tuple[Element, ...]:
+    # a quoted literal's chars, its escapes well formed (as `_ITEMS` found it)
+    return tuple((_CHAR, _code_point(item)) for item in _LITERAL_ITEMS.findall(literal, 1, len(literal) - 1))
+
+
+def _read_class(char_class: str) -> tuple[Element, ...]:
+    # a bracketed char class's elements, its escapes well formed (as `_ITEMS` found it)
+    negated = char_class[1] == "^"
+    rule: list[Element] = []
+    _Parser.add_class(rule, _CHAR_NOT if negated else _CHAR, char_class[1 + negated : -1])
+    return tuple(rule)
+
+
+# The same short items recur in grammar after grammar (a converter's char classes and key literals): they
+# keep their elements, shared by every grammar that writes them; 2 * 4,096 of at most 64 chars, a few MiB.
+_kept_literal: Final = functools.lru_cache(maxsize=4096)(_read_literal)
+_kept_class: Final = functools.lru_cache(maxsize=4096)(_read_class)
+
+
 def _code_point(item: str) -> int:
     # one item of `_CLASS_ITEMS`: a char, or a well-formed escape (parse_char's reading of it)
     if len(item) == 1:
@@ -190,10 +229,13 @@ class _Frame:
 
 
 class _Parser:
-    __slots__ = ("first_ref", "repeated", "rules", "src", "symbol_ids", "text", "token_id")
+    __slots__ = ("first_ref", "repeated", "rules", "simple", "src", "symbol_ids", "text", "token_id")
 
-    def __init__(self, text: str, token_id: Callable[[str], int | None] | None) -> None:
+    def __init__(
+        self, text: str, token_id: Callable[[str], int | None] | None, *, simple: bool = True
+    ) -> None:
         self.text = text
+        self.simple = simple  # whether simple rules are read at once (`simple_rule`), else all by the loop
         # llama.cpp stops at the NUL ending its C string; three NULs let us look two chars ahead anywhere.
         self.src = text.split("\0", 1)[0] + "\0\0\0"
         self.token_id = token_id
@@ -221,10 +263,22 @@ class _Parser:
 
     def parse(self) -> ParsedGrammar:
         src = self.src
+        symbol_ids = self.symbol_ids
+        simple = _SIMPLE_RULE.match if self.simple else None
         pos = self.space(0, True)
         while src[pos] != "\0":
-            pos = self.parse_rule(pos)
-        self.check_defined()
+            if simple is not None and (whole := simple(src, pos)) is not None:
+                name, body = whole.group(1, 2)
+                self.add_rule(symbol_ids.setdefault(name, len(symbol_ids)), self.simple_rule(body))
+                pos = whole.end()
+            else:
+                pos = self.parse_rule(pos)
+        if len(self.rules) != len(self.symbol_ids) or None in self.rules:  # a name without a rule
+            if self.simple:
+                # whether llama.cpp refuses it, and where its message points, depends on where each name is
+                # first referenced, which only the general loop marks
+                return _Parser(self.text, self.token_id, simple=False).parse()
+            self.check_defined()
         rules = tuple(rule for rule in self.rules if rule is not None)  # none is None after the check
         return ParsedGrammar(symbol_ids=dict(self.symbol_ids), rules=rules, well_formed=True)
 
@@ -261,6 +315,23 @@ class _Parser:
         elif src[pos] != "\0":
             raise self.error("newline", pos)
         return self.space(pos, True)
+
+    def simple_rule(self, body: str) -> list[Element]:
+        # The elements of a body `_SIMPLE_RULE` matched: its items in order. Its references are not marked in
+        # `first_ref`: a name left without a rule sends the whole text to the general loop (see `parse`).
+        symbol_ids = self.symbol_ids
+        rule: list[Element] = []
+        for name, literal, char_class in _ITEMS.findall(body):
+            if name:
+                rule.append((_RULE_REF, symbol_ids.setdefault(name, len(symbol_ids))))
+            elif literal:
+                rule += (_kept_literal if len(literal) <= _KEPT_ITEM_CHARS else _read_literal)(literal)
+            elif char_class:
+                rule += (_kept_class if len(char_class) <= _KEPT_ITEM_CHARS else _read_class)(char_class)
+            else:
+                rule.append(_ALT)
+        rule.append(_END)
+        return rule
 
     def parse_alternates(self, pos: int, rule_name: str, rule_id: int) -> int:
         # llama.cpp's parse_alternates / parse_sequence recursion, run on an explicit stack of frames, in one

@@ -39,11 +39,13 @@ from constraintd.engine.grammar.gbnf import (
     MAX_REPEATED_ELEMENTS,
     GreType,
     ParsedGrammar,
+    _Parser,
     check_grammar,
     format_gbnf,
     parse_gbnf,
 )
-from constraintd.errors import GrammarError
+from constraintd.engine.schema.convert import convert_json_schema
+from constraintd.errors import GrammarError, SchemaError
 from tests import reference
 from tests.engine.grammar.test_checks import CHECK_REFUSALS
 
@@ -494,6 +496,91 @@ def test_any_text_is_parsed_or_refused_with_a_grammar_error(text: str) -> None:
         check_grammar(parsed)
     except GrammarError as refused:
         assert _reason_key(refused.reason)
+
+
+# --- rules read at once: the same result as the general loop's ------------------------------------------
+#
+# A rule of references, literals and char classes alone is read by one pattern (`simple_rule`); anything
+# else by the general loop, which llama.cpp's parser is ported to statement by statement. The two must agree
+# on every text: the symbol ids (in order), the element vectors, and each refusal with its place.
+
+# Items of simple rules, and what lies next to them in real texts: escapes well formed or not, blanks,
+# comments, newlines after `|` and between rules, and the pieces that send a rule to the general loop.
+SIMPLE_PIECES = [
+    "x", "x-y", "root", "a1", '"a"', '""', '"\\""', '"\\x41"', '"\\u00e9"', '"\\U0001F600"', '"\\q"',
+    '"\\x4"', '"#"', '"|"', '"é"', "[a-z]", "[^x]", "[]", "[^]", '[^"\\\\\\x7F\\x00-\\x1F]', "[\\]]",
+    "[a-]", "[\\x4]", "[-a]", " ", "  ", "\t", "|", "| ", "|\n ", "|\r\n", " # c", "\n", "\r", "\r\n",
+    "\nx ::= ", "\ny ::= ", " ::= ", "(", ")", "*", "?", ".", "<s>", "{2}",
+]  # fmt: skip
+simple_texts = st.builds(
+    "root ::= {}\nx ::= {}\ny ::= {}".format,
+    *[st.lists(st.sampled_from(SIMPLE_PIECES), max_size=10).map("".join) for _ in range(3)],
+)
+
+
+def _read_both_ways(text: str) -> tuple[object, object]:
+    """What parsing `text` gives with simple rules read at once, and with every rule read by the general
+    loop: the symbol ids in order and the rules, or the refusal with its place."""
+
+    def outcome(simple: bool) -> object:
+        try:
+            parsed = _Parser(text, _token_id, simple=simple).parse()
+        except GrammarError as refused:
+            return (refused.reason, refused.line, refused.column, refused.excerpt)
+        return (list(parsed.symbol_ids.items()), parsed.rules)
+
+    return outcome(True), outcome(False)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(simple_texts, gbnf_texts))
+def test_rules_read_at_once_as_the_general_loop_reads_them(text: str) -> None:
+    at_once, general = _read_both_ways(text)
+    assert at_once == general
+
+
+def test_converter_grammars_and_random_texts_read_at_once_as_the_general_loop_reads_them() -> None:
+    # every grammar both dialects write for the MaskBench sample, and texts of the generator the oracle uses
+    sample = Path(__file__).parents[2] / "vectors" / "maskbench-sample"
+    texts = _random_texts(1000, seed=1)
+    for path in sorted(sample.glob("*.json")):
+        schema = json.dumps(json.loads(path.read_text(encoding="utf-8"))["schema"])
+        for dialect in ("llama.cpp", "extended"):
+            with contextlib.suppress(SchemaError):
+                texts.append(convert_json_schema(schema, dialect=dialect).grammar)
+    assert len(texts) > 1400
+    for text in texts:
+        at_once, general = _read_both_ways(text)
+        assert at_once == general, text
+
+
+def test_simple_rules_are_read_without_the_general_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the grammar of keys other than "a" of the extended dialect: rules of references, literals with
+    # escapes, negated classes and alternates, blanks and a comment between rules
+    text = (
+        'root ::= "\\"" x-key-at-0\n'
+        'x-key-at-0 ::= "a" x-key-more | x-key-not-61\n'
+        "# the tails\n"
+        'x-key-not-61 ::= [^"\\\\\\x7F\\x00-\\x1Fa] x-key-tail |\n    x-key-end\r\n'
+        'x-key-end ::= "\\"" | [\\\\] ["\\\\bfnrt] x-key-tail | "\\\\u0022" x-key-tail\n'
+        'x-key-more ::= [^"\\\\\\x7F\\x00-\\x1F] x-key-tail\n'
+        'x-key-tail ::= "\\"" | x-key-more'
+    )
+    expected = parse_gbnf(text)
+    assert len(expected.rules) == 6
+
+    def general_loop(*args: object) -> int:
+        raise AssertionError("a simple rule went to the general loop")
+
+    monkeypatch.setattr(_Parser, "parse_alternates", general_loop)
+    assert parse_gbnf(text) == expected
+
+
+def test_an_undefined_name_in_a_simple_rule_is_refused_at_its_first_reference() -> None:
+    with pytest.raises(GrammarError) as refused:
+        parse_gbnf('root ::= a "x" | b\na ::= "y" b')
+    assert (refused.value.line, refused.value.column) == (1, 18)
+    assert refused.value.reason == ERRORS["undefined_name"].format(name="b")
 
 
 def _template_pattern(template: str) -> re.Pattern[str]:
