@@ -211,7 +211,11 @@ DEFINED_FORMATS: Final = frozenset({
     "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template", "json-pointer",
     "relative-json-pointer", "regex",
 })
-_KEY_ESCAPE: Final = '[\\\\] (["\\\\bfnrt] | "u00" ([01] [0-9a-fA-F] | "22" | "5" [cC] | "7" [fF]))'
+# an escape in a key, as alternates without groups (a group is one rule more to the parser, and a rule without
+# any is read at once): `[\\] (["\\bfnrt] | "u00" ([01] [0-9a-fA-F] | "22" | "5" [cC] | "7" [fF]))`
+_KEY_ESCAPE: Final = (
+    '[\\\\] ["\\\\bfnrt] | "\\\\u00" [01] [0-9a-fA-F] | "\\\\u0022" | "\\\\u005" [cC] | "\\\\u007" [fF]'
+)
 # a key's characters past a place of the names, each rule ending with the key's closing quote, so none of
 # them may be empty (a rule that may be empty costs the grammar's parser more: whatever follows a reference
 # to it is looked at too, and an empty trie place makes every place above it empty): x-key-more one or more
@@ -248,7 +252,7 @@ RULES: Final[Mapping[str, BuiltinRule]] = {
                                 ("x-digits", "x-number-frac")),
     "x-number-frac": BuiltinRule('x-number-exp | "." [0-9] x-digits x-number-exp',
                                  ("x-digits", "x-number-exp")),
-    "x-number-exp": BuiltinRule("| [eE] [-+]? [0-9] x-digits", ("x-digits",)),
+    "x-number-exp": BuiltinRule("| [eE] [0-9] x-digits | [eE] [-+] [0-9] x-digits", ("x-digits",)),
     "x-digits": BuiltinRule("| [0-9] x-digits"),
     # the rest of llama.cpp's `number` after its integral part, and its digits after the first (PRIMITIVES)
     "x-bounded-frac": BuiltinRule('x-bounded-exp | "." decimal-part x-bounded-exp',
