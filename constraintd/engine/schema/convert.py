@@ -546,6 +546,12 @@ class _Converter:
         if isinstance(node.items, AnyNode) and node.min_items == 0 and node.max_items < 0:
             return self.visit_primitive(rule_name, "array")
         item_rule_name = self.visit(node.items, (name + "-" if name else "") + "item")
+        if self.extended and node.max_items < 0 and node.min_items <= 1:
+            # llama.cpp's `(item ("," space item)*)?` as right recursion: the rule of the items after the
+            # first is one rule where the groups, the loop and the option are four
+            more = self.add_recursive(f"{rule_name}-x-more", lambda me: f'| "," space {item_rule_name} {me}')
+            items = f'"[" space {item_rule_name} {more} space "]"'
+            return self.add_rule(rule_name, items if node.min_items else f'"[" space space "]" | {items}')
         max_items = INT_MAX if node.max_items < 0 else node.max_items
         repetition = build_repetition(item_rule_name, node.min_items, max_items, '"," space')
         return self.add_rule(rule_name, f'"[" space {repetition} space "]"')

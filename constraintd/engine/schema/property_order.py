@@ -123,8 +123,9 @@ def object_rule(kvs: Sequence[str], required: Sequence[bool], other: str | None,
         return '"{" space "}"'
     if len(first) == 1 and (any(required) or min_pairs > 0):
         return f'"{{" space {lead}{first[0]} space "}}"'  # one alternative: no group (a rule less)
-    body = f"( {' | '.join(first)} )"
-    return '"{" space ' + lead + (body if any(required) or min_pairs > 0 else body + "?") + ' space "}"'
+    # the alternatives (or none) as a rule of their own: a group would be one rule, and its option another
+    empty = "" if any(required) or min_pairs > 0 else "| "
+    return f'"{{" space {lead}{add_rule(f"{prefix}x-pairs", empty + " | ".join(first))} space "}}"'
 
 
 def _join(*parts: str) -> str:
