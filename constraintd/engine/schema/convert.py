@@ -424,7 +424,7 @@ class _Converter:
                 add_component(child, True)
         intersection = [value for value, count in sorted(enum_values.items()) if count == len(node.children)]
         if intersection:
-            return self.add_rule(rule_name, "(" + " | ".join(intersection) + ")")
+            return self.add_rule(rule_name, self.alternatives(intersection))
         # the extended dialect: other keys are open where no part speaks of them (JSON Schema's default)
         additional = AnyNode(node.pointer) if self.extended and not open_parts else None
         return self.add_rule(rule_name, self.object_rule(properties, required, name, additional))
@@ -581,7 +581,7 @@ class _Converter:
         if self.extended:
             bounds = extended.exact_range(*extended.integer_bounds(self.schema_of(node)))
             if bounds is not None:
-                return self.add_rule(rule_name, f"({extended.integer_range_rule(*bounds)})")
+                return self.add_rule(rule_name, extended.integer_range_rule(*bounds))
         if node.minimum == INT64_MIN and node.maximum == INT64_MAX:
             return self.visit_primitive(rule_name, "integer")
         try:
@@ -593,8 +593,14 @@ class _Converter:
         if self.extended:
             rule = extended.number_rule(self.schema_of(node))
             if rule is not None:
-                return self.add_rule(rule_name, f"({rule})")
+                return self.add_rule(rule_name, rule)
         return self.visit_primitive(rule_name, "number")
+
+    def alternatives(self, texts: Sequence[str]) -> str:
+        """A rule's body of these alternatives: llama.cpp writes them in a group, one rule more to the parser,
+        which the extended dialect leaves out."""
+        body = " | ".join(texts)
+        return body if self.extended else f"({body})"
 
     def format_grammar(self) -> str:
         return "".join(f"{key} ::= {self.rules[key]}\n" for key in sorted(self.rules))
@@ -608,7 +614,7 @@ _VISITORS: Final[dict[type, _Visitor]] = {
     AllOfNode: _Converter.visit_all_of,
     ConstNode: lambda c, node, name, rule_name: c.add_rule(rule_name, c.constant_rule(node.value)),
     EnumNode: lambda c, node, name, rule_name: c.add_rule(
-        rule_name, "(" + " | ".join(map(c.constant_rule, node.values)) + ")"
+        rule_name, c.alternatives(list(map(c.constant_rule, node.values)))
     ),
     ObjectNode: _Converter.visit_object,
     TupleNode: _Converter.visit_tuple,

@@ -216,9 +216,9 @@ def _schema_order(kvs: Sequence[str], required: Sequence[bool], other: str | Non
         if required[i]:
             text = written
         elif after[i + 1]:
-            text = f"( {written} | {after[i + 1]} )"
+            text = f"{written} | {after[i + 1]}"
         else:
-            text = f"( {written} )?"
+            text = f"| {written}"
         after[i] = add_rule(f"{prefix}x-props-{i}", text)
     starts: list[str] = [_join(other, after[count])] if other else []
     for i in range(count - 1, -1, -1):
