@@ -52,7 +52,6 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Literal, NamedTuple, Protocol
 
@@ -60,6 +59,7 @@ import numpy as np
 import numpy.typing as npt
 
 from constraintd.engine.masks.bitmask import allowed_tokens, few_allowed_tokens, mask_allows
+from sampler_worker.call_thread import CallThread, PendingCall
 from sampler_worker.chain import SamplerChain, SamplerSettings
 from sampler_worker.reasoning_budget import BudgetState, ReasoningBudget
 
@@ -280,15 +280,15 @@ class _Ahead:
         self._session = session
         self._counters = counters
         self._n_vocab = n_vocab
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="mask-ahead")
-        self._pending: Future[tuple[bool, StepMask | None]] | None = None
+        self._thread = CallThread("mask-ahead")
+        self._pending: PendingCall[tuple[bool, StepMask | None]] | None = None
         # what a refusal of the pending call's tokens means (None: it only asks the mask)
         self._refusal: str | None = None
 
     def ask_mask(self) -> None:
         """Fetch the mask of the session's state as it is."""
         session, n_vocab = self._session, self._n_vocab
-        self._pending = self._pool.submit(lambda: (True, StepMask.of(session.mask(), n_vocab)))
+        self._pending = self._thread.submit(lambda: (True, StepMask.of(session.mask(), n_vocab)))
         self._refusal = None
 
     def send(self, token: int, *, mask: bool = True) -> None:
@@ -300,9 +300,9 @@ class _Ahead:
                 taken, words = session.accept_and_mask(token)
                 return taken, StepMask.of(words, n_vocab)
 
-            self._pending = self._pool.submit(accept_and_mask)
+            self._pending = self._thread.submit(accept_and_mask)
         else:
-            self._pending = self._pool.submit(lambda: (session.accept(token), None))
+            self._pending = self._thread.submit(lambda: (session.accept(token), None))
         self._refusal = f"the grammar refused token {token}, which its own mask allowed"
 
     def send_many(self, index: int, tokens: Sequence[int], *, mask: bool = True) -> None:
@@ -316,7 +316,7 @@ class _Ahead:
                 return False, None
             return True, StepMask.of(session.mask(), n_vocab) if mask else None
 
-        self._pending = self._pool.submit(accept_all)
+        self._pending = self._thread.submit(accept_all)
         self._refusal = f"the grammar refused the end of the thinking block (tokens {list(tokens)})"
 
     def settle(self, index: int) -> StepMask | None:
@@ -325,24 +325,24 @@ class _Ahead:
         Raises:
             GenerationError: the session refused the token sent, which the mask before it allowed.
         """
-        future = self._pending
-        if future is None:
+        pending = self._pending
+        if pending is None:
             return None
         self._pending = None
         counters = self._counters
-        if not future.done():
+        if not pending.done():
             counters.waits += 1
             started = time.perf_counter()
-            taken, mask = future.result()
+            taken, mask = pending.result()
             counters.constraint_seconds += time.perf_counter() - started
         else:
-            taken, mask = future.result()
+            taken, mask = pending.result()
         if not taken:
             raise GenerationError(f"step {index}: {self._refusal}")
         return mask
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        self._thread.close()
 
 
 def forced_logits(logits: npt.NDArray[np.float32], token: int) -> npt.NDArray[np.float32]:
