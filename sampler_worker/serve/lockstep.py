@@ -14,10 +14,11 @@
 # sent then; the next step's ONE `Step` message carries every constrained lane's last token (a lane just
 # started: none) and asks the mask of the state after it, on a thread of its own while `llama_decode` runs
 # (the decode releases the interpreter lock). After the decode the stepping thread takes the masks (waiting
-# only if they have not come), and each lane's first draw is checked with a bit of its mask, locally; a
-# refusal redraws under that mask at once, with the same generator. So no constraintd round trip is on the
-# step's critical path, and the draws are step 3's: the mask's bit and the single-token check are the same
-# predicate. A lane's last token is accepted in one more `Step` message (without masks) before it ends.
+# only if they have not come), and each lane's first draw is checked with a bit of its mask, locally; the
+# refused lanes redraw under their masks once every lane has drawn, with the same generator. So no
+# constraintd round trip is on the step's critical path, and the draws are step 3's: the mask's bit and the
+# single-token check are the same predicate. A lane's last token is accepted in one more `Step` message
+# (without masks) before it ends.
 # Only this thread calls llama.cpp on the context, and it does the sampling of every lane, so the lanes'
 # Python work never takes turns with another thread's on the interpreter lock mid-step.
 # A lane's reasoning budget is the generation loop's: its forcing in both draws; with a lazy grammar a
@@ -41,13 +42,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from constraintd.engine.masks.bitmask import allowed_tokens, mask_allows
+from sampler_worker.call_thread import CallThread, PendingCall
 from sampler_worker.chain import SamplerChain, SamplerSettings
 from sampler_worker.generate import (
     GRAMMAR_STATES,
@@ -217,8 +219,7 @@ class Lockstep:
         self._batched = batched
         self._client = client
         self.overlap: Mode = overlap
-        self._ahead = (ThreadPoolExecutor(1, thread_name_prefix="lockstep-ahead") if overlap == "ahead"
-                       else None)
+        self._ahead = CallThread("lockstep-ahead") if overlap == "ahead" else None
         self._lanes: list[_Lane] = []  # the stepping thread's
         self._arrivals: list[_Lane] = []
         self._cond = threading.Condition()
@@ -233,7 +234,7 @@ class Lockstep:
             self._cond.notify_all()
         self._thread.join()
         if self._ahead is not None:
-            self._ahead.shutdown(wait=True)
+            self._ahead.close()
 
     def generate(
         self,
@@ -383,7 +384,7 @@ class Lockstep:
 
     # Mask-ahead.
 
-    def _send_ahead(self, lanes: list[_Lane]) -> Future[Ahead] | None:
+    def _send_ahead(self, lanes: list[_Lane]) -> PendingCall[Ahead] | None:
         # one Step message, on the ahead thread: each lane's unsent token accepted and its next mask asked
         items = [lane for lane in lanes if lane.needs_mask]
         if not items:
@@ -392,7 +393,7 @@ class Lockstep:
         for lane in items:
             lane.needs_mask, lane.unsent = False, None
         assert self._ahead is not None
-        return self._ahead.submit(self._exchange_ahead, items, batch)
+        return self._ahead.submit(partial(self._exchange_ahead, items, batch))
 
     def _exchange_ahead(self, lanes: list[_Lane], batch: list[tuple[Any, int | None]]) -> Ahead:
         # on the ahead thread; a failed message is redone item by item, so an error stays its lane's
@@ -425,7 +426,7 @@ class Lockstep:
         except Exception as exc:
             return exc
 
-    def _settle(self, ahead: Future[Ahead] | None) -> Ahead:
+    def _settle(self, ahead: PendingCall[Ahead] | None) -> Ahead:
         # the ahead Step's answers, waiting for them only if they have not come during the decode
         if ahead is None:
             return []
@@ -480,22 +481,30 @@ class Lockstep:
 
     def _sample_ahead(self, ready: list[tuple[_Lane, Logits]]) -> None:
         final: list[tuple[_Lane, int, bool]] = []
+        refused: list[tuple[_Lane, Logits, StepMask]] = []
         for lane, logits in ready:
             try:
                 logits = lane.logits_for_draw(logits)
                 token = self._draw(lane, logits)
-                rejected = False
                 if lane.applies:
                     mask, lane.mask = lane.mask, None
                     assert mask is not None  # every constrained lane's was asked with its decode
                     lane.counters.ahead_steps += 1
                     if not mask_allows(mask.words, token):
-                        rejected = True
-                        allowed = mask.allowed(self._batched.n_vocab)
-                        if not allowed.size:
-                            raise GenerationError(f"step {len(lane.tokens)}: the grammar allows no token")
-                        token = self._draw(lane, logits, allowed)
-                final.append((lane, token, rejected))
+                        refused.append((lane, logits, mask))
+                        continue
+                final.append((lane, token, False))
+            except BaseException as exc:
+                self._end(lane, exc)
+        # The refused draws are redrawn together, after every lane's first draw: each lane has its own
+        # chain, so the order changes no token, and a redraw right after another runs on a warm interpreter
+        # (after a first draw's pass over the vocabulary it took twice as long).
+        for lane, logits, mask in refused:
+            try:
+                allowed = mask.allowed(self._batched.n_vocab)
+                if not allowed.size:
+                    raise GenerationError(f"step {len(lane.tokens)}: the grammar allows no token")
+                final.append((lane, self._draw(lane, logits, allowed), True))
             except BaseException as exc:
                 self._end(lane, exc)
         ended = self._take(final)

@@ -16,7 +16,8 @@ Paths, per batch size N and forward time F:
   pass: constraintd's round trip is on the critical path;
 - ahead: one Step message accepting every token and asking every next mask (`mask_after`) is sent when
   the forward pass starts, on a thread of its own, and read when the worker needs the masks: each first
-  draw is a bit test on its mask, and a refusal is redrawn on it at once.
+  draw is a bit test on its mask, and the refused ones are redrawn on their masks once every generation
+  has drawn (as the worker's lockstep does).
 With N = 1 the worker is `sampler_worker.generate` itself, in each overlap mode (auto too); with N > 1
 the batch loop below (one Step a decode step for all the sessions, over the client's one Step stream).
 """
@@ -26,8 +27,8 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +36,7 @@ import numpy.typing as npt
 from clients import Client, Session, VocabHandle
 from clients.masks import mask_allows
 from constraintd.engine.masks.bitmask import allowed_tokens
+from sampler_worker.call_thread import CallThread, PendingCall
 from sampler_worker.chain import SamplerChain, SamplerSettings
 from sampler_worker.generate import Overlap, StepMask, generate
 from sampler_worker.model import Model
@@ -159,8 +161,8 @@ def run_batch(
         assert client is not None and handle is not None
         sessions = [client.session(handle, json_schema=schema) for _ in range(count)]
     steps = min(len(t.logits) for t in trajectories)
-    pool = ThreadPoolExecutor(1, thread_name_prefix="step")
-    pending: Future[list[Answer]] | None = None
+    pool = CallThread("step")
+    pending: PendingCall[list[Answer]] | None = None
     waits, wait_seconds, rejections, tokens = 0, 0.0, 0, 0
     clock = time.perf_counter
 
@@ -175,18 +177,18 @@ def run_batch(
     def settle() -> list[Answer]:
         nonlocal pending, waits, wait_seconds
         assert pending is not None
-        future, pending = pending, None
-        if not future.done():
+        call, pending = pending, None
+        if not call.done():
             waits += 1
             started = clock()
-            outcomes = future.result()
+            outcomes = call.result()
             wait_seconds += clock() - started
             return outcomes
-        return future.result()
+        return call.result()
 
     try:
         if mode == "ahead":  # the first masks travel while the prompts are evaluated
-            pending = pool.submit(step_ahead, [(s, None) for s in sessions], False)
+            pending = pool.submit(partial(step_ahead, [(s, None) for s in sessions], False))
         time.sleep(seconds)  # the prompts' forward pass (not timed, as llama-server's predicted_ms)
         started = clock()
         masks: list[StepMask | None] = [None] * count
@@ -194,6 +196,7 @@ def run_batch(
             masks = [mask for _, mask in settle()]
         for step in range(steps):
             drawn: list[int] = []
+            refused: list[tuple[int, Logits, StepMask]] = []
             for index, chain in enumerate(chains):
                 logits = trajectories[index].logits[step].copy()
                 token = chain.sample(logits)
@@ -201,9 +204,12 @@ def run_batch(
                     mask = masks[index]
                     assert mask is not None
                     if not mask_allows(mask.words, token):
-                        rejections += 1
-                        token = chain.sample(logits, allowed_ids=mask.allowed(model.n_vocab))
+                        refused.append((index, logits, mask))
                 drawn.append(token)
+            # the refused draws redrawn together, after every first draw (as the worker's lockstep does)
+            for index, logits, mask in refused:
+                rejections += 1
+                drawn[index] = chains[index].sample(logits, allowed_ids=mask.allowed(model.n_vocab))
             if mode == "off":
                 assert client is not None
                 called = clock()
@@ -232,7 +238,7 @@ def run_batch(
             if mode == "ahead":
                 items: list[tuple[Session, int | None]] = list(zip(sessions, drawn, strict=True))
                 # the last tokens' accepts ask no mask: no draw follows them (as `generate` does)
-                pending = pool.submit(step_ahead, items, step + 1 < steps)
+                pending = pool.submit(partial(step_ahead, items, step + 1 < steps))
             if step + 1 < steps:
                 time.sleep(seconds)  # the batch's forward pass, while the Step travels
             if mode == "ahead":
@@ -242,7 +248,7 @@ def run_batch(
                 masks = [mask for _, mask in answers]
         elapsed = clock() - started
     finally:
-        pool.shutdown(wait=True)
+        pool.close()
         for session in sessions:
             session.close()
     return BatchRun(tokens, elapsed, waits, wait_seconds, rejections)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -349,3 +350,74 @@ def test_a_reasoning_budget_forces_the_end_and_hands_it_to_the_lazy_grammar(
     assert off.text.endswith("</think> Answer: yes.") and off.stop_reason == "eog"
     assert off.rejected_at and min(off.rejected_at) >= 3 + len(end)  # the grammar held only the answer
     assert cells(slot) == -1
+
+
+class ScriptedBatch:
+    """A batched context whose logits after a sequence's tokens depend on the sequence and the position alone,
+    so any batching gives every lane the same logits: a stand-in for many lanes at once without a model."""
+
+    n_batch = 64
+    n_ctx_seq = 64
+
+    def __init__(self, n_vocab: int) -> None:
+        self.n_vocab = n_vocab
+
+    def decode(self, rows: list[Row]) -> list[Any]:
+        return [self._logits(row.seq, row.start + len(row.tokens)) if row.logits else None for row in rows]
+
+    def _logits(self, seq: int, position: int) -> Any:
+        import numpy as np
+
+        return np.random.default_rng(1000 * seq + position).normal(0.0, 3.0, self.n_vocab).astype(np.float32)
+
+    def clear(self, seq: int) -> None:
+        pass
+
+
+class ScriptedSlot:
+    """A sequence of a `ScriptedBatch`, with the model's few methods a lane needs."""
+
+    # token 0 ends a generation; then letters and digits, of which the grammar below takes digits only
+    PIECES = [b"</s>"] + [bytes([c]) for c in b"abcdefghijklmnopqrstuvwxyz0123456789"]
+    suppress_tokens: tuple[int, ...] = ()
+
+    def __init__(self, batched: ScriptedBatch, seq: int) -> None:
+        self.batched = batched
+        self.seq = seq
+        self.n_ctx = batched.n_ctx_seq
+        self.model = self
+
+    def is_eog(self, token: int) -> bool:
+        return token == 0
+
+    def piece(self, token: int, *, special: bool = True) -> bytes:
+        return self.PIECES[token]
+
+
+def test_mask_ahead_lanes_refused_at_one_step_draw_the_tokens_of_reject_then_mask() -> None:
+    # four lanes at once, most of whose first draws the grammar refuses at the same steps (a digit is 10
+    # tokens of 37): ahead, each refused lane redraws under its own mask once every lane has drawn; its
+    # tokens are those of reject-then-mask, lane by lane
+    pieces = ScriptedSlot.PIECES
+    batched = ScriptedBatch(len(pieces))
+    with Client("local") as local:
+        vocab = local.register_vocab(pieces=pieces, eog=[0])
+        got: dict[str, list[object]] = {}
+        for overlap in ("off", "ahead"):
+            stepper = Lockstep(batched, client=local, overlap=overlap)  # type: ignore[arg-type]
+            try:
+
+                def lane(seq: int, stepper: Lockstep = stepper) -> Generation:
+                    slot: Any = ScriptedSlot(batched, seq)
+                    with local.session(vocab, gbnf="root ::= [0-9]{12}") as session:
+                        return stepper.generate(slot, [1, 2, 3], SamplerSettings(seed=seq), session=session,
+                                                max_tokens=12)
+
+                got[overlap] = at_once([partial(lane, seq) for seq in range(4)])
+            finally:
+                stepper.close()
+    for off, early in zip(got["off"], got["ahead"], strict=True):
+        assert isinstance(off, Generation) and isinstance(early, Generation), (off, early)
+        assert (early.tokens, early.rejected_at) == (off.tokens, off.rejected_at)
+        assert re.fullmatch(r"[0-9]{12}", early.text) and early.overlap == "ahead"
+        assert len(early.rejected_at) >= 4  # lanes redrew, several at the same steps
