@@ -234,6 +234,9 @@ RULES: Final[Mapping[str, BuiltinRule]] = {
     **{f"x-{name}-string": BuiltinRule(f'"\\"" x-{name} "\\""', (f"x-{name}",)) for name in FORMATS},
     **_KEY_RULES,
     "x-any-char": BuiltinRule(ANY_JSON_CHAR),
+    # the members and elements after the first of llama.cpp's `object` and `array` (PRIMITIVES)
+    "x-members": BuiltinRule('| "," space string ":" space value x-members', ("string", "value")),
+    "x-elements": BuiltinRule('| "," space value x-elements', ("value",)),
     # any JSON value, as llama.cpp's `value` but for numbers' digits, any number of them (its rules
     # `integral-part` and `decimal-part` write up to 16 as a rule per digit); with ANY_VALUE_PRIMITIVES
     "x-value": BuiltinRule("x-object | x-array | string | x-number | boolean | null",
@@ -278,6 +281,11 @@ PRIMITIVES: Final[Mapping[str, BuiltinRule]] = {
     "number": BuiltinRule('integral-part x-bounded-frac | "-" integral-part x-bounded-frac',
                           ("integral-part", "x-bounded-frac")),
     "integer": BuiltinRule('integral-part | "-" integral-part', ("integral-part",)),
+    # any object and any array of llama.cpp's values, their members after the first as right recursion:
+    # llama.cpp's groups, loop and option are four rules more to the parser
+    "object": BuiltinRule('"{" space space "}" | "{" space string ":" space value x-members space "}"',
+                          ("string", "value", "x-members")),
+    "array": BuiltinRule('"[" space space "]" | "[" space value x-elements space "]"', ("value", "x-elements")),
 }
 # llama.cpp's rules `x-value` refers to (schema/rules.py's PRIMITIVE_RULES)
 ANY_VALUE_PRIMITIVES: Final = ("string", "boolean", "null")
