@@ -196,7 +196,7 @@ def run_batch(
             masks = [mask for _, mask in settle()]
         for step in range(steps):
             drawn: list[int] = []
-            refused: list[tuple[int, Logits, StepMask]] = []
+            refused: list[tuple[int, StepMask]] = []
             for index, chain in enumerate(chains):
                 logits = trajectories[index].logits[step].copy()
                 token = chain.sample(logits)
@@ -204,12 +204,15 @@ def run_batch(
                     mask = masks[index]
                     assert mask is not None
                     if not mask_allows(mask.words, token):
-                        refused.append((index, logits, mask))
+                        refused.append((index, mask))
                 drawn.append(token)
-            # the refused draws redrawn together, after every first draw (as the worker's lockstep does)
-            for index, logits, mask in refused:
+            # the refused draws redrawn together, after every first draw (as the worker's lockstep does), on
+            # the recorded logits themselves (the same values): a copy of each kept until then would grow
+            # the heap by a megabyte a refusal, which the allocator gives back and takes again each step
+            for index, mask in refused:
                 rejections += 1
-                drawn[index] = chains[index].sample(logits, allowed_ids=mask.allowed(model.n_vocab))
+                recorded = trajectories[index].logits[step]
+                drawn[index] = chains[index].sample(recorded, allowed_ids=mask.allowed(model.n_vocab))
             if mode == "off":
                 assert client is not None
                 called = clock()
