@@ -57,6 +57,7 @@ __all__ = [
     "GreType",
     "ParsedGrammar",
     "check_grammar",
+    "forget_kept_classes",
     "format_gbnf",
     "grammar_error",
     "parse_gbnf",
@@ -155,8 +156,6 @@ _SIMPLE_RULE: Final = re.compile(
 )
 # the items of such a body, blanks skipped: a reference, a literal, a char class, or `|`
 _ITEMS: Final = re.compile(r"([a-zA-Z0-9-]++)|(" + _LITERAL_TEXT + ")|(" + _CLASS_TEXT + r")|\|")
-# literals and classes up to this long keep their elements for the next grammar that writes them
-_KEPT_ITEM_CHARS: Final = 64
 _LITERAL_ITEMS: Final = re.compile(_LITERAL_ITEM)
 _Match = Callable[[str, int], "re.Match[str] | None"]
 # by `nested` (newlines are blanks inside a group): the matchers of a reference, a literal, a char class
@@ -185,12 +184,14 @@ def parse_gbnf(text: str, *, token_id: Callable[[str], int | None] | None = None
     return _Parser(text, token_id).parse()
 
 
-def _read_literal(literal: str) -> tuple[Element, ...]:
+def _literal_elements(literal: str) -> list[Element]:
     # a quoted literal's chars, its escapes well formed (as `_ITEMS` found it)
-    return tuple((_CHAR, _code_point(item)) for item in _LITERAL_ITEMS.findall(literal, 1, len(literal) - 1))
+    if "\\" not in literal:
+        return [(_CHAR, ord(char)) for char in literal[1:-1]]
+    return [(_CHAR, _code_point(item)) for item in _LITERAL_ITEMS.findall(literal, 1, len(literal) - 1)]
 
 
-def _read_class(char_class: str) -> tuple[Element, ...]:
+def _class_elements(char_class: str) -> tuple[Element, ...]:
     # a bracketed char class's elements, its escapes well formed (as `_ITEMS` found it)
     negated = char_class[1] == "^"
     rule: list[Element] = []
@@ -198,10 +199,16 @@ def _read_class(char_class: str) -> tuple[Element, ...]:
     return tuple(rule)
 
 
-# The same short items recur in grammar after grammar (a converter's char classes and key literals): they
-# keep their elements, shared by every grammar that writes them; 2 * 4,096 of at most 64 chars, a few MiB.
-_kept_literal: Final = functools.lru_cache(maxsize=4096)(_read_literal)
-_kept_class: Final = functools.lru_cache(maxsize=4096)(_read_class)
+# A converter writes the same few classes in every grammar (a string's characters, digits, a key's
+# characters but a few): short ones keep their elements, shared by the grammars that write them.
+_KEPT_CLASS_CHARS: Final = 64
+_kept_class: Final = functools.lru_cache(maxsize=4096)(_class_elements)
+
+
+def forget_kept_classes() -> None:
+    """Forget the char classes kept between grammars: the next parse reads each class as a process's first
+    parse does (a benchmark times compiles so, none helped by an earlier one)."""
+    _kept_class.cache_clear()
 
 
 def _code_point(item: str) -> int:
@@ -325,9 +332,9 @@ class _Parser:
             if name:
                 rule.append((_RULE_REF, symbol_ids.setdefault(name, len(symbol_ids))))
             elif literal:
-                rule += (_kept_literal if len(literal) <= _KEPT_ITEM_CHARS else _read_literal)(literal)
+                rule += _literal_elements(literal)
             elif char_class:
-                rule += (_kept_class if len(char_class) <= _KEPT_ITEM_CHARS else _read_class)(char_class)
+                rule += (_kept_class if len(char_class) <= _KEPT_CLASS_CHARS else _class_elements)(char_class)
             else:
                 rule.append(_ALT)
         rule.append(_END)
