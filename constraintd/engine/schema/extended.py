@@ -285,7 +285,8 @@ PRIMITIVES: Final[Mapping[str, BuiltinRule]] = {
     # llama.cpp's groups, loop and option are four rules more to the parser
     "object": BuiltinRule('"{" space space "}" | "{" space string ":" space value x-members space "}"',
                           ("string", "value", "x-members")),
-    "array": BuiltinRule('"[" space space "]" | "[" space value x-elements space "]"', ("value", "x-elements")),
+    "array": BuiltinRule('"[" space space "]" | "[" space value x-elements space "]"',
+                         ("value", "x-elements")),
 }
 # llama.cpp's rules `x-value` refers to (schema/rules.py's PRIMITIVE_RULES)
 ANY_VALUE_PRIMITIVES: Final = ("string", "boolean", "null")
