@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from clients import Client
@@ -366,8 +367,6 @@ class ScriptedBatch:
         return [self._logits(row.seq, row.start + len(row.tokens)) if row.logits else None for row in rows]
 
     def _logits(self, seq: int, position: int) -> Any:
-        import numpy as np
-
         return np.random.default_rng(1000 * seq + position).normal(0.0, 3.0, self.n_vocab).astype(np.float32)
 
     def clear(self, seq: int) -> None:
