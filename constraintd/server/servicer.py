@@ -268,7 +268,8 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
     @_answered
     async def Accept(self, request: pb.AcceptRequest, context: Context) -> pb.AcceptResponse:
         reply, owed = self.operations.accept_owing(request)
-        await self._pay(owed)
+        if owed:
+            await self._pay(owed)
         return reply
 
     @_answered
@@ -295,30 +296,15 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
     async def Close(self, request: pb.CloseRequest, context: Context) -> pb.CloseResponse:
         return self.operations.close(request)
 
-    def _count_step_errors(self, request: pb.StepRequest, reply: pb.StepResponse) -> None:
-        count = self.metrics.step_errors.inc
-        for op, result in zip(request.ops, reply.results, strict=True):
-            if result.WhichOneof("result") == "error":
-                count(op.WhichOneof("op") or "none", code_pb2.Code.Name(result.error.code))
-        for item in reply.accepts.errors:
-            count("accept", code_pb2.Code.Name(item.error.code))
-
-    async def _step(self, request: pb.StepRequest) -> tuple[pb.StepResponse, list[Owed]]:
-        slices = self.operations.step_slices(request)
-        held = time.perf_counter()
-        while True:
-            try:
-                next(slices)
-            except StopIteration as done:
-                answer: tuple[pb.StepResponse, list[Owed]] = done.value
-                return answer
-            if time.perf_counter() - held > STEP_HOLD:
-                await asyncio.sleep(0)  # the calls waiting run now
-                held = time.perf_counter()
+    def _count_step_error(self, kind: str, code: int) -> None:
+        self.metrics.step_errors.inc(kind, code_pb2.Code.Name(code))
 
     async def Step(
         self, requests: AsyncIterator[pb.StepRequest], context: Context
     ) -> AsyncIterator[pb.StepResponse]:
+        metrics = self.metrics
+        count_op = metrics.step_ops.inc
+        failed = self._count_step_error
         try:
             async for request in requests:
                 if isinstance(request, Large):  # typed as a StepRequest: see add_to_server
@@ -327,15 +313,28 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
                     raise request.error()
                 started = time.perf_counter()
                 for op in request.ops:
-                    self.metrics.step_ops.inc(op.WhichOneof("op") or "none")
+                    count_op(op.WhichOneof("op") or "none")
                 batched = len(request.accepts.session_ids)
                 if batched:
-                    self.metrics.step_ops.inc("accept", by=batched)
-                reply, owed = await self._step(request)
-                self._count_step_errors(request, reply)
-                await self._pay(owed)
-                self.metrics.rpcs.inc("Step", "OK")
-                self.metrics.rpc_seconds.observe(time.perf_counter() - started, "Step")
+                    count_op("accept", by=batched)
+                # its slices run here, not in a coroutine of their own: a message of a few operations is
+                # one slice, answered with no await in between
+                slices = self.operations.step_slices(request, failed=failed)
+                held = started
+                while True:
+                    try:
+                        next(slices)
+                    except StopIteration as done:
+                        answer: tuple[pb.StepResponse, list[Owed]] = done.value
+                        break
+                    if time.perf_counter() - held > STEP_HOLD:
+                        await asyncio.sleep(0)  # the calls waiting run now
+                        held = time.perf_counter()
+                reply, owed = answer
+                if owed:
+                    await self._pay(owed)
+                metrics.rpcs.inc("Step", "OK")
+                metrics.rpc_seconds.observe(time.perf_counter() - started, "Step")
                 yield reply
         except Exception as error:
             status = self.failed("Step", error)

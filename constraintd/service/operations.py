@@ -121,10 +121,6 @@ class OwedMask:
         for one to compute (a walk of the vocabulary: a worker thread's job)."""
         return 1.0 if self.matcher.mask_known() else math.inf
 
-    def moved(self, reply: Any) -> OwedMask:
-        """The same mask owed to the `mask` field of `reply` (a copy of the reply it was owed to)."""
-        return OwedMask(reply.mask, self.matcher, compact=self.compact)
-
     def pay(self, deadline: float | None = None) -> None:
         matcher = self.matcher
         words = matcher.mask(deadline=deadline)
@@ -146,9 +142,6 @@ class OwedChecks:
         """What paying it costs, in mask lookups (a check is about a quarter of one when the state's answer
         is known; more when it is not, which a few thousand checks cannot make long)."""
         return len(self.tokens) / 4
-
-    def moved(self, reply: Any) -> OwedChecks:
-        return OwedChecks(reply, self.matcher, self.tokens)
 
     def pay(self, deadline: float | None = None) -> None:
         tokens = self.tokens
@@ -210,6 +203,12 @@ def pay(owed: list[Owed], *, deadline: float | None = None) -> None:
 
 def _state(session: Session) -> pb.SessionState:
     return pb.SessionState(complete=session.matcher.is_complete(), position=session.position)
+
+
+def _set_state(state: pb.SessionState, session: Session) -> None:
+    # `_state` written into the reply's own field: no message made and copied in (the Accept's hot path)
+    state.complete = session.matcher.is_complete()
+    state.position = session.position
 
 
 def _position(request: Any) -> int | None:
@@ -288,10 +287,12 @@ class Operations:
         self._limits = limits
         # the registry releases only vocabularies no open session of this store uses
         registry.watch_sessions(store.uses_vocab)
-        self._step_ops: dict[str, Callable[[Any], tuple[Any, list[Owed]]]] = {
-            "accept": self.accept_owing,
-            "mask": self.mask_owing,
-            "allows": self.allows_owing,
+        # a Step operation's kind -> what answers it into its result's field of that kind, returning the
+        # work it owes (the reply is the result's own field: nothing is made, copied and pointed into again)
+        self._step_ops: dict[str, Callable[[Any, Any], Sequence[Owed]]] = {
+            "accept": self._accept_into,
+            "mask": self._mask_into,
+            "allows": self._allows_into,
         }
 
     def record_bounds(self) -> dict[str, tuple[int, Callable[[], Exception]]]:
@@ -448,14 +449,19 @@ class Operations:
         return reply
 
     def accept_owing(self, request: pb.AcceptRequest) -> tuple[pb.AcceptResponse, list[Owed]]:
+        reply = pb.AcceptResponse()
+        return reply, list(self._accept_into(request, reply))
+
+    def _accept_into(self, request: pb.AcceptRequest, reply: pb.AcceptResponse) -> Sequence[Owed]:
         session = self.store.get(request.session_id, position=_position(request))
         accepted = session.accept(request.token)
-        reply = pb.AcceptResponse(accepted=accepted, state=_state(session))
+        reply.accepted = accepted
+        _set_state(reply.state, session)
         if request.mask_after:
-            return reply, [OwedMask(reply.mask, session.matcher.fork(), compact=True)]
+            return (OwedMask(reply.mask, session.matcher.fork(), compact=True),)
         if not accepted and request.mask_on_reject:
-            return reply, [OwedMask(reply.mask, session.matcher.fork())]
-        return reply, []
+            return (OwedMask(reply.mask, session.matcher.fork()),)
+        return ()
 
     def allows(self, request: pb.AllowsRequest) -> pb.AllowsResponse:
         reply, owed = self.allows_owing(request)
@@ -465,10 +471,14 @@ class Operations:
     def allows_owing(self, request: pb.AllowsRequest) -> tuple[pb.AllowsResponse, list[Owed]]:
         """Allows with the session's state now and the checks owed, on a fork of the session's matcher (up to
         `max_tokens_per_call` checks is seconds of work: a worker thread's, while the session goes on)."""
+        reply = pb.AllowsResponse()
+        return reply, list(self._allows_into(request, reply))
+
+    def _allows_into(self, request: pb.AllowsRequest, reply: pb.AllowsResponse) -> Sequence[Owed]:
         self._check_tokens(len(request.tokens), "tokens to check")
         session = self.store.get(request.session_id)
-        reply = pb.AllowsResponse(state=_state(session))
-        return reply, [OwedChecks(reply, session.matcher.fork(), request.tokens)]
+        _set_state(reply.state, session)
+        return (OwedChecks(reply, session.matcher.fork(), request.tokens),)
 
     def mask(self, request: pb.MaskRequest) -> pb.MaskResponse:
         reply, owed = self.mask_owing(request)
@@ -476,9 +486,13 @@ class Operations:
         return reply
 
     def mask_owing(self, request: pb.MaskRequest) -> tuple[pb.MaskResponse, list[Owed]]:
+        reply = pb.MaskResponse()
+        return reply, list(self._mask_into(request, reply))
+
+    def _mask_into(self, request: pb.MaskRequest, reply: pb.MaskResponse) -> Sequence[Owed]:
         session = self.store.get(request.session_id)
-        reply = pb.MaskResponse(state=_state(session))
-        return reply, [OwedMask(reply.mask, session.matcher.fork())]
+        _set_state(reply.state, session)
+        return (OwedMask(reply.mask, session.matcher.fork()),)
 
     def rollback(self, request: pb.RollbackRequest) -> pb.RollbackResponse:
         session = self.store.get(request.session_id, position=_position(request))
@@ -509,41 +523,49 @@ class Operations:
                 return answer
 
     def step_slices(
-        self, request: pb.StepRequest
+        self, request: pb.StepRequest, *, failed: Callable[[str, int], None] | None = None
     ) -> Generator[None, None, tuple[pb.StepResponse, list[Owed]]]:
         """`step_owing` as a generator that stops after every STEP_SLICE operations (and accepts of the
         batch), returning what `step_owing` returns. A caller may run other operations between two slices:
-        each operation is done whole, in order, as if the message came in parts."""
+        each operation is done whole, in order, as if the message came in parts. `failed` is told the kind
+        ("accept", "mask", "allows"; "none" for an operation of no kind) and status code of each error
+        answered in an operation's place, as it is answered (the server counts them)."""
+        ops = request.ops
         batch = request.accepts
-        count = len(request.ops) + len(batch.session_ids)
+        count = len(ops) + len(batch.session_ids)
         if count > self._limits.max_step_ops:
             raise LimitError(
                 f"a Step message of {count} operations is over the limit of {self._limits.max_step_ops}"
             )
-        # every Allows of the message together: 4096 operations of a million tokens each is not one call
-        self._check_tokens(
-            sum(len(op.allows.tokens) for op in request.ops if op.HasField("allows")),
-            "tokens to check in a Step message",
-        )
+        kinds = [op.WhichOneof("op") for op in ops]
+        if "allows" in kinds:
+            # every Allows of the message together: 4096 operations of a million tokens each is not one call
+            self._check_tokens(
+                sum(len(op.allows.tokens) for op, kind in zip(ops, kinds, strict=True) if kind == "allows"),
+                "tokens to check in a Step message",
+            )
         reply = pb.StepResponse()
+        results = reply.results
         owed: list[Owed] = []
-        for done, op in enumerate(request.ops, 1):
+        step_ops = self._step_ops
+        for done, (op, kind) in enumerate(zip(ops, kinds, strict=True), 1):
             if not done % STEP_SLICE:
                 yield
-            result = reply.results.add()
-            kind = op.WhichOneof("op")
+            result = results.add()
             try:
                 if kind is None:
                     raise InputError("a Step operation needs `accept`, `mask` or `allows`")
-                answer, owes = self._step_ops[kind](getattr(op, kind))
-                target = getattr(result, kind)
-                target.CopyFrom(answer)
-                # the owed masks point into `answer`; point them into the copy in the reply instead
-                owed.extend(work.moved(target) for work in owes)
+                owes = step_ops[kind](getattr(op, kind), getattr(result, kind))
             except ConstraintdError as error:
-                result.error.CopyFrom(status_for(error))
+                status = status_for(error)
+                result.error.CopyFrom(status)
+                if failed is not None:
+                    failed(kind or "none", status.code)
+            else:
+                if owes:
+                    owed.extend(owes)
         if batch.session_ids:
-            yield from self._accept_batch(batch, reply.accepts, owed)
+            yield from self._accept_batch(batch, reply.accepts, owed, failed)
         return reply, owed
 
     def _check_tokens(self, count: int, what: str) -> None:
@@ -554,7 +576,11 @@ class Operations:
             )
 
     def _accept_batch(
-        self, batch: pb.AcceptBatch, into: pb.AcceptBatchResponse, owed: list[Owed]
+        self,
+        batch: pb.AcceptBatch,
+        into: pb.AcceptBatchResponse,
+        owed: list[Owed],
+        failed: Callable[[str, int], None] | None,
     ) -> Generator[None, None, None]:
         """A Step's accept batch, column in, column out: the hot path of a worker decoding many sequences,
         so it makes no message per item (only per error and per owed mask). Stops after every STEP_SLICE
@@ -582,7 +608,10 @@ class Operations:
                 session = get(ids[index], position=positions[index], now=now)
                 taken = session.accept(tokens[index])
             except ConstraintdError as error:
-                into.errors.add(index=index, error=status_for(error))
+                status = status_for(error)
+                into.errors.add(index=index, error=status)
+                if failed is not None:
+                    failed("accept", status.code)
                 continue
             matcher = session.matcher
             accepted[index] = taken

@@ -380,9 +380,9 @@ def test_an_accept_past_its_deadline_is_a_deadline_error_and_the_next_one_works(
     release = threading.Event()
     answer = served.operations.step_slices
 
-    def stalled(request: Any) -> Any:
+    def stalled(request: Any, **options: Any) -> Any:
         release.wait(30.0)
-        return answer(request)
+        return answer(request, **options)
 
     with Client(served.addresses[0], policy=dataclasses.replace(POLICY, timeout=0.2)) as client:
         session = client.session(client.register_vocab(pieces=TINY_PIECES, eog=TINY_EOG), gbnf=AB_PLUS)

@@ -811,7 +811,7 @@ async def test_masks_over_a_real_vocabulary_equal_the_engines(stub: Stub) -> Non
 async def test_a_bug_is_internal_with_no_details_and_logged_with_its_traceback(
     service: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(request: object) -> None:
+    def broken(request: object, **options: object) -> None:
         raise KeyError("a bug")
 
     monkeypatch.setattr(service.operations, "mask_owing", broken)
