@@ -115,7 +115,9 @@ class Histogram(_Family):
         self._sums: dict[Labels, float] = {}
 
     def observe(self, value: float, *labels: str) -> None:
-        counts = self._counts.setdefault(labels, [0] * (len(self.buckets) + 1))
+        counts = self._counts.get(labels)
+        if counts is None:  # not setdefault: its default would be a new list at every observation
+            counts = self._counts[labels] = [0] * (len(self.buckets) + 1)
         counts[bisect.bisect_left(self.buckets, value)] += 1
         self._sums[labels] = self._sums.get(labels, 0.0) + value
 
