@@ -55,7 +55,7 @@ from constraintd.engine.grammar.stacks import (
 from constraintd.engine.grammar.utf8 import PartialUtf8
 from constraintd.errors import LimitError
 
-__all__ = ["MAX_STACK_DEPTH", "SHARED_DEPTH", "ClassRun", "KeptMove", "Move", "State", "StateTable"]
+__all__ = ["DEAD", "MAX_STACK_DEPTH", "SHARED_DEPTH", "ClassRun", "KeptMove", "Move", "State", "StateTable"]
 
 _CHAR_KINDS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY))
 # The deepest stack a state may hold: JSON nested about 16,000 deep. Memory grows linearly with the depth
@@ -66,13 +66,13 @@ MAX_STACK_DEPTH: Final = 32_768
 SHARED_DEPTH: Final = 512
 _NO_CODE_POINT: Final = -1
 _TOP_CODE_POINT: Final = 1 << 32  # above every value llama.cpp's decoder can produce
-_DEAD: Final = -1  # the number memoized for no stack (no state takes the code point or the token)
+DEAD: Final = -1  # the number memoized for no stack (no state takes the code point or the token)
 
 # A token taken from a state: whether llama.cpp's apply allows it, the state and unfinished UTF-8 sequence
 # accepting it leaves (None where llama.cpp's accept would leave no stack, or the token is not allowed), and
 # the most stacks met on the way (for a caller whose limit is lower than the one it was found under).
 Move = tuple[bool, "State | None", PartialUtf8, int]
-# A Move as a state memoizes it (`State.moves`): the state after as its number (`State.id`, or _DEAD).
+# A Move as a state memoizes it (`State.moves`): the state after as its number (`State.id`, or DEAD).
 KeptMove = tuple[bool, int, PartialUtf8, int]
 # A run of states that each take one char class and nothing else (`State.class_run`): the class, how many
 # states in a row, and the state after them (None: no stack is left).
@@ -231,44 +231,57 @@ class State:
     )
 
     def __init__(self, table: StateTable, stacks: StackSet, *, shared: bool = True) -> None:
-        kinds = table.rules.kinds
+        rules = table.rules
+        kinds = rules.kinds
         self.table = table
         self.stacks = stacks
         # kept in the table (False: deeper than SHARED_DEPTH, the holder's alone)
         self.shared = shared
-        # its number in `peers` (set by the table once it keeps it; _DEAD for a private state), and the
+        # its number in `peers` (set by the table once it keeps it; DEAD for a private state), and the
         # table's numbering it was made in, where the numbers its memos hold are found
-        self.id = _DEAD
+        self.id = DEAD
         self.peers = table.by_id
         self.has_empty = () in stacks
-        by_top: dict[int, list[Stack]] = {}
-        tokens: list[tuple[int, int, Stack]] = []
-        escapes = False
-        for stack in stacks:
-            if not stack:
-                continue
-            top = stack[-1]
-            if kinds[top] in _CHAR_KINDS:
-                by_top.setdefault(top, []).append(stack)
-            elif kinds[top] == ESCAPE:
-                escapes = True
-            else:
-                tokens.append((kinds[top], table.rules.values[top], stack))
         # char-class position on top of some stack -> those stacks; tuples, not lists: a list is always in the
         # cyclic collector's sight, and a state has about six of them (1.6M objects a full collection walked
         # after 100 schemas' walks over qwen2, 724k of them these lists), while a tuple of stacks of plain
-        # positions, and then the dict, leave it at the collector's first pass
-        self.by_top: dict[int, tuple[Stack, ...]] = {top: tuple(group) for top, group in by_top.items()}
-        self.char_tops: tuple[int, ...] = tuple(sorted(by_top))
+        # positions, and then the dict, leave it at the collector's first pass. Built in one loop with no
+        # nested function (a comprehension is one): a state is made on a token's first visit, where every
+        # piece of code run for the first time in a while costs its cache misses.
+        by_top: dict[int, tuple[Stack, ...]]
+        tokens: list[tuple[int, int, Stack]] = []
+        escapes = False
+        single: Stack = ()
+        if len(stacks) == 1:
+            (single,) = stacks
+        if single and kinds[single[-1]] in _CHAR_KINDS:  # one char-topped stack: a third of the states
+            by_top = {single[-1]: (single,)}
+        else:
+            groups: dict[int, list[Stack]] = {}
+            for stack in stacks:
+                if not stack:
+                    continue
+                top = stack[-1]
+                kind = kinds[top]
+                if kind in _CHAR_KINDS:
+                    group = groups.get(top)
+                    if group is None:
+                        groups[top] = [stack]
+                    else:
+                        group.append(stack)
+                elif kind == ESCAPE:
+                    escapes = True
+                else:
+                    tokens.append((kind, rules.values[top], stack))
+            by_top = dict(zip(groups, map(tuple, groups.values()), strict=True))
+        self.by_top = by_top
+        self.char_tops: tuple[int, ...] = tuple(sorted(by_top)) if len(by_top) > 1 else tuple(by_top)
         # (TOKEN or TOKEN_NOT, token id, stack) for every token-topped stack
-        self.token_tops: tuple[tuple[int, int, Stack], ...] = tuple(tokens)
+        self.token_tops: tuple[tuple[int, int, Stack], ...] = tuple(tokens) if tokens else ()
         # whether a stack has come down to an escape mark (stacks.Rules.escape): the rest is unknown
         self.has_escape = escapes
-        self.forget()
-
-    def forget(self) -> None:
-        """Drop the memoized transitions (the table was reset)."""
-        # code point -> the number of the state after (_DEAD: none)
+        # the memos, empty (`forget`, written out for the same reason)
+        # code point -> the number of the state after (DEAD: none)
         self._steps: dict[int, int] = {}
         self._by_match: dict[tuple[int, ...], int] = {}
         self._partial_ok: dict[PartialUtf8, bool] = {}
@@ -280,6 +293,16 @@ class State:
         # token -> its Move from a fresh UTF-8 start (filled by matcher.py's accept, `keep_move`)
         self.moves: dict[int, KeptMove] = {}
 
+    def forget(self) -> None:
+        """Drop the memoized transitions (the table was reset): as `__init__` leaves them."""
+        self._steps = {}
+        self._by_match = {}
+        self._partial_ok = {}
+        self._bounds = None
+        self._after = None
+        self._char_only = None
+        self.moves = {}
+
     def __len__(self) -> int:
         return len(self.stacks)
 
@@ -290,13 +313,13 @@ class State:
         """The state after one code point (llama_grammar_accept), or None when no stack takes it."""
         number = self._steps.get(code_point)
         if number is not None:
-            after = None if number == _DEAD else self.peers[number]
+            after = None if number == DEAD else self.peers[number]
         else:
             match = self.table.rules.match_char
             matched = tuple(pos for pos in self.char_tops if match(pos, code_point))
             after = self._after_match(matched, limit)
             if self.keeps(after):
-                self._steps[code_point] = _DEAD if after is None else after.id
+                self._steps[code_point] = DEAD if after is None else after.id
         if after is not None and len(after.stacks) > limit:
             raise LimitError(f"the grammar reached {len(after.stacks)} stacks, above the limit of {limit}")
         return after
@@ -304,7 +327,7 @@ class State:
     def _after_match(self, matched: tuple[int, ...], limit: int) -> State | None:
         number = self._by_match.get(matched)
         if number is not None:
-            return None if number == _DEAD else self.peers[number]
+            return None if number == DEAD else self.peers[number]
         found: set[Stack] = set()
         pop = self.table.rules.pop_terminal
         for pos in matched:
@@ -312,14 +335,14 @@ class State:
                 found.update(pop(stack))
         after = self.table.intern(found, limit)
         if self.keeps(after):
-            self._by_match[matched] = _DEAD if after is None else after.id
+            self._by_match[matched] = DEAD if after is None else after.id
         return after
 
     def keeps(self, after: State | None) -> bool:
         """Whether this state may memoize a transition to `after`: to no stack, or to a state numbered in
         this state's own numbering (so never to a private one, and nothing new once the table was reset:
         see the module comment)."""
-        return after is None or (after.peers is self.peers and after.id != _DEAD)
+        return after is None or (after.peers is self.peers and after.id != DEAD)
 
     def known_move(self, token: int) -> Move | None:
         """The Move memoized for `token` from a fresh UTF-8 start (`keep_move`), or None."""
@@ -327,13 +350,15 @@ class State:
         if kept is None:
             return None
         allowed, number, partial, peak = kept
-        return allowed, None if number == _DEAD else self.peers[number], partial, peak
+        return allowed, None if number == DEAD else self.peers[number], partial, peak
 
     def keep_move(self, token: int, move: Move) -> None:
         """Memoizes `move`, the Move of `token` from a fresh UTF-8 start, where `keeps` allows."""
         allowed, after, partial, peak = move
-        if self.keeps(after):
-            self.moves[token] = (allowed, _DEAD if after is None else after.id, partial, peak)
+        if after is None:
+            self.moves[token] = (allowed, DEAD, partial, peak)
+        elif after.peers is self.peers and after.id != DEAD:  # `keeps`, written out
+            self.moves[token] = (allowed, after.id, partial, peak)
 
     def after_token(self, token: int) -> list[Stack]:
         """Where its token-topped stacks go when they take `token` (llama_grammar_match_token)."""
@@ -446,13 +471,15 @@ class State:
         stacks: StackSet = self.stacks
         peak = 0
         table = self.table
+        rules = table.rules
+        known = table._states.get  # StateTable.known, and below State.keeps, written out: the hot path
         for code_point in code_points:
             if state is not None:
                 if state.token_tops and not allowed:
                     allowed = state.token_matches(token)
                 number = state._steps.get(code_point)
                 if number is not None:
-                    if number == _DEAD:
+                    if number == DEAD:
                         return allowed, None, peak
                     after = state.peers[number]
                     size = len(after.stacks)
@@ -462,12 +489,12 @@ class State:
                     if size > peak:
                         peak = size
                     continue
-            elif not allowed and table.rules.has_tokens:
-                allowed = _takes_token(table.rules, stacks, token)
-            found = _step_stacks(table.rules, stacks, code_point)
+            elif not allowed and rules.has_tokens:
+                allowed = _takes_token(rules, stacks, token)
+            found = _step_stacks(rules, stacks, code_point)
             if not found:
                 if state is not None:
-                    state._steps[code_point] = _DEAD
+                    state._steps[code_point] = DEAD
                 return allowed, None, peak
             size = len(found)
             if size > limit:
@@ -475,10 +502,10 @@ class State:
             if size > peak:
                 peak = size
             stacks = frozenset(found)
-            known = table.known(stacks)
-            if state is not None and known is not None and state.keeps(known):
-                state._steps[code_point] = known.id
-            state = known
+            met = known(stacks)
+            if state is not None and met is not None and met.peers is state.peers and met.id != DEAD:
+                state._steps[code_point] = met.id
+            state = met
         if state is None:
             state = table.intern(stacks, limit)
             assert state is not None
@@ -491,6 +518,8 @@ class State:
         allowed, char_after, peak = self.walk(token, code_points, partial, limit)
         if not allowed:
             return False, None, partial, peak
+        if code_points and not self.token_tops:  # `accepted`'s answer, without the call (most tokens)
+            return True, char_after, partial, peak
         after = self.accepted(token, code_points, limit, char_after=char_after)
         if after is not None and len(after.stacks) > peak:
             peak = len(after.stacks)
@@ -507,7 +536,7 @@ class State:
         bounds, numbers = self._bounds, self._after
         if bounds is not None and numbers is not None:
             peers = self.peers
-            after = tuple(None if number == _DEAD else peers[number] for number in numbers)
+            after = tuple(None if number == DEAD else peers[number] for number in numbers)
         else:
             rules = self.table.rules
             cuts: set[int] = set()
@@ -521,7 +550,7 @@ class State:
             members = _members(self.char_tops, rules.char_class, starts)
             after = tuple(self._after_match(matched, limit) for matched in members)
             if all(map(self.keeps, after)):
-                self._after = tuple(_DEAD if state is None else state.id for state in after)
+                self._after = tuple(DEAD if state is None else state.id for state in after)
                 self._bounds = bounds
         for state in after:
             if state is not None and len(state.stacks) > limit:

@@ -47,6 +47,9 @@ def decode_utf8(data: bytes, partial: PartialUtf8 = FRESH) -> tuple[tuple[int, .
         The code points completed in `data` (none when it is invalid) and the state it ends in: `FRESH`,
         an unfinished sequence, or `INVALID`.
     """
+    if partial[1] <= 0 and data.isascii() and 0 not in data:
+        # most pieces: ASCII, whose bytes are their code points (no text object, no codec lookup)
+        return tuple(data), FRESH
     nul = data.find(0)
     if nul >= 0:
         data = data[:nul]
