@@ -47,8 +47,8 @@ T = TypeVar("T")
 Mask = npt.NDArray[np.int32]
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+# A named tuple rather than a frozen dataclass, as StepOutcome below: every Accept makes one.
+class Call(NamedTuple):
     """Make one RPC: `method` is its name in the service ("Accept"); the reply is sent back in."""
 
     method: str

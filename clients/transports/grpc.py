@@ -168,9 +168,7 @@ class GrpcTransport:
         if method in ("Accept", "Step") and self._stream_lock.acquire(blocking=False):
             try:
                 if method == "Accept":
-                    return _only_accept(
-                        self._exchange(pb.StepRequest(ops=[pb.StepOp(accept=request)]), timeout)
-                    )
+                    return _only_accept(self._exchange(_step_of(request), timeout))
                 return self._exchange(request, timeout)
             finally:
                 self._stream_lock.release()
@@ -239,7 +237,7 @@ class AsyncGrpcTransport:
         if method == "Step":
             return await self._step(request, timeout)
         if method == "Accept":  # the hot path: a message on the open stream costs less than a unary call
-            reply = await self._step(pb.StepRequest(ops=[pb.StepOp(accept=request)]), timeout)
+            reply = await self._step(_step_of(request), timeout)
             return _only_accept(reply)
         call = getattr(self._stub, method)(
             request, timeout=timeout, metadata=self._metadata, wait_for_ready=True
@@ -324,6 +322,14 @@ async def _ending(stream: Any) -> ConstraintdError:
     """Why a Step stream ended (a write's or a read's own error does not say: the call's status does)."""
     code, details = await stream.code(), await stream.details() or ""
     return _stream_failure(code, details, await _async_failure(stream))
+
+
+def _step_of(request: pb.AcceptRequest) -> pb.StepRequest:
+    """A Step of the one accept `request` (copied once: `StepRequest(ops=[StepOp(accept=request)])` copies
+    it twice)."""
+    step = pb.StepRequest()
+    step.ops.add().accept.CopyFrom(request)
+    return step
 
 
 def _only_accept(reply: pb.StepResponse) -> pb.AcceptResponse:
