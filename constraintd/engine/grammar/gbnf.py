@@ -184,11 +184,24 @@ def parse_gbnf(text: str, *, token_id: Callable[[str], int | None] | None = None
     return _Parser(text, token_id).parse()
 
 
+# the element of each ASCII char, made once: a literal of ASCII chars without escapes (most are) takes its
+# elements from here, without a tuple made per char
+_ASCII_ELEMENTS: Final = tuple((_CHAR, code_point) for code_point in range(128))
+
+
 def _literal_elements(literal: str) -> list[Element]:
     # a quoted literal's chars, its escapes well formed (as `_ITEMS` found it)
-    if "\\" not in literal:
-        return [(_CHAR, ord(char)) for char in literal[1:-1]]
-    return [(_CHAR, _code_point(item)) for item in _LITERAL_ITEMS.findall(literal, 1, len(literal) - 1)]
+    chars = literal[1:-1]
+    if "\\" in chars:
+        # quotes escaped (a key's literal), no other escape: a `\"` in a well-formed literal is one, since an
+        # escaped backslash before a quote would end it
+        chars = chars.replace('\\"', '"')
+        if "\\" in chars:
+            items = _LITERAL_ITEMS.findall(literal, 1, len(literal) - 1)
+            return [(_CHAR, _code_point(item)) for item in items]
+    if chars.isascii():
+        return list(map(_ASCII_ELEMENTS.__getitem__, chars.encode()))
+    return [(_CHAR, ord(char)) for char in chars]
 
 
 def _class_elements(char_class: str) -> tuple[Element, ...]:
@@ -328,16 +341,20 @@ class _Parser:
         # `first_ref`: a name left without a rule sends the whole text to the general loop (see `parse`).
         symbol_ids = self.symbol_ids
         rule: list[Element] = []
+        append = rule.append
         for name, literal, char_class in _ITEMS.findall(body):
             if name:
-                rule.append((_RULE_REF, symbol_ids.setdefault(name, len(symbol_ids))))
+                append((_RULE_REF, symbol_ids.setdefault(name, len(symbol_ids))))
             elif literal:
-                rule += _literal_elements(literal)
+                if len(literal) == 3 and literal[1] < "\x80":  # one ASCII char (no escape is that short)
+                    append(_ASCII_ELEMENTS[ord(literal[1])])
+                else:
+                    rule += _literal_elements(literal)
             elif char_class:
                 rule += (_kept_class if len(char_class) <= _KEPT_CLASS_CHARS else _class_elements)(char_class)
             else:
-                rule.append(_ALT)
-        rule.append(_END)
+                append(_ALT)
+        append(_END)
         return rule
 
     def parse_alternates(self, pos: int, rule_name: str, rule_id: int) -> int:
