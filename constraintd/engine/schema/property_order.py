@@ -9,8 +9,9 @@
 #   between any two of them, any number of times.
 # - Up to `ANY_ORDER_MAX` declared properties, any order is taken, exactly: the grammar has one rule per
 #   set of properties not yet written (2^n rules, n alternatives each), so no property repeats and none
-#   required is missing; exponential, hence the bound.
-# - Past it, any order is still taken where at most `REQUIRED_MAX` are required: one rule per set of
+#   required is missing; exponential, hence the bound. Past it, exactly too where that grammar is no
+#   larger than the one below (all properties but one at most are required: `_exact`).
+# - Else any order is still taken where at most `REQUIRED_MAX` are required: one rule per set of
 #   required properties not yet written (2^required), and a property may repeat. Each of a repeated key's
 #   values is then its property's, so whichever value a reader keeps (JSON Schema leaves an object with a
 #   repeated name undefined; Python keeps the last) the document is valid.
@@ -68,6 +69,17 @@ def in_any_order(required: Sequence[bool]) -> bool:
     return len(required) <= ANY_ORDER_MAX or sum(required) <= REQUIRED_MAX
 
 
+def _exact(required: Sequence[bool]) -> bool:
+    # whether the properties are taken in any order exactly: up to ANY_ORDER_MAX of them, or where that
+    # grammar is no larger than the one tracking the required ones alone (counted in alternatives: n 2^(n-1)
+    # for n properties; for r required, r 2^(r-1), a loop of free pairs per set and two alternatives per
+    # free pairs' rule), which is where all of them but one at most are required
+    count, tracked = len(required), sum(required)
+    return count <= ANY_ORDER_MAX or (
+        tracked <= REQUIRED_MAX
+        and count << (count - 1) <= (tracked << max(tracked - 1, 0)) + 3 * (1 << tracked) - 2)
+
+
 def counts_held(declared: int, required: int, other: bool, low: int | None, high: int | None,
                 ) -> tuple[bool, bool]:
     """Whether `object_rule` holds minProperties `low` and maxProperties `high` (None: absent) of an object of
@@ -99,7 +111,7 @@ def object_rule(kvs: Sequence[str], required: Sequence[bool], other: str | None,
         return _counted(other, min_pairs, max_pairs)
     prefix = f"{name}-" if name else ""
     lead = ""  # what comes before the first alternative's pair
-    if len(kvs) > ANY_ORDER_MAX and in_any_order(required):
+    if not _exact(required) and in_any_order(required):
         first = _required_tracked(kvs, required, other, add_rule, add_recursive, prefix)
     else:
         # other pairs, any number of them (`others`), and any number of them then the comma before a
@@ -112,7 +124,7 @@ def object_rule(kvs: Sequence[str], required: Sequence[bool], other: str | None,
                 written.append(_sep(add_recursive, f"{prefix}x-sep", other) if other else '"," space')
             return written[0]
 
-        if len(kvs) <= ANY_ORDER_MAX:
+        if _exact(required):
             if other and any(required):
                 # a declared pair comes: the other pairs before it, each with its comma, in one rule
                 lead = add_recursive(f"{prefix}x-before", lambda me: f'| {other} "," space {me}') + " "

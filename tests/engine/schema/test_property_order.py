@@ -72,6 +72,31 @@ def test_a_repeated_property_is_refused_up_to_the_exact_bound() -> None:
     assert not takes(grammar, '{"p1":"x","p0":1,"p1":"x"}')
 
 
+@pytest.mark.parametrize(("count", "required"), [(4, 3), (4, 4), (5, 5)])
+def test_past_the_bound_all_required_but_one_are_still_exact(count: int, required: int) -> None:
+    # the exact grammar is the smaller there: every order of every subset, and no property twice
+    schema = object_schema(count, required)
+    grammar = grammar_of(schema)
+    keys = [*schema["properties"], "other"]
+    for size in range(len(keys) + 1):
+        for chosen in itertools.permutations(keys, size):
+            document = {key: value_of(schema, key) for key in chosen}
+            assert takes(grammar, pairs_text(list(document.items()))) == valid(schema, document), chosen
+    pairs = [(key, value_of(schema, key)) for key in keys[:count]]
+    assert takes(grammar, pairs_text(pairs))
+    assert not takes(grammar, pairs_text([*pairs, pairs[0]]))
+    assert not takes(grammar, pairs_text([pairs[-1], *pairs]))
+
+
+def test_five_properties_one_optional_a_property_may_repeat() -> None:
+    # five properties, four required: tracking the required ones is the smaller grammar
+    schema = object_schema(5, 4)
+    grammar = grammar_of(schema)
+    pairs = [(key, value_of(schema, key)) for key in schema["properties"]]
+    assert takes(grammar, pairs_text([*pairs, pairs[0]]))
+    assert not takes(grammar, pairs_text(pairs[1:]))
+
+
 def test_a_wrong_value_is_refused_in_any_place() -> None:
     schema = object_schema(3, 1)
     grammar = grammar_of(schema)
