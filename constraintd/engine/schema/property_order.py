@@ -155,11 +155,17 @@ def _any_order(kvs: Sequence[str], required: Sequence[bool], other: str | None, 
     needed = sum(1 << i for i in range(count) if required[i])
     full = (1 << count) - 1
     rest: list[str] = []
+    written: list[str] = []  # each pair with what comes before it (made where a set's rule needs them)
     for mask in range(1 << count):
         if mask == full and (not other or lead):
             break  # only an alternative that starts with an other key is followed by every property
-        pairs = [_join(sep(), kvs[i], rest[mask & ~(1 << i)])
-                 for i in range(count) if mask >> i & 1]
+        if mask and not written:
+            written = [f"{sep()} {kv}" for kv in kvs]
+        pairs = []
+        for i in range(count):
+            if mask >> i & 1:
+                after = rest[mask & ~(1 << i)]
+                pairs.append(f"{written[i]} {after}" if after else written[i])
         if not pairs:
             rest.append(others)  # all written: other pairs only, or nothing
             continue
