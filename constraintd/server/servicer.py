@@ -164,6 +164,23 @@ def _answered(method: Method[Request, Reply]) -> Method[Request, Reply]:
     return answer
 
 
+class _StepCounts:
+    """A Step's operations and the errors answered in their place, counted in the metrics as the
+    operations tell them (Operations.step_slices' StepTally)."""
+
+    __slots__ = ("_errors", "_operations")
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._operations = metrics.step_ops.inc
+        self._errors = metrics.step_errors.inc
+
+    def asked(self, kind: str, count: int) -> None:
+        self._operations(kind, by=count)
+
+    def failed(self, kind: str, code: int) -> None:
+        self._errors(kind, code_pb2.Code.Name(code))
+
+
 class ConstraintdServicer(pb_grpc.ConstraintdServicer):
     """constraintd.v1.Constraintd over one `Operations`."""
 
@@ -180,6 +197,7 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
         self.compile_workers = compile_workers
         self.mask_workers = mask_workers
         self.metrics = metrics
+        self._step_counts = _StepCounts(metrics)
         # learns new grammars' first verdicts while no compile or mask job runs (None: off)
         self.ahead = ahead
         self._busy: Callable[[], contextlib.AbstractContextManager[None]] = (
@@ -296,15 +314,11 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
     async def Close(self, request: pb.CloseRequest, context: Context) -> pb.CloseResponse:
         return self.operations.close(request)
 
-    def _count_step_error(self, kind: str, code: int) -> None:
-        self.metrics.step_errors.inc(kind, code_pb2.Code.Name(code))
-
     async def Step(
         self, requests: AsyncIterator[pb.StepRequest], context: Context
     ) -> AsyncIterator[pb.StepResponse]:
         metrics = self.metrics
-        count_op = metrics.step_ops.inc
-        failed = self._count_step_error
+        tally = self._step_counts
         try:
             async for request in requests:
                 if isinstance(request, Large):  # typed as a StepRequest: see add_to_server
@@ -312,14 +326,9 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
                 if isinstance(request, Undecodable):  # typed as a StepRequest: see add_to_server
                     raise request.error()
                 started = time.perf_counter()
-                for op in request.ops:
-                    count_op(op.WhichOneof("op") or "none")
-                batched = len(request.accepts.session_ids)
-                if batched:
-                    count_op("accept", by=batched)
                 # its slices run here, not in a coroutine of their own: a message of a few operations is
                 # one slice, answered with no await in between
-                slices = self.operations.step_slices(request, failed=failed)
+                slices = self.operations.step_slices(request, tally=tally)
                 held = started
                 while True:
                     try:

@@ -29,7 +29,7 @@ import math
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -50,7 +50,7 @@ from constraintd.service.wire import merge_packed_bools
 from constraintd.v1 import constraintd_pb2 as pb
 
 __all__ = ["INLINE_COST", "STEP_SLICE", "Operations", "Owed", "OwedChecks", "OwedMask", "SessionPlan",
-           "WireMasks", "encode_mask", "pay"]
+           "StepTally", "WireMasks", "encode_mask", "pay"]
 
 
 def encode_mask(words: npt.NDArray[np.int32], vocab_size: int, *, compact: bool = False) -> pb.Mask:
@@ -189,6 +189,18 @@ def _token_ids(tokens: Sequence[int], deadline: float | None) -> npt.NDArray[np.
 
 
 Owed = OwedMask | OwedChecks
+
+
+class StepTally(Protocol):
+    """What the caller of a Step message is told as the message is read and done (the server counts both in
+    its metrics)."""
+
+    def asked(self, kind: str, count: int) -> None:
+        """The message asks for `count` operations of this kind ("accept", "mask", "allows"; "none" for an
+        operation of no kind); told before they are checked or done."""
+
+    def failed(self, kind: str, code: int) -> None:
+        """An operation of this kind was answered with an error of this status code in its place."""
 
 
 def pay(owed: list[Owed], *, deadline: float | None = None) -> None:
@@ -523,21 +535,26 @@ class Operations:
                 return answer
 
     def step_slices(
-        self, request: pb.StepRequest, *, failed: Callable[[str, int], None] | None = None
+        self, request: pb.StepRequest, *, tally: StepTally | None = None
     ) -> Generator[None, None, tuple[pb.StepResponse, list[Owed]]]:
         """`step_owing` as a generator that stops after every STEP_SLICE operations (and accepts of the
         batch), returning what `step_owing` returns. A caller may run other operations between two slices:
-        each operation is done whole, in order, as if the message came in parts. `failed` is told the kind
-        ("accept", "mask", "allows"; "none" for an operation of no kind) and status code of each error
-        answered in an operation's place, as it is answered (the server counts them)."""
+        each operation is done whole, in order, as if the message came in parts. `tally` is told what the
+        message asks for, then each error answered in an operation's place, as it is answered."""
         ops = request.ops
         batch = request.accepts
-        count = len(ops) + len(batch.session_ids)
+        batched = len(batch.session_ids)
+        kinds = [op.WhichOneof("op") for op in ops]
+        if tally is not None:
+            for kind in kinds:
+                tally.asked(kind or "none", 1)
+            if batched:
+                tally.asked("accept", batched)
+        count = len(kinds) + batched
         if count > self._limits.max_step_ops:
             raise LimitError(
                 f"a Step message of {count} operations is over the limit of {self._limits.max_step_ops}"
             )
-        kinds = [op.WhichOneof("op") for op in ops]
         if "allows" in kinds:
             # every Allows of the message together: 4096 operations of a million tokens each is not one call
             self._check_tokens(
@@ -559,13 +576,13 @@ class Operations:
             except ConstraintdError as error:
                 status = status_for(error)
                 result.error.CopyFrom(status)
-                if failed is not None:
-                    failed(kind or "none", status.code)
+                if tally is not None:
+                    tally.failed(kind or "none", status.code)
             else:
                 if owes:
                     owed.extend(owes)
-        if batch.session_ids:
-            yield from self._accept_batch(batch, reply.accepts, owed, failed)
+        if batched:
+            yield from self._accept_batch(batch, reply.accepts, owed, tally)
         return reply, owed
 
     def _check_tokens(self, count: int, what: str) -> None:
@@ -580,7 +597,7 @@ class Operations:
         batch: pb.AcceptBatch,
         into: pb.AcceptBatchResponse,
         owed: list[Owed],
-        failed: Callable[[str, int], None] | None,
+        tally: StepTally | None,
     ) -> Generator[None, None, None]:
         """A Step's accept batch, column in, column out: the hot path of a worker decoding many sequences,
         so it makes no message per item (only per error and per owed mask). Stops after every STEP_SLICE
@@ -610,8 +627,8 @@ class Operations:
             except ConstraintdError as error:
                 status = status_for(error)
                 into.errors.add(index=index, error=status)
-                if failed is not None:
-                    failed("accept", status.code)
+                if tally is not None:
+                    tally.failed("accept", status.code)
                 continue
             matcher = session.matcher
             accepted[index] = taken

@@ -87,6 +87,8 @@ async def test_errors_inside_a_step_reply_are_counted(service: Service, channel:
     assert len(reply.accepts.errors) == 2
     errors = service.metrics.step_errors
     assert errors.value("accept", "NOT_FOUND") == 3 and errors.value("none", "INVALID_ARGUMENT") == 1
+    asked = service.metrics.step_ops
+    assert asked.value("accept") == 3 and asked.value("none") == 1
     assert 'constraintd_step_errors_total{op="accept",code="NOT_FOUND"} 3' in service.metrics.render()
 
 
