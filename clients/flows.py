@@ -221,9 +221,10 @@ def accept_ahead(policy: Policy, record: SessionRecord, token: int) -> Flow[tupl
 
 def _took(record: SessionRecord, token: int, reply: pb.AcceptResponse) -> tuple[bool, Mask | None]:
     record.complete = reply.state.complete
-    if reply.accepted:
+    accepted: bool = reply.accepted
+    if accepted:
         record.history.append(token)
-    return reply.accepted, mask_from_wire(reply.mask) if reply.HasField("mask") else None
+    return accepted, mask_from_wire(reply.mask) if reply.HasField("mask") else None
 
 
 def allows(policy: Policy, record: SessionRecord, tokens: list[int]) -> Flow[list[bool]]:

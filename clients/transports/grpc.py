@@ -334,9 +334,10 @@ def _step_of(request: pb.AcceptRequest) -> pb.StepRequest:
 
 def _only_accept(reply: pb.StepResponse) -> pb.AcceptResponse:
     """The AcceptResponse of a Step of one accept, or the error it answered, raised."""
-    if len(reply.results) != 1:
+    results = reply.results
+    if len(results) != 1:
         raise UnavailableError("the Step reply does not answer its one accept")
-    result = reply.results[0]
+    result = results[0]
     if result.WhichOneof("result") == "error":
         raise error_from(result.error)
     return result.accept
