@@ -670,8 +670,11 @@ def other_keys_rule(names: Sequence[str], add_rule: AddRule, written: KeyRules |
         # (or an escape) and any tail; where no name ends at the place, the key may end there too
         found = leaves.get((chars, end))
         if found is None:
-            listed = "".join(_class_char(char) for char in chars)
-            hexes = "-".join(f"{ord(char):x}" for char in chars)
+            if len(chars) == 1:  # most places
+                listed, hexes = _class_char(chars), f"{ord(chars):x}"
+            else:
+                listed = "".join(map(_class_char, chars))
+                hexes = "-".join(f"{ord(char):x}" for char in chars)
             found = leaves[chars, end] = add_rule(
                 ("x-key-more-not-" if end else "x-key-not-") + hexes,
                 f'[^"\\\\\\x7F\\x00-\\x1F{listed}] x-key-tail | '
@@ -714,10 +717,11 @@ def other_keys_rule(names: Sequence[str], add_rule: AddRule, written: KeyRules |
         # how many places of one character where no name ends start `depth` characters into these names
         # (sorted, distinct: where the first and the last agree, all do, and a name ending first comes first)
         first, last = group[0], group[-1]
-        steps = 0
-        while depth + steps < min(len(first), len(last)) and first[depth + steps] == last[depth + steps]:
-            steps += 1
-        return steps
+        end = min(len(first), len(last))
+        at = depth
+        while at < end and first[at] == last[at]:
+            at += 1
+        return at - depth
 
     def rest(group: Sequence[str], depth: int) -> str:
         # the place of these names (sorted, distinct) `depth` characters into them
