@@ -37,7 +37,7 @@ from constraintd.engine.grammar.stacks import Rules
 from constraintd.engine.schema.convert import convert_json_schema
 from constraintd.engine.schema.extended import DEFAULT_DIALECT
 from constraintd.engine.vocab.vocab import Vocab
-from constraintd.errors import GrammarError, InputError, LimitError
+from constraintd.errors import InputError, LimitError
 from constraintd.service.chat import ChatRequest, ChatSettings, chat_triggers, resolve_chat
 
 __all__ = ["Constraint", "ConstraintKind", "PreparedGrammar", "ResolvedGrammar", "prepare", "resolve"]
@@ -229,8 +229,8 @@ class PreparedGrammar:
     Attributes:
         resolved: the grammar text, root, triggers and the conversion's warnings.
         parsed: its rules; None when the text names a token by its text, which only a vocabulary resolves.
-        rules: `Rules(parsed)`, built after `check_grammar(parsed, root)` passed (what `Grammar` takes
-            to do neither again); None when not built (no `parsed`, or `Rules` refuses them).
+        rules: `Rules(parsed)`, built after `check_grammar(parsed, root, left_recursion=False)` passed
+            (the rules make that check; what `Grammar` takes to do neither again); None without `parsed`.
     """
 
     resolved: ResolvedGrammar
@@ -272,10 +272,7 @@ def prepare(constraint: Constraint) -> PreparedGrammar:
         parsed = parse_gbnf(resolved.gbnf, token_id=_token_by_text)
     except _NeedsVocabulary:
         return PreparedGrammar(resolved, None)  # parsed again, whole, with the vocabulary
-    check_grammar(parsed, resolved.root)  # what Grammar does first
+    # what Grammar does first: the rules make llama.cpp's left-recursion check where it may refuse
+    check_grammar(parsed, resolved.root, left_recursion=False)
     parsed = _one_per_element(parsed)
-    try:
-        rules = Rules(parsed)
-    except GrammarError:
-        return PreparedGrammar(resolved, parsed)  # Grammar checks its triggers before this
-    return PreparedGrammar(resolved, parsed, rules)
+    return PreparedGrammar(resolved, parsed, Rules(parsed))  # refused as Grammar refuses, before its triggers

@@ -46,6 +46,7 @@ __all__ = [
     "MAX_REPEATED_ELEMENTS",
     "MAX_REPETITION_THRESHOLD",
     "check_grammar",
+    "check_left_recursion",
     "first_cycle",
     "format_gbnf",
     "grammar_error",
@@ -128,12 +129,14 @@ def grammar_error(key: str, source: str = "", pos: int = -1, /, **fields: object
     return GrammarError(reason, line=line, column=pos - line_start + 1, excerpt=excerpt)
 
 
-def check_grammar(parsed: ParsedGrammar, root: str = "root") -> int:
+def check_grammar(parsed: ParsedGrammar, root: str = "root", *, left_recursion: bool = True) -> int:
     """Run llama.cpp's `llama_grammar_init_impl` checks on a parsed grammar.
 
     Args:
         parsed: the output of `parse_gbnf` (or a hand-built grammar of the same shape).
         root: the name of the start rule.
+        left_recursion: whether to look for left recursion too; False where `Rules(parsed)` is built next,
+            which makes llama.cpp's check where its own finds a left cycle (grammar/stacks.py).
 
     Returns:
         The id of the root rule.
@@ -149,10 +152,20 @@ def check_grammar(parsed: ParsedGrammar, root: str = "root") -> int:
         raise grammar_error("no_root", root=root)
     if not parsed.well_formed:  # the parser's own output needs no second look
         _check_shape(rules)
+    if left_recursion:
+        check_left_recursion(rules)
+    return parsed.symbol_ids[root]
+
+
+def check_left_recursion(rules: Sequence[Sequence[tuple[int, int]]]) -> None:
+    """llama.cpp's left-recursion check alone (`llama_grammar_detect_left_recursion`, from each rule).
+
+    Raises:
+        GrammarError: left recursion, with the first rule index from which it is reachable.
+    """
     index = _left_recursive_rule(rules)
     if index is not None:
         raise grammar_error("left_recursion", index=index)
-    return parsed.symbol_ids[root]
 
 
 def _check_shape(rules: Sequence[Sequence[tuple[int, int]]]) -> None:

@@ -116,20 +116,26 @@ class Grammar:
             trigger_patterns: ECMAScript patterns that end a lazy grammar's wait.
             trigger_tokens: token ids that end it.
             source: the GBNF text the rules came from, for `key` (else the rules themselves are hashed).
-            rules: `Rules(parsed)`, built by the caller after `check_grammar(parsed, root)` passed (both
+            rules: `Rules(parsed)`, built by the caller after `check_grammar(parsed, root,
+                left_recursion=False)` passed (the rules make that check where it may refuse; both
                 need no vocabulary: a server does them in another process); then neither is done again.
 
         Raises:
             GrammarError: no such root, left recursion, malformed rules, or a bad trigger pattern.
         """
-        # with `rules` given, the caller has checked `parsed` (and so `root` is one of its symbols)
-        self._root_id: int = check_grammar(parsed, root) if rules is None else parsed.symbol_ids[root]
+        # with `rules` given, the caller has checked `parsed` (and so `root` is one of its symbols); else
+        # the rules are built at once, and make llama.cpp's left-recursion check where it may refuse
+        if rules is None:
+            self._root_id: int = check_grammar(parsed, root, left_recursion=False)
+            rules = Rules(parsed)
+        else:
+            self._root_id = parsed.symbol_ids[root]
         self.parsed = parsed
         self.vocab = vocab
         self.root = root
         self._triggers = Triggers.compile(trigger_patterns, trigger_tokens)
         self.lazy: bool = bool(trigger_patterns or trigger_tokens)
-        self._rules = rules if rules is not None else Rules(parsed)
+        self._rules = rules
         self._states = StateTable(self._rules)
         # the states' memos lead from one to another (loops in the grammar are cycles between states):
         # when the grammar goes, they are dropped, so its states go with it, not at the next full

@@ -15,7 +15,10 @@
 #   and then never returns, so such a grammar is refused here. Without such a cycle (every grammar the
 #   schema converter writes) a position's closure is computed the first time a stack meets it, with those
 #   it depends on: a session reaches a small part of a large grammar, and the compile pays for none of it.
-#   With one, every closure is computed when the rules are built, and the refusal comes then.
+#   With one, every closure is computed when the rules are built, and the refusal comes then. Such a cycle
+#   is also the only place llama.cpp's left-recursion check can refuse (its cycles are among these), so
+#   `Rules` makes that check there, first: `Grammar` builds the rules right after the other checks and
+#   leaves this one to them (a cycle-free grammar, every grammar the converter writes, is not searched twice).
 # - `match_char` and `match_partial_char` are llama.cpp's llama_grammar_match_char and
 #   llama_grammar_match_partial_char, quirks included (a negated class rejects a partial sequence as soon
 #   as one of its ranges overlaps the code points the sequence could still become).
@@ -40,7 +43,7 @@ from array import array
 from collections.abc import Iterable
 from typing import Final, cast
 
-from constraintd.engine.grammar.checks import first_cycle
+from constraintd.engine.grammar.checks import check_left_recursion, first_cycle
 from constraintd.engine.grammar.elements import (
     ALT,
     CHAR,
@@ -245,8 +248,14 @@ class Rules:
         self.after: array[int] = after
         self.next_terminal: array[int] = next_terminal
         self._nullable = self._nullable_rules()
-        # position -> its closure: all of them now where the dependencies cycle, else each when first met
-        self._closures: dict[int, _Closure] = self._compute_closures() if self._left_cycle() else {}
+        # position -> its closure: all of them now where the dependencies cycle, else each when first met.
+        # Such a cycle is where llama.cpp's left-recursion check may refuse the grammar (its cycles are among
+        # these: it continues past a reference to a rule with an empty alternate, these past one to any
+        # nullable rule), so it is made there, before the closures; without one it could find nothing.
+        cyclic = self._left_cycle()
+        if cyclic:
+            check_left_recursion(parsed.rules)
+        self._closures: dict[int, _Closure] = self._compute_closures() if cyclic else {}
         # an estimate of the bytes the closures hold, kept as they are computed
         self.closure_bytes = sum(map(_closure_bytes, self._closures.values()))
         # shallow stack -> what popping its terminal gives (`pop_terminal`): a token's first visit steps

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
+from constraintd.engine import Grammar, Vocab
 from constraintd.engine.grammar import checks
 from constraintd.engine.grammar.gbnf import (
     ERRORS,
@@ -17,8 +18,12 @@ from constraintd.engine.grammar.gbnf import (
     format_gbnf,
     parse_gbnf,
 )
+from constraintd.engine.grammar.stacks import Rules
+from constraintd.engine.schema.convert import json_schema_to_gbnf
 from constraintd.errors import GrammarError
 from tests.strategies import grammars
+
+BYTES = Vocab([b"</s>", *(bytes((b,)) for b in range(1, 256))], eog_ids=[0])
 
 # (message key, grammar, root, message fields): refused by check_grammar, at no one spot.
 CHECK_REFUSALS: list[tuple[str, str, str, dict[str, object]]] = [
@@ -45,6 +50,35 @@ def test_check_refusal_reason(key: str, text: str, root: str, fields: dict[str, 
     with pytest.raises(GrammarError) as refused:
         check_grammar(parsed, root)
     assert (refused.value.reason, refused.value.line) == (ERRORS[key].format(**fields), 0)
+
+
+LEFT_RECURSIONS = [case for case in CHECK_REFUSALS if case[0] == "left_recursion"]
+
+
+@pytest.mark.parametrize(("key", "text", "root", "fields"), LEFT_RECURSIONS)
+def test_the_rules_refuse_left_recursion_as_the_check_does(key: str, text: str, root: str,
+                                                          fields: dict[str, object]) -> None:
+    # Grammar leaves this check to the rules, which make it where their own left cycles are
+    parsed = parse_gbnf(text)
+    assert check_grammar(parsed, root, left_recursion=False) == parsed.symbol_ids[root]
+    with pytest.raises(GrammarError) as refused:
+        Rules(parsed)
+    assert refused.value.reason == ERRORS[key].format(**fields)
+    with pytest.raises(GrammarError) as refused:
+        Grammar.from_gbnf(text, BYTES, root=root)
+    assert refused.value.reason == ERRORS[key].format(**fields)
+
+
+def test_a_grammar_without_left_cycles_is_not_searched_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    def searched(rules: object) -> None:
+        raise AssertionError("llama.cpp's left-recursion search ran")
+
+    monkeypatch.setattr(checks, "_left_recursive_rule", searched)
+    schema = '{"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string"}}}}'
+    for dialect in ("llama.cpp", "extended"):
+        Grammar.from_gbnf(json_schema_to_gbnf(schema, dialect=dialect), BYTES)
+    with pytest.raises(AssertionError, match="search ran"):
+        Grammar.from_gbnf("root ::= x root | \"a\"\nx ::= y\ny ::= | \"b\"", BYTES)
 
 
 def test_left_recursion_seen_only_through_rules_with_an_empty_alternate() -> None:
