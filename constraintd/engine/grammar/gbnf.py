@@ -206,11 +206,24 @@ def _literal_elements(literal: str) -> list[Element]:
 
 def _class_elements(char_class: str) -> tuple[Element, ...]:
     # a bracketed char class's elements, its escapes well formed (as `_ITEMS` found it)
+    if char_class.startswith(_JSON_CLASS_OPEN):  # its first items read once (see below)
+        rule = list(_JSON_CLASS_OPEN_ELEMENTS)
+        _Parser.add_class(rule, _CHAR_ALT, char_class[len(_JSON_CLASS_OPEN) : -1])
+        return tuple(rule)
     negated = char_class[1] == "^"
-    rule: list[Element] = []
+    rule = []
     _Parser.add_class(rule, _CHAR_NOT if negated else _CHAR, char_class[1 + negated : -1])
     return tuple(rule)
 
+
+# The characters a JSON string holds only escaped, as the converters' classes of a string's characters open:
+# `[^"\\\x7F\x00-\x1F]` (llama.cpp's `char`) and the extended dialect's keys, `[^"\\\x7F\x00-\x1Fa]`
+# and so on. Those items are read once here; a class opening with them reads only the rest (which starts
+# afresh: the last of them closes a range).
+_JSON_CLASS_OPEN: Final = '[^"\\\\\\x7F\\x00-\\x1F'
+_JSON_CLASS_OPEN_ELEMENTS: Final = (
+    (_CHAR_NOT, 0x22), (_CHAR_ALT, 0x5C), (_CHAR_ALT, 0x7F), (_CHAR_ALT, 0x00), (_CHAR_RNG_UPPER, 0x1F),
+)
 
 # A converter writes the same few classes in every grammar (a string's characters, digits, a key's
 # characters but a few): short ones keep their elements, shared by the grammars that write them.

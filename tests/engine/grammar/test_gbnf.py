@@ -41,6 +41,7 @@ from constraintd.engine.grammar.gbnf import (
     ParsedGrammar,
     _Parser,
     check_grammar,
+    forget_kept_classes,
     format_gbnf,
     parse_gbnf,
 )
@@ -552,6 +553,15 @@ def test_converter_grammars_and_random_texts_read_at_once_as_the_general_loop_re
     for text in texts:
         at_once, general = _read_both_ways(text)
         assert at_once == general, text
+
+
+@pytest.mark.parametrize("rest", ["", "a", "ab", "-", "-a", "a-c", "\\-", "\\x20-\\x7E", "é", "\\]", "F-Z"])
+def test_a_class_opening_as_a_json_string_s_characters_reads_as_any_class(rest: str) -> None:
+    # `[^"\\\x7F\x00-\x1F` and more: its first items come read, the rest is read on its own
+    text = f'root ::= [^"\\\\\\x7F\\x00-\\x1F{rest}] "."\n'
+    forget_kept_classes()
+    at_once, general = _read_both_ways(text)
+    assert at_once == general
 
 
 def test_simple_rules_are_read_without_the_general_loop(monkeypatch: pytest.MonkeyPatch) -> None:
