@@ -204,9 +204,10 @@ EXTENDED_KEYWORDS: Final[Mapping[str, str]] = {
                              "other keys take an escape only for the characters JSON must escape; where a "
                              "declared name holds one, it stays reported"),
     "properties": ("in any order, other keys anywhere between them: up to 3 properties exactly (none "
-                   "repeated); past 3, where at most 10 are required, a property may repeat (each value "
-                   "checked, so the document is valid whichever one a reader keeps); past that, the schema's "
-                   "order only, reported (strict refuses it)"),
+                   "repeated), and past 3 where all are required (up to 10) or 3 of 4; else, where at most "
+                   "10 are required, a property may repeat (each value checked, so the document is valid "
+                   "whichever one a reader keeps); past that, the schema's order only, reported (strict "
+                   "refuses it)"),
     "unevaluatedProperties": ("false beside properties: the object closed, exactly; a schema there (whose "
                               "keys the closed object refuses) stays reported, and a required name the "
                               "properties do not declare with it"),

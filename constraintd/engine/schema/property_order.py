@@ -10,7 +10,7 @@
 # - Up to `ANY_ORDER_MAX` declared properties, any order is taken, exactly: the grammar has one rule per
 #   set of properties not yet written (2^n rules, n alternatives each), so no property repeats and none
 #   required is missing; exponential, hence the bound. Past it, exactly too where that grammar is no
-#   larger than the one below (all properties but one at most are required: `_exact`).
+#   larger than the one below (all of them required, or 3 of 4: `_exact`).
 # - Else any order is still taken where at most `REQUIRED_MAX` are required: one rule per set of
 #   required properties not yet written (2^required), and a property may repeat. Each of a repeated key's
 #   values is then its property's, so whichever value a reader keeps (JSON Schema leaves an object with a
@@ -73,7 +73,7 @@ def _exact(required: Sequence[bool]) -> bool:
     # whether the properties are taken in any order exactly: up to ANY_ORDER_MAX of them, or where that
     # grammar is no larger than the one tracking the required ones alone (counted in alternatives: n 2^(n-1)
     # for n properties; for r required, r 2^(r-1), a loop of free pairs per set and two alternatives per
-    # free pairs' rule), which is where all of them but one at most are required
+    # free pairs' rule): where all of them are required, or 3 of 4
     count, tracked = len(required), sum(required)
     return count <= ANY_ORDER_MAX or (
         tracked <= REQUIRED_MAX
