@@ -102,18 +102,16 @@ class WireMasks:
         return mask
 
 
-_WIRE_MASKS = WireMasks()
-
-
 class OwedMask:
-    """A mask a reply still needs: of `matcher` (a fork nobody else holds), into the message `into`;
-    `compact` as `encode_mask`'s (the masks answered to `mask_after`)."""
+    """A mask a reply still needs: of `matcher` (a fork nobody else holds), into the message `into`, in the
+    wire form `wire` keeps; `compact` as `encode_mask`'s (the masks answered to `mask_after`)."""
 
-    __slots__ = ("compact", "into", "matcher")
+    __slots__ = ("compact", "into", "matcher", "wire")
 
-    def __init__(self, into: pb.Mask, matcher: Matcher, *, compact: bool = False) -> None:
+    def __init__(self, into: pb.Mask, matcher: Matcher, wire: WireMasks, *, compact: bool = False) -> None:
         self.into = into
         self.matcher = matcher
+        self.wire = wire
         self.compact = compact
 
     def cost(self) -> float:
@@ -124,7 +122,7 @@ class OwedMask:
     def pay(self, deadline: float | None = None) -> None:
         matcher = self.matcher
         words = matcher.mask(deadline=deadline)
-        self.into.CopyFrom(_WIRE_MASKS.encode(words, matcher.grammar.n_vocab, compact=self.compact))
+        self.into.CopyFrom(self.wire.encode(words, matcher.grammar.n_vocab, compact=self.compact))
 
 
 class OwedChecks:
@@ -297,6 +295,7 @@ class Operations:
         self.registry = registry
         self.store = store
         self._limits = limits
+        self._wire_masks = WireMasks()  # the masks answered lately, in their wire form
         # the registry releases only vocabularies no open session of this store uses
         registry.watch_sessions(store.uses_vocab)
         # a Step operation's kind -> what answers it into its result's field of that kind, returning the
@@ -470,9 +469,9 @@ class Operations:
         reply.accepted = accepted
         _set_state(reply.state, session)
         if request.mask_after:
-            return (OwedMask(reply.mask, session.matcher.fork(), compact=True),)
+            return (OwedMask(reply.mask, session.matcher.fork(), self._wire_masks, compact=True),)
         if not accepted and request.mask_on_reject:
-            return (OwedMask(reply.mask, session.matcher.fork()),)
+            return (OwedMask(reply.mask, session.matcher.fork(), self._wire_masks),)
         return ()
 
     def allows(self, request: pb.AllowsRequest) -> pb.AllowsResponse:
@@ -504,7 +503,7 @@ class Operations:
     def _mask_into(self, request: pb.MaskRequest, reply: pb.MaskResponse) -> Sequence[Owed]:
         session = self.store.get(request.session_id)
         _set_state(reply.state, session)
-        return (OwedMask(reply.mask, session.matcher.fork()),)
+        return (OwedMask(reply.mask, session.matcher.fork(), self._wire_masks),)
 
     def rollback(self, request: pb.RollbackRequest) -> pb.RollbackResponse:
         session = self.store.get(request.session_id, position=_position(request))
@@ -615,6 +614,7 @@ class Operations:
         accepted = [False] * count  # an item that fails stays False in both columns
         complete = [False] * count
         get = self.store.get
+        wire = self._wire_masks
         now = self.store.now()  # one moment for the whole message
         mask_after = batch.mask_after
         owe_rejected = batch.mask_on_reject and not mask_after
@@ -634,8 +634,8 @@ class Operations:
             accepted[index] = taken
             complete[index] = matcher.is_complete()
             if mask_after:
-                owed.append(OwedMask(into.masks.add(index=index).mask, matcher.fork(), compact=True))
+                owed.append(OwedMask(into.masks.add(index=index).mask, matcher.fork(), wire, compact=True))
             elif not taken and owe_rejected:
-                owed.append(OwedMask(into.masks.add(index=index).mask, matcher.fork()))
+                owed.append(OwedMask(into.masks.add(index=index).mask, matcher.fork(), wire))
         into.accepted.extend(accepted)
         into.complete.extend(complete)
