@@ -238,19 +238,18 @@ RULES: Final[Mapping[str, BuiltinRule]] = {
     "x-members": BuiltinRule('| "," space string ":" space value x-members', ("string", "value")),
     "x-elements": BuiltinRule('| "," space value x-elements', ("value",)),
     # any JSON value, as llama.cpp's `value` but for numbers' digits, any number of them (its rules
-    # `integral-part` and `decimal-part` write up to 16 as a rule per digit); with ANY_VALUE_PRIMITIVES
-    "x-value": BuiltinRule("x-object | x-array | string | x-number | boolean | null",
-                           ("x-object", "x-array", "x-number")),
-    # llama.cpp's object and array with x-value, their repetitions written as right recursion (a `*` or `?`
-    # is one rule more to the parser, a group one more again)
-    "x-object": BuiltinRule('"{" space x-object-pairs space "}"', ("x-object-pairs",)),
+    # `integral-part` and `decimal-part` write up to 16 as a rule per digit); with ANY_VALUE_PRIMITIVES. Its
+    # object, array and number are written in it, not referred to (a rule each less): llama.cpp's object
+    # and array with x-value, their repetitions as right recursion (a `*` or `?` is one rule more to the
+    # parser, a group one more again), and -? (0 | [1-9] [0-9]*) (. [0-9]+)? ([eE] [-+]? [0-9]+)?, a rule
+    # per part
+    "x-value": BuiltinRule('"{" space x-object-pairs space "}" | "[" space x-array-items space "]" | string'
+                           ' | x-number-abs | "-" x-number-abs | boolean | null',
+                           ("x-object-pairs", "x-array-items", "x-number-abs")),
     "x-object-pairs": BuiltinRule('| string ":" space x-value x-object-more', ("x-value", "x-object-more")),
     "x-object-more": BuiltinRule('| "," space string ":" space x-value x-object-more', ("x-value",)),
-    "x-array": BuiltinRule('"[" space x-array-items space "]"', ("x-array-items",)),
     "x-array-items": BuiltinRule("| x-value x-array-more", ("x-value", "x-array-more")),
     "x-array-more": BuiltinRule('| "," space x-value x-array-more', ("x-value",)),
-    # -? (0 | [1-9] [0-9]*) (. [0-9]+)? ([eE] [-+]? [0-9]+)?, a rule per part
-    "x-number": BuiltinRule('x-number-abs | "-" x-number-abs', ("x-number-abs",)),
     "x-number-abs": BuiltinRule("[0] x-number-frac | [1-9] x-digits x-number-frac",
                                 ("x-digits", "x-number-frac")),
     "x-number-frac": BuiltinRule('x-number-exp | "." [0-9] x-digits x-number-exp',
