@@ -319,11 +319,10 @@ class DecodedVocab:
         """`decode_utf8(piece, partial)` of a token (cached for a fresh start)."""
         if partial[1] > 0:
             return decode_utf8(self.pieces[token], partial)
-        try:
-            return self._fresh[token]
-        except KeyError:
+        decoded = self._fresh.get(token)
+        if decoded is None:  # a token's first decode (no exception made: this is an accept's first visit)
             decoded = self._fresh[token] = decode_utf8(self.pieces[token])
-            return decoded
+        return decoded
 
     def fresh_table(self) -> ColumnTable:
         """Every PLAIN token valid from a fresh start."""
