@@ -212,7 +212,9 @@ def pay(owed: list[Owed], *, deadline: float | None = None) -> None:
 
 
 def _state(session: Session) -> pb.SessionState:
-    return pb.SessionState(complete=session.matcher.is_complete(), position=session.position)
+    state = pb.SessionState()
+    _set_state(state, session)
+    return state
 
 
 def _set_state(state: pb.SessionState, session: Session) -> None:
