@@ -232,3 +232,23 @@ def test_a_stack_past_the_depth_limit_is_refused() -> None:
         for _ in range(MAX_STACK_DEPTH + 1):
             state = state.step(ord("("), 100)
             assert state is not None
+
+
+def test_a_forgotten_state_is_as_a_new_one() -> None:
+    # `State.__init__` writes its memos out rather than calling `forget`: the two must leave the same state
+    rules, table, root = table_for('root ::= "a" [b-d]* "e" | "ab" [^x] "f"\n')
+    state = table.intern(rules.initial_stacks(root), 1_000)
+    assert state is not None
+    for code_point in map(ord, "abx"):
+        after = state.step(code_point, 1_000)
+        state.move(0, decode_utf8(b"ab")[0], FRESH, 1_000)
+        state.partial_ok(FRESH)
+        if after is not None:
+            state = after
+    used = {slot: getattr(state, slot) for slot in State.__slots__}
+    assert any(isinstance(value, dict) and value for value in used.values())  # some memo was filled
+    state.forget()
+    fresh = State(table, state.stacks)
+    for slot in State.__slots__:
+        if slot != "id":
+            assert getattr(state, slot) == getattr(fresh, slot), slot
