@@ -6,7 +6,8 @@
 # gRPC (`GrpcTransport`, `AsyncGrpcTransport`): one RPC per call over grpc's blocking channel or grpc.aio's,
 # except Accept, which goes as a Step of one accept on a Step stream kept open (a message on an open stream
 # costs grpc about half to two thirds of a unary call's round trip); its reply, errors and deadline are the
-# unary call's.
+# unary call's. A RegisterVocab over VOCAB_PART_BYTES goes as RegisterVocabParts, in parts of about that
+# (a server takes requests of 4 MiB by default; a 262k-token vocabulary is about 5.4 MiB).
 # - Calls wait for the channel to be ready (up to their deadline) instead of failing at once while the
 #   server restarts, and the channel reconnects quickly (100 ms first backoff): a client riding out a
 #   server restart sees a slower call, then NOT_FOUND for its sessions, which the flows rebuild.
@@ -41,7 +42,42 @@ from constraintd.errors import ConstraintdError, DeadlineError, UnavailableError
 from constraintd.v1 import constraintd_pb2 as pb
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
 
-__all__ = ["AsyncGrpcTransport", "GrpcTransport"]
+__all__ = ["VOCAB_PART_BYTES", "AsyncGrpcTransport", "GrpcTransport", "vocab_parts"]
+
+VOCAB_PART_BYTES = MIB
+
+
+def vocab_parts(
+    request: pb.RegisterVocabRequest, part_bytes: int = VOCAB_PART_BYTES
+) -> list[pb.RegisterVocabRequest]:
+    """`request` cut into RegisterVocabRequests of about `part_bytes` each (a value larger than that alone
+    in its part) whose merge in order is `request`, as RegisterVocabParts takes them: the first holds the
+    end-of-generation tokens and the tokenizer, each next one a run of pieces, token texts or attributes."""
+    listed = request.pieces
+    first = pb.RegisterVocabRequest()
+    first.pieces.SetInParent()
+    first.pieces.eog.extend(listed.eog)
+    if listed.HasField("tokenizer"):
+        first.pieces.tokenizer.CopyFrom(listed.tokenizer)
+    parts = [first]
+    # each value's bytes on the wire, near enough: its own, and up to 3 of key and length (5 for a varint)
+    sizes = {
+        "pieces": [len(piece) + 3 for piece in listed.pieces],
+        "token_texts": [len(text.encode("utf-8", "surrogatepass")) + 3 for text in listed.token_texts],
+        "token_attrs": [5] * len(listed.token_attrs),
+    }
+    for name, each in sizes.items():
+        values = getattr(listed, name)
+        start = total = 0
+        for end, size in enumerate(each):
+            if total + size > part_bytes and end > start:
+                parts.append(pb.RegisterVocabRequest(pieces=pb.PieceList(**{name: values[start:end]})))
+                start = end
+                total = 0
+            total += size
+        if start < len(each):
+            parts.append(pb.RegisterVocabRequest(pieces=pb.PieceList(**{name: values[start:]})))
+    return parts
 
 
 def _options(tls: ClientTls | None, max_message_bytes: int) -> list[tuple[str, Any]]:
@@ -178,6 +214,10 @@ class GrpcTransport:
                     iter((request,)), timeout=timeout, metadata=self._metadata, wait_for_ready=True
                 )
                 return next(replies)
+            if method == "RegisterVocab" and request.ByteSize() > VOCAB_PART_BYTES:
+                return self._stub.RegisterVocabParts(
+                    iter(vocab_parts(request)), timeout=timeout, metadata=self._metadata, wait_for_ready=True
+                )
             return getattr(self._stub, method)(
                 request, timeout=timeout, metadata=self._metadata, wait_for_ready=True
             )
@@ -239,9 +279,14 @@ class AsyncGrpcTransport:
         if method == "Accept":  # the hot path: a message on the open stream costs less than a unary call
             reply = await self._step(_step_of(request), timeout)
             return _only_accept(reply)
-        call = getattr(self._stub, method)(
-            request, timeout=timeout, metadata=self._metadata, wait_for_ready=True
-        )
+        if method == "RegisterVocab" and request.ByteSize() > VOCAB_PART_BYTES:
+            call = self._stub.RegisterVocabParts(
+                iter(vocab_parts(request)), timeout=timeout, metadata=self._metadata, wait_for_ready=True
+            )
+        else:
+            call = getattr(self._stub, method)(
+                request, timeout=timeout, metadata=self._metadata, wait_for_ready=True
+            )
         try:
             return await call
         except grpc.RpcError:

@@ -41,7 +41,9 @@ _LIMIT_OPTIONS: dict[str, tuple[str, type, str]] = {
     "--max-tokens-per-call": ("max_tokens_per_call", int, "token ids in one call (Allows, replay, Step)"),
     "--max-stacks": ("max_stacks", int, "parse stacks one session may hold"),
     "--max-rollback": ("max_rollback", int, "tokens a session keeps for Rollback (its rollback window)"),
-    "--max-message-bytes": ("max_message_bytes", int, "size of one gRPC message"),
+    "--max-request-bytes": ("max_request_bytes", int, "size of one gRPC message a client sends"),
+    "--max-reply-bytes": ("max_reply_bytes", int, "size of one gRPC message the server sends"),
+    "--max-vocab-bytes": ("max_vocab_bytes", int, "size of a vocabulary sent in parts, all parts together"),
     "--max-step-ops": ("max_step_ops", int, "operations in one Step message"),
     "--max-grammars": ("max_grammars", int, "compiled grammars kept in the shared cache"),
     "--max-grammar-cache-bytes": (

@@ -23,10 +23,12 @@
 #   LimitError, so a request of ten million pieces costs a million records' walk, not ten. The values of a
 #   packed repeated number count one each (a value ends at each byte under 0x80), before any is decoded:
 #   30M token ids in one packed record (30 MB) took 470 MiB to decode into a message, then were refused.
+# - A request sent in parts (RegisterVocabParts) is parsed as their concatenation, which is the parts
+#   merged in order: each part is walked as a message of its own, and `most` counts across all of them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,11 +61,12 @@ Emit = Callable[[Any], object]
 
 
 class Large:
-    """A request too large to parse on the event loop: its bytes and its type, parsed by `parse`."""
+    """A request too large to parse on the event loop (or sent in parts): its bytes and its type, parsed
+    by `parse`."""
 
     __slots__ = ("data", "message_type")
 
-    def __init__(self, data: bytes, message_type: type[Message]) -> None:
+    def __init__(self, data: bytes | Sequence[bytes], message_type: type[Message]) -> None:
         self.data = data
         self.message_type = message_type
 
@@ -79,23 +82,26 @@ Most = dict[str, tuple[int, Callable[[], Exception]]]
 
 def parse_in_slices(
     message_type: type[Message],
-    data: bytes,
+    data: bytes | Sequence[bytes],
     *,
     slice_bytes: int = SLICE_BYTES,
     deadline: float | None = None,
     most: Most | None = None,
 ) -> Message:
-    """`message_type.FromString(data)`, in merges of about `slice_bytes` each (see the module's comment).
+    """`message_type.FromString(data)`, in merges of about `slice_bytes` each (see the module's comment);
+    of parts, `FromString` of their concatenation, each part a message of its own.
 
     Raises:
-        DecodeError: `data` is not a message of this type.
+        DecodeError: `data` (or a part) is not a message of this type.
         DeadlineError: still walking at `deadline` (time.monotonic()).
-        Exception: the error `most` names for a field with more records than it allows.
+        Exception: the error `most` names for a field with more records than it allows, in all the parts.
     """
     message = message_type()
-    _Walk(data, slice_bytes, deadline, most or {}).message(
-        0, len(data), message_type.DESCRIPTOR, message.MergeFromString
-    )
+    counts: dict[str, int] = {}
+    for part in (data,) if isinstance(data, bytes) else data:
+        _Walk(part, slice_bytes, deadline, most or {}, counts).message(
+            0, len(part), message_type.DESCRIPTOR, message.MergeFromString
+        )
     return message
 
 
@@ -107,9 +113,11 @@ def _wrapped(emit: Emit, number: int) -> Emit:
 class _Walk:
     __slots__ = ("counts", "data", "deadline", "most", "records", "slice_bytes", "view")
 
-    def __init__(self, data: bytes, slice_bytes: int, deadline: float | None, most: Most) -> None:
+    def __init__(
+        self, data: bytes, slice_bytes: int, deadline: float | None, most: Most, counts: dict[str, int]
+    ) -> None:
         self.most = most
-        self.counts: dict[str, int] = {}
+        self.counts = counts  # shared by the walks of one request's parts
         self.data = data  # read a byte at a time (an int)
         self.view = memoryview(data)  # cut without a copy
         self.slice_bytes = slice_bytes
@@ -134,6 +142,13 @@ class _Walk:
             field.number
             for field in descriptor.fields
             if field.number in watched and field.is_repeated and field.type in _VARINT_TYPES
+        }
+        # message fields with counted fields inside: each record is walked, whatever its size (a part of
+        # a request cut small is counted as a large request is)
+        within = {
+            field.number
+            for field in descriptor.fields
+            if field.type == FieldDescriptor.TYPE_MESSAGE and self._counts_within(field.message_type)
         }
         pending = pos  # the start of the records not yet emitted
         records = self.records
@@ -165,7 +180,7 @@ class _Walk:
             if pos > end:
                 raise DecodeError(f"the record at byte {start} runs past the end of its message")
             run = 1
-            if wire == 2 and key < 0x80 and length < 0x80:
+            if wire == 2 and key < 0x80 and length < 0x80 and key >> 3 not in within:
                 # more short records of the same field (a vocabulary's pieces), as far as this slice
                 # goes: two bytes read a record, the walk's common case
                 limit = min(end, pending + slice_bytes)
@@ -185,7 +200,7 @@ class _Walk:
                     self._count_values(watched[key >> 3], start, pos, run)
                 else:
                     self._count(watched[key >> 3], run)
-            if wire == 2 and run == 1 and pos - start > slice_bytes:
+            if wire == 2 and run == 1 and (pos - start > slice_bytes or key >> 3 in within):
                 field = descriptor.fields_by_number.get(key >> 3)
                 if field is not None:
                     if pending < start:
@@ -202,6 +217,17 @@ class _Walk:
         self.records = records
         if pending < end:
             emit(view[pending:end])
+
+    def _counts_within(self, descriptor: Any, seen: frozenset[str] = frozenset()) -> bool:
+        """Whether a message of this type holds a counted field, at any depth."""
+        if descriptor.full_name in seen:
+            return False
+        seen = seen | {descriptor.full_name}
+        return any(
+            field.full_name in self.most
+            or (field.type == FieldDescriptor.TYPE_MESSAGE and self._counts_within(field.message_type, seen))
+            for field in descriptor.fields
+        )
 
     def _cut(self, field: Any, pos: int, end: int, emit: Emit) -> bool:
         """Emits a large record of `field` (its payload data[pos:end]) in slices; False when it cannot be

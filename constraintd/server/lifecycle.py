@@ -151,12 +151,12 @@ class Service:
         interceptors = (
             [BearerTokenInterceptor(config.bearer_token, metrics=self.metrics)] if config.bearer_token else []
         )
-        size = config.limits.max_message_bytes
+        limits = config.limits
         server = grpc.aio.server(
             interceptors=interceptors,
             options=[
-                ("grpc.max_receive_message_length", size),
-                ("grpc.max_send_message_length", size),
+                ("grpc.max_receive_message_length", limits.max_request_bytes),
+                ("grpc.max_send_message_length", limits.max_reply_bytes),
                 ("grpc.so_reuseport", 0),
             ],
         )

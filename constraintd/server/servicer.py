@@ -20,7 +20,8 @@
 #   Accept for most of a second). Its operations stay on the loop, where every session is touched.
 # - A request of more than PARSE_ON_LOOP bytes is not parsed on the event loop (a 19 MB one held every
 #   other call 100-280 ms): the decoders hand it over as `Large`, and the method parses it in a worker
-#   thread, in slices (large.py), with the compile pool's time limit.
+#   thread, in slices (large.py), with the compile pool's time limit. RegisterVocabParts' parts come as
+#   bytes, counted against `max_vocab_bytes` as they come, and are parsed the same way, together.
 # - A CreateSession hands its grammar to the lookahead worker (ahead.py), which learns its first masks'
 #   verdicts while the session's prompt is evaluated; every compile and mask job is held as `busy` around
 #   it, so the lookahead only runs while no caller waits for one.
@@ -119,6 +120,10 @@ _HANDLERS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
 }
 
 
+# methods whose requests are handed over as their bytes: the parts of one request, parsed together
+_UNPARSED = frozenset({"RegisterVocabParts"})
+
+
 def add_to_server(servicer: ConstraintdServicer, server: grpc.aio.Server) -> None:
     """Registers the servicer's methods as the generated `add_ConstraintdServicer_to_server` does (from
     the same service descriptor), but with decoders that hand an undecodable request to the method."""
@@ -126,7 +131,9 @@ def add_to_server(servicer: ConstraintdServicer, server: grpc.aio.Server) -> Non
     handlers = {
         method.name: _HANDLERS[method.client_streaming, method.server_streaming](
             getattr(servicer, method.name),
-            request_deserializer=_decoder(getattr(pb, method.input_type.name)),
+            request_deserializer=(
+                None if method.name in _UNPARSED else _decoder(getattr(pb, method.input_type.name))
+            ),
             response_serializer=getattr(pb, method.output_type.name).SerializeToString,
         )
         for method in service.methods
@@ -242,6 +249,26 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
     async def RegisterVocab(
         self, request: pb.RegisterVocabRequest, context: Context
     ) -> pb.RegisterVocabResponse:
+        return await self._register(request)
+
+    @_answered
+    async def RegisterVocabParts(
+        self, request: AsyncIterator[bytes], context: Context
+    ) -> pb.RegisterVocabResponse:
+        # the parts come unparsed (add_to_server), are counted as they come, and are parsed together off
+        # the loop as their concatenation
+        parts: list[bytes] = []
+        size = 0
+        async for part in request:
+            size += len(part)
+            self.operations.check_vocab_bytes(size)
+            parts.append(part)
+        parsed = await self._parse(Large(parts, pb.RegisterVocabRequest))
+        if isinstance(parsed, Undecodable):
+            raise parsed.error()
+        return await self._register(parsed)
+
+    async def _register(self, request: pb.RegisterVocabRequest) -> pb.RegisterVocabResponse:
         reply = await self._off_loop(
             lambda: self.operations.register_vocab(request), "loading the vocabulary"
         )

@@ -65,8 +65,13 @@ class Limits:
             to a few dozen: llama.cpp drafts at most 16 by default), a sampler undoes a token or a few;
             16,384 leaves a margin of hundreds of times that. A client that must go further back opens a
             session again with `replay` (the tokens it keeps).
-        max_message_bytes: a gRPC message, either way (a 262k-token vocabulary's pieces and texts are
-            about 8 MiB). A larger request is refused by gRPC itself, before the server parses a byte of it.
+        max_request_bytes: a gRPC message a client sends (gRPC's own default). gRPC refuses a larger one
+            before the server reads it; one under it costs the event loop about a millisecond a MiB while
+            gRPC Python gathers it, so this bounds what one request can stall every other session. A
+            vocabulary over it goes in parts (RegisterVocabParts; the clients cut at a MiB).
+        max_reply_bytes: a gRPC message the server sends (a Step's masks: 4 KiB to 32 KiB a session).
+        max_vocab_bytes: a vocabulary sent in parts, all its parts together (a 262k-token vocabulary with
+            its texts is about 5.4 MiB); it is read whole before it is parsed.
         max_step_ops: operations in one Step message.
         max_grammars: compiled grammars kept in the shared cache (least recently used are dropped; sessions
             keep using theirs), and refused constraints remembered.
@@ -92,7 +97,9 @@ class Limits:
     max_prefill_bytes: int = 64 * 1024
     max_stacks: int = 10_000
     max_rollback: int = 16_384
-    max_message_bytes: int = 32 * MIB
+    max_request_bytes: int = 4 * MIB
+    max_reply_bytes: int = 32 * MIB
+    max_vocab_bytes: int = 64 * MIB
     max_step_ops: int = 4096
     max_grammars: int = 256
     max_grammar_cache_bytes: int = 512 * MIB

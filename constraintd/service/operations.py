@@ -333,6 +333,17 @@ class Operations:
             bounds[field.full_name] = (tokens, too_many_tokens)
         return bounds
 
+    def check_vocab_bytes(self, size: int) -> None:
+        """Refuses a vocabulary sent in parts (RegisterVocabParts) whose parts so far are `size` bytes
+        together, once that passes `max_vocab_bytes`.
+
+        Raises:
+            LimitError: past the limit.
+        """
+        most = self._limits.max_vocab_bytes
+        if size > most:
+            raise LimitError(f"a vocabulary sent in parts over {most} bytes is over the limit of {most}")
+
     def register_vocab(self, request: pb.RegisterVocabRequest) -> pb.RegisterVocabResponse:
         """RegisterVocab; slow for a large vocabulary (the server runs it in a worker thread)."""
         source = request.WhichOneof("source")

@@ -39,6 +39,11 @@ class ConstraintdStub:
                 request_serializer=constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabRequest.SerializeToString,
                 response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabResponse.FromString,
                 _registered_method=True)
+        self.RegisterVocabParts = channel.stream_unary(
+                '/constraintd.v1.Constraintd/RegisterVocabParts',
+                request_serializer=constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabRequest.SerializeToString,
+                response_deserializer=constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabResponse.FromString,
+                _registered_method=True)
         self.CreateSession = channel.unary_unary(
                 '/constraintd.v1.Constraintd/CreateSession',
                 request_serializer=constraintd_dot_v1_dot_constraintd__pb2.CreateSessionRequest.SerializeToString,
@@ -86,6 +91,21 @@ class ConstraintdServicer:
 
     def RegisterVocab(self, request, context):
         """Registers a vocabulary. Idempotent and content-addressed: the same content always gets the same id.
+        A request is at most the server's message limit (`constraintd serve --max-request-bytes`, 4 MiB by
+        default); a larger vocabulary goes by RegisterVocabParts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RegisterVocabParts(self, request_iterator, context):
+        """RegisterVocab of a request sent in parts, for a vocabulary over one message (a 262k-token one with its
+        texts is about 5.4 MiB). The request is the parts merged in order, protobuf's rule for concatenated
+        encodings: a repeated field's values are appended, so a PieceList may be cut between any two values,
+        each part a RegisterVocabRequest of its own. All parts together are at most the server's
+        `--max-vocab-bytes` (64 MiB by default). The server reads the whole request before it answers.
+        Why parts: gRPC Python holds the interpreter while it gathers a received message, about 1 ms a MiB on
+        the server's one event loop; parts of a MiB keep every other session's calls within that.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -159,6 +179,11 @@ def add_ConstraintdServicer_to_server(servicer, server):
                     request_deserializer=constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabRequest.FromString,
                     response_serializer=constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabResponse.SerializeToString,
             ),
+            'RegisterVocabParts': grpc.stream_unary_rpc_method_handler(
+                    servicer.RegisterVocabParts,
+                    request_deserializer=constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabRequest.FromString,
+                    response_serializer=constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabResponse.SerializeToString,
+            ),
             'CreateSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSession,
                     request_deserializer=constraintd_dot_v1_dot_constraintd__pb2.CreateSessionRequest.FromString,
@@ -225,6 +250,33 @@ class Constraintd:
             request,
             target,
             '/constraintd.v1.Constraintd/RegisterVocab',
+            constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabRequest.SerializeToString,
+            constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterVocabParts(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/constraintd.v1.Constraintd/RegisterVocabParts',
             constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabRequest.SerializeToString,
             constraintd_dot_v1_dot_constraintd__pb2.RegisterVocabResponse.FromString,
             options,

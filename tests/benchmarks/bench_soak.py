@@ -21,7 +21,8 @@ two (its item in brackets):
   when done in time is closed: open, it holds its trail for its idle time) and one of 10M [4];
 - files that are no vocabulary: /dev/zero, a FIFO in an allowed directory, /etc/shadow,
   /proc/self/environ [5];
-- vocabularies of 2M and 10M pieces [6];
+- vocabularies of 2M and 10M pieces, in one message (refused unread: over the message limit), and of 2M
+  pieces in parts of a MiB (read, then refused past the million) [6];
 - a megabyte session id, bytes that are no message [7];
 - a compile storm: the 8 largest objects of the MaskBench sample over qwen2, compiled at once, each new at
   every run.
@@ -71,6 +72,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from clients import Client, Policy  # noqa: E402
 from clients.masks import allowed_tokens  # noqa: E402
+from clients.transports.grpc import vocab_parts  # noqa: E402
 from constraintd.errors import ConstraintdError  # noqa: E402
 from constraintd.server.memory import resident_bytes  # noqa: E402
 from constraintd.v1 import constraintd_pb2 as pb  # noqa: E402
@@ -352,6 +354,11 @@ def _attacks(
         request = pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=pieces))
         return lambda: stub.RegisterVocab(request)
 
+    def vocabulary_in_parts(pieces: list[bytes]) -> Call:
+        # as a client sends a vocabulary over one message: parts of a MiB, read whole, then refused
+        parts = vocab_parts(pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=pieces)))
+        return lambda: stub.RegisterVocabParts(iter(parts))
+
     # 10M pieces make a message of about 100 MB: made once, sent as bytes
     register_raw = channel.unary_unary("/constraintd.v1.Constraintd/RegisterVocab")
     ten_million: list[bytes] = []
@@ -444,6 +451,7 @@ def _attacks(
         "replay of 10M tokens": lambda: replay(10_000_000),
         "files that are no vocabulary": lambda: lambda: counted(not_vocabularies),
         "2M-piece vocabulary": lambda: vocabulary([b"p%d" % i for i in range(2_000_000)]),
+        "2M-piece vocabulary in parts": lambda: vocabulary_in_parts([b"p%d" % i for i in range(2_000_000)]),
         "10M-piece vocabulary": ten_million_pieces,
         "megabyte session id": lambda: lambda: stub.Accept(pb.AcceptRequest(session_id="x" * MIB, token=3)),
         "bytes that are no message": lambda: lambda: raw(b"\xff" * 1000),
@@ -457,7 +465,8 @@ ATTACKS = (
     "60,000-string enum", "backtracking trigger", "lazy grammar waiting 1M tokens", "Allows of 1M ids",
     "Allows of 30M ids", "48 MiB piece", "first masks past deadline", "40 MiB trigger pattern",
     "replay of 1M tokens", "replay of 10M tokens", "files that are no vocabulary", "2M-piece vocabulary",
-    "10M-piece vocabulary", "megabyte session id", "bytes that are no message", "compile storm",
+    "2M-piece vocabulary in parts", "10M-piece vocabulary", "megabyte session id",
+    "bytes that are no message", "compile storm",
 )
 
 

@@ -155,6 +155,13 @@ async def test_a_refusal_raises_the_same_error_on_every_transport(client: AsyncC
     assert await refusals(client) == in_process
 
 
+@pytest.mark.asyncio
+async def test_a_vocabulary_over_one_message_is_registered_in_parts(client: AsyncClient) -> None:
+    local = Vocab.from_gguf(reference.gemma_path())
+    handle = await client.register_vocab(vocab=local)
+    assert handle.id == local.content_hash and handle.size == 262_144
+
+
 @pytest.mark.slow
 @pytest.mark.asyncio
 async def test_many_concurrent_sessions(client: AsyncClient) -> None:

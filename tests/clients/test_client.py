@@ -265,6 +265,14 @@ def test_a_gguf_path_a_vocab_and_its_pieces_give_one_id(client: Client) -> None:
     assert by_pieces.id != by_path.id  # no token texts: another vocabulary
 
 
+def test_a_vocabulary_over_one_message_is_registered_in_parts(client: Client) -> None:
+    # Gemma 3's vocabulary is about 5.4 MiB as one request, over a server's 4 MiB
+    local = Vocab.from_gguf(reference.gemma_path())
+    assert len(local.pieces) == 262_144
+    handle = client.register_vocab(vocab=local)
+    assert handle.id == local.content_hash and handle.size == 262_144
+
+
 def test_an_expired_session_is_rebuilt_where_it_was() -> None:
     now = [0.0]
     limits = dataclasses.replace(Limits(), default_ttl=10.0)

@@ -151,10 +151,10 @@ async def test_a_vocabulary_with_a_huge_piece_is_refused_before_it_is_built(
 
     monkeypatch.setattr(registry_module, "Vocab", counted)
     code, message = await refusal(
-        stub.RegisterVocab(pb.RegisterVocabRequest(pieces=attack(b"x" * (8 << 20))))
+        stub.RegisterVocab(pb.RegisterVocabRequest(pieces=attack(b"x" * (3 << 20))))
     )
     assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert f"of token {len(TINY_PIECES)} is {8 << 20} bytes, over the limit of 1024 bytes a piece" in message
+    assert f"of token {len(TINY_PIECES)} is {3 << 20} bytes, over the limit of 1024 bytes a piece" in message
     assert built == []
     # a piece at the limit is a vocabulary
     reply = await stub.RegisterVocab(

@@ -14,6 +14,7 @@ import pytest
 import pytest_asyncio
 from google.protobuf.message import DecodeError, Message
 
+from clients.transports.grpc import vocab_parts
 from constraintd.errors import DeadlineError, LimitError
 from constraintd.server.large import PARSE_ON_LOOP, parse_in_slices
 from constraintd.service.limits import Limits
@@ -65,6 +66,41 @@ def test_slices_make_the_message_one_parse_makes() -> None:
             data = request.SerializeToString()
             for slice_bytes in SLICES:
                 assert parse_in_slices(type(request), data, slice_bytes=slice_bytes) == request
+
+
+def test_parts_make_the_message_their_concatenation_makes() -> None:
+    rng = random.Random(4)
+    for _ in range(30):
+        for request in drawn_requests(rng):
+            data = request.SerializeToString()
+            cuts = sorted(rng.sample(range(len(data) + 1), min(3, len(data) + 1)))
+            # parts cut at record boundaries are messages of their own: cut the fields apart
+            parts = [type(request)(**{f.name: getattr(request, f.name)}) for f, _ in request.ListFields()]
+            parts = [part.SerializeToString() for part in parts]
+            assert parse_in_slices(type(request), parts, slice_bytes=64) == request
+            merged = type(request)()
+            for at, end in zip([0, *cuts], [*cuts, len(data)], strict=True):
+                if at < end:
+                    try:
+                        merged.MergeFromString(data[at:end])
+                    except DecodeError:
+                        break
+            else:
+                pieces = [data[at:end] for at, end in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+                assert parse_in_slices(type(request), pieces, slice_bytes=64) == merged
+
+
+def test_the_records_of_all_parts_are_counted_together() -> None:
+    name = pb.PieceList.DESCRIPTOR.fields_by_name["pieces"].full_name
+    parts = [pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=[b"x"] * 600)).SerializeToString()] * 2
+
+    def too_many() -> Exception:
+        return LimitError("too many pieces")
+
+    with pytest.raises(LimitError, match="too many pieces"):
+        parse_in_slices(pb.RegisterVocabRequest, parts, most={name: (1000, too_many)})
+    parsed = parse_in_slices(pb.RegisterVocabRequest, parts, most={name: (1200, too_many)})
+    assert len(parsed.pieces.pieces) == 1200
 
 
 def test_what_one_parse_refuses_is_refused() -> None:
@@ -208,3 +244,81 @@ async def test_a_large_request_that_is_no_message_is_invalid(channel: grpc.aio.C
         await raw(data[:-1])
     assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert "not a valid constraintd.v1.RegisterVocabRequest" in (caught.value.details() or "")
+
+
+@pytest.mark.asyncio
+async def test_a_vocabulary_in_parts_is_the_vocabulary_in_one_message(stub: Any) -> None:
+    pieces = [b"</s>", *(b"p%d" % index for index in range(100_000))]
+    texts = [piece.decode() for piece in pieces]
+    request = pb.RegisterVocabRequest(
+        pieces=pb.PieceList(
+            pieces=pieces, eog=[0], token_texts=texts, token_attrs=[1] * len(pieces),
+            tokenizer=pb.Tokenizer(model="gpt2"),
+        )
+    )
+    parts = vocab_parts(request, part_bytes=64 << 10)
+    assert len(parts) > 20 and max(part.ByteSize() for part in parts) < 70 << 10
+    merged = pb.RegisterVocabRequest()
+    for part in parts:
+        merged.MergeFrom(part)
+    assert merged == request
+    whole = await stub.RegisterVocab(request)
+    in_parts = await stub.RegisterVocabParts(iter(parts))
+    assert (in_parts.vocab_id, in_parts.size, in_parts.content_hash) == (
+        whole.vocab_id, len(pieces), whole.content_hash
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_vocabulary_in_parts_over_its_bytes_is_refused_as_it_comes() -> None:
+    limits = dataclasses.replace(Limits(), max_vocab_bytes=1 << 20)
+    part = pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=[b"p" * 100] * 3000))
+    sent: list[int] = []
+
+    def parts() -> Any:
+        for index in range(100):  # 30 MB, were it all read
+            sent.append(index)
+            yield part
+
+    with socket_dir() as directory:
+        async with (
+            running_service(server_config(directory, limits=limits)) as running,
+            grpc.aio.insecure_channel(running.addresses[0]) as channel,
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await pb_grpc.ConstraintdStub(channel).RegisterVocabParts(parts())  # type: ignore[no-untyped-call]
+    assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    expected = f"a vocabulary sent in parts over {1 << 20} bytes is over the limit of {1 << 20}"
+    assert caught.value.details() == expected
+    assert len(sent) < 100
+
+
+@pytest.mark.asyncio
+async def test_a_part_that_is_no_message_is_invalid(channel: grpc.aio.Channel) -> None:
+    data = pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=[b"x" * 100] * 20)).SerializeToString()
+    raw = channel.stream_unary("/constraintd.v1.Constraintd/RegisterVocabParts")
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await raw(iter([data, data[:-1]]))
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid constraintd.v1.RegisterVocabRequest" in (caught.value.details() or "")
+
+
+@pytest.mark.asyncio
+async def test_a_request_over_the_message_limit_is_refused_before_it_is_read() -> None:
+    limits = dataclasses.replace(Limits(), max_request_bytes=1 << 20)
+    request = pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=[b"p%d" % i for i in range(200_000)]))
+    assert request.ByteSize() > 1 << 20
+    options = [("grpc.max_send_message_length", 64 << 20)]
+    with socket_dir() as directory:
+        async with (
+            running_service(server_config(directory, limits=limits)) as running,
+            grpc.aio.insecure_channel(running.addresses[0], options=options) as channel,
+        ):
+            stub = pb_grpc.ConstraintdStub(channel)  # type: ignore[no-untyped-call]
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.RegisterVocab(request)
+            assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "larger than max" in (caught.value.details() or "")
+            # the same vocabulary in parts under the limit
+            reply = await stub.RegisterVocabParts(iter(vocab_parts(request)))
+            assert reply.size == 200_000

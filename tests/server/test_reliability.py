@@ -16,6 +16,7 @@ import multiprocessing
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
@@ -24,6 +25,7 @@ import grpc
 import pytest
 
 from clients import Client, Policy
+from clients.transports.grpc import vocab_parts
 from constraintd.service.limits import Limits
 from constraintd.v1 import constraintd_pb2 as pb
 from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
@@ -189,21 +191,33 @@ def refused(call: Callable[[], object], code: grpc.StatusCode) -> str:
 
 def test_a_vocabulary_of_millions_of_pieces(server: CappedServer) -> None:
     def attack(stub: pb_grpc.ConstraintdStub) -> None:
-        pieces = pb.PieceList(pieces=[b"p%d" % i for i in range(2_000_000)])
-        message = refused(
-            lambda: stub.RegisterVocab(pb.RegisterVocabRequest(pieces=pieces)), EXHAUSTED
-        )
-        # the request (19 MB) is read in a worker thread, in slices, and refused past the limit's million
+        request = pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=[b"p%d" % i for i in range(2_000_000)]))
+        # in one message (19 MB), refused by gRPC unread; in parts of a MiB, read in a worker thread and
+        # refused past the limit's million
+        message = refused(lambda: stub.RegisterVocab(request), EXHAUSTED)
+        assert "larger than max" in message
+        message = refused(lambda: stub.RegisterVocabParts(iter(vocab_parts(request))), EXHAUSTED)
         assert message == "a vocabulary of more than 1048576 tokens is over the limit of 1048576"
 
     attacked(server, attack)
 
 
-def test_a_piece_of_16_mib_and_a_message_of_48(server: CappedServer) -> None:
-    # a message over the server's limit (32 MiB) is refused by gRPC before Python parses it (a 48 MiB one
-    # once held the event loop about 150 ms); under it, the piece is refused by its own limit
+def test_a_vocabulary_of_millions_of_pieces_in_small_parts(server: CappedServer) -> None:
+    # parts too small to be sliced are counted too: the 2M pieces in parts of 4 KiB
     def attack(stub: pb_grpc.ConstraintdStub) -> None:
-        pieces = pb.PieceList(pieces=[*TINY_PIECES, b"x" * (16 * MIB)], eog=TINY_EOG)
+        request = pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=[b"p%d" % i for i in range(2_000_000)]))
+        parts = vocab_parts(request, part_bytes=4096)
+        message = refused(lambda: stub.RegisterVocabParts(iter(parts)), EXHAUSTED)
+        assert message == "a vocabulary of more than 1048576 tokens is over the limit of 1048576"
+
+    attacked(server, attack)
+
+
+def test_a_piece_of_3_mib_and_a_message_of_48(server: CappedServer) -> None:
+    # a message over the server's limit (4 MiB) is refused by gRPC before Python reads it (gathering a
+    # message costs the event loop about a millisecond a MiB); under it, the piece is refused by its own limit
+    def attack(stub: pb_grpc.ConstraintdStub) -> None:
+        pieces = pb.PieceList(pieces=[*TINY_PIECES, b"x" * (3 * MIB)], eog=TINY_EOG)
         message = refused(lambda: stub.RegisterVocab(pb.RegisterVocabRequest(pieces=pieces)), EXHAUSTED)
         assert "bytes a piece" in message
         pieces = pb.PieceList(pieces=[*TINY_PIECES, b"x" * (48 * MIB)], eog=TINY_EOG)
@@ -217,11 +231,11 @@ def test_allows_of_millions_of_token_ids(server: CappedServer) -> None:
     def attack(stub: pb_grpc.ConstraintdStub) -> None:
         vocab_id = tiny_vocab(stub)
         session_id = tiny_session(stub, vocab_id)
-        tokens = [A] * 5_000_000
-        refused(
-            lambda: stub.Allows(pb.AllowsRequest(session_id=session_id, tokens=tokens)),
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-        )
+        # 5M ids (5 MB) are over the message limit, refused by gRPC unread; 1.1M are under it, counted as
+        # they are read and refused past the limit of ids a call
+        for count, said in ((5_000_000, "larger than max"), (1_100_000, "token ids a call")):
+            request = pb.AllowsRequest(session_id=session_id, tokens=[A] * count)
+            assert said in refused(partial(stub.Allows, request), EXHAUSTED)
 
     attacked(server, attack)
 

@@ -588,7 +588,7 @@ async def limited() -> AsyncIterator[Stub]:
         max_grammar_bytes=128,
         max_sessions=3,
         max_stacks=4,
-        max_message_bytes=4096,
+        max_request_bytes=4096,
     )
     with socket_dir() as directory:
         async with (

@@ -53,6 +53,7 @@ def test_the_service_has_every_rpc() -> None:
     assert pb.DESCRIPTOR.package == "constraintd.v1"
     assert [m.name for m in service.methods] == [
         "RegisterVocab",
+        "RegisterVocabParts",
         "CreateSession",
         "Accept",
         "Allows",
@@ -64,3 +65,5 @@ def test_the_service_has_every_rpc() -> None:
     ]
     step = service.methods_by_name["Step"]
     assert step.client_streaming and step.server_streaming
+    parts = service.methods_by_name["RegisterVocabParts"]
+    assert parts.client_streaming and not parts.server_streaming
