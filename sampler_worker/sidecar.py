@@ -48,11 +48,17 @@ class PrivateConstraintd:
     """
 
     def __init__(
-        self, *, startup_timeout: float = 60.0, grace: float = 5.0, gguf_dirs: Sequence[Path] = (Path("/"),)
+        self,
+        *,
+        startup_timeout: float = 60.0,
+        grace: float = 5.0,
+        gguf_dirs: Sequence[Path] = (Path("/"),),
+        serve_args: Sequence[str] = (),
     ) -> None:
         self.startup_timeout = startup_timeout
         self.grace = grace
         self.gguf_dirs = tuple(gguf_dirs)
+        self.serve_args = tuple(serve_args)  # more `constraintd serve` arguments
         self.directory = Path(tempfile.mkdtemp(prefix="sw-", dir="/tmp"))
         self.target = f"unix://{self.directory}/constraintd.sock"
         self.log_path = self.directory / "constraintd.log"
@@ -67,6 +73,7 @@ class PrivateConstraintd:
             command += ["--gguf-dir", str(directory)]
         if sys.platform.startswith("linux"):
             command += ["--parent-pid", str(os.getpid())]
+        command += self.serve_args
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
         try:

@@ -33,6 +33,7 @@ own chain on the same logits and masks. The README of this folder has the detail
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -362,15 +363,14 @@ def stand_in(args: argparse.Namespace) -> None:
     with (
         Model(gguf, n_ctx=N_CTX, n_threads=args.threads) as model,
         Client("local") as local,
-        PrivateConstraintd() as server,
-        Client(server.target) as remote,
+        contextlib.ExitStack() as kept,
     ):
         handle = local.register_vocab(gguf=gguf)
         trajectories = _recorded(model, local, handle, schema, args)
-        remote_handle = remote.register_vocab(gguf=gguf)
-        if not args.cold:  # every state the trajectories reach, and its mask, met once before timing
+        shared = None if args.cold else _served(kept, gguf)
+        if shared is not None:  # every state the trajectories reach, and its mask, met once before timing
             for trajectory in trajectories:
-                _one(model, trajectory, 0.0, remote, remote_handle, schema, "ahead")
+                _one(model, trajectory, 0.0, *shared, schema, "ahead")
         for repeat in range(args.repeats):
             for forward in forwards:
                 seconds = forward / 1000
@@ -378,20 +378,16 @@ def stand_in(args: argparse.Namespace) -> None:
                     chosen = [trajectories[i % len(trajectories)] for i in range(count)]
                     modes = ["unconstrained", "off", "ahead"] + (["auto"] if count == 1 else [])
                     for mode in modes:
-                        if count == 1:  # every trajectory in turn, one generation at a time
-                            runs = [
-                                _one(model, trajectory, seconds, remote, remote_handle, schema, mode)
-                                for trajectory in trajectories
-                            ]
-                            run = stand_in_module.BatchRun(
-                                sum(r.tokens for r in runs), sum(r.seconds for r in runs),
-                                sum(r.waits for r in runs), sum(r.wait_seconds for r in runs),
-                                sum(r.rejections for r in runs),
+                        with contextlib.ExitStack() as fresh:
+                            # cold: a constraintd of its own for each constrained run, so the grammar's
+                            # states, their masks and the vocabulary's shared verdicts are first met in it
+                            remote, remote_handle = shared or (
+                                _served(fresh, gguf, *args.serve)
+                                if mode != "unconstrained" else (local, handle)
                             )
-                        else:
-                            run = stand_in_module.run_batch(
-                                model, chosen, seconds, remote if mode != "unconstrained" else None,
-                                remote_handle, schema, mode,
+                            run = _timed(
+                                model, trajectories if count == 1 else chosen, seconds, remote, remote_handle,
+                                schema, mode, one_at_a_time=count == 1,
                             )
                         rows.setdefault((forward, count, mode), []).append(run)
                     print(f"repeat {repeat + 1}, F = {forward:g} ms, N = {count}: done", file=sys.stderr)
@@ -399,7 +395,8 @@ def stand_in(args: argparse.Namespace) -> None:
         f"(b) GPU-bound stand-in: Gemma 3 270M's logits replayed, each forward pass waiting F ms without "
         f"the CPU; {len(trajectories)} recorded trajectories of up to {args.stand_in_tokens} tokens, "
         f"constraintd over a Unix socket, {args.repeats} repeats (medians); "
-        + ("cold: the grammar's states met for the first time in the first repeat"
+        + ("cold: a constraintd of its own for each constrained run, so that the grammar's states are first "
+           "met in it"
            if args.cold else "warm: every state's mask computed once before timing (first visits are "
            "bench_masks.py's subject)")
     )
@@ -427,6 +424,30 @@ def stand_in(args: argparse.Namespace) -> None:
           "run's of the same repeat; ms waiting/token: time the worker waited on constraintd after its "
           "forward pass, per token; waits/100: such waits per 100 tokens (off: every Step; ahead: a reply "
           "not in by the end of the forward pass; the last token's, which no forward pass follows, counts))")
+
+
+def _served(stack: contextlib.ExitStack, gguf: Path, *serve_args: str) -> tuple[Client, VocabHandle]:
+    """A private constraintd on a Unix socket (closed with `stack`), a client of it and the vocabulary."""
+    server = stack.enter_context(PrivateConstraintd(serve_args=serve_args))
+    remote = stack.enter_context(Client(server.target))
+    return remote, remote.register_vocab(gguf=gguf)
+
+
+def _timed(
+    model: Model, trajectories: list[stand_in_module.Trajectory], seconds: float, client: Client,
+    handle: VocabHandle, schema: str, mode: str, *, one_at_a_time: bool,
+) -> stand_in_module.BatchRun:
+    """The trajectories replayed in `mode`: one generation at a time, each in turn, or all at once over
+    one Step stream."""
+    if not one_at_a_time:
+        return stand_in_module.run_batch(
+            model, trajectories, seconds, client if mode != "unconstrained" else None, handle, schema, mode
+        )
+    runs = [_one(model, trajectory, seconds, client, handle, schema, mode) for trajectory in trajectories]
+    return stand_in_module.BatchRun(
+        sum(r.tokens for r in runs), sum(r.seconds for r in runs), sum(r.waits for r in runs),
+        sum(r.wait_seconds for r in runs), sum(r.rejections for r in runs),
+    )
 
 
 def _recorded(
@@ -548,8 +569,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stand-in-tokens", type=int, default=32, help="(b): tokens per trajectory")
     parser.add_argument("--repeats", type=int, default=3,
                         help="(b): repeats of every cell; (c): walks of every trajectory (default 3)")
+    parser.add_argument("--serve", action="append", default=[], metavar="ARG",
+                        help="(b): an argument more for a cold run's constraintd (--serve=--warm-seconds=30)")
     parser.add_argument("--cold", action="store_true",
-                        help="(b): no warm-up: the first repeat meets the grammar's states first")
+                        help="(b): each constrained run on a constraintd of its own, caches empty")
     args = parser.parse_args(argv)
     if args.part in ("real", "all"):
         real_model(args)
