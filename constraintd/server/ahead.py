@@ -12,12 +12,16 @@
 # - One daemon thread, a queue of at most `max_queued` grammars (a grammar queued already, or whose
 #   lookahead is spent or finished, is not queued again; past the bound a grammar is left to its masks, as
 #   without lookahead). Shutdown stops it at the next top.
+# - `submit` runs on the event loop and calls nothing of the grammar's: what its lookahead has left is
+#   read by the worker's thread (the first call makes the search, and the search's first use of a
+#   vocabulary's tables can build them), and a grammar whose lookahead ended is remembered here, weakly.
 # - Nothing it does changes an answer: it fills caches masks are composed from.
 from __future__ import annotations
 
 import contextlib
 import logging
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 
@@ -51,6 +55,7 @@ class AheadWorker:
         self._wake = threading.Condition(self._lock)
         self._queue: deque[Grammar] = deque()
         self._queued: set[str] = set()  # keys of the grammars in the queue
+        self._ended: weakref.WeakSet[Grammar] = weakref.WeakSet()  # lookahead spent or finished
         self._busy = 0  # compiles and mask jobs running now
         self._closed = False
         self._thread = threading.Thread(target=self._work, name="constraintd-lookahead", daemon=True)
@@ -60,10 +65,12 @@ class AheadWorker:
         """Queue `grammar` for its lookahead (cheap; never blocks on the work). False when it is not queued:
         queued already, its budget spent or its search finished, the queue full, or the worker shut down."""
         with self._lock:
-            if self._closed or grammar.key in self._queued or len(self._queue) >= self.max_queued:
-                return False
-            state = grammar.lookahead(0.0)  # reads what is left, does nothing
-            if state.finished or state.total >= self.seconds:
+            if (
+                self._closed
+                or grammar.key in self._queued
+                or grammar in self._ended
+                or len(self._queue) >= self.max_queued
+            ):
                 return False
             self._queue.append(grammar)
             self._queued.add(grammar.key)
@@ -129,3 +136,4 @@ class AheadWorker:
                 if (run.finished or run.total >= self.seconds) and self._queue and self._queue[0] is grammar:
                     self._queue.popleft()
                     self._queued.discard(grammar.key)
+                    self._ended.add(grammar)

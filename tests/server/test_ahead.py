@@ -66,6 +66,28 @@ def test_a_queued_grammar_is_searched_within_its_budget() -> None:
         worker.shutdown()
 
 
+def test_submit_calls_nothing_of_the_grammar(monkeypatch: pytest.MonkeyPatch) -> None:
+    # submit runs on the event loop: the first lookahead call makes the search, and can build a
+    # vocabulary's tables (hundreds of milliseconds), so only the worker's thread makes it
+    callers: list[str] = []
+    original = Grammar.lookahead
+
+    def recorded(self: Grammar, *args: object, **kwargs: object) -> AheadRun:
+        callers.append(threading.current_thread().name)
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Grammar, "lookahead", recorded)
+    worker = AheadWorker(60.0)
+    try:
+        grammar = _grammar("caller")
+        assert worker.submit(grammar)
+        _until(lambda: worker.queued() == 0)
+        assert not worker.submit(grammar)  # its search is over, as the worker found
+        assert callers and set(callers) == {"constraintd-lookahead"}
+    finally:
+        worker.shutdown()
+
+
 def test_it_waits_while_a_caller_waits_for_a_compile_or_a_mask() -> None:
     runs = Runs()
     worker = AheadWorker(60.0, on_run=runs)

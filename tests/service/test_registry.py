@@ -229,7 +229,10 @@ def test_a_gguf_file_is_loaded_from_the_vocabulary_store_once_prepared(
 
 def test_a_vocabulary_is_decoded_at_registration() -> None:
     vocab = Registry(Limits()).register_pieces(TINY_PIECES, TINY_EOG)
-    assert vocab._decoded is not None  # held already: built by the registration, not by a first compile
+    decoded = vocab._decoded
+    assert decoded is not None  # held already: built by the registration, not by a first compile
+    # and the tables every mask and lookahead reads: not built later on the event loop by a first session
+    assert decoded._fresh_table is not None and decoded._by_piece is not None
 
 
 @pytest.mark.parametrize(("seconds", "warmed"), [(0.0, False), (5.0, True)], ids=["off", "on"])
