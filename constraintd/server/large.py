@@ -111,13 +111,14 @@ def _wrapped(emit: Emit, number: int) -> Emit:
 
 
 class _Walk:
-    __slots__ = ("counts", "data", "deadline", "most", "records", "slice_bytes", "view")
+    __slots__ = ("counts", "data", "deadline", "fields", "most", "records", "slice_bytes", "view")
 
     def __init__(
         self, data: bytes, slice_bytes: int, deadline: float | None, most: Most, counts: dict[str, int]
     ) -> None:
         self.most = most
         self.counts = counts  # shared by the walks of one request's parts
+        self.fields: dict[str, tuple[dict[int, str], set[int], set[int]]] = {}  # by message type: _fields_of
         self.data = data  # read a byte at a time (an int)
         self.view = memoryview(data)  # cut without a copy
         self.slice_bytes = slice_bytes
@@ -133,23 +134,7 @@ class _Walk:
 
     def _message(self, pos: int, end: int, descriptor: Any, emit: Emit) -> None:
         data, view, slice_bytes, varint_at = self.data, self.view, self.slice_bytes, self._varint_at
-        # this message's fields whose records are counted: number -> full name; and those of them whose
-        # records are packed numbers, whose values are counted instead
-        watched = {
-            field.number: field.full_name for field in descriptor.fields if field.full_name in self.most
-        }
-        packed = {
-            field.number
-            for field in descriptor.fields
-            if field.number in watched and field.is_repeated and field.type in _VARINT_TYPES
-        }
-        # message fields with counted fields inside: each record is walked, whatever its size (a part of
-        # a request cut small is counted as a large request is)
-        within = {
-            field.number
-            for field in descriptor.fields
-            if field.type == FieldDescriptor.TYPE_MESSAGE and self._counts_within(field.message_type)
-        }
+        watched, packed, within = self._fields_of(descriptor)
         pending = pos  # the start of the records not yet emitted
         records = self.records
         while pos < end:
@@ -217,6 +202,28 @@ class _Walk:
         self.records = records
         if pending < end:
             emit(view[pending:end])
+
+    def _fields_of(self, descriptor: Any) -> tuple[dict[int, str], set[int], set[int]]:
+        """A message type's fields the walk looks at, by number: those whose records are counted (with
+        their full names); those of them whose records are packed numbers, whose values are counted
+        instead; and its message fields with counted fields inside, each record of which is walked,
+        whatever its size (a part of a request cut small is counted as a large request is)."""
+        known = self.fields.get(descriptor.full_name)
+        if known is None:
+            fields = descriptor.fields
+            watched = {field.number: field.full_name for field in fields if field.full_name in self.most}
+            packed = {
+                field.number
+                for field in fields
+                if field.number in watched and field.is_repeated and field.type in _VARINT_TYPES
+            }
+            within = {
+                field.number
+                for field in fields
+                if field.type == FieldDescriptor.TYPE_MESSAGE and self._counts_within(field.message_type)
+            }
+            known = self.fields[descriptor.full_name] = (watched, packed, within)
+        return known
 
     def _counts_within(self, descriptor: Any, seen: frozenset[str] = frozenset()) -> bool:
         """Whether a message of this type holds a counted field, at any depth."""
