@@ -104,7 +104,8 @@ class Client(BaseClient):
 
         Args:
             gguf: a GGUF file the *server* reads (the in-process transport: this process).
-            vocab: a `Vocab` read here, sent token by token.
+            vocab: a `Vocab` read here, sent token by token (over gRPC, a registration over a MiB goes
+                in parts of a MiB, RegisterVocabParts: a server takes requests of 4 MiB by default).
             pieces: the piece bytes of every token, sent token by token, with `eog` and `token_texts`.
 
         Raises:
