@@ -33,6 +33,7 @@
 #   walked on, from the state after it.
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections.abc import Callable
@@ -81,6 +82,12 @@ _DEAD: Final = 0
 # below 2 ** 33 (llama.cpp's decoder never yields a code point of 23 bits or more).
 _STATE_SHIFT: Final = 33
 _LOW_BITS: Final = (1 << _STATE_SHIFT) - 1
+# A chain (`walk`'s `chained`) is followed past a column only for at least _CHAIN_ROWS rows, and its
+# set's run ends are counted only where it moves at least 1/_CHAIN_SHARE of the table's rows.
+_CHAIN_ROWS: Final = 1024
+_CHAIN_SHARE: Final = 16
+# The last code point Unicode has: a set's width (`walk`'s chains) counts none above it.
+_MAX_CODE_POINT: Final = 0x10FFFF
 # Rows at most that the column loop hands to a walk of one row at a time (_walk_singly).
 _FEW_ROWS: Final = 32
 # Rows at least that one state moves through a table over the distinct code points (a column's move).
@@ -360,6 +367,62 @@ def walk(
         loop_ranges[index] = found
         return found
 
+    # per local state heading a chain (`chained`): the set's ranges, and the chain's states so far
+    chains: dict[int, tuple[Ranges, list[int]] | None] = {}
+
+    def chained(index: int) -> tuple[Ranges, list[int]] | None:
+        # A state that decides nothing itself (no token on top, no escape mark) and moves one set of code
+        # points C, the widest it moves anywhere but to itself or to no stack, to one state S1 (the copies
+        # of a minimum repetition, `char{22,4096}`; a bounded repetition's chain of links): C's ranges and
+        # the chain [this state, S1] that `extend` lengthens while each next state moves all of C on to
+        # one state again. None for any other state.
+        if index in chains:
+            return chains[index]
+        state = states[index]
+        found = None
+        if state is not None and not state.token_tops and not state.has_escape:
+            bounds, ids = segment_map(index)
+            lows = [0, *bounds.tolist()]
+            highs = [high - 1 for high in bounds.tolist()] + [_LOW_BITS]
+            targets = ids.tolist()
+            widths: dict[int, int] = {}
+            for low, high, target in zip(lows, highs, targets, strict=True):
+                if target not in (_DEAD, index) and low <= high:
+                    widths[target] = widths.get(target, 0) + min(high, _MAX_CODE_POINT) - low + 1
+            if widths:
+                widest = max(widths, key=lambda target: widths[target])
+                ranges: list[tuple[int, int]] = []
+                for low, high, target in zip(lows, highs, targets, strict=True):
+                    if target == widest and low <= high:
+                        if ranges and ranges[-1][1] + 1 == low:
+                            ranges[-1] = (ranges[-1][0], high)
+                        else:
+                            ranges.append((low, high))
+                found = (tuple(ranges), [index, widest])
+        chains[index] = found
+        return found
+
+    def extend(ranges: Ranges, chain: list[int], depth: int) -> None:
+        # lengthens `chain` up to `depth` moves: while its last state decides nothing itself and moves
+        # every code point of `ranges` to one state with stacks (a state met again is fine: a cycle)
+        while len(chain) <= depth:
+            state = states[chain[-1]]
+            if state is None or state.token_tops or state.has_escape:
+                return
+            bounds, ids = segment_map(chain[-1])
+            edges, targets = bounds.tolist(), ids.tolist()
+            target = -1
+            for low, high in ranges:
+                # the intervals holding low to high: targets[first], ..., targets[last]
+                first, last = bisect.bisect_right(edges, low), bisect.bisect_right(edges, high)
+                if target < 0:
+                    target = targets[first]
+                if any(other != target for other in targets[first : last + 1]):
+                    return
+            if target == _DEAD:
+                return
+            chain.append(target)
+
     def carry(j: int, rows: IntArray, at: IntArray, loops: list[int]) -> tuple[IntArray, IntArray]:
         # Rows at column j in a state that moves a set of code points back to itself stay there for as
         # long as their code points are in the set: each goes on from the first column where one is not
@@ -374,7 +437,9 @@ def walk(
         moved = np.zeros(rows.size, dtype=np.bool_)
         for index in loops:
             ranges = looped(index)
-            assert ranges is not None
+            if ranges is None:
+                moved |= follow_chain(j, rows, at, index, ends_at)
+                continue
             here = np.flatnonzero(at == index)
             # counting a set's run ends reads every code point of the table once: worth it where these
             # rows could take a good share of that many steps, and kept for every later walk
@@ -414,6 +479,67 @@ def walk(
                 later.setdefault(column, []).append((part, np.full(part.size, index, dtype=np.int64)))
         return rows[~moved], at[~moved]
 
+    def follow_chain(j: int, rows: IntArray, at: IntArray, index: int, ends_at: IntArray) -> BoolArray:
+        # `carry` of the rows at column j in a state heading a chain (`chained`): a row whose code points
+        # from j to s - 1 are in the chain's set C (its run end from j: s) goes from the chain's state 0
+        # to its state s - j at column s, without a column loop, and ends there (judged at once) or goes
+        # on from there. No state it passes on the way decides anything but the move, so nothing else is
+        # decided for it. A row past the chain's last state (or past the depth _CHAIN_ROWS rows reach)
+        # goes on from that state, at its column. Returns the rows moved.
+        moved = np.zeros(rows.size, dtype=np.bool_)
+        found = chained(index)
+        assert found is not None
+        ranges, chain = found
+        here = np.flatnonzero(at == index)
+        if here.size < _CHAIN_ROWS:
+            return moved
+        extend(ranges, chain, 2)
+        if len(chain) < 3:  # one move: no column saved (a chain that meets an escape mark at once)
+            return moved
+        ends = table.run_ends(ranges, build=False)
+        if ends is None:
+            # counting a set's run ends reads every code point of the table once: only for a set that
+            # moves a good share of the table here (a string's characters, not a literal's one)
+            moving = class_members((True, ranges), columns[j][rows[here]])
+            if int(np.count_nonzero(moving)) * _CHAIN_SHARE < table.ids.size:
+                return moved
+            ends = table.run_ends(ranges)
+            assert ends is not None
+        steps = ends[j][rows[here]].astype(np.int64)
+        steps -= j
+        # rows per number of steps; the depth the chain is followed to: at least _CHAIN_ROWS rows get that
+        # far (past it, fewer rows go on from there column by column: each state of the chain costs about
+        # one column of them)
+        reaching = np.cumsum(np.bincount(steps)[::-1])[::-1]  # rows taking at least d steps, per d
+        depth = int(np.searchsorted(-reaching, -_CHAIN_ROWS, side="right")) - 1
+        if depth < 1:
+            return moved
+        going = steps > 0
+        here, steps = here[going], steps[going]
+        extend(ranges, chain, depth)
+        depth = min(depth, len(chain) - 1)
+        moved[here] = True
+        gone = rows[here]
+        np.minimum(steps, depth, out=steps)
+        at_state = np.array(chain, dtype=np.int64)[steps]
+        stop = steps
+        stop += j
+        ended = gone >= ends_at[stop]
+        if ended.any():
+            _judge_ends(table, gone[ended], at_state[ended], states, allowed, uncertain, escapes)
+            keep = ~ended
+            gone, stop, at_state = gone[keep], stop[keep], at_state[keep]
+        if gone.size:
+            order = np.argsort(stop, kind="stable")  # rows stay ascending within a column
+            gone, stop, at_state = gone[order], stop[order], at_state[order]
+            cuts = np.flatnonzero(stop[1:] != stop[:-1]) + 1
+            starts = np.r_[0, cuts]
+            for part, states_at, column in zip(
+                np.split(gone, cuts), np.split(at_state, cuts), stop[starts].tolist(), strict=True
+            ):
+                later.setdefault(column, []).append((part, states_at))
+        return moved
+
     first = 0
     if whole and not start.token_tops and not start.has_escape:
         # nothing to decide at column 0 but the move: only the rows it keeps alive are ever listed
@@ -452,7 +578,12 @@ def walk(
         present: IntArray | None = None
         if j >= own_from and rows.size > _FEW_ROWS and not (j == 0 and whole):
             present = np.flatnonzero(np.bincount(at, minlength=len(states)))
-            loops = [index for index in present.tolist() if looped(index) is not None]
+            many = rows.size >= _CHAIN_ROWS
+            loops = [
+                index
+                for index in present.tolist()
+                if looped(index) is not None or (many and chained(index) is not None)
+            ]
             if loops:
                 rows, at = carry(j, rows, at, loops)
                 present = None

@@ -452,3 +452,100 @@ def test_run_ends_say_where_each_row_leaves_a_set_of_code_points() -> None:
                             len(code_points))
             assert int(ends[j][row]) == expected, (vocab.pieces[token], j)
     assert [column.size for column in ends] == list(table.count_from)
+
+
+# copies of a rule (a minimum repetition) and chains of links (a bounded one), with no state looping on
+# itself, so that only chains move rows past a column: escape marks below them, literals after them, a
+# chain of two-character links, token tops inside
+CHAIN_GRAMMARS = (
+    'root ::= "\\"" char{3,12} "\\"" "x"\nchar ::= [^"\\\\] | "\\\\" ["\\\\n]',
+    'root ::= [a-c]{2,7} "-" [a-c]{0,5} "."',
+    'root ::= ("ab"){2,5} "." | "a" [bc]{1,4}',
+    'root ::= x{4} "," x{0,3}\nx ::= [abé] | "\\\\" "n"',
+    'root ::= "a" [a-c]{1,6} <[11]> [a-c]{0,3} | [^"a]{2,5} <[1]>',
+)
+CHAIN_PIECES = st.text(alphabet='abc"\\-.,é', min_size=1, max_size=14).map(str.encode)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.sampled_from(CHAIN_GRAMMARS),
+    st.lists(st.one_of(CHAIN_PIECES, st.sampled_from([b"\xc3", b"a\xe4\xb8", b"abab\xf0\x9f"])), max_size=60),
+    st.lists(st.integers(0, 10**6), max_size=8),
+)
+def test_rows_carried_along_chains_get_the_verdicts_of_the_walk_a_column_at_a_time(
+    text: str, extra: list[bytes], choices: list[int]
+) -> None:
+    # Every row walked column by column from every stack top cut short by an escape mark and from the
+    # states a path reaches, with rows carried along chains of states however few they are, and without:
+    # the same rows allowed, the same uncertain, the same columns at which rows met the mark.
+    base = sorted({bytes((b,)) for ch in 'abc"\\-.,é' for b in ch.encode()})
+    runs = [*LOOP_RUNS, b"abababab", b"aaaaaaaaaaaaaaa", *extra]
+    vocab = Vocab([b"</s>", *base, *dict.fromkeys(runs)], eog_ids=[0])
+    assert vocab.pieces[11] == LOOP_RUNS[0]
+    grammar = compile_or_skip(text, vocab)
+    rules = grammar._rules
+    table = grammar._decoded.fresh_table()
+    char_positions = [pos for pos, cls in enumerate(rules.classes) if cls is not None]
+    starts = [grammar._states.intern([(rules.escape, pos)], 10**6) for pos in char_positions]
+    reached: set[State] = set()
+    matcher = Matcher(grammar, max_stacks=300)
+    with contextlib.suppress(LimitError):
+        for choice in choices:
+            state = grammar._states.intern(matcher.stacks, 10**6)
+            if state is None:
+                break
+            starts.append(state)
+            reached.add(state)
+            allowed = np.flatnonzero(unpack_mask(matcher.mask(), len(vocab)))
+            if allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
+                break
+    for start in starts:
+        assert start is not None
+        found = {}
+        for chain_rows in (1, 10**9):
+            escapes: compute.Escapes = []
+            with (
+                mock.patch.object(compute, "_FEW_ROWS", 0),
+                mock.patch.object(compute, "_CHAIN_ROWS", chain_rows),
+                mock.patch.object(compute, "_CHAIN_SHARE", 10**9),
+            ):
+                allowed_rows, unsure = walk(table, table.columns, start, 10**6, escapes=escapes)
+            met, columns = compute.escape_columns(escapes)
+            met_at = list(zip(met.tolist(), columns.tolist(), strict=True))
+            found[chain_rows] = (allowed_rows.tolist(), unsure.tolist(), met_at)
+        assert found[1] == found[10**9]
+        if start in reached:
+            assert set(found[1][0]) == {
+                row for row, token in enumerate(table.ids.tolist())
+                if allows_token(rules, start.stacks, token, vocab.pieces[token])
+            }
+
+
+def test_a_chain_of_copies_carries_rows_past_its_columns() -> None:
+    # `[a-c]{6}` has no state looping on itself: the rows go along its copies by the run ends of [a-c]
+    pieces = [b"</s>", b"a", b"ab", b"abc", b"abca", b"abcab", b"abcabc", b"abcabcx", b"ab-"]
+    vocab = Vocab(pieces, eog_ids=[0])
+    grammar = Grammar.from_gbnf('root ::= "\\"" [a-c]{6} "x"', vocab)
+    rules = grammar._rules
+    table = grammar._decoded.fresh_table()
+    start = grammar._states.intern([(rules.escape, rules.rule_starts[0] + 1)], 10**6)
+    assert start is not None
+    counted: list[object] = []
+    original = type(table).run_ends
+
+    def spy(self: object, ranges: object, *, build: bool = True) -> object:
+        counted.append(ranges)
+        return original(self, ranges, build=build)  # type: ignore[arg-type]
+
+    with (
+        mock.patch.object(type(table), "run_ends", spy),
+        mock.patch.object(compute, "_FEW_ROWS", 0),
+        mock.patch.object(compute, "_CHAIN_ROWS", 1),
+        mock.patch.object(compute, "_CHAIN_SHARE", 10**9),
+    ):
+        allowed_rows, _ = walk(table, table.columns, start, 10**6)
+    assert ((ord("a"), ord("c")),) in counted
+    assert sorted(vocab.pieces[token] for token in table.ids[allowed_rows].tolist()) == [
+        b"a", b"ab", b"abc", b"abca", b"abcab", b"abcabc", b"abcabcx"
+    ]
