@@ -103,3 +103,15 @@ def test_decode_caches_fresh_starts() -> None:
     decoded = VOCAB.decoded()
     assert decoded.decode(4) is decoded.decode(4)
     assert decoded.decode(7, (4, 2)) == ((0x4E2D,), (0, 0))
+
+
+def test_tokens_by_their_pieces_bytes_are_those_a_scan_finds() -> None:
+    pieces = [b"</s>", b"", b"\x00a", b"a", b"ab", b"abc", b"ab", b"b", b"\xff", b"\xff\xff", b"\xffa"]
+    pieces += [b"a\xff", b"\xc3", "é".encode(), b"\xc3\xa9x"]
+    decoded = Vocab(pieces, eog_ids=[0]).decoded()
+    plain = [token for token in range(len(pieces)) if decoded.kinds[token] == PLAIN]
+    for prefix in (b"a", b"ab", b"abc", b"abcd", b"\xff", b"\xff\xff", b"\xc3", b"", b"<", b"b"):
+        found = decoded.tokens_with_prefix(prefix)
+        assert sorted(found) == [t for t in plain if pieces[t].startswith(prefix)], prefix
+        assert [pieces[t] for t in found] == sorted(pieces[t] for t in found)  # in the order of pieces
+        assert decoded.tokens_of_piece(prefix) == [t for t in plain if pieces[t] == prefix], prefix
