@@ -19,8 +19,9 @@
 #   flattened rules (element table, alternates, character classes, follow positions), the initial
 #   state's stacks, the trigger programs, the key. Counted as it grows: the rules' closures (computed as
 #   stacks meet them, grammar/stacks.py, and counted there as they are), the finished masks
-#   and the stack-top verdicts kept for this grammar alone (their arrays), and the states learned while
-#   serving, at a flat `STATE_BYTES` each. Not counted: the
+#   and the stack-top verdicts kept for this grammar alone (their arrays), the states learned while
+#   serving, at a flat `STATE_BYTES` each, and the moves `lookahead` memoized (at most MAX_AHEAD_MOVES), at
+#   `MOVE_BYTES` each (those an accept memoizes are in the flat estimate of their state). Not counted: the
 #   vocabulary and what it owns (decoded pieces, shared verdicts: bounded by its owner), the per-top
 #   shortcuts to those verdicts, a learned state's memo tables past the flat estimate, and the allocator's
 #   own overhead. A test holds the estimate to what tracemalloc sees a compile allocate.
@@ -31,12 +32,14 @@ import hashlib
 import json
 import sys
 import weakref
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Final
 
 import numpy as np
 
 from constraintd.engine.grammar.gbnf import ParsedGrammar, check_grammar, parse_gbnf
+from constraintd.engine.grammar.literal_moves import LiteralMoves
 from constraintd.engine.grammar.stack_sets import State, StateTable
 from constraintd.engine.grammar.stacks import (
     INT_BYTES,
@@ -61,6 +64,13 @@ _AHEAD_STACK_LIMIT: Final = 10_000
 # A state learned while serving, as `nbytes` counts it: the State, its stack set of a few short stacks, its
 # by-top lists and memo tables with a few entries (a flat estimate, not a walk).
 STATE_BYTES: Final = 2048
+# A move memoized on a state, as `nbytes` counts it: a dict entry, its token, and a tuple of four.
+MOVE_BYTES: Final = 192
+# Moves `lookahead` memoizes for one grammar at most (grammar/literal_moves.py): about 400 kB.
+MAX_AHEAD_MOVES: Final = 2048
+# The share of each `lookahead` run that learns moves first (they rarely need all of it: the rest goes to
+# the verdicts).
+MOVES_SHARE: Final = 0.2
 # A pointer slot (CPython, 64-bit); the other sizes are grammar/stacks.py's.
 _SLOT_BYTES: Final = 8
 # a trigger program's instruction (a small tuple)
@@ -81,10 +91,13 @@ class Grammar:
     __slots__ = (
         "__weakref__",
         "_ahead",
+        "_ahead_turn",
         "_decoded",
         "_fixed_bytes",
         "_initial",
+        "_literal_moves",
         "_masks",
+        "_moves_ahead",
         "_root_id",
         "_rules",
         "_states",
@@ -146,7 +159,10 @@ class Grammar:
         )
         self._decoded: DecodedVocab = vocab.decoded()
         self._masks = MaskCache(self._states, self._decoded)
-        self._ahead: Lookahead | None = None  # made on the first `lookahead`
+        self._ahead: Lookahead | None = None  # made on the first `lookahead`, with the next
+        self._moves_ahead: Lookahead | None = None
+        self._ahead_turn: deque[None] = deque((None,))
+        self._literal_moves: LiteralMoves | None = None  # what they memoized (grammar/literal_moves.py)
         definition = source if source is not None else repr(parsed.rules)
         self.key: str = _key(definition, root, trigger_patterns, trigger_tokens, vocab.content_hash)
         self._fixed_bytes: int | None = None  # measured on the first `nbytes` (only caches of grammars ask)
@@ -188,13 +204,16 @@ class Grammar:
     def lookahead(
         self, seconds: float, *, pause: Callable[[], bool] | None = None, limit: int = _AHEAD_STACK_LIMIT
     ) -> AheadRun:
-        """Learn, for up to `seconds` of this thread's CPU time, the verdicts the masks of this grammar's
-        first states will be composed from (masks/ahead.py: its reachable stacks breadth-first from the
-        start), stopping early when `pause()` turns true (asked inside a top's walk too, at each column).
-        Resumes where the last call stopped; changes no answer. A top whose walk meets a stack set above
-        `limit` is left to the mask that needs it."""
-        ahead = self._ahead
-        if ahead is None:
+        """Learn, for up to `seconds` of this thread's CPU time, what this grammar's first steps will ask
+        for: the moves of the tokens its forced literals admit (grammar/literal_moves.py), with up to
+        MOVES_SHARE of the time, then the verdicts the masks of its first states will be composed from
+        (masks/ahead.py). Both visit its reachable stacks breadth-first from the start, and stop early when
+        `pause()` turns true (asked inside a top's walk too, at each column). Resumes where the last call
+        stopped; changes no answer. A top whose walk meets a stack set above `limit` is left to the step
+        that needs it. What it returns counts the verdicts' search (tops and stacks), and the time of
+        both; it is finished when both are."""
+        ahead, moves = self._ahead, self._moves_ahead
+        if ahead is None or moves is None:
             assert self._initial is not None
             masks = self._masks
 
@@ -203,8 +222,42 @@ class Grammar:
                 with contextlib.suppress(LimitError):
                     masks.learn(stack, limit, deadline=deadline)
 
-            ahead = self._ahead = Lookahead(self._rules, self._initial.stacks, learn, same=masks.same_stack)
-        return ahead.run(seconds, pause=pause)
+            literal = self._literal_moves = LiteralMoves(
+                self._states, self._decoded, limit=limit, most=MAX_AHEAD_MOVES
+            )
+            initial = self._initial.stacks
+            ahead = self._ahead = Lookahead(self._rules, initial, learn, same=masks.same_stack)
+            moves = self._moves_ahead = Lookahead(self._rules, initial, literal.learn)
+        try:
+            self._ahead_turn.pop()  # one run at a time (as Lookahead.run, for the two searches together)
+        except IndexError:
+            return AheadRun(0, 0, 0.0, moves.spent + ahead.spent, moves.finished and ahead.finished)
+        # the vocabulary's index of pieces the moves read, built once for every grammar on it: not a cost of
+        # this grammar's budget
+        self._decoded.piece_index()
+        paused = False
+
+        def held() -> bool:
+            # `pause`, held once it says so: a pause in the first search stops the second at once
+            nonlocal paused
+            paused = paused or (pause is not None and pause())
+            return paused
+
+        try:
+            first = moves.run(seconds * MOVES_SHARE, pause=held)
+            then = ahead.run(seconds - first.seconds, pause=held)
+            if then.finished and not first.finished and then.seconds + first.seconds < seconds:
+                # the verdicts are all learnt: the moves have what is left
+                first = _joined(first, moves.run(seconds - first.seconds - then.seconds, pause=held))
+        finally:
+            self._ahead_turn.append(None)
+        return AheadRun(
+            then.tops,
+            then.stacks,
+            first.seconds + then.seconds,
+            first.total + then.total,
+            first.finished and then.finished,
+        )
 
     @property
     def nbytes(self) -> int:
@@ -221,12 +274,26 @@ class Grammar:
             )
         learned = max(len(self._states) - 1, 0)
         ahead = self._ahead.nbytes if self._ahead is not None else 0
+        ahead += self._moves_ahead.nbytes if self._moves_ahead is not None else 0
         closures = self._rules.closure_bytes  # computed as stacks meet them (grammar/stacks.py)
-        return self._fixed_bytes + closures + learned * STATE_BYTES + self._masks.nbytes + ahead
+        # the moves learnt ahead; those of accepts are in STATE_BYTES
+        moves = self._literal_moves.count * MOVE_BYTES if self._literal_moves is not None else 0
+        return self._fixed_bytes + closures + learned * STATE_BYTES + self._masks.nbytes + ahead + moves
 
     def __repr__(self) -> str:
         lazy = " lazy" if self.lazy else ""
         return f"<Grammar{lazy} root={self.root!r} {len(self.parsed.rules)} rules, {self.key[:12]}>"
+
+
+def _joined(first: AheadRun, then: AheadRun) -> AheadRun:
+    # two runs of one search, one after the other
+    return AheadRun(
+        first.tops + then.tops,
+        first.stacks + then.stacks,
+        first.seconds + then.seconds,
+        then.total,
+        then.finished,
+    )
 
 
 def _key(definition: str, root: str, patterns: Sequence[str], tokens: Sequence[int], vocab_hash: str) -> str:

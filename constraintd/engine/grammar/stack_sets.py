@@ -55,7 +55,17 @@ from constraintd.engine.grammar.stacks import (
 from constraintd.engine.grammar.utf8 import PartialUtf8
 from constraintd.errors import LimitError
 
-__all__ = ["DEAD", "MAX_STACK_DEPTH", "SHARED_DEPTH", "ClassRun", "KeptMove", "Move", "State", "StateTable"]
+__all__ = [
+    "DEAD",
+    "MAX_STACK_DEPTH",
+    "SHARED_DEPTH",
+    "ClassRun",
+    "KeptMove",
+    "Move",
+    "State",
+    "StateTable",
+    "step_stacks",
+]
 
 _CHAR_KINDS: Final = frozenset((CHAR, CHAR_NOT, CHAR_ANY))
 # The deepest stack a state may hold: JSON nested about 16,000 deep. Memory grows linearly with the depth
@@ -146,8 +156,9 @@ class StateTable:
         return len(self._states)
 
 
-def _step_stacks(rules: Rules, stacks: Iterable[Stack], code_point: int) -> set[Stack]:
-    # llama_grammar_accept of one code point on stacks as they are (no state): what State.step interns.
+def step_stacks(rules: Rules, stacks: Iterable[Stack], code_point: int) -> set[Stack]:
+    """llama_grammar_accept of one code point on stacks as they are, with no state interned."""
+    # What State.step interns.
     # Every token's first visit steps here, so Rules.match_char and the memo of Rules.pop_terminal are
     # read inline, without two method calls per stack and code point.
     found: set[Stack] = set()
@@ -491,7 +502,7 @@ class State:
                     continue
             elif not allowed and rules.has_tokens:
                 allowed = _takes_token(rules, stacks, token)
-            found = _step_stacks(rules, stacks, code_point)
+            found = step_stacks(rules, stacks, code_point)
             if not found:
                 if state is not None:
                     state._steps[code_point] = DEAD
