@@ -114,4 +114,4 @@ def test_tokens_by_their_pieces_bytes_are_those_a_scan_finds() -> None:
         found = decoded.tokens_with_prefix(prefix)
         assert sorted(found) == [t for t in plain if pieces[t].startswith(prefix)], prefix
         assert [pieces[t] for t in found] == sorted(pieces[t] for t in found)  # in the order of pieces
-        assert decoded.tokens_of_piece(prefix) == [t for t in plain if pieces[t] == prefix], prefix
+        assert list(decoded.tokens_of_piece(prefix)) == [t for t in plain if pieces[t] == prefix], prefix
