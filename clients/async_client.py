@@ -108,8 +108,8 @@ class AsyncClient(BaseClient):
 
         Args:
             gguf: a GGUF file the *server* reads (the in-process transport: this process).
-            vocab: a `Vocab` read here, sent token by token (over gRPC, a registration over a MiB goes
-                in parts of a MiB, RegisterVocabParts: a server takes requests of 4 MiB by default).
+            vocab: a `Vocab` read here, sent token by token (over gRPC, a registration over 256 KiB
+                goes in parts of 256 KiB, RegisterVocabParts: a server takes requests of 4 MiB by default).
             pieces: the piece bytes of every token, sent token by token, with `eog` and `token_texts`.
 
         Raises:

@@ -7,7 +7,8 @@
 # except Accept, which goes as a Step of one accept on a Step stream kept open (a message on an open stream
 # costs grpc about half to two thirds of a unary call's round trip); its reply, errors and deadline are the
 # unary call's. A RegisterVocab over VOCAB_PART_BYTES goes as RegisterVocabParts, in parts of about that
-# (a server takes requests of 4 MiB by default; a 262k-token vocabulary is about 5.4 MiB).
+# (a server takes requests of 4 MiB by default, a 262k-token vocabulary is about 5.4 MiB, and gathering a
+# part costs the server's event loop about a millisecond a MiB).
 # - Calls wait for the channel to be ready (up to their deadline) instead of failing at once while the
 #   server restarts, and the channel reconnects quickly (100 ms first backoff): a client riding out a
 #   server restart sees a slower call, then NOT_FOUND for its sessions, which the flows rebuild.
@@ -44,7 +45,7 @@ from constraintd.v1 import constraintd_pb2_grpc as pb_grpc
 
 __all__ = ["VOCAB_PART_BYTES", "AsyncGrpcTransport", "GrpcTransport", "vocab_parts"]
 
-VOCAB_PART_BYTES = MIB
+VOCAB_PART_BYTES = 256 * 1024
 
 
 def vocab_parts(

@@ -68,7 +68,7 @@ class Limits:
         max_request_bytes: a gRPC message a client sends (gRPC's own default). gRPC refuses a larger one
             before the server reads it; one under it costs the event loop about a millisecond a MiB while
             gRPC Python gathers it, so this bounds what one request can stall every other session. A
-            vocabulary over it goes in parts (RegisterVocabParts; the clients cut at a MiB).
+            vocabulary over it goes in parts (RegisterVocabParts; the clients cut at 256 KiB).
         max_reply_bytes: a gRPC message the server sends (a Step's masks: 4 KiB to 32 KiB a session).
         max_vocab_bytes: a vocabulary sent in parts, all its parts together (a 262k-token vocabulary with
             its texts is about 5.4 MiB); it is read whole before it is parsed.

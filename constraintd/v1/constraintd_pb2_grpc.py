@@ -105,7 +105,7 @@ class ConstraintdServicer:
         each part a RegisterVocabRequest of its own. All parts together are at most the server's
         `--max-vocab-bytes` (64 MiB by default). The server reads the whole request before it answers.
         Why parts: gRPC Python holds the interpreter while it gathers a received message, about 1 ms a MiB on
-        the server's one event loop; parts of a MiB keep every other session's calls within that.
+        the server's one event loop; parts of 256 KiB keep every other session's calls within that.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -22,7 +22,7 @@ two (its item in brackets):
 - files that are no vocabulary: /dev/zero, a FIFO in an allowed directory, /etc/shadow,
   /proc/self/environ [5];
 - vocabularies of 2M and 10M pieces, in one message (refused unread: over the message limit), and of 2M
-  pieces in parts of a MiB (read, then refused past the million) [6];
+  pieces in parts of 256 KiB (read, then refused past the million) [6];
 - a megabyte session id, bytes that are no message [7];
 - a compile storm: the 8 largest objects of the MaskBench sample over qwen2, compiled at once, each new at
   every run.
@@ -355,7 +355,7 @@ def _attacks(
         return lambda: stub.RegisterVocab(request)
 
     def vocabulary_in_parts(pieces: list[bytes]) -> Call:
-        # as a client sends a vocabulary over one message: parts of a MiB, read whole, then refused
+        # as a client sends a vocabulary over one message: parts of 256 KiB, read whole, then refused
         parts = vocab_parts(pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=pieces)))
         return lambda: stub.RegisterVocabParts(iter(parts))
 

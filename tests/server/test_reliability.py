@@ -192,7 +192,7 @@ def refused(call: Callable[[], object], code: grpc.StatusCode) -> str:
 def test_a_vocabulary_of_millions_of_pieces(server: CappedServer) -> None:
     def attack(stub: pb_grpc.ConstraintdStub) -> None:
         request = pb.RegisterVocabRequest(pieces=pb.PieceList(pieces=[b"p%d" % i for i in range(2_000_000)]))
-        # in one message (19 MB), refused by gRPC unread; in parts of a MiB, read in a worker thread and
+        # in one message (19 MB), refused by gRPC unread; in parts of 256 KiB, read in a worker thread and
         # refused past the limit's million
         message = refused(lambda: stub.RegisterVocab(request), EXHAUSTED)
         assert "larger than max" in message
