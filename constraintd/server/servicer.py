@@ -264,6 +264,7 @@ class ConstraintdServicer(pb_grpc.ConstraintdServicer):
             self.operations.check_vocab_bytes(size)
             parts.append(part)
         parsed = await self._parse(Large(parts, pb.RegisterVocabRequest))
+        del parts  # up to max_vocab_bytes, not held while the vocabulary is built from what they made
         if isinstance(parsed, Undecodable):
             raise parsed.error()
         return await self._register(parsed)
