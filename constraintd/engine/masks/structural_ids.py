@@ -95,6 +95,12 @@ _CONTINUATIONS: Final = frozenset((CHAR_ALT, CHAR_RNG_UPPER))
 _ENDS: Final = frozenset((END, ALT))
 _UNBOUNDED: Final = 1 << 30
 UNBOUNDED: Final = _UNBOUNDED  # the reach of a stack that reaches no chain
+# A rule's closure written out (`Structure._signature`): per rule reached, in the order first met, its
+# elements with each rule reference's value blanked, and the order numbers of the rules they reference.
+_Signature = tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
+# Elements (kind and value each) at most of a closure that is written out (a larger one, a schema's own
+# tree, keeps its forms to its grammar).
+MAX_SIGNATURE_ELEMENTS: Final = 640
 # A link of a chain (see the module comment): (x as (kind, value) pairs, where x starts, where it ends,
 # links down to the end of the chain, this one included, and the fewest terminals x matches).
 _Link = tuple[tuple[int, ...], int, int, int, int]
@@ -111,11 +117,15 @@ class _TooLarge(Exception):
 class FormTable:
     """Numbers structural forms: equal forms, equal ids, for as long as the table keeps them."""
 
-    __slots__ = ("_forms", "_next_id")
+    __slots__ = ("_forms", "_next_id", "_rule_forms", "_signatures")
 
     def __init__(self) -> None:
         self._forms: dict[tuple[int, ...], int] = {}
         self._next_id = itertools.count()
+        # a rule's closure written out (`Structure`'s signatures) -> its number; (that number, budget,
+        # horizon, loops) -> the rule's (id, reach) written by some grammar
+        self._signatures: dict[_Signature, int] = {}
+        self._rule_forms: dict[tuple[int, int, int, bool], tuple[int, int]] = {}
 
     def number(self, form: tuple[int, ...]) -> int:
         """The id of `form`: the one given before if the table still holds it, else a new one."""
@@ -126,6 +136,29 @@ class FormTable:
                 forms = self._forms = {}
             found = forms.setdefault(form, next(self._next_id))
         return found
+
+    def signature(self, closure: _Signature) -> int:
+        """The number of a rule's closure as `Structure` writes it: equal closures, equal numbers."""
+        signatures = self._signatures
+        found = signatures.get(closure)
+        if found is None:
+            if len(signatures) >= MAX_FORMS:
+                signatures = self._signatures = {}
+                self._rule_forms = {}  # keyed by the numbers dropped
+            found = signatures.setdefault(closure, next(self._next_id))
+        return found
+
+    def rule_form(self, key: tuple[int, int, int, bool]) -> tuple[int, int] | None:
+        """The (id, reach) a grammar wrote for a rule with the closure numbered `key[0]`, at budget
+        `key[1]`, horizon `key[2]`, in loop mode or not (`key[3]`); None if none was kept."""
+        return self._rule_forms.get(key)
+
+    def keep_rule_form(self, key: tuple[int, int, int, bool], found: tuple[int, int]) -> None:
+        """Keeps what `rule_form` gives for `key`."""
+        rule_forms = self._rule_forms
+        if len(rule_forms) >= MAX_FORMS:
+            rule_forms = self._rule_forms = {}
+        rule_forms.setdefault(key, found)
 
     def unique(self) -> int:
         """A new id, equal to no form's and to no other `unique` id."""
@@ -149,6 +182,7 @@ class Structure:
         "_loops_of",
         "_reaches",
         "_rule_ids",
+        "_signatures",
         "_work",
         "horizon",
         "loops",
@@ -169,6 +203,8 @@ class Structure:
         self._links: dict[int, _Link | None] = {}
         self._loops_of: dict[int, _Link | None] = {}
         self._busy: set[tuple[int, int]] = set()
+        # per rule: the number of its closure written out (None: too large), and each rule's own part
+        self._signatures: dict[int, int | None] = {}
         # per rule: the fewest and the most terminals it matches (bounds; -1 until measured)
         n_rules = len(rules.rule_starts)
         self._bounds: tuple[list[int], list[int]] = ([-1] * n_rules, [-1] * n_rules)
@@ -350,6 +386,21 @@ class Structure:
         key = (rule, budget)
         found = self._rule_ids.get(key)
         if found is None:
+            # a rule whose closure another grammar (or another rule of this one) has alike, written there
+            # at this budget: the same form, the same verdicts (the value, object and array rules every
+            # schema with a free-form value repeats, written once per vocabulary, not once per grammar)
+            # (only a rule that may match up to the horizon: it alone has a form for each budget below;
+            # any other has one or a few, cheaper to write than its closure; and no link of a chain,
+            # whose closure is the rest of the chain, written a link at a time)
+            signature = None
+            if most[rule] >= self.horizon and self._link(rule) is None:
+                signature = self._signature(rule)
+            shared = None if signature is None else (signature, budget, self.horizon, self.loops)
+            if shared is not None:
+                found = self._forms.rule_form(shared)
+                if found is not None:
+                    self._rule_ids[key] = found
+                    return found
             if key in self._busy:
                 raise _Cycle
             self._busy.add(key)
@@ -364,6 +415,51 @@ class Structure:
                     reach = min(reach, inner)
             self._busy.discard(key)
             found = self._rule_ids[key] = (self._forms.number(tuple(form)), reach)
+            if shared is not None:
+                self._forms.keep_rule_form(shared, found)
+        return found
+
+    def _signature(self, rule: int) -> int | None:
+        # The number of `rule`'s closure written out (`_Signature`): two rules with equal closures match
+        # alike, whatever grammar and rule ids they have, so they have equal forms at every budget. None
+        # when the closure takes more than MAX_SIGNATURE_ELEMENTS to write, or holds a rule known to (a
+        # closure holds each of its rules' closures).
+        signatures = self._signatures
+        if rule in signatures:
+            return signatures[rule]
+        kinds, values = self.rules.kinds, self.rules.values
+        starts, end_of_all = self.rules.rule_starts, self.rules.escape
+        order = [rule]
+        index = {rule: 0}
+        parts: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+        found: int | None = None
+        written = 0
+        for at_rule in order:  # grows while it is read: breadth first
+            start = starts[at_rule]
+            end = starts[at_rule + 1] if at_rule + 1 < len(starts) else end_of_all
+            elements: list[int] = []
+            references: list[int] = []
+            for at in range(start, end):
+                kind, value = kinds[at], values[at]
+                if kind == RULE_REF:
+                    if value in signatures and signatures[value] is None:
+                        break
+                    number = index.get(value)
+                    if number is None:
+                        number = index[value] = len(order)
+                        order.append(value)
+                    references.append(number)
+                    value = 0
+                elements += (kind, value)
+            else:
+                parts.append((tuple(elements), tuple(references)))
+                written += len(elements)
+                if written <= MAX_SIGNATURE_ELEMENTS:
+                    continue
+            break
+        else:
+            found = self._forms.signature(tuple(parts))
+        signatures[rule] = found
         return found
 
     def _loop(self, link: _Link, budget: int) -> tuple[int, int]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -192,3 +194,65 @@ def test_a_loop_is_written_once_whichever_rule_repeats_it() -> None:
     assert len({structure.position(pos - 1) for pos in references}) == 26  # the letter before tells apart
     assert len(structure._rule_ids) < 10  # the class's forms; no chain of forms per rule
     assert len(structure._loop_ids) <= horizon + 1
+
+
+VALUE_RULES = (
+    'value ::= object | array | "n" | [0-9] [0-9]*\n'
+    'object ::= "{" ( [a-z] ":" value ( "," [a-z] ":" value )* )? "}"\n'
+    'array ::= "[" ( value ( "," value )* )? "]"\n'
+)
+
+
+@pytest.mark.parametrize("loops", [False, True], ids=["forms", "loops"])
+def test_a_recursive_rule_is_written_once_per_table_whatever_grammar_repeats_it(loops: bool) -> None:
+    # `value`, `object` and `array` (every schema with a free-form value repeats them, under other rule
+    # ids) have a form for each budget up to the horizon: a second grammar takes them from the table,
+    # with the ids the first one wrote, instead of writing them again
+    horizon = 24
+    forms = FormTable()
+    texts = (
+        'root ::= "a" value "."\n' + VALUE_RULES,
+        'root ::= "b" key value "!"\nkey ::= [a-z]\n' + VALUE_RULES,
+    )
+    written: list[dict[tuple[str, int], tuple[int, int]]] = []
+    sequences: list[int] = []
+    sequence = Structure._sequence
+    for text in texts:
+        parsed = parse_gbnf(text)
+        rules = Rules(parsed)
+        structure = Structure(rules, horizon, forms, loops=loops)
+        names = {parsed.symbol_ids[name]: name for name in ("value", "object", "array")}
+        starts = rules.rule_starts
+        inside = {pos for rule in names for pos in range(starts[rule], starts[rule + 1])}
+        started: list[int] = []
+
+        def spy(
+            self: Structure, start: int, budget: int, loop: object = None, started: list[int] = started
+        ) -> object:
+            started.append(start)
+            return sequence(self, start, budget, loop)  # type: ignore[arg-type]
+
+        value = parsed.symbol_ids["value"]
+        before = next(
+            pos for pos, kind in enumerate(rules.kinds) if kind == RULE_REF and rules.values[pos] == value
+        )
+        with mock.patch.object(Structure, "_sequence", spy):
+            structure.position(before)
+        sequences.append(sum(start in inside for start in started))
+        own = structure._rule_ids.items()
+        written.append({(names[rule], budget): found for (rule, budget), found in own if rule in names})
+    assert sequences[0] > 0 and sequences[1] == 0
+    shared = written[0].keys() & written[1].keys()
+    assert shared and all(written[0][key] == written[1][key] for key in shared)
+
+
+def test_rules_with_equal_closures_share_a_signature_and_unequal_ones_do_not() -> None:
+    forms = FormTable()
+    parsed = parse_gbnf('root ::= a b c\na ::= "x" a | "y"\nb ::= "x" b | "y"\nc ::= "x" c | "z"\n')
+    rules = Rules(parsed)
+    structure = Structure(rules, 8, forms)
+    a, b, c = (structure._signature(parsed.symbol_ids[name]) for name in "abc")
+    assert a is not None and a == b
+    assert c is not None and c != a
+    other = Structure(Rules(parse_gbnf('root ::= "q" d\nd ::= "x" d | "y"\n')), 8, forms)
+    assert other._signature(1) == a  # rule d, under another id in another grammar
