@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import gc
-
 import pytest
 
 from constraintd.engine import Grammar, GrammarError, Matcher, Vocab
 from constraintd.engine.grammar.gbnf import parse_gbnf
+from tests.engine.grammar.collector import collector_off
 
 VOCAB = Vocab([b"</s>", b"a", b"b", b"ab"], eog_ids=[0])
 OTHER_VOCAB = Vocab([b"</s>", b"a", b"b", b"ba"], eog_ids=[0])
@@ -79,15 +78,8 @@ def test_matchers_share_the_grammar_and_do_not_disturb_each_other() -> None:
 
 def test_a_dropped_grammar_frees_its_states_without_the_cyclic_collector() -> None:
     # a loop in the grammar is a cycle between its states' memos; the grammar breaks them when it goes
-    from constraintd.engine.grammar.stack_sets import State
-
-    def states() -> int:
-        return sum(type(found) is State for found in gc.get_objects())
-
-    gc.collect()
-    before = states()
-    gc.disable()
-    try:
+    with collector_off() as states:
+        before = states()
         grammar = Grammar.from_gbnf('root ::= ("a" | "b" | "ab")* "b"\n', VOCAB)
         matcher = Matcher(grammar)
         for token in [1, 2, 3, 1, 1, 3]:
@@ -98,5 +90,3 @@ def test_a_dropped_grammar_frees_its_states_without_the_cyclic_collector() -> No
         del grammar, matcher
         assert states() == before
         assert len(kept) == 0  # what is left of the table holds nothing
-    finally:
-        gc.enable()

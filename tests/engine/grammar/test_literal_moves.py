@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 from constraintd.engine import Grammar, LimitError, Matcher, Vocab
 from constraintd.engine.grammar import compiled, literal_moves
 from constraintd.engine.grammar.literal_moves import forced_literal, learn_literal_moves
+from tests.engine.grammar.collector import collector_off
 from tests.strategies import compile_or_skip, grammars, vocabs
 
 PIECES = [b"</s>", b"{", b'{"', b"na", b"name", b'name"', b'":', b'":1', b'":a', b'":"', b"1", b"12", b"}"]
@@ -164,20 +164,11 @@ def test_a_token_whose_walk_passes_the_limit_is_left_to_its_accept() -> None:
 
 
 def test_a_dropped_grammar_after_its_lookahead_frees_its_states_without_the_cyclic_collector() -> None:
-    from constraintd.engine.grammar.stack_sets import State
-
-    def states() -> int:
-        return sum(type(found) is State for found in gc.get_objects())
-
-    gc.collect()
-    before = states()
-    gc.disable()
-    try:
+    with collector_off() as states:
+        before = states()
         grammar = _grammar()
         grammar.lookahead(60.0)
         assert grammar._literal_moves is not None and grammar._literal_moves.count > 0
         assert states() > before
         del grammar
         assert states() == before
-    finally:
-        gc.enable()
