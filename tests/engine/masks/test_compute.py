@@ -380,6 +380,30 @@ LOOP_RUNS = (b"ab\xe4", b"abcab", b"ab-c", b'a"b', b"b\\n", b"cccc.", "éaé".en
 LOOP_PIECES = st.text(alphabet='abc"\\-.,é', min_size=1, max_size=9).map(str.encode)
 
 
+def _walk_starts(
+    grammar: Grammar, vocab: Vocab, choices: list[int]
+) -> tuple[list[State | None], set[State]]:
+    """States to walk from: every character position's top cut short by an escape mark, and the states a
+    path of allowed tokens reaches (`choices` picks each), which have no escape mark and are also held to
+    llama.cpp's apply."""
+    rules = grammar._rules
+    char_positions = [pos for pos, cls in enumerate(rules.classes) if cls is not None]
+    starts = [grammar._states.intern([(rules.escape, pos)], 10**6) for pos in char_positions]
+    reached: set[State] = set()
+    matcher = Matcher(grammar, max_stacks=300)
+    with contextlib.suppress(LimitError):
+        for choice in choices:
+            state = grammar._states.intern(matcher.stacks, 10**6)
+            if state is None:
+                break
+            starts.append(state)
+            reached.add(state)
+            allowed = np.flatnonzero(unpack_mask(matcher.mask(), len(vocab)))
+            if allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
+                break
+    return starts, reached
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     st.one_of(st.sampled_from(LOOP_GRAMMARS), grammars()),
@@ -398,20 +422,7 @@ def test_rows_carried_through_loops_get_the_verdicts_of_the_walk_a_column_at_a_t
     grammar = compile_or_skip(text, vocab)
     rules = grammar._rules
     table = grammar._decoded.fresh_table()
-    char_positions = [pos for pos, cls in enumerate(rules.classes) if cls is not None]
-    starts = [grammar._states.intern([(rules.escape, pos)], 10**6) for pos in char_positions]
-    reached: set[State] = set()  # states without an escape mark, also held to llama.cpp's apply
-    matcher = Matcher(grammar, max_stacks=300)
-    with contextlib.suppress(LimitError):
-        for choice in choices:
-            state = grammar._states.intern(matcher.stacks, 10**6)
-            if state is None:
-                break
-            starts.append(state)
-            reached.add(state)
-            allowed = np.flatnonzero(unpack_mask(matcher.mask(), len(vocab)))
-            if allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
-                break
+    starts, reached = _walk_starts(grammar, vocab, choices)
     for start in starts:
         assert start is not None
         found = {}
@@ -486,20 +497,7 @@ def test_rows_carried_along_chains_get_the_verdicts_of_the_walk_a_column_at_a_ti
     grammar = compile_or_skip(text, vocab)
     rules = grammar._rules
     table = grammar._decoded.fresh_table()
-    char_positions = [pos for pos, cls in enumerate(rules.classes) if cls is not None]
-    starts = [grammar._states.intern([(rules.escape, pos)], 10**6) for pos in char_positions]
-    reached: set[State] = set()
-    matcher = Matcher(grammar, max_stacks=300)
-    with contextlib.suppress(LimitError):
-        for choice in choices:
-            state = grammar._states.intern(matcher.stacks, 10**6)
-            if state is None:
-                break
-            starts.append(state)
-            reached.add(state)
-            allowed = np.flatnonzero(unpack_mask(matcher.mask(), len(vocab)))
-            if allowed.size == 0 or not matcher.accept(int(allowed[choice % allowed.size])):
-                break
+    starts, reached = _walk_starts(grammar, vocab, choices)
     for start in starts:
         assert start is not None
         found = {}
