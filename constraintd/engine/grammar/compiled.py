@@ -212,6 +212,24 @@ class Grammar:
         stopped; changes no answer. A top whose walk meets a stack set above `limit` is left to the step
         that needs it. What it returns counts the verdicts' search (tops and stacks), and the time of
         both; it is finished when both are."""
+        try:
+            # one run at a time (as Lookahead.run, for the two searches together), and the searches made
+            # inside it: two threads making them at once would each run its own, and keep one
+            self._ahead_turn.pop()
+        except IndexError:
+            ahead, moves = self._ahead, self._moves_ahead
+            if ahead is None or moves is None:
+                return AheadRun(0, 0, 0.0, 0.0, False)
+            return AheadRun(0, 0, 0.0, moves.spent + ahead.spent, moves.finished and ahead.finished)
+        try:
+            ahead, moves = self._searches(limit)
+            return self._run_searches(ahead, moves, seconds, pause)
+        finally:
+            self._ahead_turn.append(None)
+
+    def _searches(self, limit: int) -> tuple[Lookahead, Lookahead]:
+        """The lookahead's two searches (made on its first call, with its turn held): the verdicts' and the
+        literal moves'."""
         ahead, moves = self._ahead, self._moves_ahead
         if ahead is None or moves is None:
             assert self._initial is not None
@@ -228,10 +246,11 @@ class Grammar:
             initial = self._initial.stacks
             ahead = self._ahead = Lookahead(self._rules, initial, learn, same=masks.same_stack)
             moves = self._moves_ahead = Lookahead(self._rules, initial, literal.learn)
-        try:
-            self._ahead_turn.pop()  # one run at a time (as Lookahead.run, for the two searches together)
-        except IndexError:
-            return AheadRun(0, 0, 0.0, moves.spent + ahead.spent, moves.finished and ahead.finished)
+        return ahead, moves
+
+    def _run_searches(
+        self, ahead: Lookahead, moves: Lookahead, seconds: float, pause: Callable[[], bool] | None
+    ) -> AheadRun:
         # the vocabulary's index of pieces the moves read, built once for every grammar on it: not a cost of
         # this grammar's budget
         self._decoded.piece_index()
@@ -243,14 +262,11 @@ class Grammar:
             paused = paused or (pause is not None and pause())
             return paused
 
-        try:
-            first = moves.run(seconds * MOVES_SHARE, pause=held)
-            then = ahead.run(seconds - first.seconds, pause=held)
-            if then.finished and not first.finished and then.seconds + first.seconds < seconds:
-                # the verdicts are all learnt: the moves have what is left
-                first = _joined(first, moves.run(seconds - first.seconds - then.seconds, pause=held))
-        finally:
-            self._ahead_turn.append(None)
+        first = moves.run(seconds * MOVES_SHARE, pause=held)
+        then = ahead.run(seconds - first.seconds, pause=held)
+        if then.finished and not first.finished and then.seconds + first.seconds < seconds:
+            # the verdicts are all learnt: the moves have what is left
+            first = _joined(first, moves.run(seconds - first.seconds - then.seconds, pause=held))
         return AheadRun(
             then.tops,
             then.stacks,
