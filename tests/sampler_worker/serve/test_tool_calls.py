@@ -249,6 +249,7 @@ def test_a_reasoning_budget_is_the_generate_commands(
             live.http() as http:
         asked = http.post("/v1/chat/completions", json={
             **request, "reasoning_budget_tokens": 5, "reasoning_budget_message": " Done."}).json()
+        live.wait_idle()  # one slot and no queue: the next request once the slot is given back
         default = http.post("/v1/chat/completions", json=request).json()
         live.wait_idle()
     assert asked["tokens"] == reports[5]["tokens"] and default["tokens"] == reports[3]["tokens"]
@@ -321,9 +322,13 @@ def test_a_chat_without_tools_runs_the_budget_too(
                                    template=_template(THINKING), reasoning_budget=2) as live, \
             live.http() as http:
         end = live.state.generations.contexts[0].tokenize("</think>", add_special=False)
+        # one slot and no queue: each request after the last one's worker thread has given the slot back
+        # (a response is sent before that, and a request that finds the slot busy is refused with 429)
         plain = http.post("/v1/chat/completions", json=request).json()
+        live.wait_idle()
         shaped = http.post("/v1/chat/completions", json={
             **request, "response_format": {"type": "json_object"}}).json()
+        live.wait_idle()
         unlimited = http.post("/v1/chat/completions", json={**request, "reasoning_budget_tokens": 100}).json()
         live.wait_idle()
     assert plain["tokens"] == reports[0]["tokens"] and shaped["tokens"] == reports[1]["tokens"]
