@@ -404,6 +404,35 @@ def _walk_starts(
     return starts, reached
 
 
+def _walks_agree(
+    grammar: Grammar, vocab: Vocab, starts: list[State | None], reached: set[State],
+    settings: list[dict[str, int]],
+) -> None:
+    """Each start walked under each of `settings` (constants of masks/compute.py patched): the same rows
+    allowed, the same uncertain, the same columns at which rows met the escape mark; and a reached state's
+    rows those llama.cpp's apply allows."""
+    rules = grammar._rules
+    table = grammar._decoded.fresh_table()
+    for start in starts:
+        assert start is not None
+        found = []
+        for patched in settings:
+            escapes: compute.Escapes = []
+            with contextlib.ExitStack() as patches:
+                for name, value in patched.items():
+                    patches.enter_context(mock.patch.object(compute, name, value))
+                allowed_rows, unsure = walk(table, table.columns, start, 10**6, escapes=escapes)
+            met, columns = compute.escape_columns(escapes)
+            met_at = list(zip(met.tolist(), columns.tolist(), strict=True))
+            found.append((allowed_rows.tolist(), unsure.tolist(), met_at))
+        assert all(one == found[0] for one in found)
+        if start in reached:
+            assert set(found[0][0]) == {
+                row for row, token in enumerate(table.ids.tolist())
+                if allows_token(rules, start.stacks, token, vocab.pieces[token])
+            }
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     st.one_of(st.sampled_from(LOOP_GRAMMARS), grammars()),
@@ -420,29 +449,11 @@ def test_rows_carried_through_loops_get_the_verdicts_of_the_walk_a_column_at_a_t
     vocab = Vocab([b"</s>", *base, *dict.fromkeys([*LOOP_RUNS, *extra])], eog_ids=[0])
     assert vocab.pieces[11] == LOOP_RUNS[0]
     grammar = compile_or_skip(text, vocab)
-    rules = grammar._rules
-    table = grammar._decoded.fresh_table()
     starts, reached = _walk_starts(grammar, vocab, choices)
-    for start in starts:
-        assert start is not None
-        found = {}
-        for few in (0, 10**9):
-            escapes: compute.Escapes = []
-            # every loop's run ends counted, however few rows the small vocabulary leaves in it
-            with (
-                mock.patch.object(compute, "_FEW_ROWS", few),
-                mock.patch.object(compute, "RUN_END_SHARE", 10**9),
-            ):
-                allowed_rows, unsure = walk(table, table.columns, start, 10**6, escapes=escapes)
-            met, columns = compute.escape_columns(escapes)
-            met_at = list(zip(met.tolist(), columns.tolist(), strict=True))
-            found[few] = (allowed_rows.tolist(), unsure.tolist(), met_at)
-        assert found[0] == found[10**9]
-        if start in reached:
-            assert set(found[0][0]) == {
-                row for row, token in enumerate(table.ids.tolist())
-                if allows_token(rules, start.stacks, token, vocab.pieces[token])
-            }
+    # every loop's run ends counted, however few rows the small vocabulary leaves in it
+    _walks_agree(grammar, vocab, starts, reached, [
+        {"_FEW_ROWS": few, "RUN_END_SHARE": 10**9} for few in (0, 10**9)
+    ])
 
 
 def test_run_ends_say_where_each_row_leaves_a_set_of_code_points() -> None:
@@ -495,29 +506,10 @@ def test_rows_carried_along_chains_get_the_verdicts_of_the_walk_a_column_at_a_ti
     vocab = Vocab([b"</s>", *base, *dict.fromkeys(runs)], eog_ids=[0])
     assert vocab.pieces[11] == LOOP_RUNS[0]
     grammar = compile_or_skip(text, vocab)
-    rules = grammar._rules
-    table = grammar._decoded.fresh_table()
     starts, reached = _walk_starts(grammar, vocab, choices)
-    for start in starts:
-        assert start is not None
-        found = {}
-        for chain_rows in (1, 10**9):
-            escapes: compute.Escapes = []
-            with (
-                mock.patch.object(compute, "_FEW_ROWS", 0),
-                mock.patch.object(compute, "_CHAIN_ROWS", chain_rows),
-                mock.patch.object(compute, "_CHAIN_SHARE", 10**9),
-            ):
-                allowed_rows, unsure = walk(table, table.columns, start, 10**6, escapes=escapes)
-            met, columns = compute.escape_columns(escapes)
-            met_at = list(zip(met.tolist(), columns.tolist(), strict=True))
-            found[chain_rows] = (allowed_rows.tolist(), unsure.tolist(), met_at)
-        assert found[1] == found[10**9]
-        if start in reached:
-            assert set(found[1][0]) == {
-                row for row, token in enumerate(table.ids.tolist())
-                if allows_token(rules, start.stacks, token, vocab.pieces[token])
-            }
+    _walks_agree(grammar, vocab, starts, reached, [
+        {"_FEW_ROWS": 0, "_CHAIN_ROWS": chain_rows, "_CHAIN_SHARE": 10**9} for chain_rows in (1, 10**9)
+    ])
 
 
 def test_a_chain_of_copies_carries_rows_past_its_columns() -> None:
