@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from constraintd.engine.grammar.stack_sets import State, StateTable, step_stacks
-from constraintd.engine.grammar.stacks import Rules, Stack
+from constraintd.engine.grammar.stacks import CharClass, Rules, Stack
 from constraintd.engine.grammar.utf8 import INVALID
 from constraintd.engine.vocab.decoded import PLAIN, DecodedVocab
 from constraintd.errors import DeadlineError, LimitError
@@ -72,11 +72,7 @@ class LiteralMoves:
                 at the next call, which skips what is kept).
         """
         room = self.most - self.count
-        char_class = self.table.rules.classes[stack[-1]]
-        if room <= 0 or char_class is None:
-            return
-        positive, ranges = char_class
-        if not positive or len(ranges) != 1 or ranges[0][0] != ranges[0][1]:
+        if room <= 0 or _single_code_point(self.table.rules.classes[stack[-1]]) is None:
             return  # no literal begins here: no state is made for it
         try:
             state = self.table.intern((stack,), self.limit)
@@ -89,6 +85,16 @@ class LiteralMoves:
             raise DeadlineError("learning moves ahead ran past its time limit")
 
 
+def _single_code_point(char_class: CharClass | None) -> int | None:
+    """The one code point a character class takes, if it takes exactly one (a literal's character)."""
+    if char_class is None:
+        return None
+    positive, ranges = char_class
+    if not positive or len(ranges) != 1 or ranges[0][0] != ranges[0][1]:
+        return None
+    return ranges[0][0]
+
+
 def forced_literal(rules: Rules, stacks: Iterable[Stack]) -> tuple[list[int], set[Stack]]:
     """The code points forced from `stacks` on (up to MAX_LITERAL), and the stacks after them."""
     literal: list[int] = []
@@ -97,16 +103,11 @@ def forced_literal(rules: Rules, stacks: Iterable[Stack]) -> tuple[list[int], se
     while len(literal) < MAX_LITERAL and found:
         forced = -1
         for stack in found:
-            char_class = classes[stack[-1]] if stack else None  # None: a token, an escape, or the end
-            if char_class is None:
+            # None: a token, an escape or the end, or a class of more than one code point
+            only = _single_code_point(classes[stack[-1]]) if stack else None
+            if only is None or (forced >= 0 and only != forced):
                 return literal, found
-            positive, ranges = char_class
-            if not positive or len(ranges) != 1 or ranges[0][0] != ranges[0][1]:
-                return literal, found
-            if forced < 0:
-                forced = ranges[0][0]
-            elif ranges[0][0] != forced:
-                return literal, found
+            forced = only
         literal.append(forced)
         found = step_stacks(rules, found, forced)
     return literal, found
